@@ -1,0 +1,1 @@
+"""Tessera's codegens and toolchain drivers (nvcc, g++), one module per target."""

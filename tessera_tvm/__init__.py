@@ -1,0 +1,20 @@
+"""tessera_tvm: Tessera's TVM extension.
+
+Target configs, the named pass registry, the LowerAndLegalize / OptimizeForTarget pipelines and
+the codegens, for TileLang tile programs. ``import tessera_tvm`` makes TileLang's TVM the ``tvm``
+of the process (and refuses, with a fix, when another TVM was imported first).
+"""
+
+from __future__ import annotations
+
+from ._tvm import tilelang, tvm  # noqa: F401  (first: installs TileLang's TVM)
+from .errors import (  # noqa: F401
+    ConfigError,
+    LoweringError,
+    PassNotFoundError,
+    ResourceError,
+    TesseraError,
+    ToolchainError,
+    ToolchainMissingError,
+)
+from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401

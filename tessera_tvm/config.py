@@ -1,0 +1,483 @@
+"""Target configs: one YAML file per target, loaded into a frozen, validated ``TargetConfig``.
+
+A config names the TVM target, the codegen, the resource limits that ``tessera.VerifyResources``
+enforces, the feature switches that conditional passes read, per-pass arguments, the pipeline
+(lists of registered pass names), and the schedule defaults and autotune space the frontend uses.
+Every mistake is reported as a ``ConfigError`` naming the file, the key, the value found, what was
+expected and, where YAML knows it, the line.
+
+    cfg = load_config("hopper")               # a name in configs/
+    cfg = load_config("my/hopper_no_ws.yaml") # or a path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError, PassNotFoundError
+
+#: Phases of a pipeline, in the order they run.
+PHASES = ("lower_and_legalize", "optimize_for_target", "codegen_prep")
+
+#: Codegens Tessera knows (src/target); ``kind`` of the TVM target each one needs.
+CODEGENS = {"cuda": "cuda", "hip": "hip", "c": "c"}
+
+#: Resource limits a config may declare (all byte or count integers).
+RESOURCE_KEYS = {
+    "shared_memory_per_block": "bytes of shared memory one thread block may use (static + dynamic)",
+    "threads_per_block": "threads in one thread block",
+    "registers_per_thread": "registers one thread may use (checked from ptxas's report when nvcc runs)",
+    "registers_per_block": "registers one thread block may use",
+    "local_memory_per_kernel": "bytes of local (stack) arrays one CPU kernel may allocate",
+}
+
+#: Feature switches read by ``when:`` conditions. Absent means false.
+FEATURES = {
+    "warp_specialization": "Hopper producer/consumer warp specialisation (TMA producer, setmaxnreg)",
+    "software_pipeline": "plan and inject software pipelines for T.Pipelined loops",
+    "unroll_before_pipeline": "expand explicitly unrolled loops before pipeline planning",
+    "tma_copy_annotation": "mark kernel-bound global bases for TMA copy analysis",
+    "blackwell_2sm": "lower 2-SM tcgen05 MMA (a no-op before Blackwell)",
+    "l2_persistent": "lower L2 persistence annotations",
+    "cpu_atomics": "rewrite scalar atomics into serial read-modify-write (CPU)",
+    "force_let_inline": "inline every let binding before lowering (TileLang's default: off)",
+    "race_check": "verify T.Parallel loops for data races (TileLang's default: off)",
+}
+
+_TOP_KEYS = {
+    "name": "the config's name (str)",
+    "description": "one line saying what the target is (str)",
+    "target": "the TVM target: {kind, arch | mcpu, ...}",
+    "codegen": "{kind: cuda | hip | c, compiler: nvcc | g++ | none, flags: [...]}",
+    "resources": "resource limits (mapping of int)",
+    "features": "feature switches (mapping of bool)",
+    "pass_args": "arguments per pass name (mapping of mapping)",
+    "pipeline": "{lower_and_legalize: shared | [...], optimize_for_target: [...], codegen_prep: [...]}",
+    "schedule": "schedule defaults for the frontend (mapping)",
+    "autotune": "autotune search space (mapping of lists)",
+}
+
+_CONFIG_PACKAGE = "tessera_tvm.configs"
+_SHARED_PIPELINE = "shared/lower_and_legalize.yaml"
+
+
+@dataclass(frozen=True)
+class PipelineEntry:
+    """One pass in a pipeline: its registered name, arguments and condition."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()
+    when: str | None = None  # "feature", "not feature" or "ir.predicate"
+
+    @property
+    def is_ir_condition(self) -> bool:
+        return self.when is not None and self.when.startswith("ir.")
+
+    def describe(self) -> str:
+        text = self.name
+        if self.args:
+            text += "(" + ", ".join(f"{k}={_show(v)}" for k, v in self.args) + ")"
+        if self.is_ir_condition:
+            text += f"  [when {self.when}]"
+        return text
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """A validated target config. Frozen and hashable: the cache key and dump header come from it."""
+
+    name: str
+    source: str
+    description: str
+    target: tuple[tuple[str, Any], ...]
+    codegen: tuple[tuple[str, Any], ...]
+    resources: tuple[tuple[str, int], ...]
+    features: tuple[tuple[str, bool], ...]
+    pipeline: tuple[tuple[str, tuple[PipelineEntry, ...]], ...]
+    schedule: tuple[tuple[str, Any], ...] = ()
+    autotune: tuple[tuple[str, Any], ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    # Mapping views of the frozen tuples -------------------------------------------------------
+    @property
+    def target_dict(self) -> dict[str, Any]:
+        return _thaw(self.target)
+
+    @property
+    def codegen_dict(self) -> dict[str, Any]:
+        return _thaw(self.codegen)
+
+    @property
+    def resource_limits(self) -> dict[str, int]:
+        return dict(self.resources)
+
+    def feature(self, name: str) -> bool:
+        return dict(self.features).get(name, False)
+
+    def phase(self, phase: str) -> tuple[PipelineEntry, ...]:
+        return dict(self.pipeline)[phase]
+
+    @property
+    def target_kind(self) -> str:
+        return dict(self.target)["kind"]
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that changes what the config compiles to."""
+        payload = json.dumps(_thaw(self.raw), sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def tvm_target(self):
+        """The TVM ``Target`` this config names, with a C host (this TVM has no LLVM backend)."""
+        from ._tvm import tvm
+
+        return tvm.target.Target(self.target_dict, host=tvm.target.Target("c"))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple) and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in value):
+        return {k: _thaw(v) for k, v in value}
+    if isinstance(value, tuple | list):
+        return [_thaw(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML with line numbers
+# ---------------------------------------------------------------------------------------------
+
+
+class _Lines:
+    """Maps a dotted key path to the line YAML saw it on."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, int] = {}
+
+    def get(self, path: str) -> int | None:
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path.rsplit(".", 1)[0] if "." in path else ""
+        return None
+
+
+def _to_python(node: yaml.Node, path: str, lines: _Lines, source: str) -> Any:
+    lines.lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) else key_node.value
+            if not isinstance(key, str):
+                raise ConfigError(source, path or None, f"keys must be strings, found {key!r}", key_node.start_mark.line + 1)
+            sub = f"{path}.{key}" if path else key
+            if key in out:
+                raise ConfigError(source, sub, "appears twice in the same mapping", key_node.start_mark.line + 1)
+            lines.lines[sub] = key_node.start_mark.line + 1
+            out[key] = _to_python(value_node, sub, lines, source)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(item, f"{path}[{i}]", lines, source) for i, item in enumerate(node.value)]
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _read_yaml(text: str, source: str) -> tuple[Any, _Lines]:
+    lines = _Lines()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise ConfigError(source, None, f"is not valid YAML: {exc.problem}", line) from None
+    if node is None:
+        raise ConfigError(source, None, "is empty; expected a mapping with at least `name`, `target` and `pipeline`")
+    return _to_python(node, "", lines, source), lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating configs
+# ---------------------------------------------------------------------------------------------
+
+
+def _packaged(name: str) -> tuple[str, str] | None:
+    try:
+        ref = resources.files(_CONFIG_PACKAGE).joinpath(name)
+    except ModuleNotFoundError:  # pragma: no cover - broken install
+        return None
+    if ref.is_file():
+        return ref.read_text(), str(ref)
+    return None
+
+
+def available_configs() -> list[str]:
+    """Names of the configs shipped in configs/ (what ``load_config`` accepts as a name)."""
+    root = resources.files(_CONFIG_PACKAGE)
+    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def _locate(name_or_path: str | os.PathLike) -> tuple[str, str]:
+    text = os.fspath(name_or_path)
+    looks_like_path = text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text
+    if looks_like_path:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(text, None, "no such file; expected a path to a target config YAML "
+                              f"or one of the names {available_configs()}")
+        return path.read_text(), str(path)
+    found = _packaged(f"{text}.yaml")
+    if found is None:
+        import difflib
+
+        names = available_configs()
+        close = difflib.get_close_matches(text, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(text, None, f"unknown target config; expected one of {names} or a path to a YAML file{hint}")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+
+class _Checker:
+    def __init__(self, source: str, lines: _Lines):
+        self.source = source
+        self.lines = lines
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.source, key, message, self.lines.get(key))
+
+    def mapping(self, value: Any, key: str, allowed: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, found {type(value).__name__} {value!r}")
+        if allowed is not None:
+            for sub in value:
+                if sub not in allowed:
+                    import difflib
+
+                    close = difflib.get_close_matches(sub, list(allowed), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    expected = ", ".join(sorted(allowed))
+                    raise self.fail(f"{key}.{sub}" if key else sub, f"unknown key{hint}; expected one of: {expected}")
+        return value
+
+    def typed(self, value: Any, key: str, types: type | tuple[type, ...], what: str) -> Any:
+        types_t = types if isinstance(types, tuple) else (types,)
+        if isinstance(value, bool) and bool not in types_t:
+            raise self.fail(key, f"expected {what}, found {value!r}")
+        if not isinstance(value, types_t):
+            raise self.fail(key, f"expected {what}, found {type(value).__name__} {value!r}")
+        return value
+
+
+def _parse_entry(item: Any, key: str, check: _Checker, pass_args: Mapping[str, Any], features: Mapping[str, bool]):
+    from . import pipeline as _pipeline  # registers the built-in passes
+    from .registry import get_pass, get_predicate
+
+    _pipeline.ensure_registered()
+    if isinstance(item, str):
+        name, args, when = item, {}, None
+    elif isinstance(item, dict):
+        check.mapping(item, key, {"pass": "registered pass name", "args": "arguments", "when": "condition"})
+        if "pass" not in item:
+            raise check.fail(key, "a pipeline entry given as a mapping needs `pass: <name>`")
+        name = check.typed(item["pass"], f"{key}.pass", str, "a pass name (str)")
+        args = check.mapping(item.get("args", {}), f"{key}.args")
+        when = item.get("when")
+        if when is not None:
+            check.typed(when, f"{key}.when", str, "a condition (`feature`, `not feature` or `ir.predicate`)")
+    else:
+        raise check.fail(key, f"expected a pass name or {{pass, args, when}}, found {item!r}")
+    try:
+        spec = get_pass(name)
+    except PassNotFoundError as exc:
+        raise check.fail(key, str(exc)) from None
+    merged = {**pass_args.get(name, {}), **args}
+    for arg, value in merged.items():
+        param = spec.params.get(arg)
+        if param is None:
+            allowed = ", ".join(sorted(spec.params)) or "none"
+            raise check.fail(f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
+                             f"pass {name} takes no argument {arg!r}; its arguments: {allowed}")
+        if not param.accepts(value):
+            raise check.fail(f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
+                             f"pass {name} argument {arg!r} expects {param.type_name()}, found {value!r}")
+    if when is not None:
+        words = when.split()
+        if when.startswith("ir."):
+            try:
+                get_predicate(when[3:])
+            except PassNotFoundError as exc:
+                raise check.fail(f"{key}.when", f"unknown IR predicate: {exc}") from None
+        elif not (len(words) == 1 or (len(words) == 2 and words[0] == "not")) or words[-1] not in FEATURES:
+            raise check.fail(f"{key}.when", f"unknown condition {when!r}; expected `<feature>`, `not <feature>` "
+                             f"or `ir.<predicate>`, with a feature among {sorted(FEATURES)}")
+    # Feature conditions are resolved here, so pass lists and golden files show what will run.
+    if when is not None and not when.startswith("ir."):
+        negate = when.startswith("not ")
+        if features.get(when.split()[-1], False) == negate:
+            return None
+        when = None
+    return PipelineEntry(name, tuple(sorted(merged.items())), when)
+
+
+def _parse_pipeline(value: Any, key: str, check: _Checker, pass_args, features) -> tuple[PipelineEntry, ...]:
+    if not isinstance(value, list):
+        raise check.fail(key, f"expected a list of pass names, found {type(value).__name__} {value!r}")
+    entries = []
+    for i, item in enumerate(value):
+        entry = _parse_entry(item, f"{key}[{i}]", check, pass_args, features)
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries)
+
+
+def _shared_lower_and_legalize() -> tuple[Any, _Lines, str]:
+    found = _packaged(_SHARED_PIPELINE)
+    if found is None:  # pragma: no cover - broken install
+        raise ConfigError(_SHARED_PIPELINE, None, "the shared LowerAndLegalize list is missing from the install")
+    text, source = found
+    data, lines = _read_yaml(text, source)
+    return data, lines, source
+
+
+def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetConfig:
+    """Validate an already-parsed YAML mapping (``load_config`` reads the file and calls this)."""
+    check = _Checker(source, lines or _Lines())
+    data = check.mapping(data, "", _TOP_KEYS)
+    for required in ("name", "target", "pipeline"):
+        if required not in data:
+            raise check.fail(required, f"is missing; every config needs `{required}` ({_TOP_KEYS[required]})")
+    name = check.typed(data["name"], "name", str, "a string")
+    description = check.typed(data.get("description", ""), "description", str, "a string")
+
+    target = check.mapping(data["target"], "target")
+    if "kind" not in target:
+        raise check.fail("target.kind", "is missing; expected a TVM target kind such as cuda, hip or c")
+    kind = check.typed(target["kind"], "target.kind", str, "a TVM target kind (str)")
+    if kind not in CODEGENS.values():
+        raise check.fail("target.kind", f"unsupported target kind {kind!r}; expected one of {sorted(set(CODEGENS.values()))}")
+    if kind == "cuda":
+        arch = check.typed(target.get("arch"), "target.arch", str, "a CUDA arch string such as 'sm_90a'")
+        if not arch.startswith("sm_"):
+            raise check.fail("target.arch", f"expected a CUDA arch like 'sm_90a' or 'sm_80', found {arch!r}")
+    if kind == "hip":
+        check.typed(target.get("mcpu"), "target.mcpu", str, "an AMD GPU name such as 'gfx942'")
+
+    codegen = check.mapping(data.get("codegen", {"kind": kind}), "codegen",
+                            {"kind": "cuda | hip | c", "compiler": "nvcc | g++ | none", "flags": "list of flags"})
+    codegen.setdefault("kind", kind)
+    if codegen["kind"] not in CODEGENS:
+        raise check.fail("codegen.kind", f"unknown codegen {codegen['kind']!r}; expected one of {sorted(CODEGENS)}")
+    if CODEGENS[codegen["kind"]] != kind:
+        raise check.fail("codegen.kind", f"codegen {codegen['kind']!r} needs target kind {CODEGENS[codegen['kind']]!r}, "
+                         f"but target.kind is {kind!r}")
+    compiler = codegen.setdefault("compiler", "none")
+    if compiler not in ("nvcc", "g++", "none"):
+        raise check.fail("codegen.compiler", f"expected nvcc, g++ or none, found {compiler!r}")
+    flags = codegen.setdefault("flags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise check.fail("codegen.flags", f"expected a list of strings, found {flags!r}")
+
+    resources_ = check.mapping(data.get("resources", {}), "resources", RESOURCE_KEYS)
+    for key, value in resources_.items():
+        check.typed(value, f"resources.{key}", int, f"a positive integer ({RESOURCE_KEYS[key]})")
+        if value <= 0:
+            raise check.fail(f"resources.{key}", f"expected a positive integer, found {value}")
+
+    features = check.mapping(data.get("features", {}), "features", FEATURES)
+    for key, value in features.items():
+        check.typed(value, f"features.{key}", bool, "true or false")
+
+    pass_args = check.mapping(data.get("pass_args", {}), "pass_args")
+    for pname, args in pass_args.items():
+        check.mapping(args, f"pass_args.{pname}")
+
+    pipeline_raw = check.mapping(data["pipeline"], "pipeline", {p: "" for p in PHASES})
+    phases = []
+    for phase in PHASES:
+        value = pipeline_raw.get(phase, "shared" if phase == "lower_and_legalize" else [])
+        if phase == "lower_and_legalize" and value == "shared":
+            shared, shared_lines, shared_source = _shared_lower_and_legalize()
+            shared_check = _Checker(shared_source, shared_lines)
+            # Names/conditions are checked against the shared file, arguments against this config.
+            try:
+                entries = _parse_pipeline(shared.get("passes"), "passes", shared_check, pass_args, features)
+            except ConfigError as exc:
+                raise ConfigError(source, "pipeline.lower_and_legalize", f"while expanding the shared list: {exc}",
+                                  check.lines.get("pipeline")) from None
+        else:
+            entries = _parse_pipeline(value, f"pipeline.{phase}", check, pass_args, features)
+        phases.append((phase, entries))
+    if not any(entries for _, entries in phases):
+        raise check.fail("pipeline", "is empty; expected at least one pass")
+    used = {e.name for _, entries in phases for e in entries}
+    for pname in pass_args:
+        from .registry import get_pass
+
+        try:
+            get_pass(pname)
+        except PassNotFoundError as exc:
+            raise check.fail(f"pass_args.{pname}", str(exc)) from None
+        if pname not in used:
+            raise check.fail(f"pass_args.{pname}", "has arguments but the pass is not in this config's pipeline")
+
+    schedule = check.mapping(data.get("schedule", {}), "schedule")
+    autotune = check.mapping(data.get("autotune", {}), "autotune")
+    for key, value in autotune.items():
+        if not isinstance(value, list) or not value:
+            raise check.fail(f"autotune.{key}", f"expected a non-empty list of candidate values, found {value!r}")
+
+    return TargetConfig(
+        name=name,
+        source=source,
+        description=description,
+        target=_freeze(target),
+        codegen=_freeze(codegen),
+        resources=tuple(sorted(resources_.items())),
+        features=tuple(sorted(features.items())),
+        pipeline=tuple(phases),
+        schedule=_freeze(schedule),
+        autotune=_freeze(autotune),
+        raw=data,
+    )
+
+
+_CACHE: dict[tuple[str, str], TargetConfig] = {}
+
+
+def load_config(name_or_path: str | os.PathLike | TargetConfig) -> TargetConfig:
+    """Load and validate a target config by name (``configs/<name>.yaml``) or path."""
+    if isinstance(name_or_path, TargetConfig):
+        return name_or_path
+    text, source = _locate(name_or_path)
+    key = (source, hashlib.sha256(text.encode()).hexdigest())
+    if key not in _CACHE:
+        data, lines = _read_yaml(text, source)
+        _CACHE[key] = parse_config(data, source, lines)
+    return _CACHE[key]

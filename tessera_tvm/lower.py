@@ -1,0 +1,226 @@
+"""``tessera_tvm.lower``: a TileLang tile program + a target config -> source, artifacts, metadata.
+
+    art = tessera_tvm.lower(gemm, "hopper", dump_dir="build/dump", out_dir="build/gemm")
+    art.source        # CUDA / HIP / C source of the device kernels
+    art.host_ir       # the host IRModule as TVMScript
+    art.metadata      # one dict per device kernel (tile, fragments, resources, launch, epilogue)
+    art.pass_log      # one PassRecord per pass: phase, name, seconds, status
+    art.artifacts     # files written: source, cubin/ptx (nvcc), .so (CPU), metadata.json, passes.txt
+    art(a, b, c)      # CPU configs: run the kernel on numpy arrays
+
+With ``dump_dir`` the input and the IR after every pass are written as numbered TVMScript files
+(``000_input.py``, ``001_tl.NestedLoopChecker.py``, ...) next to a timing table (``timing.txt``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._tvm import tvm
+from .config import TargetConfig, load_config
+from .errors import TesseraError
+from .pipeline import PassRecord, PassRecorder, recording, run_phase
+
+_C_PACKED_FUNC = 1
+_DEVICE_KERNEL_LAUNCH = 2
+
+
+def is_device_kernel(func, target_kind: str) -> bool:
+    """Whether ``func`` (after the host/device split) is a device kernel rather than host code."""
+    attrs = func.attrs or {}
+    calling_conv = int(attrs.get("calling_conv", 0))
+    if calling_conv == _DEVICE_KERNEL_LAUNCH:
+        return True
+    # On the C target device kernels stay plain C functions: every non-packed function is one.
+    target = attrs.get("target")
+    return target_kind == "c" and target is not None and target.kind.name == "c" and calling_conv != _C_PACKED_FUNC
+
+
+def split_host_device(mod, target_kind: str):
+    """Split a lowered module into (host module, device module)."""
+    device = tvm.tirx.transform.Filter(lambda f: is_device_kernel(f, target_kind))(mod)
+    host = tvm.tirx.transform.Filter(lambda f: not is_device_kernel(f, target_kind))(mod)
+    return host, device
+
+
+def _as_module(program) -> tuple[Any, str]:
+    if isinstance(program, tvm.tirx.PrimFunc):
+        name = str(program.attrs["global_symbol"]) if program.attrs and "global_symbol" in program.attrs else "main"
+        return tvm.IRModule({name: program}), name
+    if isinstance(program, tvm.IRModule):
+        names = sorted(str(gv.name_hint) for gv in program.get_global_vars())
+        return program, names[0] if len(names) == 1 else "module"
+    raise TesseraError(
+        f"tessera_tvm.lower expects a TileLang PrimFunc (@T.prim_func) or a tvm.IRModule, "
+        f"found {type(program).__name__}")
+
+
+@dataclass
+class LoweredModule:
+    """What lowering one tile program for one config produced."""
+
+    name: str
+    config: TargetConfig
+    source: str
+    host_mod: Any
+    device_mod: Any
+    metadata: list[dict[str, Any]]
+    pass_log: list[PassRecord]
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    _timing: str = ""
+    _cpu_kernel: Any = None
+    _input_buffers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host_ir(self) -> str:
+        return self.host_mod.script()
+
+    @property
+    def device_ir(self) -> str:
+        return self.device_mod.script()
+
+    def timing_table(self) -> str:
+        return self._timing
+
+    def __call__(self, *arrays, **scalars):
+        """Run the kernel on numpy arrays (CPU configs); outputs are written in place."""
+        if self.config.codegen_dict["kind"] != "c":
+            raise TesseraError(
+                f"{self.name!r} was compiled for {self.config.name!r}; only CPU configs run in-process "
+                "(GPU kernels are artifacts: see .artifacts)")
+        if self._cpu_kernel is None:
+            build_cpu(self, Path(tempfile.mkdtemp(prefix=f"tessera_{self.name}_")))
+        return self._cpu_kernel(*arrays, **scalars)
+
+
+def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = None,
+          out_dir: str | Path | None = None, build: bool = True) -> LoweredModule:
+    """Lower a TileLang tile program through ``config``'s pipelines and generate its device source.
+
+    ``out_dir`` receives the source, metadata.json, passes.txt and, with ``build``, the toolchain's
+    outputs (cubin/ptx with nvcc, a shared library with g++). ``dump_dir`` receives the IR after
+    every pass and a timing table.
+    """
+    from tessera_tvm.target.codegen import device_source
+
+    config = load_config(config)
+    mod, name = _as_module(program)
+    dump = Path(dump_dir) if dump_dir is not None else None
+    recorder = PassRecorder(dump_dir=dump)
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / "000_input.py").write_text(mod.script())
+    target = config.tvm_target()
+    # MakePackedAPI erases buffer maps; keep the tile program's buffers for the CPU signature.
+    input_buffers = {buf.data.name: buf for func in mod.functions.values()
+                     if isinstance(func, tvm.tirx.PrimFunc) for buf in func.buffer_map.values()}
+    with recording(recorder):
+        mod = run_phase(mod, config, "lower_and_legalize")
+        mod = run_phase(mod, config, "optimize_for_target")
+        host_mod, device_mod = split_host_device(mod, config.target_kind)
+        device_mod = run_phase(device_mod, config, "codegen_prep")
+    source = device_source(device_mod, config, target)
+    timing = recorder.timing_table()
+    if dump is not None:
+        (dump / "timing.txt").write_text(timing)
+    lowered = LoweredModule(
+        name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
+        metadata=_metadata(device_mod), pass_log=list(recorder.records), _timing=timing,
+        _input_buffers=input_buffers)
+    if out_dir is not None:
+        write_artifacts(lowered, Path(out_dir), build=build)
+    return lowered
+
+
+def _metadata(device_mod) -> list[dict[str, Any]]:
+    from tessera_tvm.transform import annotate_kernel_metadata
+
+    return annotate_kernel_metadata.kernel_metadata(device_mod)
+
+
+def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True) -> dict[str, Path]:
+    """Write source, host IR, metadata and pass log to ``out_dir``; build with the config's compiler."""
+    from tessera_tvm.target.codegen import SOURCE_SUFFIX
+    from tessera_tvm.target.toolchain import write_text_atomic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    codegen = lowered.config.codegen_dict
+    files = {
+        "source": out_dir / f"{lowered.name}{SOURCE_SUFFIX[codegen['kind']]}",
+        "host_ir": out_dir / f"{lowered.name}.host.py",
+        "metadata": out_dir / "metadata.json",
+        "passes": out_dir / "passes.txt",
+    }
+    write_text_atomic(files["source"], lowered.source)
+    write_text_atomic(files["host_ir"], lowered.host_ir)
+    write_text_atomic(files["metadata"], json.dumps(lowered.metadata, indent=2) + "\n")
+    write_text_atomic(files["passes"], lowered.timing_table())
+    lowered.artifacts.update(files)
+    if build:
+        if codegen["compiler"] == "nvcc":
+            build_cuda(lowered, out_dir)
+        elif codegen["compiler"] == "g++":
+            build_cpu(lowered, out_dir)
+        else:
+            lowered.notes.append(f"{lowered.config.name}: codegen.compiler is none; the source is the artifact")
+    return lowered.artifacts
+
+
+def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
+    """nvcc -> cubin + PTX, when nvcc is on PATH; registers from ptxas are checked and recorded."""
+    from tessera_tvm.target.cuda import compile_cuda, nvcc_available
+    from tessera_tvm.transform.verify_resources import check_registers
+
+    if not nvcc_available():
+        lowered.notes.append("nvcc not on PATH: CUDA source written, cubin/PTX skipped "
+                             "(install the CUDA toolkit or set TESSERA_NVCC)")
+        return
+    arch = lowered.config.target_dict["arch"]
+    built = compile_cuda(lowered.source, arch=arch, out_dir=out_dir, name=lowered.name,
+                         extra_flags=tuple(lowered.config.codegen_dict["flags"]))
+    lowered.artifacts.update(cubin=built.cubin_path, ptx=built.ptx_path)
+    for kernel in lowered.metadata:
+        usage = built.resource_usage.get(kernel["name"])
+        if usage:
+            kernel["resources"]["regs_per_thread"] = usage["registers"]
+            check_registers(kernel["name"], usage["registers"], lowered.config)
+    if built.resource_usage:
+        from tessera_tvm.target.toolchain import write_text_atomic
+
+        write_text_atomic(lowered.artifacts["metadata"], json.dumps(lowered.metadata, indent=2) + "\n")
+
+
+def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:
+    """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
+    from tessera_tvm.target.cpu import compile_cpu, load_cpu_kernel
+
+    kernels = [gv for gv, func in lowered.device_mod.functions.items() if isinstance(func, tvm.tirx.PrimFunc)]
+    if len(kernels) != 1:
+        raise TesseraError(f"{lowered.name!r}: the CPU runner expects one device kernel, found "
+                           f"{[gv.name_hint for gv in kernels]}")
+    so_path = compile_cpu(lowered.source, out_dir=out_dir, name=lowered.name,
+                          flags=tuple(lowered.config.codegen_dict["flags"]))
+    lowered.artifacts["library"] = so_path
+    func = lowered.device_mod[kernels[0]]
+    lowered._cpu_kernel = load_cpu_kernel(so_path, kernels[0].name_hint, kernel_params(func, lowered))
+
+
+def kernel_params(device_func, lowered: LoweredModule):
+    """The C signature of a CPU device kernel as ``KernelParam``s (buffers from the tile program)."""
+    from tessera_tvm.target.cpu import KernelParam
+
+    buffers = lowered._input_buffers
+    params = []
+    for var in device_func.params:
+        buf = buffers.get(var.name)
+        if buf is not None:
+            shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buf.shape)
+            params.append(KernelParam(buf.name, "buffer", str(buf.dtype), shape))
+        else:
+            params.append(KernelParam(var.name, "scalar", str(var.dtype), ()))
+    return params

@@ -1,0 +1,218 @@
+"""Pipelines: a config's pass lists turned into TVM ``Sequential`` passes of named passes.
+
+``LowerAndLegalize`` (one list shared by every target, in configs/shared/lower_and_legalize.yaml),
+``OptimizeForTarget`` (the target's list, in its config) and ``CodegenPrep`` (run on the device
+module after the host/device split) are plain lists of registered names, so they can be printed,
+diffed and snapshot-tested (``tessera passes``). Each entry becomes a module pass whose TVM name is
+the registered name, so ``PassContext(disabled_pass=[...], required_pass=[...], instruments=[...])``
+act on exactly the names the config shows.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._tvm import tvm
+from .config import PHASES, PipelineEntry, TargetConfig, load_config
+from .errors import LoweringError, TesseraError
+from .registry import BuildContext, get_pass, get_predicate
+
+_PHASE_TITLES = {
+    "lower_and_legalize": "LowerAndLegalize",
+    "optimize_for_target": "OptimizeForTarget",
+    "codegen_prep": "CodegenPrep",
+}
+
+_registered = False
+
+
+def ensure_registered() -> None:
+    """Import the modules that register passes (built-ins, then Tessera's own)."""
+    global _registered
+    if not _registered:
+        _registered = True
+        from . import passes  # noqa: F401
+        from . import transform  # noqa: F401
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording: per-pass timing, dumps, and the original exception (the FFI boundary loses its class)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PassRecord:
+    index: int
+    phase: str
+    name: str
+    seconds: float
+    status: str = "ran"  # "ran" or "skipped (ir.<predicate> is false)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "phase": self.phase, "name": self.name,
+                "seconds": round(self.seconds, 6), "status": self.status}
+
+
+@dataclass
+class PassRecorder:
+    """Collects what the pipeline did; one per lowering."""
+
+    dump_dir: Path | None = None
+    records: list[PassRecord] = field(default_factory=list)
+    error: BaseException | None = None
+    phase: str = ""
+
+    def dump(self, name: str, mod) -> None:
+        if self.dump_dir is None:
+            return
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        index = len(self.records)
+        (self.dump_dir / f"{index:03d}_{name}.py").write_text(mod.script())
+
+    def timing_table(self) -> str:
+        width = max([len(r.name) for r in self.records] + [4])
+        lines = [f"{'#':>3}  {'phase':<19} {'pass':<{width}} {'ms':>9}  status"]
+        for r in self.records:
+            lines.append(f"{r.index:>3}  {r.phase:<19} {r.name:<{width}} {r.seconds * 1e3:>9.3f}  {r.status}")
+        total = sum(r.seconds for r in self.records)
+        lines.append(f"{'':>3}  {'total':<19} {'':<{width}} {total * 1e3:>9.3f}")
+        return "\n".join(lines) + "\n"
+
+
+_RECORDER: contextvars.ContextVar[PassRecorder | None] = contextvars.ContextVar("tessera_recorder", default=None)
+
+
+@contextmanager
+def recording(recorder: PassRecorder | None = None) -> Iterator[PassRecorder]:
+    """Make ``recorder`` (or a new one) receive the records of the passes run inside the block."""
+    recorder = recorder or PassRecorder()
+    token = _RECORDER.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _RECORDER.reset(token)
+
+
+def _kernel_names(mod) -> str:
+    return ", ".join(sorted(str(gv.name_hint) for gv in mod.get_global_vars()))
+
+
+def _short_tvm_message(exc: BaseException) -> str:
+    """The message of a TVM error without its C++ frame lines."""
+    try:
+        from tilelang.errors import enrich_error
+
+        enrich_error(exc)
+    except Exception:  # enrichment is best effort
+        pass
+    lines = [ln for ln in str(exc).splitlines() if ln.strip() and not ln.lstrip().startswith(("File ", "[bt]"))]
+    lines = [ln for ln in lines if not ln.startswith(("Traceback", "  [Previous line"))]
+    return "\n".join(lines[-12:]) or type(exc).__name__
+
+
+def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
+    spec = get_pass(entry.name)
+    inner = spec.factory(ctx, **dict(entry.args))
+    predicate = get_predicate(entry.when[3:]).check if entry.is_ir_condition else None
+
+    def run(mod, _pass_ctx):
+        recorder = _RECORDER.get()
+        if predicate is not None and not predicate(mod):
+            if recorder is not None:
+                recorder.records.append(PassRecord(len(recorder.records) + 1, phase, entry.name, 0.0,
+                                                   f"skipped ({entry.when} is false)"))
+            return mod
+        start = time.perf_counter()
+        try:
+            out = inner(mod)
+        except BaseException as exc:
+            if recorder is not None and recorder.error is None:
+                if isinstance(exc, TesseraError):
+                    recorder.error = exc
+                else:
+                    recorder.error = LoweringError(
+                        f"pass {entry.name} ({_PHASE_TITLES[phase]}, config {ctx.config.name!r}) failed on "
+                        f"kernel(s) {_kernel_names(mod)}:\n{_short_tvm_message(exc)}")
+                    recorder.error.__cause__ = exc
+            raise
+        if recorder is not None:
+            recorder.records.append(PassRecord(len(recorder.records) + 1, phase, entry.name,
+                                               time.perf_counter() - start))
+            recorder.dump(entry.name, out)
+        return out
+
+    return tvm.transform.module_pass(run, opt_level=0, name=entry.name)
+
+
+def build_phase(config: TargetConfig | str, phase: str):
+    """The TVM ``Sequential`` for one phase of a config."""
+    ensure_registered()
+    config = load_config(config)
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+    ctx = BuildContext(config, config.tvm_target())
+    passes = [_wrap(entry, phase, ctx) for entry in config.phase(phase)]
+    return tvm.transform.Sequential(passes, opt_level=0, name=f"tessera.{_PHASE_TITLES[phase]}")
+
+
+def run_phase(mod, config: TargetConfig | str, phase: str):
+    """Run one phase on ``mod`` under the config's target; re-raise Tessera's error, not the FFI's."""
+    config = load_config(config)
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
+        mod = tvm.IRModule({name: mod})
+    seq = build_phase(config, phase)
+    recorder = _RECORDER.get()
+    own = recorder is None
+    with recording(recorder) as rec, config.tvm_target():
+        rec.phase = phase
+        try:
+            return seq(mod)
+        except BaseException as exc:
+            error, rec.error = rec.error, None
+            if error is not None and error is not exc:
+                raise error from error.__cause__
+            raise
+        finally:
+            if own:
+                rec.phase = ""
+
+
+def LowerAndLegalize(mod, config: TargetConfig | str):  # noqa: N802  (TVM-style pass-list name)
+    """Run the shared list: legalise TileLang tile programs and lower tile ops to loops."""
+    return run_phase(mod, config, "lower_and_legalize")
+
+
+def OptimizeForTarget(mod, config: TargetConfig | str):  # noqa: N802
+    """Run the target's list: memory, pipelining, intrinsics, host/device split."""
+    return run_phase(mod, config, "optimize_for_target")
+
+
+def CodegenPrep(mod, config: TargetConfig | str):  # noqa: N802
+    """Run the passes that prepare the device module for source generation."""
+    return run_phase(mod, config, "codegen_prep")
+
+
+def pass_names(config: TargetConfig | str, phase: str | None = None) -> list[str]:
+    """The ordered pass names of a config (all phases, or one)."""
+    ensure_registered()
+    config = load_config(config)
+    phases = PHASES if phase is None else (phase,)
+    return [entry.name for p in phases for entry in config.phase(p)]
+
+
+def format_pass_list(config: TargetConfig | str) -> str:
+    """The expanded pass list as text: what ``tessera passes`` prints and the golden files hold."""
+    config = load_config(config)
+    out = [f"# {config.name}: {config.description}".rstrip(": "), f"# target: {config.target_dict}"]
+    for phase in PHASES:
+        entries = config.phase(phase)
+        out.append(f"\n[{_PHASE_TITLES[phase]}]  # {len(entries)} passes")
+        out.extend(entry.describe() for entry in entries)
+    return "\n".join(out) + "\n"

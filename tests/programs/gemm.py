@@ -1,0 +1,96 @@
+"""TileLang tile programs the tests lower (in a real file: @T.prim_func reads its own source)."""
+
+from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
+import tilelang.language as T
+
+
+def gemm(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32",
+         stages=3, threads=128):
+    """C = A @ B with shared-memory tiles, a fragment accumulator and a pipelined K loop."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_m, block_k), dtype)
+            B_s = T.alloc_shared((block_k, block_n), dtype)
+            C_l = T.alloc_fragment((block_m, block_n), accum_dtype)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=stages):
+                T.copy(A[by * block_m, k * block_k], A_s)
+                T.copy(B[k * block_k, bx * block_n], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * block_m, bx * block_n])
+
+    return main
+
+
+def gemm_bias_relu(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32",
+                   stages=2, threads=128):
+    """C = relu(A @ B^T + bias): transposed B operand and an element-wise epilogue on the fragment."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), bias: T.Tensor((N,), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_m, block_k), dtype)
+            B_s = T.alloc_shared((block_n, block_k), dtype)
+            C_l = T.alloc_fragment((block_m, block_n), accum_dtype)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=stages):
+                T.copy(A[by * block_m, k * block_k], A_s)
+                T.copy(B[bx * block_n, k * block_k], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            for i, j in T.Parallel(block_m, block_n):
+                C_l[i, j] = T.max(C_l[i, j] + T.cast(bias[bx * block_n + j], accum_dtype), 0)
+            T.copy(C_l, C[by * block_m, bx * block_n])
+
+    return main
+
+
+def softmax_rows(M, N, block_m=32, dtype="float32", threads=128):
+    """Row softmax with fragment reductions (T.reduce_max / T.reduce_sum), N held in one block."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+            x = T.alloc_fragment((block_m, N), dtype)
+            row_max = T.alloc_fragment((block_m,), dtype)
+            row_sum = T.alloc_fragment((block_m,), dtype)
+            T.copy(X[bx * block_m, 0], x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(block_m, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(block_m, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.copy(x, Y[bx * block_m, 0])
+
+    return main
+
+
+def elementwise_add(M, N, block_m=64, block_n=64, dtype="float32", threads=128):
+    """C = A + B, one tile per block, with no shared memory."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_m, block_n):
+                C[by * block_m + i, bx * block_n + j] = A[by * block_m + i, bx * block_n + j] + B[by * block_m + i, bx * block_n + j]
+
+    return main
+
+
+def cpu_gemm(M, N, K, block_m=64, block_n=64, block_k=32, dtype="float32", accum_dtype="float32"):
+    """The CPU form of a GEMM: a local accumulator and a serial K loop (no fragments on CPU)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m)) as (bx, by):
+            C_l = T.alloc_local((block_m, block_n), accum_dtype)
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, block_k)):
+                for i, j, kk in T.grid(block_m, block_n, block_k):
+                    C_l[i, j] += A[by * block_m + i, k * block_k + kk] * B[k * block_k + kk, bx * block_n + j]
+            T.copy(C_l, C[by * block_m, bx * block_n])
+
+    return main
