@@ -18,3 +18,6 @@ from .errors import (  # noqa: F401
     ToolchainMissingError,
 )
 from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401
+from .config import TargetConfig, available_configs, load_config  # noqa: F401
+from .lower import LoweredModule, lower  # noqa: F401
+from .pipeline import CodegenPrep, LowerAndLegalize, OptimizeForTarget, format_pass_list, pass_names  # noqa: F401

@@ -1,0 +1,145 @@
+"""The ``tessera`` command line.
+
+    tessera passes --target hopper          print a config's expanded pass list
+    tessera passes --check                  compare every config with tests/golden/passes/<name>.txt
+    tessera passes --update                 rewrite the golden files (commit the diff on purpose)
+    tessera passes --list                   every registered pass with its arguments
+    tessera lower FILE.py:FACTORY --target T [--arg N=V ...] [--out DIR] [--dump DIR]
+                                            lower a TileLang tile program and write its artifacts
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+_GOLDEN = Path("tests") / "golden" / "passes"
+
+
+def _find_golden_dir(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]]:
+        if (base / _GOLDEN).is_dir():
+            return base / _GOLDEN
+    raise SystemExit("tessera passes: cannot find tests/golden/passes; run from the repository or pass --golden-dir")
+
+
+def _cmd_passes(args: argparse.Namespace) -> int:
+    from tessera_tvm import registry
+    from tessera_tvm.config import available_configs, load_config
+    from tessera_tvm.pipeline import ensure_registered, format_pass_list
+
+    ensure_registered()
+    if args.list:
+        for spec in registry.list_passes():
+            params = ", ".join(f"{n}: {p.type_name()} = {p.default!r}" for n, p in spec.params.items())
+            print(f"{spec.name}({params})  {spec.doc}")
+        for pred in registry.list_predicates():
+            print(f"ir.{pred.name}  (condition) {pred.doc}")
+        return 0
+    if args.check or args.update:
+        golden_dir = _find_golden_dir(args.golden_dir)
+        names = [args.target] if args.target else available_configs()
+        failed = []
+        for name in names:
+            text = format_pass_list(load_config(name))
+            path = golden_dir / f"{load_config(name).name}.txt"
+            if args.update:
+                path.write_text(text)
+                print(f"wrote {path}")
+                continue
+            expected = path.read_text() if path.is_file() else ""
+            if expected != text:
+                failed.append(name)
+                diff = difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            fromfile=str(path), tofile=f"{name} (current)")
+                sys.stdout.writelines(diff)
+            else:
+                print(f"ok      {name}")
+        if failed:
+            print(f"\npass lists changed for: {', '.join(failed)}.\nIf the change is deliberate, run "
+                  "`tessera passes --update` and commit the golden files.", file=sys.stderr)
+            return 1
+        return 0
+    if not args.target:
+        print("tessera passes: give --target NAME_OR_PATH, --check, --update or --list", file=sys.stderr)
+        return 2
+    print(format_pass_list(load_config(args.target)), end="")
+    return 0
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _cmd_lower(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    import tessera_tvm
+
+    path, _, factory_name = args.program.partition(":")
+    if not factory_name:
+        print("tessera lower: PROGRAM is FILE.py:FACTORY (a function returning a TileLang PrimFunc)", file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or not Path(path).is_file():
+        print(f"tessera lower: no such file {path!r}", file=sys.stderr)
+        return 2
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        print(f"tessera lower: {path} has no {factory_name!r}", file=sys.stderr)
+        return 2
+    kwargs = dict(item.split("=", 1) for item in args.arg)
+    program = factory(**{k: _parse_value(v) for k, v in kwargs.items()})
+    lowered = tessera_tvm.lower(program, args.target, out_dir=args.out, dump_dir=args.dump)
+    print(f"{lowered.name}: {len(lowered.pass_log)} passes for {lowered.config.name} "
+          f"in {sum(r.seconds for r in lowered.pass_log):.2f} s")
+    for key, file in lowered.artifacts.items():
+        print(f"  {key:<9} {file}")
+    for note in lowered.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera tile-kernel compiler")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("passes", help="print, check or update the pass lists of target configs")
+    p.add_argument("--target", help="a config name in configs/ or a path to a YAML file")
+    p.add_argument("--check", action="store_true", help="compare with the golden files; non-zero on a diff")
+    p.add_argument("--update", action="store_true", help="rewrite the golden files")
+    p.add_argument("--list", action="store_true", help="list every registered pass and IR condition")
+    p.add_argument("--golden-dir", help="where the golden files are (default: tests/golden/passes)")
+    p.set_defaults(run=_cmd_passes)
+
+    p = sub.add_parser("lower", help="lower a TileLang tile program for a target")
+    p.add_argument("program", help="FILE.py:FACTORY, FACTORY(**args) returns a TileLang PrimFunc")
+    p.add_argument("--target", required=True, help="a config name or a path to a YAML file")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="factory argument")
+    p.add_argument("--out", help="directory for source, binaries, metadata.json and passes.txt")
+    p.add_argument("--dump", help="directory for the IR after every pass and a timing table")
+    p.set_defaults(run=_cmd_lower)
+
+    args = parser.parse_args(argv)
+    from tessera_tvm.errors import TesseraError
+
+    try:
+        return args.run(args)
+    except TesseraError as exc:
+        print(f"tessera: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

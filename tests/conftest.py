@@ -1,0 +1,35 @@
+"""Shared fixtures: marks for GPU and nvcc tests, and the repository root."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
+    skip_nvcc = pytest.mark.skip(reason="needs nvcc on PATH")
+    has_gpu, has_nvcc = _has_gpu(), shutil.which("nvcc") is not None
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip_gpu)
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(skip_nvcc)
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
