@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,9 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc on PATH")
-    has_gpu, has_nvcc = _has_gpu(), shutil.which("nvcc") is not None
+    from tessera_tvm.target.cuda import nvcc_available
+
+    has_gpu, has_nvcc = _has_gpu(), nvcc_available()
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip_gpu)

@@ -1,0 +1,337 @@
+"""Running external compilers (nvcc, g++) and writing their artifacts safely.
+
+Every target driver in ``tessera_tvm.target`` goes through this module, so that they all:
+
+- find their compiler the same way (``PATH``, overridable with ``TESSERA_NVCC`` / ``TESSERA_CXX``),
+- fail the same way: a missing tool raises :class:`ToolchainMissingError` saying how to get it, a
+  failing tool raises :class:`ToolchainError` whose message holds the command line and the first
+  error lines of its output (the full output is on the exception's ``output``),
+- never leave half-written artifacts: builds run in a temporary sibling directory and their files
+  are moved into place (``os.replace``) only when the whole build succeeded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TesseraError, ToolchainError, ToolchainMissingError
+
+__all__ = [
+    "BuildOptionError",
+    "CompletedRun",
+    "atomic_output_dir",
+    "find_tool",
+    "require_tool",
+    "run_tool",
+    "summarize_output",
+    "tilelang_include_dirs",
+    "untouched_on_failure",
+    "validate_artifact_name",
+    "write_text_atomic",
+]
+
+
+class BuildOptionError(TesseraError, ValueError):
+    """An argument of a build function (arch, name, formats, ...) is not valid."""
+
+
+# Environment variables that replace the PATH lookup of a tool (e.g. a CUDA toolkit not on PATH).
+TOOL_ENV_OVERRIDES: dict[str, str] = {
+    "nvcc": "TESSERA_NVCC",
+    "g++": "TESSERA_CXX",
+    "c++": "TESSERA_CXX",
+    "clang++": "TESSERA_CXX",
+}
+
+# What to tell the user when a tool is missing.
+_INSTALL_HINTS: dict[str, str] = {
+    "nvcc": (
+        "install the CUDA Toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ "
+        "directory on PATH, or set TESSERA_NVCC to the nvcc executable"
+    ),
+    "g++": (
+        "install a C++ compiler (Debian/Ubuntu: `apt-get install g++`; Fedora: `dnf install gcc-c++`), "
+        "or set TESSERA_CXX to a g++ or clang++ executable"
+    ),
+}
+_INSTALL_HINTS["c++"] = _INSTALL_HINTS["clang++"] = _INSTALL_HINTS["g++"]
+
+# Output longer than this is cut down to its error lines in exception messages.
+MAX_MESSAGE_OUTPUT = 3000
+_ERROR_LINE = re.compile(r"\b(error|fatal|catastrophic)\b|^Error", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CompletedRun:
+    """A tool run that exited with status 0."""
+
+    command: list[str]
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        """stderr then stdout, the way a terminal would mostly show them."""
+        return _join_output(self.stderr, self.stdout)
+
+
+def find_tool(name: str) -> str | None:
+    """Return the path of executable ``name``, or None when it cannot be found.
+
+    ``TESSERA_NVCC`` (for nvcc) and ``TESSERA_CXX`` (for g++/c++/clang++) replace the PATH lookup when
+    set; an override that does not name an executable gives None rather than falling back to PATH,
+    because the user asked for that tool explicitly.
+    """
+    env_var = TOOL_ENV_OVERRIDES.get(name)
+    override = os.environ.get(env_var, "").strip() if env_var else ""
+    if override:
+        return shutil.which(os.path.expanduser(override))  # which() accepts a path or a bare name
+    return shutil.which(name)
+
+
+def require_tool(name: str) -> str:
+    """Like :func:`find_tool` but raises :class:`ToolchainMissingError` saying how to get the tool."""
+    path = find_tool(name)
+    if path is not None:
+        return path
+    env_var = TOOL_ENV_OVERRIDES.get(name)
+    override = os.environ.get(env_var, "").strip() if env_var else ""
+    hint = _INSTALL_HINTS.get(name, f"install {name} and put it on PATH")
+    if override:
+        message = (
+            f"{name} not found: {env_var} is set to {override!r}, which is not an executable file. "
+            f"Fix {env_var} or unset it to search PATH ({hint})."
+        )
+    else:
+        message = f"{name} not found on PATH; {hint}."
+    raise ToolchainMissingError([override or name], "", message)
+
+
+def summarize_output(output: str, limit: int = MAX_MESSAGE_OUTPUT) -> str:
+    """Cut a compiler's output down for an error message, keeping the first error lines.
+
+    Short output is returned whole. Long output (nvcc prints pages of harmless warnings from TileLang's
+    headers before the real error) is reduced to its error lines plus the two lines after each, then
+    to at most ``limit`` characters.
+    """
+    text = output.strip()
+    if len(text) <= limit:
+        return text
+    lines = text.splitlines()
+    picked: list[int] = []
+    for i, line in enumerate(lines):
+        if _ERROR_LINE.search(line):
+            start = max(i, picked[-1] + 1) if picked else i  # do not repeat overlapping context lines
+            picked.extend(range(start, min(i + 3, len(lines))))
+    if not picked:  # no recognisable error line: show the start and the end
+        head = text[: limit // 2].rstrip()
+        tail = text[-limit // 2 :].lstrip()
+        return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
+    body = "\n".join(lines[i] for i in picked)
+    if len(body) > limit:
+        body = body[:limit].rstrip() + "\n[... cut ...]"
+    return f"[{len(lines)} lines of output; showing the error lines, the full output is on .output]\n{body}"
+
+
+def run_tool(
+    command: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> CompletedRun:
+    """Run an external compiler and return its output, or raise a :class:`ToolchainError`.
+
+    Raises :class:`ToolchainMissingError` when the executable does not exist, and
+    :class:`ToolchainError` on a non-zero exit or when it runs longer than ``timeout`` seconds (the
+    tool and every process it started are then killed). Output is captured, never printed.
+    """
+    cmd = [os.fspath(c) for c in command]
+    if not cmd:
+        raise BuildOptionError("run_tool needs a non-empty command")
+    tool = os.path.basename(cmd[0])
+    start = time.perf_counter()
+    try:
+        # Own process group: on timeout we kill nvcc's children (cicc, ptxas) too, not just nvcc.
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        hint = _INSTALL_HINTS.get(tool, f"install {tool} and put it on PATH")
+        raise ToolchainMissingError(
+            cmd,
+            "",
+            f"cannot run {tool} ({exc.strerror or exc}): {cmd[0]!r}; {hint}.\n  command: {shlex.join(cmd)}",
+        ) from None
+    try:
+        out_b, err_b = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out_b, err_b = proc.communicate()
+        output = _join_output(_decode(err_b), _decode(out_b))
+        raise ToolchainError(
+            cmd,
+            output,
+            f"{tool} timed out after {timeout:g} s and was killed\n  command: {shlex.join(cmd)}"
+            + (f"\n{summarize_output(output)}" if output.strip() else ""),
+        ) from None
+    except BaseException:  # KeyboardInterrupt: do not leave a compiler running
+        _kill_group(proc)
+        proc.wait()
+        raise
+    seconds = time.perf_counter() - start
+    stdout, stderr = _decode(out_b), _decode(err_b)
+    if proc.returncode != 0:
+        output = _join_output(stderr, stdout)
+        status = _describe_status(proc.returncode)
+        where = f"\n  in directory: {os.fspath(cwd)}" if cwd is not None else ""
+        raise ToolchainError(
+            cmd,
+            output,
+            f"{tool} failed ({status}) after {seconds:.1f} s\n  command: {shlex.join(cmd)}{where}\n"
+            + (summarize_output(output) or "(no output)"),
+        )
+    return CompletedRun(command=cmd, stdout=stdout, stderr=stderr, seconds=seconds)
+
+
+def validate_artifact_name(name: str) -> str:
+    """Check that ``name`` is a plain file stem (no directory, no leading dot) and return it."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", name):
+        raise BuildOptionError(
+            f"artifact name {name!r} is not a plain file name; use letters, digits, '_', '-', '.', '+' "
+            "and no directory part (the directory is out_dir)"
+        )
+    return name
+
+
+@contextmanager
+def atomic_output_dir(final_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty staging directory whose files land in ``final_dir`` only if the block succeeds.
+
+    The staging directory is a hidden sibling of ``final_dir`` (same file system, so the final
+    ``os.replace`` of each file is atomic). On success every file is moved into ``final_dir`` (created
+    if needed; files already there with other names are kept, same names are replaced); on any
+    exception the staging directory is deleted and ``final_dir`` is left exactly as it was.
+    """
+    final = Path(final_dir).absolute()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield staging
+        final.mkdir(exist_ok=True)
+        _merge_into(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def untouched_on_failure(final_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Add to a :class:`ToolchainError` raised inside the block that ``final_dir`` was not changed.
+
+    Used around :func:`atomic_output_dir`: the failing command ran in the staging directory, which is
+    gone by the time the user reads the message, so say so.
+    """
+    try:
+        yield
+    except ToolchainError as exc:
+        note = (
+            f"\n  (the build ran in a temporary directory, now removed; nothing was written to {final_dir})"
+        )
+        raise type(exc)(exc.command, exc.output, f"{exc}{note}") from None
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part.
+
+    Writes a temporary file in the same directory, fsyncs it and ``os.replace``s it over ``path``.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 applies the umask, so the result has normal permissions (mkstemp gives 0600).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+@functools.cache
+def _tilelang_dir() -> str:
+    from .._tvm import tilelang  # the one-TVM rule: tilelang only through tessera_tvm._tvm
+
+    return os.path.dirname(os.path.abspath(tilelang.__file__))
+
+
+def tilelang_include_dirs() -> list[str]:
+    """Include directories TileLang's generated CUDA/C sources need: its templates and CUTLASS."""
+    root = _tilelang_dir()
+    return [os.path.join(root, "src"), os.path.join(root, "3rdparty", "cutlass", "include")]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def _join_output(stderr: str, stdout: str) -> str:
+    parts = [p.rstrip("\n") for p in (stderr, stdout) if p.strip()]
+    return "\n".join(parts)
+
+
+def _describe_status(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # Kill only the process group we created for this tool (start_new_session=True).
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    for entry in src.iterdir():
+        target = dst / entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            target.mkdir(exist_ok=True)
+            _merge_into(entry, target)
+        else:
+            os.replace(entry, target)  # atomic per file; a reader sees the old or the new file
