@@ -3,8 +3,9 @@
     tessera lower examples/gemm.py:gemm --target hopper --arg M=4096 --out build/gemm_hopper
 """
 
-from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 import tilelang.language as T
+
+from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
 
 def gemm(M=1024, N=1024, K=1024, block_m=128, block_n=128, block_k=32, stages=3, threads=128,

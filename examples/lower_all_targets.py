@@ -19,8 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import tessera_tvm  # noqa: E402
 from gemm import cpu_gemm, gemm  # noqa: E402
+
+import tessera_tvm  # noqa: E402
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ of the process (and refuses, with a fix, when another TVM was imported first).
 from __future__ import annotations
 
 from ._tvm import tilelang, tvm  # noqa: F401  (first: installs TileLang's TVM)
+from .config import TargetConfig, available_configs, load_config  # noqa: F401
 from .errors import (  # noqa: F401
     ConfigError,
     LoweringError,
@@ -17,7 +18,6 @@ from .errors import (  # noqa: F401
     ToolchainError,
     ToolchainMissingError,
 )
-from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401
-from .config import TargetConfig, available_configs, load_config  # noqa: F401
 from .lower import LoweredModule, lower  # noqa: F401
 from .pipeline import CodegenPrep, LowerAndLegalize, OptimizeForTarget, format_pass_list, pass_names  # noqa: F401
+from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401

@@ -14,7 +14,6 @@ With ``dump_dir`` the input and the IR after every pass are written as numbered 
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,26 +23,13 @@ from ._tvm import tvm
 from .config import TargetConfig, load_config
 from .errors import TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
-
-_C_PACKED_FUNC = 1
-_DEVICE_KERNEL_LAUNCH = 2
+from .transform.analysis import is_device_kernel
 
 
-def is_device_kernel(func, target_kind: str) -> bool:
-    """Whether ``func`` (after the host/device split) is a device kernel rather than host code."""
-    attrs = func.attrs or {}
-    calling_conv = int(attrs.get("calling_conv", 0))
-    if calling_conv == _DEVICE_KERNEL_LAUNCH:
-        return True
-    # On the C target device kernels stay plain C functions: every non-packed function is one.
-    target = attrs.get("target")
-    return target_kind == "c" and target is not None and target.kind.name == "c" and calling_conv != _C_PACKED_FUNC
-
-
-def split_host_device(mod, target_kind: str):
+def split_host_device(mod):
     """Split a lowered module into (host module, device module)."""
-    device = tvm.tirx.transform.Filter(lambda f: is_device_kernel(f, target_kind))(mod)
-    host = tvm.tirx.transform.Filter(lambda f: not is_device_kernel(f, target_kind))(mod)
+    device = tvm.tirx.transform.Filter(is_device_kernel)(mod)
+    host = tvm.tirx.transform.Filter(lambda f: not is_device_kernel(f))(mod)
     return host, device
 
 
@@ -122,7 +108,7 @@ def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = 
     with recording(recorder):
         mod = run_phase(mod, config, "lower_and_legalize")
         mod = run_phase(mod, config, "optimize_for_target")
-        host_mod, device_mod = split_host_device(mod, config.target_kind)
+        host_mod, device_mod = split_host_device(mod)
         device_mod = run_phase(device_mod, config, "codegen_prep")
     source = device_source(device_mod, config, target)
     timing = recorder.timing_table()
@@ -138,9 +124,16 @@ def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = 
 
 
 def _metadata(device_mod) -> list[dict[str, Any]]:
-    from tessera_tvm.transform import annotate_kernel_metadata
+    from .transform.annotate_kernel_metadata import kernel_metadata
 
-    return annotate_kernel_metadata.kernel_metadata(device_mod)
+    return kernel_metadata(device_mod)
+
+
+def _write_metadata(lowered: LoweredModule) -> None:
+    from .target.toolchain import write_text_atomic
+    from .transform.annotate_kernel_metadata import metadata_json
+
+    write_text_atomic(lowered.artifacts["metadata"], metadata_json(lowered.metadata))
 
 
 def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True) -> dict[str, Path]:
@@ -158,9 +151,9 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
     }
     write_text_atomic(files["source"], lowered.source)
     write_text_atomic(files["host_ir"], lowered.host_ir)
-    write_text_atomic(files["metadata"], json.dumps(lowered.metadata, indent=2) + "\n")
     write_text_atomic(files["passes"], lowered.timing_table())
     lowered.artifacts.update(files)
+    _write_metadata(lowered)
     if build:
         if codegen["compiler"] == "nvcc":
             build_cuda(lowered, out_dir)
@@ -188,11 +181,10 @@ def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
         usage = built.resource_usage.get(kernel["name"])
         if usage:
             kernel["resources"]["regs_per_thread"] = usage["registers"]
-            check_registers(kernel["name"], usage["registers"], lowered.config)
+            check_registers(kernel["name"], usage["registers"], lowered.config,
+                            threads_per_block=kernel["resources"].get("threads_per_block"))
     if built.resource_usage:
-        from tessera_tvm.target.toolchain import write_text_atomic
-
-        write_text_atomic(lowered.artifacts["metadata"], json.dumps(lowered.metadata, indent=2) + "\n")
+        _write_metadata(lowered)
 
 
 def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from ._tvm import tvm
 from .config import PHASES, PipelineEntry, TargetConfig, load_config
 from .errors import LoweringError, TesseraError
-from .registry import BuildContext, get_pass, get_predicate
+from .registry import BuildContext, get_pass, get_predicate, take_pending_error
 
 _PHASE_TITLES = {
     "lower_and_legalize": "LowerAndLegalize",
@@ -37,8 +37,10 @@ def ensure_registered() -> None:
     global _registered
     if not _registered:
         _registered = True
-        from . import passes  # noqa: F401
-        from . import transform  # noqa: F401
+        from . import (
+            passes,  # noqa: F401
+            transform,  # noqa: F401
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +134,7 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
         try:
             out = inner(mod)
         except BaseException as exc:
+            exc = take_pending_error() or exc  # the class the inner pass raised, before the FFI
             if recorder is not None and recorder.error is None:
                 if isinstance(exc, TesseraError):
                     recorder.error = exc

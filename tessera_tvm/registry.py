@@ -12,11 +12,12 @@ that configs are validated before anything runs. TileLang's and TVM's passes are
 from __future__ import annotations
 
 import difflib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import PassNotFoundError
+from .errors import PassNotFoundError, TesseraError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import TargetConfig
@@ -131,3 +132,35 @@ def list_passes() -> list[PassSpec]:
 
 def list_predicates() -> list[PredicateSpec]:
     return [_PREDICATES[n] for n in sorted(_PREDICATES)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Python module passes that keep Tessera's error classes across TVM's FFI
+# ---------------------------------------------------------------------------------------------
+
+_pending = threading.local()
+
+
+def tessera_module_pass(fn: Callable[[Any, Any], Any], *, name: str):
+    """``tvm.transform.module_pass`` for Tessera's passes.
+
+    TVM's FFI turns an exception raised inside a Python pass into a plain ``RuntimeError``; the
+    original ``TesseraError`` is kept here so the pipeline (``take_pending_error``) re-raises it.
+    """
+    from ._tvm import tvm
+
+    def run(mod, pass_ctx):
+        try:
+            return fn(mod, pass_ctx)
+        except TesseraError as exc:
+            _pending.error = exc
+            raise
+
+    return tvm.transform.module_pass(run, opt_level=0, name=name)
+
+
+def take_pending_error() -> BaseException | None:
+    """The TesseraError a pass raised most recently in this thread (and forget it)."""
+    error = getattr(_pending, "error", None)
+    _pending.error = None
+    return error

@@ -311,7 +311,7 @@ class CpuKernel:
         args: list[Any] = [None] * self._nargs
         bound: dict[str, int] = {}
         bound_at: dict[str, str] = {}
-        for (pos, p, dtype), arr in zip(self._buffers, arrays):
+        for (pos, p, dtype), arr in zip(self._buffers, arrays, strict=True):
             if not isinstance(arr, np.ndarray):
                 raise ArgumentError(
                     f"kernel {kname!r}: argument {p.name!r} is a {type(arr).__name__}, expected a numpy.ndarray "
@@ -327,7 +327,7 @@ class CpuKernel:
                     f"kernel {kname!r}: argument {p.name!r} has rank {arr.ndim} (shape {arr.shape}), expected rank "
                     f"{len(p.shape)} (shape {_fmt_shape(p.shape)})"
                 )
-            for axis, (dim, size) in enumerate(zip(p.shape, arr.shape)):
+            for axis, (dim, size) in enumerate(zip(p.shape, arr.shape, strict=True)):
                 if isinstance(dim, int):
                     if size != dim:
                         raise ArgumentError(

@@ -3,4 +3,9 @@
 Importing this package registers every pass below; pipelines then name them in configs.
 """
 
-from . import verify_barrier_support  # noqa: F401
+from . import (
+    annotate_kernel_metadata,  # noqa: F401
+    record_tile_info,  # noqa: F401
+    verify_barrier_support,  # noqa: F401
+    verify_resources,  # noqa: F401
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import LoweringError
-from tessera_tvm.registry import BuildContext, register_pass
+from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
 _BARRIER_SCOPES = ("shared.barrier", "shared.cluster_barrier")
 
@@ -48,4 +48,4 @@ def verify_barrier_support(ctx: BuildContext):
                         f"sm_{capability}; use T.sync_threads() or named barriers on this target")
         return mod
 
-    return tvm.transform.module_pass(check, opt_level=0, name="tessera.VerifyBarrierSupport")
+    return tessera_module_pass(check, name="tessera.VerifyBarrierSupport")

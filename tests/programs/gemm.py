@@ -1,7 +1,8 @@
 """TileLang tile programs the tests lower (in a real file: @T.prim_func reads its own source)."""
 
-from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 import tilelang.language as T
+
+from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
 
 def gemm(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32",

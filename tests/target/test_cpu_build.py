@@ -10,6 +10,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+
+from tessera_tvm._tvm import tilelang, tvm  # TileLang and its TVM, the one-TVM way
+from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 from tessera_tvm.target.cpu import (
     ArgumentError,
     CpuKernel,
@@ -21,9 +24,6 @@ from tessera_tvm.target.cpu import (
     numpy_dtype,
 )
 from tessera_tvm.target.toolchain import BuildOptionError
-
-from tessera_tvm._tvm import tilelang, tvm  # TileLang and its TVM, the one-TVM way
-from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 
 T = tilelang.language
 Target = tvm.target.Target

@@ -6,6 +6,9 @@ takes ~1.5 s. Tests that need nvcc are skipped when it is missing.
 
 # No `from __future__ import annotations`: TileLang evaluates the T.Tensor annotations of prim_funcs.
 import pytest
+
+from tessera_tvm._tvm import tilelang, tvm  # TileLang and its TVM, the one-TVM way
+from tessera_tvm.errors import ToolchainError, ToolchainMissingError
 from tessera_tvm.target.cuda import (
     CudaBuild,
     compile_cuda,
@@ -14,9 +17,6 @@ from tessera_tvm.target.cuda import (
     parse_ptxas_report,
 )
 from tessera_tvm.target.toolchain import BuildOptionError
-
-from tessera_tvm._tvm import tilelang, tvm  # TileLang and its TVM, the one-TVM way
-from tessera_tvm.errors import ToolchainError, ToolchainMissingError
 
 T = tilelang.language
 Target = tvm.target.Target

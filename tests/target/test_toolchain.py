@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 from tessera_tvm.target.toolchain import (
     BuildOptionError,
     CompletedRun,
@@ -23,8 +25,6 @@ from tessera_tvm.target.toolchain import (
     validate_artifact_name,
     write_text_atomic,
 )
-
-from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 
 PY = sys.executable
 

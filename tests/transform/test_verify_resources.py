@@ -1,0 +1,130 @@
+"""tessera.VerifyResources: device kernels against the config's resource limits."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tvm.script import ir as I
+from tvm.script import tirx as T
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.config import load_config
+from tessera_tvm.errors import ResourceError, TesseraError
+from tessera_tvm.registry import BuildContext, get_pass
+from tessera_tvm.transform.verify_resources import check_registers, verify_kernel
+
+from .tile_programs import lower, with_tessera_passes
+
+
+def verify(mod, config):
+    return get_pass("tessera.VerifyResources").factory(BuildContext(config, config.tvm_target()))(mod)
+
+
+# A CUDA kernel with 8 KiB of dynamic shared memory, 16 bytes of mbarriers and 128 threads.
+@I.ir_module
+class GpuKernel:
+    @T.prim_func
+    def main_kernel(A: T.handle("float16", "global")):
+        T.func_attr({"calling_conv": 2, "global_symbol": "main_kernel",
+                     "target": T.target({"kind": "cuda", "arch": "sm_90a"}), "dyn_shared_memory_buf": 8192,
+                     "thread_extent": {"blockIdx.x": 4, "threadIdx.x": 128}})
+        A_1 = T.decl_buffer((512,), "float16", data=A)
+        bx = T.launch_thread("blockIdx.x", 4)
+        buf_dyn_shmem = T.alloc_buffer((8192,), "uint8", scope="shared.dyn")  # noqa: F841
+        mbarrier = T.alloc_buffer((2,), "uint64", scope="shared.barrier")  # noqa: F841
+        tx = T.launch_thread("threadIdx.x", 128)
+        A_1[bx * 128 + tx] = T.float16(0)
+
+
+# A C kernel: no threads, its tiles are stack arrays (4096 + 2048 floats = 24 KiB).
+@I.ir_module
+class CpuKernel:
+    @T.prim_func
+    def main_kernel(A: T.handle("float32", "global")):
+        T.func_attr({"global_symbol": "main_kernel", "target": T.target("c"), "thread_extent": {}})
+        A_1 = T.decl_buffer((4096,), data=A)
+        C_l = T.alloc_buffer((4096,), scope="local")
+        A_s = T.alloc_buffer((2048,), scope="shared.dyn")
+        for i in range(4096):
+            C_l[i] = A_1[i] + A_s[i % 2048]
+            A_1[i] = C_l[i]
+
+
+def test_under_the_limits_the_module_is_unchanged():
+    after = verify(GpuKernel, load_config("hopper"))
+    tvm.ir.assert_structural_equal(after, GpuKernel)
+    tvm.ir.assert_structural_equal(verify(CpuKernel, load_config("cpu")), CpuKernel)
+
+
+def test_shared_memory_over_the_limit():
+    config = with_tessera_passes("hopper", shared_memory_per_block=8192)
+    with pytest.raises(ResourceError) as info:
+        verify_kernel("main_kernel", GpuKernel["main_kernel"], config)
+    assert (info.value.resource, info.value.amount, info.value.limit) == ("bytes of shared memory per block",
+                                                                         8192 + 16, 8192)
+    assert str(info.value) == (
+        "kernel 'main_kernel' needs 8208 bytes of shared memory per block but target 'hopper' allows at most "
+        "8192; reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)")
+
+
+def test_threads_over_the_limit():
+    config = with_tessera_passes("hopper", threads_per_block=64)
+    with pytest.raises(ResourceError, match="needs 128 threads per block but .* at most 64; use fewer"):
+        verify_kernel("main_kernel", GpuKernel["main_kernel"], config)
+
+
+def test_cpu_local_memory_over_the_limit():
+    config = with_tessera_passes("cpu", local_memory_per_kernel=16384)
+    with pytest.raises(ResourceError, match=re.escape(
+            "kernel 'main_kernel' needs 24576 bytes of local (stack) memory but target 'cpu' allows at most "
+            "16384; reduce block_m/block_n/block_k")):
+        verify_kernel("main_kernel", CpuKernel["main_kernel"], config)
+
+
+def test_absent_limits_are_not_checked():
+    # cpu.yaml has no shared-memory or thread limits, hopper.yaml no local-memory limit.
+    verify_kernel("main_kernel", GpuKernel["main_kernel"], with_tessera_passes("cpu"))
+    verify_kernel("main_kernel", CpuKernel["main_kernel"], with_tessera_passes("hopper"))
+
+
+def test_registers():
+    hopper = load_config("hopper")
+    check_registers("main_kernel", 255, hopper, threads_per_block=256)  # 65280 <= 65536
+    with pytest.raises(ResourceError, match="needs 256 registers per thread but target .hopper. allows"):
+        check_registers("main_kernel", 256, hopper)
+    with pytest.raises(ResourceError, match="needs 131072 registers per block .* at most 65536"):
+        check_registers("main_kernel", 128, hopper, threads_per_block=1024)
+    check_registers("main_kernel", 10_000, load_config("cpu"))  # no register limits on CPU
+
+
+# ---------------------------------------------------------------------------------------------
+# In the pipeline, at the end of OptimizeForTarget, on the lowered 1024^3 GEMM.
+# The error crosses TVM's FFI there, which keeps its message but not its class: the pipeline
+# reports it as a TesseraError (LoweringError) naming the pass.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gemm_fits_every_shipped_config():
+    for config in ("hopper", "ampere", "rocm"):
+        lower("matmul", config)
+    lower("matmul_cpu", "cpu")
+
+
+def test_pipeline_rejects_gemm_over_the_shared_memory_limit():
+    # 3 stages of 128x32 + 32x128 fp16 tiles (49152 bytes) + 6 mbarriers (48 bytes) > 32 KiB
+    with pytest.raises(TesseraError, match=re.escape(
+            "kernel 'main_kernel' needs 49200 bytes of shared memory per block but target 'hopper' allows at "
+            "most 32768; reduce block_m/block_n/block_k or stages")):
+        lower("matmul", "hopper", shared_memory_per_block=32768)
+
+
+def test_pipeline_rejects_warp_specialised_block_over_the_thread_limit():
+    # The program asks for 128 threads; warp specialisation launches 256.
+    with pytest.raises(TesseraError, match="'main_kernel' needs 256 threads per block but target 'hopper'"):
+        lower("matmul", "hopper", threads_per_block=128)
+
+
+def test_pipeline_rejects_cpu_tiles_over_the_stack_limit():
+    with pytest.raises(TesseraError, match="'main_kernel' needs 32768 bytes of local .stack. memory"):
+        lower("matmul_cpu", "cpu", local_memory_per_kernel=16384)
