@@ -36,7 +36,9 @@ def main() -> int:
         print(tessera_tvm.format_pass_list(config), end="")
         start = time.perf_counter()
         lowered = tessera_tvm.lower(program, config, out_dir=out / name, dump_dir=out / name / "passes")
-        print(f"\nlowered in {time.perf_counter() - start:.2f} s ({len(lowered.pass_log)} passes); artifacts:")
+        seconds = time.perf_counter() - start
+        passes = sum(r.seconds for r in lowered.pass_log)
+        print(f"\n{len(lowered.pass_log)} passes in {passes:.2f} s; lowered and built in {seconds:.2f} s; artifacts:")
         for key, path in lowered.artifacts.items():
             print(f"  {key:<9} {path}")
         for note in lowered.notes:
