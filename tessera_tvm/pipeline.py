@@ -68,7 +68,6 @@ class PassRecorder:
     dump_dir: Path | None = None
     records: list[PassRecord] = field(default_factory=list)
     error: BaseException | None = None
-    phase: str = ""
 
     def dump(self, name: str, mod) -> None:
         if self.dump_dir is None:
@@ -171,10 +170,7 @@ def run_phase(mod, config: TargetConfig | str, phase: str):
         name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
         mod = tvm.IRModule({name: mod})
     seq = build_phase(config, phase)
-    recorder = _RECORDER.get()
-    own = recorder is None
-    with recording(recorder) as rec, config.tvm_target():
-        rec.phase = phase
+    with recording(_RECORDER.get()) as rec, config.tvm_target():
         try:
             return seq(mod)
         except BaseException as exc:
@@ -182,9 +178,6 @@ def run_phase(mod, config: TargetConfig | str, phase: str):
             if error is not None and error is not exc:
                 raise error from error.__cause__
             raise
-        finally:
-            if own:
-                rec.phase = ""
 
 
 def LowerAndLegalize(mod, config: TargetConfig | str):  # noqa: N802  (TVM-style pass-list name)

@@ -1,0 +1,33 @@
+// Tessera tt-metal emulator (API pinned to tt-metal v0.62.2, 2025-08-20): compute_kernel_api/common.h
+// Same declarations as the stub tree, implemented over tt_emu runtime calls.
+#pragma once
+
+#include <cstring>
+
+#include "compute_kernel_api/cb_api.h"
+#include "compute_kernel_api/common_globals.h"
+#include "compute_kernel_api/compute_kernel_hw_startup.h"
+#include "compute_kernel_api/pack.h"
+#include "compute_kernel_api/reg_api.h"
+
+namespace ckernel {
+
+template <typename T>
+inline T get_arg_val(int arg_idx) {
+    static_assert(sizeof(T) == 4, "Error: only 4B args are supported");
+    const std::uint32_t raw = tt_emu::runtime_arg(arg_idx);
+    T value;
+    std::memcpy(&value, &raw, sizeof(T));
+    return value;
+}
+template <typename T>
+inline T get_common_arg_val(int arg_idx) {
+    static_assert(sizeof(T) == 4, "Error: only 4B args are supported");
+    const std::uint32_t raw = tt_emu::common_runtime_arg(arg_idx);
+    T value;
+    std::memcpy(&value, &raw, sizeof(T));
+    return value;
+}
+inline std::uint32_t get_arg_addr(int) { tt_emu::unsupported("get_arg_addr (runtime args do not live in emulated L1)"); }
+
+}  // namespace ckernel

@@ -1,0 +1,12 @@
+// Tessera tt-metal emulator (API pinned to tt-metal v0.62.2, 2025-08-20): compute_kernel_api/eltwise_unary/relu.h
+// Same declarations as the stub tree, implemented over tt_emu runtime calls.
+#pragma once
+
+#include "compute_kernel_api/common_globals.h"
+
+namespace ckernel {
+
+ALWI void relu_tile_init() { tt_emu::sfpu_init(tt_emu::SFPU_RELU, "relu_tile_init"); }
+ALWI void relu_tile(std::uint32_t idst) { tt_emu::sfpu_apply(tt_emu::SFPU_RELU, idst, 1.0f, "relu_tile"); }
+
+}  // namespace ckernel

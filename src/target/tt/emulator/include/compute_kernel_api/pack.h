@@ -1,0 +1,14 @@
+// Tessera tt-metal emulator (API pinned to tt-metal v0.62.2, 2025-08-20): compute_kernel_api/pack.h
+// Same declarations as the stub tree, implemented over tt_emu runtime calls.
+#pragma once
+
+#include "compute_kernel_api/common_globals.h"
+
+namespace ckernel {
+
+template <bool out_of_order_output = false>
+ALWI void pack_tile(std::uint32_t ifrom_dst, std::uint32_t icb, std::uint32_t output_tile_index = 0) {
+    tt_emu::pack_tile(ifrom_dst, icb, output_tile_index, out_of_order_output);
+}
+
+}  // namespace ckernel

@@ -1,0 +1,20 @@
+// Tessera stub of tt-metal v0.62.2 (2025-08-20): tt-metalium/program.hpp
+// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+#pragma once
+
+#include <cstdint>
+
+namespace tt::tt_metal {
+
+class Program {
+public:
+    Program();
+    Program(const Program& other) = delete;
+    Program& operator=(const Program& other) = delete;
+    Program(Program&& other) noexcept;
+    Program& operator=(Program&& other) noexcept;
+    ~Program() noexcept;
+    std::uint64_t get_id() const;
+};
+
+}  // namespace tt::tt_metal

@@ -1,0 +1,38 @@
+// Compute for C = A @ B: one output tile per DST acquire, K loop accumulating in DST[0].
+// Pinned API: tt-metal v0.62.2.
+// Runtime args: num_tiles, Kt.  CBs: c_0 = A, c_1 = B, c_16 = C.
+#include <cstdint>
+
+#include "compute_kernel_api/common.h"
+#include "compute_kernel_api/matmul.h"
+
+namespace NAMESPACE {
+void MAIN {
+    const uint32_t num_tiles = get_arg_val<uint32_t>(0);
+    const uint32_t Kt = get_arg_val<uint32_t>(1);
+
+    constexpr uint32_t cb_a = tt::CBIndex::c_0;
+    constexpr uint32_t cb_b = tt::CBIndex::c_1;
+    constexpr uint32_t cb_out = tt::CBIndex::c_16;
+
+    mm_init(cb_a, cb_b, cb_out);
+
+    for (uint32_t i = 0; i < num_tiles; ++i) {
+        tile_regs_acquire();
+        for (uint32_t kt = 0; kt < Kt; ++kt) {
+            cb_wait_front(cb_a, 1);
+            cb_wait_front(cb_b, 1);
+            matmul_tiles(cb_a, cb_b, 0, 0, 0, false);
+            cb_pop_front(cb_a, 1);
+            cb_pop_front(cb_b, 1);
+        }
+        tile_regs_commit();
+
+        tile_regs_wait();
+        cb_reserve_back(cb_out, 1);
+        pack_tile(0, cb_out);
+        cb_push_back(cb_out, 1);
+        tile_regs_release();
+    }
+}
+}  // namespace NAMESPACE
