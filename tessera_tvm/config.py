@@ -29,7 +29,9 @@ from .errors import ConfigError, PassNotFoundError
 PHASES = ("lower_and_legalize", "optimize_for_target", "codegen_prep")
 
 #: Codegens Tessera knows (src/target); ``kind`` of the TVM target each one needs.
-CODEGENS = {"cuda": "cuda", "hip": "hip", "c": "c"}
+#: ``tt`` (Tenstorrent) binds target ``c``: TVM has no Tenstorrent kind (kinds are registered in C++),
+#: and ``c`` is the kind whose TileLang passes assume no SIMT threads; ``keys: [tenstorrent]`` marks it.
+CODEGENS = {"cuda": "cuda", "hip": "hip", "c": "c", "tt": "c"}
 
 #: Resource limits a config may declare (all byte or count integers).
 RESOURCE_KEYS = {
@@ -38,7 +40,19 @@ RESOURCE_KEYS = {
     "registers_per_thread": "registers one thread may use (checked from ptxas's report when nvcc runs)",
     "registers_per_block": "registers one thread block may use",
     "local_memory_per_kernel": "bytes of local (stack) arrays one CPU kernel may allocate",
+    "l1_bytes_per_core": "bytes of L1 the circular buffers of one Tenstorrent core may use (default: arch table)",
+    "circular_buffers_per_core": "circular-buffer ids per Tenstorrent core (default: arch table)",
+    "dst_tiles": "32x32 tiles the Tenstorrent DST register holds (default: arch table)",
 }
+
+#: Keys of the ``tt:`` section (Tenstorrent configs only; ``arch`` names a row of the arch table).
+TT_KEYS = {
+    "arch": "wormhole_b0 (n150) | blackhole (p150): the row of the arch table the resources come from",
+    "math_fidelity": "LoFi | HiFi2 | HiFi3 | HiFi4",
+    "fp32_dest_acc_en": "accumulate in fp32 in DST (halves its capacity)",
+    "math_approx_mode": "approximate SFPU math",
+}
+_TT_ARCH_RESOURCES = {"l1_bytes_per_core": "l1_budget_bytes", "circular_buffers_per_core": "num_cbs"}
 
 #: Feature switches read by ``when:`` conditions. Absent means false.
 FEATURES = {
@@ -57,7 +71,8 @@ _TOP_KEYS = {
     "name": "the config's name (str)",
     "description": "one line saying what the target is (str)",
     "target": "the TVM target: {kind, arch | mcpu, ...}",
-    "codegen": "{kind: cuda | hip | c, compiler: nvcc | g++ | none, flags: [...]}",
+    "codegen": "{kind: cuda | hip | c | tt, compiler: nvcc | g++ | none, flags: [...]}",
+    "tt": "Tenstorrent options: {arch, math_fidelity, fp32_dest_acc_en, math_approx_mode}",
     "resources": "resource limits (mapping of int)",
     "features": "feature switches (mapping of bool)",
     "pass_args": "arguments per pass name (mapping of mapping)",
@@ -105,6 +120,7 @@ class TargetConfig:
     pipeline: tuple[tuple[str, tuple[PipelineEntry, ...]], ...]
     schedule: tuple[tuple[str, Any], ...] = ()
     autotune: tuple[tuple[str, Any], ...] = ()
+    tt: tuple[tuple[str, Any], ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # Mapping views of the frozen tuples -------------------------------------------------------
@@ -119,6 +135,11 @@ class TargetConfig:
     @property
     def resource_limits(self) -> dict[str, int]:
         return dict(self.resources)
+
+    @property
+    def tt_dict(self) -> dict[str, Any]:
+        """The ``tt:`` section (Tenstorrent configs; empty otherwise)."""
+        return _thaw(self.tt)
 
     def feature(self, name: str) -> bool:
         return dict(self.features).get(name, False)
@@ -390,7 +411,7 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         check.typed(target.get("mcpu"), "target.mcpu", str, "an AMD GPU name such as 'gfx942'")
 
     codegen = check.mapping(data.get("codegen", {"kind": kind}), "codegen",
-                            {"kind": "cuda | hip | c", "compiler": "nvcc | g++ | none", "flags": "list of flags"})
+                            {"kind": "cuda | hip | c | tt", "compiler": "nvcc | g++ | none", "flags": "list of flags"})
     codegen.setdefault("kind", kind)
     if codegen["kind"] not in CODEGENS:
         raise check.fail("codegen.kind", f"unknown codegen {codegen['kind']!r}; expected one of {sorted(CODEGENS)}")
@@ -409,6 +430,8 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         check.typed(value, f"resources.{key}", int, f"a positive integer ({RESOURCE_KEYS[key]})")
         if value <= 0:
             raise check.fail(f"resources.{key}", f"expected a positive integer, found {value}")
+    resources_ = dict(resources_)  # _parse_tt adds the arch table's limits; the YAML data stays as read
+    tt = _parse_tt(data, codegen["kind"], kind, target, resources_, check)
 
     features = check.mapping(data.get("features", {}), "features", FEATURES)
     for key, value in features.items():
@@ -464,8 +487,44 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         pipeline=tuple(phases),
         schedule=_freeze(schedule),
         autotune=_freeze(autotune),
+        tt=_freeze(tt),
         raw=data,
     )
+
+
+def _parse_tt(data, codegen_kind: str, kind: str, target, resources_: dict[str, int], check: _Checker) -> dict:
+    """Validate the ``tt:`` section and fill the Tenstorrent resources from the arch table."""
+    if codegen_kind != "tt":
+        if "tt" in data:
+            raise check.fail("tt", f"only Tenstorrent configs (codegen.kind: tt) take a `tt:` section; "
+                             f"codegen.kind is {codegen_kind!r}")
+        return {}
+    from tessera_tvm.target.tt.arch import UnknownArchError, get_arch
+
+    keys = target.get("keys", [])
+    if not isinstance(keys, list) or "tenstorrent" not in keys:
+        raise check.fail("target.keys", f"codegen tt needs target {{kind: {kind}, keys: [tenstorrent]}} so passes "
+                         f"can tell Tenstorrent functions apart; found keys {keys!r}")
+    tt = dict(check.mapping(data.get("tt", {}), "tt", TT_KEYS))
+    if "arch" not in tt:
+        raise check.fail("tt.arch", "is missing; expected wormhole_b0 (n150) or blackhole (p150)")
+    try:
+        arch = get_arch(check.typed(tt["arch"], "tt.arch", str, "an arch name (str)"))
+    except UnknownArchError as exc:
+        raise check.fail("tt.arch", str(exc)) from None
+    tt["arch"] = arch.name
+    fidelity = tt.setdefault("math_fidelity", "HiFi4")
+    if fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
+        raise check.fail("tt.math_fidelity", f"expected LoFi, HiFi2, HiFi3 or HiFi4, found {fidelity!r}")
+    for flag in ("fp32_dest_acc_en", "math_approx_mode"):
+        check.typed(tt.setdefault(flag, False), f"tt.{flag}", bool, "true or false")
+    from_arch = {key: getattr(arch, field) for key, field in _TT_ARCH_RESOURCES.items()}
+    from_arch["dst_tiles"] = arch.dst_tiles(tt["fp32_dest_acc_en"])
+    for key, limit in from_arch.items():
+        value = resources_.setdefault(key, limit)
+        if value > limit:  # a config may tighten the arch's budget, never widen it
+            raise check.fail(f"resources.{key}", f"{value} is more than arch {arch.name!r} has ({limit})")
+    return tt
 
 
 _CACHE: dict[tuple[str, str], TargetConfig] = {}

@@ -61,6 +61,7 @@ class LoweredModule:
     _timing: str = ""
     _cpu_kernel: Any = None
     _input_buffers: dict[str, Any] = field(default_factory=dict)
+    _tt_program: Any = None  # Tenstorrent configs: the five artifacts (tessera_tvm.target.tt.codegen)
 
     @property
     def host_ir(self) -> str:
@@ -110,14 +111,21 @@ def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = 
         mod = run_phase(mod, config, "optimize_for_target")
         host_mod, device_mod = split_host_device(mod)
         device_mod = run_phase(device_mod, config, "codegen_prep")
-    source = device_source(device_mod, config, target)
+    tt_program = None
+    if config.codegen_dict["kind"] == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
+        from tessera_tvm.target.tt.codegen import generate
+
+        tt_program = generate(device_mod)
+        source = tt_program.source
+    else:
+        source = device_source(device_mod, config, target)
     timing = recorder.timing_table()
     if dump is not None:
         (dump / "timing.txt").write_text(timing)
     lowered = LoweredModule(
         name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
-        metadata=_metadata(device_mod), pass_log=list(recorder.records), _timing=timing,
-        _input_buffers=input_buffers)
+        metadata=[tt_program.metadata] if tt_program else _metadata(device_mod), pass_log=list(recorder.records),
+        _timing=timing, _input_buffers=input_buffers, _tt_program=tt_program)
     if out_dir is not None:
         write_artifacts(lowered, Path(out_dir), build=build)
     return lowered
@@ -149,7 +157,11 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
         "metadata": out_dir / "metadata.json",
         "passes": out_dir / "passes.txt",
     }
-    write_text_atomic(files["source"], lowered.source)
+    if lowered._tt_program is not None:  # five files instead of one source
+        del files["source"]
+        lowered.artifacts.update(lowered._tt_program.write(out_dir))
+    else:
+        write_text_atomic(files["source"], lowered.source)
     write_text_atomic(files["host_ir"], lowered.host_ir)
     write_text_atomic(files["passes"], lowered.timing_table())
     lowered.artifacts.update(files)

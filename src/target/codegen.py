@@ -16,7 +16,7 @@ _SOURCE_GENERATORS = {
 }
 
 #: File suffix of each codegen's source artifact.
-SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp", "c": ".cpp"}
+SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp", "c": ".cpp", "tt": ".tt.cpp"}  # tt: five files instead (lower.py)
 
 
 def device_source(device_mod, config: TargetConfig, target=None) -> str:

@@ -21,6 +21,7 @@ Pieces in this package:
 ``arch``                the architecture table (:func:`tessera_tvm.target.tt.arch.get_arch`)
 ``emulate``             :func:`run_plan` and the plan validator
 ``API.md``              which signatures were verified against tt-metal sources, and where
+``codegen``             the code generator: annotated TT IR -> the five artifacts (reader/compute/writer/host/plan)
 """
 
 from __future__ import annotations

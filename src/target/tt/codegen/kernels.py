@@ -1,0 +1,476 @@
+"""The reader, compute and writer kernels of one annotated Tenstorrent PrimFunc.
+
+Each kernel is a visitor over the ``tt.persistent`` loop of the function. It prints the loop
+structure the annotations live in (the per-core tile loop, the block-index bindings and serial
+loops such as the K loop, as far as the kernel needs them) and turns annotations into API calls:
+
+    reader   tt.read     cb_reserve_back / noc_async_read_tile / barrier / cb_push_back
+    compute  tt.compute  tile_regs_acquire, matmul_tiles / add_tiles / copy_tile / exp_tile ...,
+                         tile_regs_commit + tile_regs_wait, pack_tile, tile_regs_release
+    writer   tt.write    cb_wait_front / noc_async_write_tile / barrier / cb_pop_front
+
+Nothing else in the IR is read: the element-wise loops and tile-op calls the annotations wrap
+are never printed, and no pattern is matched here (``tt.Tensorize`` did that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.target.tt import TT_METAL_VERSION
+from tessera_tvm.transform.tt import common
+
+from .cexpr import CodegenError, Names, cxx, used_vars
+
+INDENT = "    "
+ROLE_ANNOTATION = {"reader": common.READ, "writer": common.WRITE, "compute": common.COMPUTE}
+_RESERVED = {"kernel_main", "MAIN", "NAMESPACE", "uint32_t", "ALWI"}
+
+
+@dataclass
+class KernelInfo:
+    """What the three kernels share, read once from the function's annotations."""
+
+    name: str
+    func: object
+    loop: object  # the tt.persistent For
+    cbs: list[dict]
+    shards: dict
+    compute_init: dict
+    compute_config: dict
+    reads: list[str]  # DRAM buffers the reader reads, in order of first read
+    writes: list[str]  # DRAM buffers the writer writes, in order of first write
+
+    def cb(self, cb_id: int) -> dict:
+        for cb in self.cbs:
+            if cb["id"] == cb_id:
+                return cb
+        raise CodegenError(f"kernel {self.name!r}: CB {cb_id} is not in tt.circular_buffers")
+
+
+def annotations(stmt, key: str) -> list[dict]:
+    """Payloads of the ``key`` AttrStmts under ``stmt``, in program order."""
+    found: list = []
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == key:
+            found.append(common.to_python(node.node))
+
+    tvm.tirx.stmt_functor.pre_order_visit(stmt, lambda n: visit(n) is None)
+    return found
+
+
+def kernel_info(name: str, func) -> KernelInfo:
+    loop = common.persistent_loop(func)
+    if loop is None:
+        raise CodegenError(f"kernel {name!r} has no tt.persistent loop; lower it with the tenstorrent config")
+    init = common.attr(func, common.COMPUTE_INIT)
+    if init is None:
+        raise CodegenError(f"kernel {name!r} has no tt.compute_init; run tt.Tensorize and tt.VerifyTTIR first")
+
+    def ordered(key):
+        out: list[str] = []
+        for node in annotations(loop.body, key):
+            if node["buffer"] not in out:
+                out.append(node["buffer"])
+        return out
+
+    return KernelInfo(
+        name=name,
+        func=func,
+        loop=loop,
+        cbs=common.attr(func, common.CIRCULAR_BUFFERS),
+        shards=common.attr(func, common.SHARD),
+        compute_init=init,
+        compute_config=common.attr(func, common.COMPUTE_CONFIG, {}),
+        reads=ordered(common.READ),
+        writes=ordered(common.WRITE),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared walk
+# ---------------------------------------------------------------------------------------------
+
+
+class _Kernel:
+    role = ""
+
+    def __init__(self, info: KernelInfo):
+        self.info = info
+        self.names = Names(_RESERVED)
+        self.lines: list[str] = []
+        self.cb_names: dict[int, str] = {}
+        self.pending: list[int] = []  # reader: CBs read but not yet pushed (one barrier per group)
+        self.needed = self._needed_vars()
+
+    # ---- which statements and variables this kernel needs ----------------------------------
+    def _relevant(self, stmt) -> bool:
+        key = ROLE_ANNOTATION[self.role]
+        return any(self._keeps(node) for node in annotations(stmt, key))
+
+    def _keeps(self, node: dict) -> bool:
+        return self.role != "compute" or bool(node["ops"])
+
+    def _needed_vars(self) -> list:
+        """Variables whose definitions this kernel must print (uses first, then Bind closure)."""
+        tirx = tvm.tirx
+        needed: list = []
+        binds: list = []
+        key = ROLE_ANNOTATION[self.role]
+
+        def visit(node):
+            if isinstance(node, tirx.AttrStmt) and node.attr_key == key and "page" in common.to_python(node.node):
+                needed.extend(used_vars(common.to_python(node.node)["page"]))
+            elif isinstance(node, tirx.For) and self._relevant(node):
+                needed.extend(used_vars(node.min) + used_vars(node.extent))
+            elif isinstance(node, tirx.Bind):
+                binds.append(node)
+
+        tirx.stmt_functor.post_order_visit(self.info.loop.body, visit)
+        for bind in reversed(binds):  # a Bind is printed when a later use (or Bind) needs it
+            if any(v.same_as(bind.var) for v in needed):
+                needed.extend(used_vars(bind.value))
+        return needed
+
+    def _needs(self, var) -> bool:
+        return any(v.same_as(var) for v in self.needed)
+
+    # ---- output helpers ---------------------------------------------------------------------
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append(INDENT * depth + text if text else "")
+
+    def cb_name(self, cb_id: int) -> str:
+        if cb_id not in self.cb_names:
+            self.cb_names[cb_id] = self.names.fresh(f"cb_{self.info.cb(cb_id)['name']}")
+        return self.cb_names[cb_id]
+
+    def cb_constants(self, depth: int, ids: list[int]) -> None:
+        for cb_id in ids:
+            self.emit(depth, f"constexpr uint32_t {self.cb_name(cb_id)} = tt::CBIndex::c_{cb_id};")
+
+    def runtime_args(self, depth: int, first: int) -> None:
+        loop = self.info.loop
+        for k, (expr, hint) in enumerate(((loop.min, "start_tile"), (loop.extent, "num_tiles"))):
+            if not isinstance(expr, tvm.tirx.Var):
+                raise CodegenError(
+                    f"kernel {self.info.name!r}: the tt.persistent loop must run from a start_tile "
+                    f"runtime argument over num_tiles tiles, found {expr}"
+                )
+            self.emit(depth, f"const uint32_t {self.names.bind(expr, hint)} = get_arg_val<uint32_t>({first + k});")
+
+    def tile_loop(self, depth: int) -> None:
+        loop = self.info.loop
+        tile = self.names.bind(loop.loop_var)
+        start = cxx(loop.min, self.names)
+        self.emit(
+            depth, f"for (uint32_t {tile} = {start}; {tile} < {start} + {cxx(loop.extent, self.names)}; ++{tile}) {{"
+        )
+        self.walk(loop.body, depth + 1)
+        self.flush(depth + 1)
+        self.emit(depth, "}")
+
+    def walk(self, stmt, depth: int) -> None:
+        tirx = tvm.tirx
+        if isinstance(stmt, tirx.SeqStmt):
+            for s in stmt.seq:
+                self.walk(s, depth)
+        elif isinstance(stmt, tirx.SBlockRealize):
+            self.walk(stmt.block.body, depth)
+        elif isinstance(stmt, tirx.Bind) and not stmt.var.dtype.startswith("float"):
+            if self._needs(stmt.var):
+                self.flush(depth)
+                value = cxx(stmt.value, self.names)
+                self.emit(depth, f"const uint32_t {self.names.bind(stmt.var)} = {value};")
+        elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key in (common.READ, common.WRITE, common.COMPUTE):
+            if stmt.attr_key == ROLE_ANNOTATION[self.role]:
+                node = common.to_python(stmt.node)
+                if self._keeps(node):
+                    self.annotation(node, depth)
+            self.walk(stmt.body, depth)
+        elif isinstance(stmt, tirx.For) and self._relevant(stmt):
+            self.flush(depth)
+            var = self.names.bind(stmt.loop_var)
+            lo, extent = cxx(stmt.min, self.names), cxx(stmt.extent, self.names)
+            bound = extent if lo == "0" else f"{lo} + {extent}"
+            self.emit(depth, f"for (uint32_t {var} = {lo}; {var} < {bound}; ++{var}) {{")
+            self.walk(stmt.body, depth + 1)
+            self.flush(depth + 1)
+            self.emit(depth, "}")
+        # anything else is the computation the annotations describe: not printed
+
+    def flush(self, depth: int) -> None:
+        """Reader: one barrier for the reads issued so far, then push their pages."""
+        if self.pending:
+            self.emit(depth, "noc_async_read_barrier();")
+            for cb_id in self.pending:
+                self.emit(depth, f"cb_push_back({self.cb_name(cb_id)}, 1);")
+            self.pending = []
+
+    def annotation(self, node: dict, depth: int) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def header(self, what: str, detail: list[str]) -> list[str]:
+        out = [
+            f"// {what} kernel of '{self.info.name}', generated by Tessera. Pinned API: tt-metal {TT_METAL_VERSION}."
+        ]
+        out += [f"// {line}" for line in detail]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement: reader and writer
+# ---------------------------------------------------------------------------------------------
+
+
+class _DataMovement(_Kernel):
+    buffers: list[str]
+
+    def accessor_setup(self, depth: int) -> None:
+        previous = None
+        self.accessors: dict[str, str] = {}
+        for buffer in self.buffers:
+            name = self.names.fresh(buffer)
+            args = self.names.fresh(f"{buffer}_args")
+            offset = "0" if previous is None else f"{previous}.next_compile_time_args_offset()"
+            page_cb = self.cb_name(self._first_cb(buffer))
+            self.emit(depth, f"constexpr auto {args} = TensorAccessorArgs<{offset}>();")
+            self.emit(
+                depth, f"const auto {name} = TensorAccessor({args}, {self.addr[buffer]}, get_tile_size({page_cb}));"
+            )
+            self.accessors[buffer] = name
+            previous = args
+
+    def _first_cb(self, buffer: str) -> int:
+        key = ROLE_ANNOTATION[self.role]
+        return next(node["cb"] for node in annotations(self.info.loop.body, key) if node["buffer"] == buffer)
+
+    def render(self) -> str:
+        self.addr = {b: self.names.fresh(f"{b}_addr") for b in self.buffers}
+        body: list[str] = []
+        self.lines = body
+        for k, buffer in enumerate(self.buffers):
+            self.emit(1, f"const uint32_t {self.addr[buffer]} = get_arg_val<uint32_t>({k});")
+        self.runtime_args(1, len(self.buffers))
+        self.emit(0, "")
+        key = ROLE_ANNOTATION[self.role]
+        self.cb_constants(1, sorted({node["cb"] for node in annotations(self.info.loop.body, key)}))
+        self.emit(0, "")
+        self.accessor_setup(1)
+        if self.buffers:
+            self.emit(0, "")
+        self.tile_loop(1)
+        args = ", ".join(self.buffers) or "none"
+        runtime = ", ".join([self.addr[b] for b in self.buffers] + ["start_tile", "num_tiles"])
+        detail = [f"Runtime args: {runtime}.", f"Compile-time args: TensorAccessorArgs of {args}."]
+        out = self.header(self.title, detail)
+        out += ["#include <cstdint>", "", '#include "dataflow_api.h"', "", "void kernel_main() {", *body, "}", ""]
+        return "\n".join(out)
+
+
+class ReaderKernel(_DataMovement):
+    role = "reader"
+    title = "Reader (DRAM -> circular buffers)"
+
+    def __init__(self, info: KernelInfo):
+        super().__init__(info)
+        self.buffers = info.reads
+
+    def annotation(self, node: dict, depth: int) -> None:
+        cb = self.cb_name(node["cb"])
+        self.emit(depth, f"cb_reserve_back({cb}, 1);")
+        self.emit(
+            depth,
+            f"noc_async_read_tile({cxx(node['page'], self.names)}, {self.accessors[node['buffer']]}, "
+            f"get_write_ptr({cb}));",
+        )
+        self.pending.append(node["cb"])
+
+
+class WriterKernel(_DataMovement):
+    role = "writer"
+    title = "Writer (circular buffers -> DRAM)"
+
+    def __init__(self, info: KernelInfo):
+        super().__init__(info)
+        self.buffers = info.writes
+
+    def annotation(self, node: dict, depth: int) -> None:
+        cb = self.cb_name(node["cb"])
+        self.emit(depth, f"cb_wait_front({cb}, 1);")
+        self.emit(
+            depth,
+            f"noc_async_write_tile({cxx(node['page'], self.names)}, {self.accessors[node['buffer']]}, "
+            f"get_read_ptr({cb}));",
+        )
+        self.emit(depth, "noc_async_write_barrier();")
+        self.emit(depth, f"cb_pop_front({cb}, 1);")
+
+
+# ---------------------------------------------------------------------------------------------
+# Compute
+# ---------------------------------------------------------------------------------------------
+
+_BINARY = {"add": "add_tiles", "sub": "sub_tiles", "mul": "mul_tiles"}
+_BINARY_INIT = {"add": "add_tiles_init", "sub": "sub_tiles_init", "mul": "mul_tiles_init"}
+_BCAST_ROWS = {
+    "add": ("add_bcast_rows_init_short", "add_tiles_bcast_rows"),
+    "mul": ("mul_bcast_rows_init_short", "mul_tiles_bcast_rows"),
+}
+_SFPU = {  # fn -> (init call, op call, header)
+    "exp": ("exp_tile_init()", "exp_tile", "compute_kernel_api/eltwise_unary/exp.h"),
+    "gelu": ("gelu_tile_init<false>()", "gelu_tile<false>", "compute_kernel_api/eltwise_unary/gelu.h"),
+    "gelu_tanh": ("gelu_tile_init<true>()", "gelu_tile<true>", "compute_kernel_api/eltwise_unary/gelu.h"),
+    "relu": ("relu_tile_init()", "relu_tile", "compute_kernel_api/eltwise_unary/relu.h"),
+}
+
+
+class ComputeKernel(_Kernel):
+    role = "compute"
+
+    def __init__(self, info: KernelInfo):
+        super().__init__(info)
+        self.headers: set[str] = {"compute_kernel_api/common.h"}
+
+    def mode_init(self, mode: dict) -> str:
+        """The short init that puts the FPU (unpacker + math) in ``mode``."""
+        kind = mode["kind"]
+        if kind == "matmul":
+            self.headers.add("compute_kernel_api/matmul.h")
+            return f"mm_init_short({self.cb_name(mode['in0'])}, {self.cb_name(mode['in1'])}, {mode['transpose']});"
+        if kind == "copy":
+            self.headers.add("compute_kernel_api/tile_move_copy.h")
+            return f"copy_tile_to_dst_init_short({self.cb_name(mode['cb'])});"
+        in0, in1 = self.cb_name(mode["in0"]), self.cb_name(mode["in1"])
+        if mode["bcast"] == "rows":
+            self.headers.add("compute_kernel_api/bcast.h")
+            return f"{_BCAST_ROWS[mode['fn']][0]}({in0}, {in1});"
+        self.headers.add("compute_kernel_api/eltwise_binary.h")
+        return f"{_BINARY_INIT[mode['fn']]}({in0}, {in1});"
+
+    def hw_init(self, depth: int) -> None:
+        init = self.info.compute_init
+        hw, fpu, sfpu = init.get("hw"), init.get("fpu"), init.get("sfpu")
+        if hw is not None:
+            out = self.cb_name(hw["out"]) if hw.get("out") is not None else self.cb_name(hw.get("in0", hw.get("cb")))
+            if hw["kind"] == "matmul":
+                self.headers.add("compute_kernel_api/matmul.h")
+                self.emit(
+                    depth, f"mm_init({self.cb_name(hw['in0'])}, {self.cb_name(hw['in1'])}, {out}, {hw['transpose']});"
+                )
+                fpu = None if fpu is not None and fpu["kind"] == "matmul" else fpu
+            elif hw["kind"] == "copy":
+                self.headers.add("compute_kernel_api/eltwise_unary/eltwise_unary.h")
+                self.emit(depth, f"init_sfpu({self.cb_name(hw['cb'])}, {out});")
+                fpu = None if fpu is not None and fpu["kind"] == "copy" else fpu
+            else:
+                self.headers.add("compute_kernel_api/eltwise_binary.h")
+                self.emit(depth, f"binary_op_init_common({self.cb_name(hw['in0'])}, {self.cb_name(hw['in1'])}, {out});")
+        if fpu is not None:
+            self.emit(depth, self.mode_init(fpu))
+        if sfpu is not None:
+            self.headers.add(_SFPU[sfpu][2])
+            self.emit(depth, f"{_SFPU[sfpu][0]};")
+
+    def waits(self, depth: int, op: dict) -> None:
+        for cb in op.get("wait", []):
+            self.emit(depth, f"cb_wait_front({self.cb_name(cb)}, 1);")
+
+    def pops(self, depth: int, op: dict) -> None:
+        for cb in op.get("pop", []):
+            self.emit(depth, f"cb_pop_front({self.cb_name(cb)}, 1);")
+
+    def annotation(self, node: dict, depth: int) -> None:
+        for op in node["ops"]:
+            kind = op["op"]
+            if kind == "acquire":
+                if op.get("init"):
+                    self.emit(depth, self.mode_init(op["init"]))
+                self.emit(depth, "tile_regs_acquire();")
+            elif kind == "matmul":
+                self.headers.add("compute_kernel_api/matmul.h")
+                self.waits(depth, op)
+                self.emit(
+                    depth,
+                    f"matmul_tiles({self.cb_name(op['in0'])}, {self.cb_name(op['in1'])}, 0, 0, "
+                    f"{op['dst']}, {op['transpose']});",
+                )
+                self.pops(depth, op)
+            elif kind == "binary":
+                self.waits(depth, op)
+                call = _BCAST_ROWS[op["fn"]][1] if op["bcast"] == "rows" else _BINARY[op["fn"]]
+                self.headers.add(
+                    "compute_kernel_api/bcast.h" if op["bcast"] == "rows" else "compute_kernel_api/eltwise_binary.h"
+                )
+                self.emit(depth, f"{call}({self.cb_name(op['in0'])}, {self.cb_name(op['in1'])}, 0, 0, {op['dst']});")
+                self.pops(depth, op)
+            elif kind == "copy":
+                self.headers.add("compute_kernel_api/tile_move_copy.h")
+                self.waits(depth, op)
+                self.emit(depth, f"copy_tile({self.cb_name(op['cb'])}, 0, {op['dst']});")
+                self.pops(depth, op)
+            elif kind == "sfpu":
+                init, call, header = _SFPU[op["fn"]]
+                self.headers.add(header)
+                if op.get("init"):
+                    self.emit(depth, f"{init};")
+                self.emit(depth, f"{call}({op['dst']});")
+            elif kind == "pack":
+                if op["commit"]:
+                    self.emit(depth, "tile_regs_commit();")
+                    self.emit(depth, "tile_regs_wait();")
+                cb = self.cb_name(op["cb"])
+                self.emit(depth, f"cb_reserve_back({cb}, 1);")
+                self.emit(depth, f"pack_tile({op['dst']}, {cb});")
+                self.emit(depth, f"cb_push_back({cb}, 1);")
+            elif kind == "release":
+                self.emit(depth, "tile_regs_release();")
+            else:
+                raise CodegenError(f"kernel {self.info.name!r}: unknown compute op {kind!r}")
+
+    def render(self) -> str:
+        body: list[str] = []
+        self.lines = body
+        self.runtime_args(1, 0)
+        self.emit(0, "")
+        used = sorted(
+            {
+                cb
+                for node in annotations(self.info.loop.body, common.COMPUTE)
+                for op in node["ops"]
+                for key in ("cb", "in0", "in1")
+                if key in op
+                for cb in [op[key]]
+            }
+            | {
+                c
+                for part in self.info.compute_init.values()
+                if isinstance(part, dict)
+                for key in ("cb", "in0", "in1", "out")
+                if part.get(key) is not None
+                for c in [part[key]]
+            }
+        )
+        self.cb_constants(1, used)
+        self.emit(0, "")
+        self.hw_init(1)
+        self.emit(0, "")
+        self.tile_loop(1)
+        roles = ", ".join(f"c_{cb['id']} = {cb['name']}" for cb in self.info.cbs if cb["id"] in used)
+        out = self.header(
+            "Compute", ["Runtime args: start_tile, num_tiles (this core's output tiles).", f"CBs: {roles}."]
+        )
+        out += ["#include <cstdint>", ""]
+        out += [f'#include "{h}"' for h in sorted(self.headers)]
+        out += ["", "namespace NAMESPACE {", "void MAIN {", *body, "}", "}  // namespace NAMESPACE", ""]
+        return "\n".join(out)
+
+
+def render_kernels(info: KernelInfo) -> dict[str, str]:
+    """``{"reader": ..., "compute": ..., "writer": ...}`` C++ sources."""
+    return {
+        "reader": ReaderKernel(info).render(),
+        "compute": ComputeKernel(info).render(),
+        "writer": WriterKernel(info).render(),
+    }

@@ -1,0 +1,278 @@
+"""What the Tenstorrent passes share: attribute names, errors, and read-only helpers on tile programs.
+
+The TT passes talk to each other and to the code generator only through the attributes named
+here (``tt.*`` function attrs, ``tt.persistent`` loop annotations and ``tt.read`` / ``tt.write`` /
+``tt.compute`` AttrStmts). Their meaning, in pipeline order:
+
+    tt.arch              ApplyTTDefaults   the arch row and resource limits the compile is checked against
+    tt.compute_config    ApplyTTDefaults   math fidelity, fp32 DST accumulation, SFPU approximation
+    tt.defaults          ApplyTTDefaults   schedule policy/order and DRAM layout the inference passes use
+    tt.schedule          InferSchedule     output tiles per core: contiguous ranges, row-major
+    tt.shard             InferShard        per DRAM buffer: interleaved tile layout, tiles, page size
+    tt.persistent        GridToPersistent  the loop each core runs over its tiles (For annotation)
+    tt.core_map          ShardToCoreMap    worker core (x, y) of every schedule entry
+    tt.circular_buffers  LowerMemorySpace  CB id, role, pages and page size per tile buffer (+ Tensorize's spills)
+    tt.padding           TilePad           logical and padded shape of buffers that are not whole tiles
+    tt.read / tt.write   Tensorize         DRAM tile a statement reads into / writes from a CB (AttrStmt)
+    tt.compute           Tensorize         the compute-kernel ops of a statement (AttrStmt)
+    tt.compute_init      Tensorize         hardware and op inits hoisted out of the tile loop
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.errors import LoweringError, ResourceError
+
+ARCH = "tt.arch"
+COMPUTE_CONFIG = "tt.compute_config"
+DEFAULTS = "tt.defaults"
+SCHEDULE = "tt.schedule"
+SHARD = "tt.shard"
+PERSISTENT = "tt.persistent"
+CORE_MAP = "tt.core_map"
+CIRCULAR_BUFFERS = "tt.circular_buffers"
+PADDING = "tt.padding"
+READ = "tt.read"
+WRITE = "tt.write"
+COMPUTE = "tt.compute"
+COMPUTE_INIT = "tt.compute_init"
+
+#: Storage scope of tile buffers that ``tt.LowerMemorySpace`` placed in an L1 circular buffer.
+CB_SCOPE = "tt.cb"
+
+_BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+# The free buffers and variables TVMScript declares before printing a statement on its own.
+_DECLARATION = re.compile(r"^\w+ = T\.(Buffer|handle|bool|int\d+|uint\d+|float\d+|bfloat16)\(")
+
+
+class TTLoweringError(LoweringError):
+    """A tile program cannot be lowered for a Tenstorrent target; the message says why and where."""
+
+
+class UnsupportedTTOperationError(TTLoweringError):
+    """A tile operation the Tenstorrent target does not support (yet), named with its location."""
+
+
+class TTVerificationError(TTLoweringError):
+    """``tt.VerifyTTIR`` found an invariant the annotated IR violates (schedule, CBs, DST, ...)."""
+
+
+class TTResourceError(ResourceError):
+    """A Tenstorrent kernel needs more L1, circular buffers or DST than the arch allows."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions, attrs, config
+# ---------------------------------------------------------------------------------------------
+
+
+def to_python(value: Any) -> Any:
+    """A TVM attr value (Map, Array, IntImm, String, ...) as plain Python; PrimExprs stay PrimExprs."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, tvm.tirx.IntImm):
+        return bool(value.value) if value.dtype == "bool" else int(value.value)
+    if isinstance(value, tvm.tirx.FloatImm):
+        return float(value.value)
+    if isinstance(value, tvm.tirx.StringImm):
+        return str(value.value)
+    if isinstance(value, tvm.ir.PrimExpr):
+        return value
+    if hasattr(value, "items"):
+        return {str(k): to_python(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or hasattr(value, "__len__"):
+        return [to_python(v) for v in value]
+    return str(value)
+
+
+def attr(func, key: str, default: Any = None) -> Any:
+    """Function attr ``key`` as plain Python (``default`` when absent)."""
+    if func.attrs is None or key not in func.attrs:
+        return default
+    return to_python(func.attrs[key])
+
+
+def require_attr(func, key: str, name: str, producer: str) -> Any:
+    value = attr(func, key)
+    if value is None:
+        raise TTLoweringError(
+            f"kernel {name!r} has no {key} attribute; run {producer} before this pass "
+            "(configs/tenstorrent.yaml has the pipeline order)"
+        )
+    return value
+
+
+def prim_funcs(mod) -> Iterator[tuple[Any, Any]]:
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            yield gv, func
+
+
+def func_name(gv, func) -> str:
+    symbol = func.attrs.get("global_symbol") if func.attrs else None
+    return str(symbol) if symbol is not None else str(gv.name_hint)
+
+
+def module_pass(transform: Callable[[str, Any], Any], *, name: str):
+    """A ``tessera_module_pass`` applying ``transform(kernel_name, func) -> func`` to every PrimFunc."""
+    from tessera_tvm.registry import tessera_module_pass
+
+    def run(mod, _pass_ctx):
+        out = mod.clone()  # the caller's module must not change under it
+        for gv, func in prim_funcs(mod):
+            out[gv] = transform(func_name(gv, func), func)
+        return out
+
+    return tessera_module_pass(run, name=name)
+
+
+def tt_options(ctx) -> dict[str, Any]:
+    """The config's ``tt:`` section, or a LoweringError naming the config when it has none."""
+    options = ctx.config.tt_dict
+    if not options:
+        raise TTLoweringError(
+            f"the tt.* passes need a Tenstorrent config (codegen.kind: tt with a `tt:` section); "
+            f"config {ctx.config.name!r} has none"
+        )
+    return options
+
+
+# ---------------------------------------------------------------------------------------------
+# IR helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def op_name(node) -> str | None:
+    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
+        return str(node.op.name)
+    return None
+
+
+def tile_op(stmt) -> tuple[str, Any] | None:
+    """``(op name, call)`` when ``stmt`` is a TileLang tile operation (``T.copy``, ``T.gemm``, ...)."""
+    if isinstance(stmt, tvm.tirx.Evaluate):
+        name = op_name(stmt.value)
+        if name is not None and name.startswith("tl.tileop."):
+            return name, stmt.value
+    return None
+
+
+def region(arg) -> tuple[Any, list, list] | None:
+    """``(buffer, start indices, extents)`` of a ``T.region(...)`` operand of a tile op."""
+    if op_name(arg) == "tl.tileop.region" or op_name(arg) == "tl.region":
+        load = arg.args[0]
+        if isinstance(load, tvm.tirx.BufferLoad):
+            return load.buffer, list(load.indices), list(arg.args[2:])
+    if isinstance(arg, tvm.tirx.BufferLoad):
+        return arg.buffer, list(arg.indices), [1] * len(arg.indices)
+    return None
+
+
+def is_dram(buffer) -> bool:
+    return buffer.scope() == "global"
+
+
+def const_int(expr) -> int | None:
+    return int(expr.value) if isinstance(expr, tvm.tirx.IntImm) else None
+
+
+def launch_grid(func) -> list[tuple[str, Any, int]]:
+    """``(tag, var, extent)`` of the ``blockIdx`` launch attrs of a kernel, outermost first."""
+    found: list = []
+
+    def visit(node):
+        if (
+            isinstance(node, tvm.tirx.AttrStmt)
+            and node.attr_key == "thread_extent"
+            and str(node.node.thread_tag) in _BLOCK_TAGS
+        ):
+            extent = const_int(node.value)
+            found.append((str(node.node.thread_tag), node.node.var, extent))
+
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    return list(reversed(found))
+
+
+def persistent_loop(func):
+    """The ``tt.persistent`` loop ``tt.GridToPersistent`` created, or None."""
+    found: list = []
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.For) and node.annotations and PERSISTENT in node.annotations:
+            found.append(node)
+
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    return found[0] if found else None
+
+
+def first_line(stmt) -> str:
+    """The first line of a statement's TVMScript, for error messages."""
+    try:
+        text = stmt.script()
+    except Exception:  # pragma: no cover - printing is best effort in an error path
+        return type(stmt).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [
+        ln for ln in lines if not ln.startswith(("@T.", "def ", "from ", "import ")) and not _DECLARATION.match(ln)
+    ]
+    return lines[0] if lines else type(stmt).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Circular buffers
+# ---------------------------------------------------------------------------------------------
+
+
+def cb_ranges(num_cbs: int) -> dict[str, int]:
+    """First CB id of each role, tt-metal's convention scaled to the arch's CB count:
+    inputs from 0, outputs from num_cbs/2 (c_16 of 32), intermediates from 3*num_cbs/4 (c_24)."""
+    return {"input": 0, "output": num_cbs // 2, "intermediate": 3 * num_cbs // 4}
+
+
+def l1_bytes(cbs: list[dict]) -> int:
+    return sum(cb["num_pages"] * cb["page_size"] for cb in cbs)
+
+
+def check_circular_buffers(name: str, cbs: list[dict], arch: dict, config_name: str) -> None:
+    """Raise ``TTResourceError`` when the CBs of kernel ``name`` do not fit one core of ``arch``."""
+    limit = arch["num_cbs"]
+    first = cb_ranges(limit)
+    ends = {"input": first["output"], "output": first["intermediate"], "intermediate": limit}
+    for role, end in ends.items():
+        ids = sorted(cb["id"] for cb in cbs if cb.get("role") == role)
+        if ids and (ids[-1] >= end or ids[0] < first[role]):
+            raise TTResourceError(
+                name,
+                f"{role} circular buffers",
+                len(ids),
+                end - first[role],
+                config_name,
+                f"arch {arch['name']!r} has {limit} CB ids per core and {role} CBs take "
+                f"c_{first[role]}..c_{end - 1}; use fewer {role} tiles",
+            )
+    over = [cb for cb in cbs if cb["id"] >= limit]
+    if over:
+        raise TTResourceError(
+            name,
+            "as circular-buffer id",
+            max(cb["id"] for cb in over),
+            limit - 1,
+            config_name,
+            f"CB {over[0]['name']!r} got id {over[0]['id']} but arch {arch['name']!r} has "
+            f"{limit} CB ids per core; use fewer tile buffers or epilogue operands",
+        )
+    total = l1_bytes(cbs)
+    if total > arch["l1_bytes"]:
+        detail = ", ".join(f"CB {cb['id']} {cb['name']}: {cb['num_pages']} x {cb['page_size']} B" for cb in cbs)
+        raise TTResourceError(
+            name,
+            "bytes of L1 per core for circular buffers",
+            total,
+            arch["l1_bytes"],
+            config_name,
+            f"lower tt.LowerMemorySpace's input_pages/output_pages ({detail})",
+        )
