@@ -43,21 +43,27 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-@functools.cache
 def _compiler_version(compiler: str) -> str:
-    """The first line of ``<compiler> --version`` ('' when the compiler is absent or silent)."""
-    from .target.toolchain import find_tool, run_tool
+    """The version line of the config's compiler ('' when it is absent); looked up per resolved path."""
+    from .target.toolchain import find_tool
 
     tool = {"nvcc": "nvcc", "g++": "g++"}.get(compiler)
     path = find_tool(tool) if tool else None
-    if path is None:
-        return ""
+    return _version_of(path, compiler) if path else ""
+
+
+@functools.cache
+def _version_of(path: str, compiler: str) -> str:
+    from .target.toolchain import run_tool
+
     try:
         out = run_tool([path, "--version"], timeout=60).output
     except Exception:  # a broken compiler fails later, where the error says what happened
         return ""
     lines = [ln for ln in out.splitlines() if ln.strip()]
-    return lines[-1] if lines and compiler == "nvcc" else (lines[0] if lines else "")
+    if not lines:
+        return ""
+    return f"{path}: {lines[-1] if compiler == 'nvcc' else lines[0]}"
 
 
 def versions(config: TargetConfig) -> dict[str, str]:

@@ -58,9 +58,10 @@ class LoweredModule:
     pass_log: list[PassRecord]
     artifacts: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    from_cache: bool = False  # True when the persistent kernel cache served this compile
     _timing: str = ""
     _cpu_kernel: Any = None
-    _input_buffers: dict[str, Any] = field(default_factory=dict)
+    _cpu_entry: tuple[str, list, list] | None = None  # CPU: (C symbol, KernelParams, program's buffer order)
     _tt_program: Any = None  # Tenstorrent configs: the five artifacts (tessera_tvm.target.tt.codegen)
 
     @property
@@ -74,38 +75,84 @@ class LoweredModule:
     def timing_table(self) -> str:
         return self._timing
 
-    def __call__(self, *arrays, **scalars):
-        """Run the kernel on numpy arrays (CPU configs); outputs are written in place."""
+    def __call__(self, *arrays, **named):
+        """Run the kernel on numpy arrays (CPU configs); outputs are written in place.
+
+        Arrays come in the tile program's parameter order, or by buffer name (``A=a``); other
+        keywords are scalar parameters.
+        """
         if self.config.codegen_dict["kind"] != "c":
             raise TesseraError(
                 f"{self.name!r} was compiled for {self.config.name!r}; only CPU configs run in-process "
                 "(GPU kernels are artifacts: see .artifacts)")
         if self._cpu_kernel is None:
             build_cpu(self, Path(tempfile.mkdtemp(prefix=f"tessera_{self.name}_")))
-        return self._cpu_kernel(*arrays, **scalars)
+        _, params, order = self._cpu_entry
+        if len(arrays) > len(order):
+            raise TesseraError(f"{self.name!r} takes {len(order)} arrays ({', '.join(order)}), got {len(arrays)}")
+        by_name = dict(zip(order, arrays, strict=False))  # fewer positional arrays: the rest by name
+        for buffer in order:
+            if buffer in named:
+                if buffer in by_name:
+                    raise TesseraError(f"{self.name!r}: array {buffer!r} given both by position and by name")
+                by_name[buffer] = named.pop(buffer)
+        missing = [b for b in order if b not in by_name]
+        if missing:
+            raise TesseraError(f"{self.name!r}: missing array(s) {', '.join(missing)}; expects ({', '.join(order)})")
+        # The C kernel orders its parameters as the host/device split left them, not as the program did.
+        return self._cpu_kernel(*[by_name[p.name] for p in params if p.kind == "buffer"], **named)
 
 
 def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = None,
           out_dir: str | Path | None = None, build: bool = True) -> LoweredModule:
     """Lower a TileLang tile program through ``config``'s pipelines and generate its device source.
 
-    ``out_dir`` receives the source, metadata.json, passes.txt and, with ``build``, the toolchain's
-    outputs (cubin/ptx with nvcc, a shared library with g++). ``dump_dir`` receives the IR after
-    every pass and a timing table.
+    With ``build`` the config's compiler runs (cubin/PTX with nvcc, a shared library with g++).
+    ``out_dir`` receives the source, metadata.json, passes.txt and the binaries; without it they
+    live in the persistent kernel cache (``tessera_tvm.cache``), whose hits skip the passes and the
+    toolchain (except when ``dump_dir`` asks for the IR after every pass, and a timing table).
     """
-    from tessera_tvm.target.codegen import device_source
+    from .cache import KernelCache, cache_key
 
     config = load_config(config)
     mod, name = _as_module(program)
-    dump = Path(dump_dir) if dump_dir is not None else None
+    out = Path(out_dir) if out_dir is not None else None
+    compiles = build and config.codegen_dict["compiler"] != "none"
+    cache = KernelCache.from_env()
+    key = cache_key(mod, config, build=compiles) if cache.enabled else None
+    if key is not None and dump_dir is None:
+        entry = cache.load(key)
+        if entry is not None:
+            return _from_cache(entry, config, out)
+    lowered = _lower(mod, name, config, Path(dump_dir) if dump_dir is not None else None)
+    if key is None:
+        if out is not None or compiles:  # binaries need a home: out_dir, else a private directory
+            write_artifacts(lowered, out or Path(tempfile.mkdtemp(prefix=f"tessera_{name}_")), build=build)
+        return lowered
+    with tempfile.TemporaryDirectory(prefix="tessera_build_") as staging:
+        write_artifacts(lowered, out or Path(staging), build=build)
+        entry = cache.store(key, _cache_record(lowered), _cache_files(lowered, Path(staging)))
+        if out is None and entry is not None:  # the staging files go away: point at the cache's copies
+            lowered.artifacts = {k: entry.files[k] for k in lowered.artifacts}
+            if lowered._cpu_kernel is not None:
+                lowered._cpu_kernel = None
+                _load_cpu(lowered)
+    return lowered
+
+
+def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredModule:
+    """Run the three phases and the codegen (no cache, no files but the dumps)."""
+    from tessera_tvm.target.codegen import device_source
+
     recorder = PassRecorder(dump_dir=dump)
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
         (dump / "000_input.py").write_text(mod.script())
     target = config.tvm_target()
     # MakePackedAPI erases buffer maps; keep the tile program's buffers for the CPU signature.
-    input_buffers = {buf.data.name: buf for func in mod.functions.values()
-                     if isinstance(func, tvm.tirx.PrimFunc) for buf in func.buffer_map.values()}
+    funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    input_buffers = {buf.data.name: buf for func in funcs for buf in func.buffer_map.values()}
+    buffer_order = [str(f.buffer_map[p].name) for f in funcs for p in f.params if p in f.buffer_map]
     with recording(recorder):
         mod = run_phase(mod, config, "lower_and_legalize")
         mod = run_phase(mod, config, "optimize_for_target")
@@ -122,12 +169,55 @@ def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = 
     timing = recorder.timing_table()
     if dump is not None:
         (dump / "timing.txt").write_text(timing)
-    lowered = LoweredModule(
+    return LoweredModule(
         name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
         metadata=[tt_program.metadata] if tt_program else _metadata(device_mod), pass_log=list(recorder.records),
-        _timing=timing, _input_buffers=input_buffers, _tt_program=tt_program)
-    if out_dir is not None:
-        write_artifacts(lowered, Path(out_dir), build=build)
+        _timing=timing, _tt_program=tt_program,
+        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_dict["kind"] == "c" else None)
+
+
+def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
+    entry = None
+    if lowered._cpu_entry is not None:
+        symbol, params, order = lowered._cpu_entry
+        entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape)] for p in params], order]
+    return {"name": lowered.name, "source": lowered.source, "metadata": lowered.metadata,
+            "pass_log": [r.as_dict() for r in lowered.pass_log], "notes": lowered.notes,
+            "timing": lowered._timing, "artifacts": sorted(lowered.artifacts), "cpu_entry": entry}
+
+
+def _cache_files(lowered: LoweredModule, scratch: Path) -> dict[str, Path]:
+    files = dict(lowered.artifacts)
+    for key, mod in (("host_mod.json", lowered.host_mod), ("device_mod.json", lowered.device_mod)):
+        files[key] = scratch / key
+        files[key].write_text(tvm.ir.save_json(mod))
+    return files
+
+
+def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
+    import shutil
+
+    from tessera_tvm.target.cpu import KernelParam
+
+    record = entry.record
+    artifacts = {k: entry.files[k] for k in record["artifacts"]}
+    if out is not None:  # copy next to the caller's other files, under the same names
+        out.mkdir(parents=True, exist_ok=True)
+        for key, path in list(artifacts.items()):
+            artifacts[key] = Path(shutil.copy2(path, out / path.name))
+    cpu_entry = None
+    if record["cpu_entry"] is not None:
+        symbol, params, order = record["cpu_entry"]
+        cpu_entry = (symbol, [KernelParam(n, k, d, tuple(shape)) for n, k, d, shape in params], order)
+    lowered = LoweredModule(
+        name=record["name"], config=config, source=record["source"],
+        host_mod=tvm.ir.load_json(entry.files["host_mod.json"].read_text()),
+        device_mod=tvm.ir.load_json(entry.files["device_mod.json"].read_text()),
+        metadata=record["metadata"], pass_log=[PassRecord(**r) for r in record["pass_log"]],
+        artifacts=artifacts, notes=list(record["notes"]), from_cache=True, _timing=record["timing"],
+        _cpu_entry=cpu_entry)
+    if "library" in artifacts:
+        _load_cpu(lowered)
     return lowered
 
 
@@ -201,30 +291,34 @@ def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
 
 def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:
     """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
-    from tessera_tvm.target.cpu import compile_cpu, load_cpu_kernel
+    from tessera_tvm.target.cpu import compile_cpu
 
-    kernels = [gv for gv, func in lowered.device_mod.functions.items() if isinstance(func, tvm.tirx.PrimFunc)]
-    if len(kernels) != 1:
-        raise TesseraError(f"{lowered.name!r}: the CPU runner expects one device kernel, found "
-                           f"{[gv.name_hint for gv in kernels]}")
-    so_path = compile_cpu(lowered.source, out_dir=out_dir, name=lowered.name,
-                          flags=tuple(lowered.config.codegen_dict["flags"]))
-    lowered.artifacts["library"] = so_path
-    func = lowered.device_mod[kernels[0]]
-    lowered._cpu_kernel = load_cpu_kernel(so_path, kernels[0].name_hint, kernel_params(func, lowered))
+    lowered.artifacts["library"] = compile_cpu(lowered.source, out_dir=out_dir, name=lowered.name,
+                                               flags=tuple(lowered.config.codegen_dict["flags"]))
+    _load_cpu(lowered)
 
 
-def kernel_params(device_func, lowered: LoweredModule):
-    """The C signature of a CPU device kernel as ``KernelParam``s (buffers from the tile program)."""
+def _load_cpu(lowered: LoweredModule) -> None:
+    from tessera_tvm.target.cpu import load_cpu_kernel
+
+    symbol, params, _ = lowered._cpu_entry
+    lowered._cpu_kernel = load_cpu_kernel(lowered.artifacts["library"], symbol, params)
+
+
+def _cpu_entry(device_mod, input_buffers: dict[str, Any], buffer_order: list[str]) -> tuple[str, list, list]:
+    """The C symbol, signature (``KernelParam``s) and the program's buffer order of a CPU kernel."""
     from tessera_tvm.target.cpu import KernelParam
 
-    buffers = lowered._input_buffers
+    kernels = [(gv, f) for gv, f in device_mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if len(kernels) != 1:
+        raise TesseraError(f"the CPU runner expects one device kernel, found {[gv.name_hint for gv, _ in kernels]}")
+    gv, func = kernels[0]
     params = []
-    for var in device_func.params:
-        buf = buffers.get(var.name)
+    for var in func.params:
+        buf = input_buffers.get(var.name)
         if buf is not None:
             shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buf.shape)
             params.append(KernelParam(buf.name, "buffer", str(buf.dtype), shape))
         else:
             params.append(KernelParam(var.name, "scalar", str(var.dtype), ()))
-    return params
+    return gv.name_hint, params, buffer_order

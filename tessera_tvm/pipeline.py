@@ -169,6 +169,8 @@ def run_phase(mod, config: TargetConfig | str, phase: str):
     if isinstance(mod, tvm.tirx.PrimFunc):
         name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
         mod = tvm.IRModule({name: mod})
+    # Some TileLang passes rename Vars in place; work on a copy so the caller's module never changes.
+    mod = tvm.ir.load_json(tvm.ir.save_json(mod))
     seq = build_phase(config, phase)
     with recording(_RECORDER.get()) as rec, config.tvm_target():
         try:

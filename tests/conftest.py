@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,12 @@ def _has_gpu() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def pytest_configure(config):
+    # Tests start from an empty kernel cache of their own, never the user's ~/.cache.
+    if "TESSERA_CACHE_DIR" not in os.environ:
+        os.environ["TESSERA_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessera_test_cache_")
 
 
 def pytest_collection_modifyitems(config, items):

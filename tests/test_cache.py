@@ -100,3 +100,78 @@ def test_concurrent_writers_both_succeed(tmp_path):
     leftovers = [p.name for p in entry.path.parent.iterdir() if p.name != entry.path.name]
     assert leftovers == [], f"staging or trash directories left behind: {leftovers}"
     assert json.loads((entry.path / "manifest.json").read_text())["key"] == "ee" * 32
+
+
+# --- tessera_tvm.lower through the cache ------------------------------------------------------
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "kernels"))
+    return tmp_path / "kernels"
+
+
+def test_second_lower_is_served_from_the_cache(private_cache, tmp_path):
+    import numpy as np
+
+    prog = programs.cpu_gemm(96, 80, 40)
+    first = tessera_tvm.lower(prog, "cpu")
+    second = tessera_tvm.lower(programs.cpu_gemm(96, 80, 40), "cpu", out_dir=tmp_path / "out")
+    assert not first.from_cache and second.from_cache
+    assert second.source == first.source and second.metadata == first.metadata
+    assert [r.name for r in second.pass_log] == [r.name for r in first.pass_log]
+    assert second.artifacts["library"].parent == tmp_path / "out"
+    a = np.ones((96, 40), np.float32)
+    b = np.ones((40, 80), np.float32)
+    c = np.zeros((96, 80), np.float32)
+    second(a, b, c)
+    assert np.all(c == 40.0)
+
+
+def test_config_change_is_a_miss(private_cache):
+    prog = programs.gemm(256, 256, 256, 64, 64, 32, stages=2)
+    tessera_tvm.lower(prog, "hopper", build=False)
+    assert not tessera_tvm.lower(prog, "ampere", build=False).from_cache
+    assert tessera_tvm.lower(prog, "ampere", build=False).from_cache
+
+
+def test_version_change_is_a_miss(private_cache, monkeypatch):
+    prog = programs.gemm(256, 256, 256, 64, 64, 32, stages=2)
+    tessera_tvm.lower(prog, "rocm")
+    real = cache_mod.versions
+    monkeypatch.setattr(cache_mod, "versions", lambda cfg: {**real(cfg), "tessera": "9.9.9"})
+    assert not tessera_tvm.lower(prog, "rocm").from_cache
+
+
+def test_corrupted_entry_is_recompiled(private_cache):
+    prog = programs.cpu_gemm(64, 64, 32)
+    first = tessera_tvm.lower(prog, "cpu")
+    first.artifacts["library"].write_bytes(b"not a shared library")
+    again = tessera_tvm.lower(prog, "cpu")
+    assert not again.from_cache  # the damaged entry failed its checksum and was rebuilt
+    assert tessera_tvm.lower(prog, "cpu").from_cache
+
+
+def test_dump_dir_bypasses_the_cache(private_cache, tmp_path):
+    prog = programs.elementwise_add(128, 64)
+    tessera_tvm.lower(prog, "hopper", build=False)
+    dumped = tessera_tvm.lower(prog, "hopper", build=False, dump_dir=tmp_path / "dump")
+    assert not dumped.from_cache and (tmp_path / "dump" / "timing.txt").is_file()
+
+
+def test_disabled_cache_lowers_every_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    prog = programs.elementwise_add(128, 64)
+    tessera_tvm.lower(prog, "rocm")
+    assert not tessera_tvm.lower(prog, "rocm").from_cache
+
+
+@pytest.mark.nvcc
+def test_gpu_binaries_are_built_and_cached_without_out_dir(private_cache):
+    prog = programs.gemm(256, 256, 256, 64, 64, 32, stages=2)
+    first = tessera_tvm.lower(prog, "ampere")
+    assert first.artifacts["cubin"].is_file() and str(private_cache) in str(first.artifacts["cubin"])
+    second = tessera_tvm.lower(prog, "ampere")
+    assert second.from_cache and second.artifacts["cubin"].read_bytes() == first.artifacts["cubin"].read_bytes()
+    assert second.metadata[0]["resources"]["regs_per_thread"] > 0

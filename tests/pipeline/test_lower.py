@@ -31,7 +31,7 @@ def test_hopper_source_uses_wgmma_and_tma(hopper_build):
 
 
 def test_ampere_source_uses_mma_and_cp_async(gemm_fp16):
-    src = tessera_tvm.lower(gemm_fp16, "ampere").source
+    src = tessera_tvm.lower(gemm_fp16, "ampere", build=False).source
     assert "mma_sync" in src and "cp_async_gs" in src
     assert "wgmma" not in src and "tma_load" not in src
 
@@ -67,7 +67,7 @@ def test_pass_log_follows_the_config(hopper_build):
 
 def test_ir_condition_skips_when_false():
     # An element-wise kernel has no TMA copies: the conditional pass is logged as skipped.
-    lowered = tessera_tvm.lower(programs.elementwise_add(256, 256), "hopper")
+    lowered = tessera_tvm.lower(programs.elementwise_add(256, 256), "hopper", build=False)
     fuse = [r for r in lowered.pass_log if r.name == "tl.FuseMBarrierArriveExpectTx"][0]
     assert fuse.status == "skipped (ir.has_tma is false)"
 
@@ -162,3 +162,21 @@ def test_verify_resources_rejects_too_much_shared_memory(gemm_fp16, tmp_path):
     assert "kernel 'main_kernel' needs 49200 bytes of shared memory" in msg
     assert "target 'hopper_small_smem' allows at most 32768" in msg
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_cpu_call_takes_the_programs_parameter_order(tmp_path):
+    # The C kernel's parameters come out of the host/device split sorted differently (A, B, C, bias):
+    # callers still pass arrays in the tile program's order, or by buffer name.
+    lowered = tessera_tvm.lower(programs.cpu_gemm_bias(64, 48, 32), "cpu", out_dir=tmp_path)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 32), dtype=np.float32)
+    b = rng.standard_normal((32, 48), dtype=np.float32)
+    bias = rng.standard_normal((48,), dtype=np.float32)
+    c = np.zeros((64, 48), np.float32)
+    lowered(a, b, bias, c)
+    np.testing.assert_allclose(c, a @ b + bias, rtol=1e-4, atol=1e-4)
+    c2 = np.zeros_like(c)
+    lowered(C=c2, bias=bias, A=a, B=b)
+    np.testing.assert_array_equal(c, c2)
+    with pytest.raises(tessera_tvm.TesseraError, match="missing array"):
+        lowered(a, b)

@@ -95,3 +95,22 @@ def cpu_gemm(M, N, K, block_m=64, block_n=64, block_k=32, dtype="float32", accum
             T.copy(C_l, C[by * block_m, bx * block_n])
 
     return main
+
+
+def cpu_gemm_bias(M, N, K, block_m=32, block_n=32, block_k=16, dtype="float32"):
+    """CPU GEMM with a bias vector: the bias parameter sorts after C in the C kernel's signature."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m)) as (bx, by):
+            C_l = T.alloc_local((block_m, block_n), dtype)
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, block_k)):
+                for i, j, kk in T.grid(block_m, block_n, block_k):
+                    C_l[i, j] += A[by * block_m + i, k * block_k + kk] * B[k * block_k + kk, bx * block_n + j]
+            for i, j in T.grid(block_m, block_n):
+                C_l[i, j] = C_l[i, j] + bias[bx * block_n + j]
+            T.copy(C_l, C[by * block_m, bx * block_n])
+
+    return main
