@@ -59,7 +59,7 @@ _register_plain("tl", "tl.analysis", [
     "NestedLoopChecker", "ParallelLocalIndexChecker", "FragmentLoopChecker",
 ], "TileLang semantic check (analysis; leaves the IR unchanged)")
 _register_plain("tirx", "tirx", [
-    "RemoveNoOp", "VerifyMemory", "AnnotateEntryFunc", "BF16ComputeLegalize",
+    "RemoveNoOp", "VerifyMemory", "AnnotateEntryFunc", "BF16ComputeLegalize", "BF16StorageLegalize",
 ], "TVM TIR pass")
 _register_plain("s_tir", "s_tir", ["RenormalizeSplitPattern", "HoistIfThenElse", "InferFragment"], "TVM s_tir pass")
 

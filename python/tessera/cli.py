@@ -6,6 +6,8 @@
     tessera passes --list                   every registered pass with its arguments
     tessera lower FILE.py:FACTORY --target T [--arg N=V ...] [--out DIR] [--dump DIR]
                                             lower a TileLang tile program and write its artifacts
+    tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump graph,sched,tile,target]
+                    [--out DIR]             compile a @tessera.kernel and write its stages
 """
 
 from __future__ import annotations
@@ -111,6 +113,69 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compile(args: argparse.Namespace) -> int:
+    """tessera compile FILE.py[:KERNEL] --target T[,T...] [--shapes M=..] [--dump stages] [--out DIR]"""
+    import importlib.util
+
+    import tessera as ts
+
+    path, _, kernel_name = args.program.partition(":")
+    if not Path(path).is_file():
+        print(f"tessera compile: no such file {path!r}", file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernels = {name: obj for name, obj in vars(module).items() if isinstance(obj, ts.Kernel)}
+    if kernel_name:
+        if kernel_name not in kernels:
+            print(f"tessera compile: {path} has no kernel {kernel_name!r}; kernels: {', '.join(kernels) or 'none'}",
+                  file=sys.stderr)
+            return 2
+        kernel = kernels[kernel_name]
+    elif len(kernels) == 1:
+        kernel = next(iter(kernels.values()))
+    else:
+        print(f"tessera compile: {path} defines {len(kernels)} kernels ({', '.join(kernels) or 'none'}); "
+              "name one as FILE.py:KERNEL", file=sys.stderr)
+        return 2
+    defaults = getattr(module, "SHAPES", {}) or {}
+    shapes = {k: v for k, v in defaults.items() if k in kernel.symbols}
+    for item in filter(None, (args.shapes or "").split(",")):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            print(f"tessera compile: --shapes expects NAME=INT[,NAME=INT...], found {item!r}", file=sys.stderr)
+            return 2
+        shapes[name.strip()] = int(value)
+    schedule = None
+    if args.schedule:
+        import json
+
+        schedule = json.loads(Path(args.schedule).read_text()) if Path(args.schedule).is_file() \
+            else json.loads(args.schedule)
+    dump = args.dump.split(",") if args.dump else (["graph", "sched", "tile", "target"] if args.out else None)
+    targets = [t for t in args.target.split(",") if t]
+    for target in targets:
+        out = Path(args.out) / target if args.out and len(targets) > 1 else (Path(args.out) if args.out else None)
+        compiled = ts.compile(kernel, target=target, shapes=shapes, schedule=schedule, dump=dump, dump_dir=out,
+                              build=not args.no_build)
+        bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
+        print(f"{kernel.name} for {compiled.target} ({bound}): {len(compiled.graph.groups)} device kernel(s)")
+        if compiled._instance is None:
+            print("  (dims not all bound: give --shapes to schedule and lower)")
+            continue
+        for sched in compiled.schedules:
+            print("  " + sched.text().replace("\n", "\n  ").rstrip())
+        for name, files in compiled.artifacts.items():
+            for key, file in files.items():
+                print(f"  {name}: {key:<9} {file}")
+        for note in compiled.notes:
+            print(f"  note: {note}")
+        if out is not None and dump:
+            print(f"  stages written to {out}/ ({', '.join(dump)}; passes/<kernel>/ per-pass IR)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera tile-kernel compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="directory for source, binaries, metadata.json and passes.txt")
     p.add_argument("--dump", help="directory for the IR after every pass and a timing table")
     p.set_defaults(run=_cmd_lower)
+
+    p = sub.add_parser("compile", help="compile a @tessera.kernel for a target and write its stages")
+    p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")
+    p.add_argument("--target", required=True, help="config name(s) or YAML path(s), comma-separated")
+    p.add_argument("--shapes", help="NAME=INT,... (default: the file's SHAPES dict)")
+    p.add_argument("--dump", help="stages to write: graph,sched,tile,target (default with --out: all)")
+    p.add_argument("--out", help="directory for the stages, per-pass IR and build outputs")
+    p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
+    p.add_argument("--no-build", action="store_true", help="write sources only (skip nvcc/g++)")
+    p.set_defaults(run=_cmd_compile)
 
     args = parser.parse_args(argv)
     from tessera_tvm.errors import TesseraError

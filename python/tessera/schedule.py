@@ -1,0 +1,396 @@
+"""Schedule IR: one typed, frozen :class:`Schedule` per fused kernel.
+
+A schedule says how a fused kernel is tiled and launched on a target: block sizes, pipeline stages,
+threads, warp specialisation, where each operand lives (global / shared / registers / local), the
+block swizzle, the epilogue and the grid. Defaults come from the target config's ``schedule:``
+section (fitted to the problem by the tile library); users override them with
+``ts.compile(..., schedule={...})`` or ``@ts.schedule(...)``:
+
+    schedule={"block_m": 64, "stages": 2}                       # every fused kernel
+    schedule={"fused_matmul_cast_add_gelu": {"block_n": 64}}    # one fused kernel, by name
+
+An override the target cannot hold (shared memory over ``resources.shared_memory_per_block``,
+threads over ``threads_per_block``, blocks that do not fit the config's ``schedule.mma``
+instruction shape) raises :class:`ScheduleError` here, before anything is lowered.
+
+Printed form (``inspect_ir("sched")``, examples/linear.py on Hopper)::
+
+    sched.kernel    fused_matmul_cast_add_gelu  gemm: matmul + cast + add + gelu  [hopper]
+    sched.tile      block_m=128 block_n=128 block_k=64  mma=64x256x16
+    sched.pipeline  stages=3 threads=128 warp_specialized=true
+    sched.memory    A: global -> shared (128x64 f16 x3, TMA)  W: global -> shared (64x128 f16 x3, TMA) ...
+    sched.swizzle   rasterize=0 (off)
+    sched.epilogue  acc f32 -> cast f16 -> bias b -> gelu_erf -> store f16
+    sched.launch    grid=[32, 32, 1] threads=256 (128 compute + 128 TMA producer) smem=98304 B (estimated)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tessera_tvm import load_config
+from tessera_tvm.errors import ResourceError
+from tessera_tvm.tile import (
+    AttentionSpec,
+    ElementwiseSpec,
+    GemmSpec,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+    SpecError,
+    TileSchedule,
+    local_bytes,
+    smem_bytes,
+    validate_schedule,
+)
+from tessera_tvm.tile.spec import expr_text
+
+from .errors import ScheduleError
+from .types import dtype as as_dtype
+
+__all__ = ["OVERRIDABLE", "Schedule", "choose_schedule", "split_overrides"]
+
+#: Schedule fields a user may override, with what they mean.
+OVERRIDABLE = {
+    "block_m": "rows of the output tile (query rows for attention, rows per block for reductions)",
+    "block_n": "columns of the output tile (keys per step for attention, columns per step for reductions)",
+    "block_k": "the K step of a GEMM's main loop",
+    "stages": "buffers in the software-pipelined main loop",
+    "threads": "threads per block",
+    "swizzle": "L2 rasterization panel width for GEMM blocks (0 = off)",
+}
+
+
+def _short(dtype: str) -> str:
+    try:
+        return as_dtype(dtype).name
+    except TypeError:
+        return dtype
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How one fused kernel runs on one target. Frozen; ``replace`` gives a modified copy."""
+
+    kernel: str
+    family: str
+    target: str
+    summary: str
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    threads: int
+    swizzle: int
+    warp_specialized: bool
+    mma: tuple[int, int, int] | None
+    memory: tuple[tuple[str, str], ...]
+    epilogue: tuple[str, ...]
+    grid: tuple[int, int, int]
+    smem_bytes: int
+    local_bytes: int
+
+    # Views ------------------------------------------------------------------------------------
+    @property
+    def launch_threads(self) -> int:
+        """Threads per block at launch: warp specialisation adds one producer warp group."""
+        return self.threads + 128 if self.warp_specialized else self.threads
+
+    def tile_schedule(self) -> TileSchedule:
+        """The tile library's schedule for this kernel."""
+        return TileSchedule(
+            block_m=self.block_m,
+            block_n=self.block_n,
+            block_k=self.block_k,
+            stages=self.stages,
+            threads=self.threads,
+            rasterize=self.swizzle,
+            mma=self.mma,
+        )
+
+    def text(self) -> str:
+        """The readable form: one ``sched.*`` line per aspect."""
+        gpu = self.mma is not None or self.smem_bytes > 0 or self.threads > 1
+        tile = f"block_m={self.block_m} block_n={self.block_n}"
+        if self.family == "gemm":
+            tile += f" block_k={self.block_k}"
+        if self.mma is not None and self.family in ("gemm", "attention"):
+            tile += "  mma=" + "x".join(map(str, self.mma))
+        # stages only matter for the pipelined main loops of GEMM and attention.
+        staged = self.family in ("gemm", "attention")
+        pipeline = f"stages={self.stages} threads={self.threads}" if staged else f"threads={self.threads}"
+        if gpu:
+            pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
+        else:
+            pipeline += " (CPU: blocks run as serial loops)"
+        memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
+        launch = f"grid=[{', '.join(map(str, self.grid))}] threads={self.launch_threads}"
+        if self.launch_threads != self.threads:
+            launch += f" ({self.threads} compute + {self.launch_threads - self.threads} TMA producer)"
+        launch += f" smem={self.smem_bytes} B (estimated)" if gpu else f" local={self.local_bytes} B (estimated)"
+        lines = [
+            f"sched.kernel    {self.kernel}  {self.family}: {self.summary}  [{self.target}]",
+            f"sched.tile      {tile}",
+            f"sched.pipeline  {pipeline}",
+            f"sched.memory    {memory}",
+            f"sched.swizzle   rasterize={self.swizzle}{' (off)' if self.swizzle == 0 else ''}",
+            f"sched.epilogue  {' -> '.join(self.epilogue) if self.epilogue else '(none)'}",
+            f"sched.launch    {launch}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    __str__ = text
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["memory"] = [list(m) for m in self.memory]
+        data["epilogue"] = list(self.epilogue)
+        data["grid"] = list(self.grid)
+        data["mma"] = list(self.mma) if self.mma is not None else None
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | Mapping[str, Any]) -> Schedule:
+        data = dict(json.loads(text) if isinstance(text, str) else text)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        missing = sorted(fields - set(data))
+        if unknown or missing:
+            raise ScheduleError(f"Schedule JSON: unknown keys {unknown}, missing keys {missing}")
+        data["memory"] = tuple(tuple(m) for m in data["memory"])
+        data["epilogue"] = tuple(data["epilogue"])
+        data["grid"] = tuple(data["grid"])
+        data["mma"] = tuple(data["mma"]) if data["mma"] is not None else None
+        return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing a schedule
+# ---------------------------------------------------------------------------------------------
+
+
+def split_overrides(overrides: Mapping[str, Any] | None, kernel_names: list[str], where: str) -> dict[str, dict]:
+    """``{field: v}`` (all kernels) and ``{kernel: {field: v}}`` -> per-kernel override dicts."""
+    overrides = dict(overrides or {})
+    common = {k: v for k, v in overrides.items() if k in OVERRIDABLE}
+    per_kernel: dict[str, dict] = {name: dict(common) for name in kernel_names}
+    for key, value in overrides.items():
+        if key in OVERRIDABLE:
+            continue
+        if key in kernel_names:
+            if not isinstance(value, Mapping):
+                raise ScheduleError(
+                    f"{where}: schedule[{key!r}] is {value!r}; expected a mapping of fields, e.g. {{'block_m': 64}}"
+                )
+            per_kernel[key].update(value)
+            continue
+        import difflib
+
+        close = difflib.get_close_matches(key, [*OVERRIDABLE, *kernel_names], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ScheduleError(
+            f"{where}: schedule key {key!r} is neither a schedule field nor a fused kernel{hint}; "
+            f"fields: {', '.join(OVERRIDABLE)}; kernels: {', '.join(kernel_names)}"
+        )
+    for name, fields in per_kernel.items():
+        for key, value in fields.items():
+            if key not in OVERRIDABLE:
+                raise ScheduleError(
+                    f"{where}: schedule[{name!r}] has unknown field {key!r}; fields: {', '.join(OVERRIDABLE)}"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "swizzle" else 1):
+                raise ScheduleError(
+                    f"{where}: schedule field {key} of kernel {name} is {value!r}; expected "
+                    f"{'an int >= 0' if key == 'swizzle' else 'a positive int'}"
+                )
+    return per_kernel
+
+
+def _check_mma(kernel: str, spec: KernelSpec, tile: TileSchedule, config) -> None:
+    """Blocks must tile into the config's MMA instruction shape (``schedule.mma: [m, n, k]``)."""
+    mma = dict(config.schedule).get("mma")
+    if mma is None or not isinstance(spec, GemmSpec | AttentionSpec):
+        return
+    m, n, k = (int(x) for x in mma)
+    # wgmma (m = 64) takes any N that is a multiple of 8 up to n; other MMAs have one fixed N.
+    n_step = 8 if m == 64 else n
+    problems = []
+    if tile.block_m % m:
+        problems.append(f"block_m={tile.block_m} is not a multiple of the MMA's M={m}")
+    if tile.block_n % n_step:
+        problems.append(
+            f"block_n={tile.block_n} is not a multiple of {n_step} (the MMA's N{' step' if m == 64 else ''})"
+        )
+    if isinstance(spec, GemmSpec) and tile.block_k % k:
+        problems.append(f"block_k={tile.block_k} is not a multiple of the MMA's K={k}")
+    if problems:
+        raise ScheduleError(
+            f"schedule for kernel {kernel} on {config.name}: {'; '.join(problems)} "
+            f"(schedule.mma is {m}x{n}x{k}); rejected before lowering"
+        )
+
+
+def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+
+    if isinstance(spec, GemmSpec):
+        return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
+    if isinstance(spec, AttentionSpec):
+        return cdiv(spec.S_q, t.block_m), spec.H, spec.B
+    if isinstance(spec, ElementwiseSpec):
+        return cdiv(spec.shape[-1], t.block_n), cdiv(math.prod(spec.shape[:-1]), t.block_m), 1
+    if isinstance(spec, NormSpec):
+        rows = math.prod(spec.shape[:-1])
+    elif isinstance(spec, SoftmaxSpec):
+        rows = math.prod(spec.shape) // spec.shape[spec.axis]
+    elif isinstance(spec, ReduceSpec):
+        rows = math.prod(spec.shape) // math.prod(spec.shape[a] for a in spec.axis)
+    else:
+        rows = 1
+    return cdiv(rows, t.block_m), 1, 1
+
+
+def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple[str, str], ...]:
+    """Where each operand lives while the kernel runs."""
+    copy = (
+        ("TMA" if dict(config.features).get("tma_copy_annotation") else "cp.async")
+        if config.target_kind == "cuda"
+        else "global loads"
+    )
+    out: list[tuple[str, str]] = []
+    if isinstance(spec, GemmSpec):
+        a, b = spec.inputs()[:2]
+        tile_a = f"{t.block_k}x{t.block_m}" if spec.transpose_a else f"{t.block_m}x{t.block_k}"
+        tile_b = f"{t.block_n}x{t.block_k}" if spec.transpose_b else f"{t.block_k}x{t.block_n}"
+        if gpu:
+            out += [
+                (a.name, f"global -> shared ({tile_a} {_short(a.dtype)} x{t.stages}, {copy})"),
+                (b.name, f"global -> shared ({tile_b} {_short(b.dtype)} x{t.stages}, {copy})"),
+                ("acc", f"registers ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
+            ]
+        else:
+            out += [
+                (a.name, "global"),
+                (b.name, "global"),
+                ("acc", f"local ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
+            ]
+        out += [(p.name, "global (read in the epilogue)") for p in spec.inputs()[2:]]
+    elif isinstance(spec, AttentionSpec):
+        q, k, v = spec.inputs()
+        if gpu:
+            out += [
+                (q.name, f"global -> shared ({t.block_m}x{spec.D} {_short(q.dtype)})"),
+                (k.name, f"global -> shared ({t.block_n}x{spec.D} {_short(k.dtype)} x{max(1, min(t.stages, 2))})"),
+                (v.name, f"global -> shared ({t.block_n}x{spec.D} {_short(v.dtype)} x{max(1, min(t.stages, 2))})"),
+                ("scores", f"registers ({t.block_m}x{t.block_n} f32)"),
+                ("acc", f"registers ({t.block_m}x{spec.D} f32, running max/sum per row)"),
+            ]
+        else:
+            out += [
+                (q.name, "global"),
+                (k.name, "global"),
+                (v.name, "global"),
+                ("acc", f"local ({t.block_m}x{spec.D} f32, running max/sum per row)"),
+            ]
+    else:
+        for p in spec.inputs():
+            out.append((p.name, "global -> registers" if gpu else "global"))
+        if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
+            out.append(("stats", f"{'registers' if gpu else 'local'} ({t.block_m} rows f32)"))
+    for p in spec.outputs():
+        out.append((p.name, "global"))
+    return tuple(out)
+
+
+def _epilogue(spec: KernelSpec) -> tuple[str, ...]:
+    if isinstance(spec, GemmSpec):
+        steps = [f"acc {_short(spec.dtype_acc)}"]
+        for op in spec.epilogue:
+            if op.kind in ("bias", "residual"):
+                steps.append(f"{op.kind} {op.operand}")
+            elif op.kind in ("scale", "add_scalar"):
+                steps.append(f"{op.kind} {op.value:g}")
+            elif op.kind == "cast":
+                steps.append(f"cast {_short(op.dtype)}")
+            else:
+                steps.append(op.kind)
+        return (*steps, f"store {_short(spec.dtype_out)}")
+    if isinstance(spec, ElementwiseSpec):
+        return (expr_text(spec.expr), f"store {_short(spec.dtype_out)}")
+    if isinstance(spec, NormSpec):
+        steps = [spec.kind]
+        if spec.has_weight:
+            steps.append(f"* {spec.name_weight}")
+        if spec.has_bias:
+            steps.append(f"+ {spec.name_bias}")
+        return (*steps, f"store {_short(spec.dtype_out)}")
+    if isinstance(spec, AttentionSpec):
+        return (
+            f"acc / row sum{' (causal ' + spec.causal_align + ')' if spec.causal else ''}",
+            f"store {_short(spec.dtype_out)}",
+        )
+    return (f"store {_short(spec.outputs()[0].dtype)}",)
+
+
+def choose_schedule(
+    kernel: str,
+    summary: str,
+    spec: KernelSpec,
+    config,
+    overrides: Mapping[str, Any] | None = None,
+) -> Schedule:
+    """The schedule of ``spec`` on ``config``: its defaults, then ``overrides``, validated.
+
+    Raises :class:`ScheduleError` when the result cannot run on the target (before lowering).
+    """
+    config = load_config(config)
+    overrides = dict(overrides or {})
+    tile = TileSchedule.from_config(config, spec)
+    changes = {("rasterize" if k == "swizzle" else k): v for k, v in overrides.items()}
+    if changes:
+        tile = tile.replace(**changes)
+        if config.target_kind != "c":
+            _check_mma(kernel, spec, tile, config)
+    try:
+        validate_schedule(spec, tile, config)
+    except (ResourceError, SpecError) as exc:
+        detail = str(exc).replace(f"kernel '{spec.family} kernel' needs", "it needs")
+        how = f" with override {overrides}" if overrides else ""
+        raise ScheduleError(
+            f"schedule for kernel {kernel} on {config.name}{how} cannot be held: {detail}; rejected before lowering"
+        ) from None
+    gpu = config.target_kind != "c"
+    return Schedule(
+        kernel=kernel,
+        family=spec.family,
+        target=config.name,
+        summary=summary,
+        block_m=tile.block_m,
+        block_n=tile.block_n,
+        block_k=tile.block_k,
+        stages=tile.stages,
+        threads=tile.threads,
+        swizzle=tile.rasterize,
+        # TileLang splits pipelined TMA loops into producer/consumer warp groups on Hopper.
+        warp_specialized=bool(
+            config.target_kind == "cuda"
+            and config.feature("warp_specialization")
+            and spec.family in ("gemm", "attention")
+        ),
+        mma=tile.mma if gpu else None,
+        memory=_memory(spec, tile, gpu, config),
+        epilogue=_epilogue(spec),
+        grid=_grid(spec, tile),
+        smem_bytes=smem_bytes(spec, tile, config.target_kind),
+        local_bytes=local_bytes(spec, tile, config.target_kind) if not gpu else 0,
+    )

@@ -1,0 +1,294 @@
+"""Fused kernel groups -> tile kernel specs (``tessera_tvm.tile``), with concrete shapes.
+
+``kernel_spec(group, env)`` maps one :class:`~tessera_tvm.graph.fusion.KernelGroup` onto the spec
+its family builds (GemmSpec with epilogue, AttentionSpec, SoftmaxSpec, NormSpec, ReduceSpec,
+ElementwiseSpec) and says which graph value feeds each spec parameter. Symbolic dims take their
+values from ``env``. Rank-0 values are passed as ``(1,)`` (tile kernels have no rank-0 buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._tvm import tvm
+from ..tile import (
+    AttentionSpec,
+    Binary,
+    Const,
+    ElementwiseSpec,
+    EpilogueOp,
+    GemmSpec,
+    Input,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+    Unary,
+)
+from .fusion import BINARY, UNARY, KernelGroup
+from .nodes import GraphIRError, Node, constant_value, static_shape
+
+relax = tvm.relax
+
+_EPILOGUE_UNARY = {
+    "nn.relu": "relu",
+    "nn.gelu": "gelu_erf",
+    "nn.gelu_tanh": "gelu_tanh",
+    "nn.silu": "silu",
+    "sigmoid": "sigmoid",
+    "exp": "exp",
+    "tanh": "tanh",
+}
+
+
+@dataclass(frozen=True)
+class KernelBinding:
+    """A spec plus the graph values bound to its parameters (``spec.params()`` order)."""
+
+    name: str
+    spec: KernelSpec
+    args: tuple[Any, ...]  # relax Vars: inputs then the output
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return self.args[:-1]
+
+    @property
+    def output(self) -> Any:
+        return self.args[-1]
+
+
+class _Names:
+    """Distinct C-identifier parameter names, preferring the graph's own names."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def take(self, want: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in want) or "t"
+        if base[0].isdigit():
+            base = "t_" + base
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+
+def _shape(expr, env, where) -> tuple[int, ...]:
+    return static_shape(expr, env, where) or (1,)
+
+
+def _dtype(expr) -> str:
+    return str(expr.struct_info.dtype)
+
+
+def kernel_spec(group: KernelGroup, env: dict[str, int]) -> KernelBinding:
+    """The tile spec of ``group`` with dims from ``env`` (name -> value)."""
+    builder = {
+        "gemm": _gemm,
+        "attention": _attention,
+        "softmax": _softmax,
+        "norm": _norm,
+        "reduce": _reduce,
+        "elementwise": _elementwise,
+    }[group.family]
+    return builder(group, env, f"kernel {group.name}")
+
+
+def _gemm(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    by_var = {n.var: n for n in group.nodes}
+    matmul = group.anchor
+    operands, transposed = [], []
+    for arg in matmul.args:
+        prod = by_var.get(arg)
+        if prod is not None and prod.op == "permute_dims":
+            operands.append(prod.args[0])
+            transposed.append(True)
+        else:
+            operands.append(arg)
+            transposed.append(False)
+    a, b = operands
+    shape_a, shape_b = _shape(a, env, where), _shape(b, env, where)
+    out_shape = static_shape(matmul.var, env, where)
+    m, n = out_shape[-2], out_shape[-1]
+    k = shape_a[-2] if transposed[0] else shape_a[-1]
+    name_a, name_b = names.take(str(a.name_hint)), names.take(str(b.name_hint))
+    epilogue: list[EpilogueOp] = []
+    extra: list[Any] = []
+    operand_names: dict[Any, str] = {}
+    steps = group.nodes[group.nodes.index(matmul) + 1 :]
+    cur = matmul.var
+    for i, node in enumerate(steps):
+        last = i == len(steps) - 1
+        if node.op == "astype":
+            if not last:
+                epilogue.append(EpilogueOp("cast", dtype=node.attrs["dtype"]))
+        elif node.op in _EPILOGUE_UNARY:
+            epilogue.append(EpilogueOp(_EPILOGUE_UNARY[node.op]))
+        elif node.op == "negative":
+            epilogue.append(EpilogueOp("scale", value=-1.0))
+        else:
+            x, y = node.args
+            other = y if x.same_as(cur) else x
+            c = constant_value(other)
+            if c is not None:
+                kind, value = {
+                    "add": ("add_scalar", c),
+                    "subtract": ("add_scalar", -c),
+                    "multiply": ("scale", c),
+                    "divide": ("scale", 1.0 / c),
+                }[node.op]
+                epilogue.append(EpilogueOp(kind, value=value))
+            else:
+                if other not in operand_names:
+                    operand_names[other] = names.take(str(other.name_hint))
+                    extra.append(other)
+                rank = len(other.struct_info.shape.values)
+                kind = "bias" if rank == 1 else "residual"  # fusion admits [N] vectors and output-shaped tensors
+                epilogue.append(EpilogueOp(kind, operand=operand_names[other], dtype=_dtype(other)))
+        cur = node.var
+    spec = GemmSpec(
+        m,
+        n,
+        k,
+        batch=tuple(out_shape[:-2]),
+        transpose_a=transposed[0],
+        transpose_b=transposed[1],
+        dtype_a=_dtype(a),
+        dtype_b=_dtype(b),
+        dtype_out=_dtype(group.output),
+        dtype_acc=_dtype(matmul.var),
+        epilogue=tuple(epilogue),
+        batch_a=tuple(shape_a[:-2]),
+        batch_b=tuple(shape_b[:-2]),
+        name_a=name_a,
+        name_b=name_b,
+        name_out=names.take("out"),
+    )
+    by_name = {name_a: a, name_b: b, **{v: k for k, v in operand_names.items()}}
+    args = tuple(by_name[p.name] for p in spec.inputs()) + (group.output,)
+    return KernelBinding(group.name, spec, args)
+
+
+def _attention(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    by_var = {n.var: n for n in group.nodes}
+    attn = group.anchor
+    q, k, v = (by_var[a].args[0] for a in attn.args[:3])
+    b, h, s_q, d = _shape(q, env, where)
+    _, h_kv, s_kv, _ = _shape(k, env, where)
+    mask = attn.attrs.get("causal_mask")
+    spec = AttentionSpec(
+        b,
+        h,
+        h_kv,
+        s_q,
+        s_kv,
+        d,
+        causal=mask is not None,
+        scale=attn.attrs.get("scale"),
+        dtype_in=_dtype(q),
+        dtype_out=_dtype(group.output),
+        causal_align="bottom_right" if mask == "BottomRight" else "top_left",
+        name_q=names.take(str(q.name_hint)),
+        name_k=names.take(str(k.name_hint)),
+        name_v=names.take(str(v.name_hint)),
+        name_out=names.take("out"),
+    )
+    return KernelBinding(group.name, spec, (q, k, v, group.output))
+
+
+def _softmax(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    node = group.anchor
+    x = node.args[0]
+    spec = SoftmaxSpec(
+        _shape(x, env, where),
+        node.attrs["axis"],
+        _dtype(x),
+        _dtype(group.output),
+        name_in=names.take(str(x.name_hint)),
+        name_out=names.take("out"),
+    )
+    return KernelBinding(group.name, spec, (x, group.output))
+
+
+def _norm(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    node = group.anchor
+    x = node.args[0]
+    filled = {n.var for n in group.nodes if n.op in ("ones", "zeros")}
+    weight = node.args[1] if node.args[1] not in filled else None
+    bias = node.args[2] if node.op == "nn.layer_norm" and node.args[2] not in filled else None
+    kind = "layer_norm" if node.op == "nn.layer_norm" else "rms_norm"
+    dtype_w = _dtype(weight) if weight is not None else (_dtype(bias) if bias is not None else None)
+    spec = NormSpec(
+        kind,
+        _shape(x, env, where),
+        eps=float(node.attrs["epsilon"]),
+        has_weight=weight is not None,
+        has_bias=bias is not None,
+        dtype_in=_dtype(x),
+        dtype_out=_dtype(group.output),
+        dtype_weight=dtype_w,
+        name_in=names.take(str(x.name_hint)),
+        name_weight=names.take(str(weight.name_hint)) if weight is not None else "weight",
+        name_bias=names.take(str(bias.name_hint)) if bias is not None else "bias",
+        name_out=names.take("out"),
+    )
+    args = [x] + ([weight] if weight is not None else []) + ([bias] if bias is not None else [])
+    return KernelBinding(group.name, spec, (*args, group.output))
+
+
+def _reduce(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    node = group.anchor
+    x = node.args[0]
+    shape = _shape(x, env, where)
+    axis = node.attrs.get("axis")
+    axis = tuple(range(len(shape))) if axis is None else tuple(axis)
+    spec = ReduceSpec(
+        shape,
+        axis,
+        node.op,
+        bool(node.attrs.get("keepdims")),
+        _dtype(x),
+        _dtype(group.output),
+        name_in=names.take(str(x.name_hint)),
+        name_out=names.take("out"),
+    )
+    return KernelBinding(group.name, spec, (x, group.output))
+
+
+def _elementwise(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    by_var = {n.var: n for n in group.nodes}
+    inputs: dict[Any, str] = {}
+
+    def expr_of(e):
+        if isinstance(e, relax.Var) and e in by_var:
+            return node_expr(by_var[e])
+        c = constant_value(e)
+        if c is not None:
+            return Const(c)
+        if not isinstance(e, relax.Var):
+            raise GraphIRError(f"{where}: cannot read {type(e).__name__} in an element-wise kernel")
+        if e not in inputs:
+            inputs[e] = names.take(str(e.name_hint))
+        return Input(inputs[e])
+
+    def node_expr(node: Node):
+        if node.op in UNARY:
+            op = UNARY[node.op]
+            return Unary(op, expr_of(node.args[0]), node.attrs["dtype"] if op == "cast" else None)
+        return Binary(BINARY[node.op], expr_of(node.args[0]), expr_of(node.args[1]))
+
+    expr = node_expr(group.nodes[-1])
+    operands = tuple((name, _shape(var, env, where), _dtype(var)) for var, name in inputs.items())
+    spec = ElementwiseSpec(
+        _shape(group.output, env, where), operands, expr, _dtype(group.output), name_out=names.take("out")
+    )
+    return KernelBinding(group.name, spec, (*inputs, group.output))

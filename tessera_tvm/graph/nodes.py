@@ -1,0 +1,229 @@
+"""A flat view of a Graph IR function: its parameters, its bindings as ``Node``s, its outputs.
+
+The graph passes read and rewrite this view and rebuild Relax from it, which keeps each pass a
+short loop over the dataflow block instead of a Relax mutator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._tvm import tvm
+from ..errors import TesseraError
+
+relax = tvm.relax
+tir = tvm.tirx
+
+
+class GraphIRError(TesseraError):
+    """A Graph IR function has a form the graph passes do not handle."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One binding ``var = op(args..., **attrs)`` of the dataflow block."""
+
+    var: Any  # relax.Var
+    op: str  # the Relax op name without "relax.", e.g. "matmul", "nn.gelu", "astype"
+    args: list[Any]  # relax expressions: Var, Constant, ShapeExpr
+    call: Any  # the original relax.Call (its attrs and op object)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.var.name_hint)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.var.struct_info.dtype)
+
+    def __repr__(self) -> str:
+        return f"Node({self.name} = {self.op})"
+
+
+def _py(value: Any) -> Any:
+    """An attribute value as plain Python."""
+    if isinstance(value, str):
+        return str(value)  # also TVM's dtype, a str subclass
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, tir.IntImm):
+        return int(value.value)
+    if isinstance(value, tir.FloatImm):
+        return float(value.value)
+    if hasattr(value, "__len__") and not hasattr(value, "dtype"):
+        return tuple(_py(v) for v in value)
+    return str(value)
+
+
+_ATTR_FIELDS = {
+    "astype": ("dtype",),
+    "matmul": ("out_dtype",),
+    "permute_dims": ("axes",),
+    "nn.softmax": ("axis",),
+    "nn.layer_norm": ("axes", "epsilon", "center", "scale"),
+    "nn.rms_norm": ("axes", "epsilon"),
+    "sum": ("axis", "keepdims"),
+    "max": ("axis", "keepdims"),
+    "mean": ("axis", "keepdims"),
+    "nn.attention": ("scale", "causal_mask"),
+    "ones": ("dtype",),
+    "zeros": ("dtype",),
+}
+
+
+def node_of(var, call) -> Node:
+    op = str(call.op.name)
+    op = op[len("relax.") :] if op.startswith("relax.") else op
+    attrs = {f: _py(getattr(call.attrs, f)) for f in _ATTR_FIELDS.get(op, ())}
+    return Node(var, op, list(call.args), call, attrs)
+
+
+@dataclass
+class FlatFunction:
+    """``name(params) -> outputs`` with ``nodes`` in program order."""
+
+    name: str
+    params: list[Any]
+    nodes: list[Node]
+    outputs: list[Any]  # relax exprs (Vars, or params)
+    tuple_output: bool = False
+
+    def producers(self) -> dict[Any, Node]:
+        return {n.var: n for n in self.nodes}
+
+    def uses(self) -> dict[Any, int]:
+        """How often each var is read (function outputs count as a read)."""
+        count: dict[Any, int] = {}
+        for n in self.nodes:
+            for a in n.args:
+                if isinstance(a, relax.Var):
+                    count[a] = count.get(a, 0) + 1
+        for o in self.outputs:
+            count[o] = count.get(o, 0) + 1
+        return count
+
+    def consumers(self) -> dict[Any, list[Node]]:
+        out: dict[Any, list[Node]] = {}
+        for n in self.nodes:
+            for a in n.args:
+                if isinstance(a, relax.Var):
+                    out.setdefault(a, []).append(n)
+        return out
+
+
+def flatten(func, name: str) -> FlatFunction:
+    """The flat view of a Relax function with (at most) one dataflow block."""
+    body = func.body
+    blocks = list(body.blocks)
+    if len(blocks) > 1:
+        raise GraphIRError(f"{name}: expected one dataflow block, found {len(blocks)}")
+    alias: dict[Any, Any] = {}
+    nodes: list[Node] = []
+    for binding in blocks[0].bindings if blocks else []:
+        value = binding.value
+        if isinstance(value, relax.Var):
+            alias[binding.var] = alias.get(value, value)
+            continue
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            raise GraphIRError(
+                f"{name}: binding {binding.var.name_hint} is a {type(value).__name__}; "
+                "expected a call of a Relax operator"
+            )
+        node = node_of(binding.var, value)
+        node.args = [alias.get(a, a) if isinstance(a, relax.Var) else a for a in node.args]
+        nodes.append(node)
+    result = body.body
+    if isinstance(result, relax.Tuple):
+        outputs, tuple_output = [alias.get(f, f) for f in result.fields], True
+    else:
+        outputs, tuple_output = [alias.get(result, result)], False
+    return FlatFunction(name, list(func.params), nodes, outputs, tuple_output)
+
+
+def call_with(node: Node, args: Sequence[Any]):
+    """``node``'s call on new arguments (same operator, attributes and struct-info arguments)."""
+    call = node.call
+    return relax.Call(call.op, list(args), call.attrs, call.sinfo_args)
+
+
+def rebuild(flat: FlatFunction, attrs: dict[str, Any] | None = None, *, private: bool = False):
+    """A Relax function computing ``flat`` (nodes re-emitted in order, struct info re-inferred)."""
+    bb = relax.BlockBuilder()
+    subst: dict[Any, Any] = {}
+
+    def arg(a):
+        return subst.get(a, a) if isinstance(a, relax.Var) else a
+
+    with bb.function(flat.name, list(flat.params), attrs or {}, private=private):
+        with bb.dataflow():
+            out_set = {o for o in flat.outputs if isinstance(o, relax.Var)}
+            for node in flat.nodes:
+                expr = call_with(node, [arg(a) for a in node.args])
+                if node.var in out_set:
+                    subst[node.var] = bb.emit_output(expr, name_hint=node.name)
+                else:
+                    subst[node.var] = bb.emit(expr, name_hint=node.name)
+            outs = [arg(o) for o in flat.outputs]
+            outs = [bb.emit_output(o) if o in set(flat.params) else o for o in outs]
+        bb.emit_func_output(relax.Tuple(outs) if flat.tuple_output else outs[0])
+    (func,) = bb.get().functions.values()  # (a private function may be renamed in the module)
+    return func
+
+
+def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
+    """The shape of ``expr`` with symbolic dims replaced by their values in ``env``."""
+    out = []
+    for d in expr.struct_info.shape.values:
+        if isinstance(d, tir.IntImm):
+            out.append(int(d.value))
+        elif isinstance(d, tir.Var):
+            if str(d.name) not in env:
+                raise GraphIRError(f"{where}: dim {d.name} has no value; bind it (shapes={{'{d.name}': ...}})")
+            out.append(int(env[str(d.name)]))
+        else:
+            vmap = {
+                v: tir.IntImm("int64", env[str(v.name)]) for v in tir.analysis.undefined_vars(d) if str(v.name) in env
+            }
+            value = tvm.arith.Analyzer().simplify(tir.stmt_functor.substitute(d, vmap))
+            if not isinstance(value, tir.IntImm):
+                raise GraphIRError(f"{where}: dim {d} has no value with {env}")
+            out.append(int(value.value))
+    return tuple(out)
+
+
+def scalar_const(value: float | int, dtype: str):
+    """A scalar Relax constant of ``dtype``; bf16/fp8 are written bit for bit (numpy has no such type)."""
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes
+        import numpy as np
+
+        bits = np.array(value, dtype=getattr(ml_dtypes, dtype)).view(np.uint16 if dtype == "bfloat16" else np.uint8)
+        data = tvm.runtime.empty((), dtype)
+        data.copyfrom(bits)
+        return relax.const(data)
+    return relax.const(value, dtype)
+
+
+def constant_value(expr) -> float | None:
+    """The Python value of a scalar Relax constant, or None."""
+    if isinstance(expr, relax.Constant) and not expr.data.shape:
+        return float(expr.data.numpy())
+    return None
+
+
+def keyed(mod, name: str):
+    """``mod`` with its public function under the GlobalVar ``name``.
+
+    BlockBuilder names functions and bindings from one name supply, so a kernel named like one of
+    its ops (``softmax``) comes back as ``softmax1``; the function's ``global_symbol`` is right.
+    """
+    funcs = {}
+    for gv, func in mod.functions.items():
+        public = func.attrs is not None and "global_symbol" in func.attrs
+        funcs[tvm.ir.GlobalVar(name) if public and str(gv.name_hint) != name else gv] = func
+    if all(str(gv.name_hint) != name for gv in funcs):
+        raise GraphIRError(f"no public function {name!r} in the module")
+    return tvm.IRModule(funcs)

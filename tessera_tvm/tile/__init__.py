@@ -1,0 +1,95 @@
+"""Tile IR: TileLang tile programs generated from kernel specs, one generator per kernel family.
+
+    from tessera_tvm.tile import GemmSpec, EpilogueOp, TileSchedule, build_tile_program
+    spec = GemmSpec(1000, 1000, 999, dtype_a="float16", epilogue=(EpilogueOp("relu"),))
+    schedule = TileSchedule.from_config("hopper", spec)
+    func = build_tile_program(spec, schedule, "cuda")       # a TileLang PrimFunc
+    tessera_tvm.lower(func, "hopper")
+
+GPU targets (``cuda``, ``hip``) get shared-memory tiles, fragments, a pipelined K loop and
+``T.gemm``; the CPU target (``c``) gets local accumulators and serial loops. Every kernel masks the
+edges, so sizes need not be multiples of the block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .spec import (  # noqa: F401
+    DTYPES,
+    TARGET_KINDS,
+    AttentionSpec,
+    Binary,
+    Const,
+    ElementwiseSpec,
+    EpilogueOp,
+    Expr,
+    GemmSpec,
+    Input,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+    SpecError,
+    TensorArg,
+    TileSchedule,
+    Unary,
+    dtype_bytes,
+    fit_schedule,
+    local_bytes,
+    smem_bytes,
+    validate_schedule,
+)
+
+_DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu"}
+
+
+def target_kind_of(target: Any) -> str:
+    """``cuda`` / ``hip`` / ``c`` from a target kind, a config name or a TargetConfig."""
+    if isinstance(target, str) and target in TARGET_KINDS:
+        return target
+    from ..config import load_config
+
+    return load_config(target).target_kind
+
+
+def build_tile_program(
+    spec: KernelSpec, schedule: TileSchedule | None = None, target_kind: str = "c", *, name: str | None = None
+):
+    """The TileLang PrimFunc computing ``spec`` on ``target_kind`` (``cuda``, ``hip`` or ``c``).
+
+    ``target_kind`` may also be a config name or TargetConfig (``"hopper"``, ``"cpu"``). Without a
+    ``schedule`` the defaults of the target's config are used. The PrimFunc's parameters are
+    ``spec.params()`` in order; its symbol is ``name`` (default: the spec's family, e.g. ``gemm``,
+    so the device kernel is ``gemm_kernel``).
+    """
+    kind = target_kind_of(target_kind)
+    if schedule is None:
+        config = (
+            target_kind if not (isinstance(target_kind, str) and target_kind in TARGET_KINDS) else _DEFAULT_CONFIG[kind]
+        )
+        schedule = TileSchedule.from_config(config, spec)
+    if not isinstance(schedule, TileSchedule):
+        raise SpecError(f"schedule is {schedule!r}; expected a TileSchedule")
+    if isinstance(spec, GemmSpec):
+        from .gemm import gemm_program as generate
+    elif isinstance(spec, ElementwiseSpec):
+        from .elementwise import elementwise_program as generate
+    elif isinstance(spec, ReduceSpec):
+        from .reduce import reduce_program as generate
+    elif isinstance(spec, SoftmaxSpec):
+        from .reduce import softmax_program as generate
+    elif isinstance(spec, NormSpec):
+        from .reduce import norm_program as generate
+    elif isinstance(spec, AttentionSpec):
+        from .attention import attention_program as generate
+    else:
+        raise SpecError(
+            f"build_tile_program: {type(spec).__name__} is not a kernel spec; expected one of "
+            "GemmSpec, ElementwiseSpec, ReduceSpec, SoftmaxSpec, NormSpec, AttentionSpec"
+        )
+    func = generate(spec, schedule, kind)
+    symbol = name or spec.family
+    if not symbol.isidentifier():
+        raise SpecError(f"build_tile_program: name is {symbol!r}; expected a C identifier")
+    return func.with_attr("global_symbol", symbol)

@@ -1,0 +1,174 @@
+"""Flash-attention forward tile programs: causal or not, grouped-query, masked edges.
+
+One block owns ``block_m`` query rows of one (batch, head) and walks the keys in steps of
+``block_n``, keeping fp32 running row maxima and sums (online softmax) and rescaling the fp32
+output accumulator as the maximum grows; the output is divided by the sum once at the end.
+Query head ``h`` reads kv head ``h // (H // H_kv)``.
+
+Masking: a score is -inf where the key is past ``S_kv`` or, with ``causal``, after the query's
+diagonal (``key <= query + causal_offset``); with causal masking a block stops at the last key
+block any of its queries can see. A row that has seen only -inf keeps a zero sum and gets a zero
+output (no NaN). GPU tiles read past the ``S_q`` / ``S_kv`` edges through TileLang copies, which
+zero-fill them, and the final copy is predicated; the CPU kernel clamps its loops to the edges.
+
+GPU: Q, K and V tiles in shared memory, ``T.gemm`` for Q K^T and P V into fragments, scores in the
+log2 domain (``exp2``), a pipelined key loop. CPU: local fp32 arrays and serial loops.
+"""
+
+from __future__ import annotations
+
+import tilelang.language as T
+
+from .common import LOG2E, all_of, declare_params, lowest, to_compute
+from .spec import AttentionSpec, TileSchedule
+
+ACC = "float32"
+
+
+def attention_program(spec: AttentionSpec, schedule: TileSchedule, target_kind: str):
+    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
+    if target_kind == "c":
+        return _attention_cpu(spec, schedule)
+    return _attention_gpu(spec, schedule)
+
+
+def _visible(spec: AttentionSpec, query, key):
+    """Whether ``query`` attends to ``key``."""
+    if spec.causal:
+        return all_of(key < spec.S_kv, key <= query + spec.causal_offset)
+    return key < spec.S_kv
+
+
+def _key_blocks(spec: AttentionSpec, first_query, block_m: int, block_n: int):
+    """How many key blocks the queries ``first_query .. first_query + block_m - 1`` can see."""
+    all_blocks = T.ceildiv(spec.S_kv, block_n)
+    if not spec.causal:
+        return all_blocks
+    last_visible = first_query + block_m + spec.causal_offset  # one past the last key the block sees
+    blocks = T.min(all_blocks, T.ceildiv(last_visible, block_n))
+    return blocks if spec.causal_offset >= 0 else T.max(0, blocks)
+
+
+def _safe_max(row_max):
+    """The running max, with 0 for rows that have seen only masked keys (avoids -inf - -inf)."""
+    return T.if_then_else(row_max == lowest(ACC), T.cast(0, ACC), row_max)
+
+
+def _alloc_probs(block_m: int, block_n: int, dtype: str):
+    """The P tile fed to the P @ V gemm: registers, or shared memory for fp32 (tf32) inputs, whose
+    operand layout differs from the accumulator layout P is computed in."""
+    if dtype == "float32":
+        return T.alloc_shared((block_m, block_n), dtype)
+    return T.alloc_fragment((block_m, block_n), dtype)
+
+
+def _attention_gpu(spec: AttentionSpec, s: TileSchedule):
+    block_m, block_n, D = s.block_m, s.block_n, spec.D
+    scale_log2 = spec.scale * LOG2E  # exp(x * scale) == exp2(x * scale * log2(e))
+    groups = spec.groups
+    dtype = spec.dtype_in
+    params = spec.params()
+
+    @T.prim_func
+    def main():
+        io = declare_params(params, ("q", "k", "v", "out"))
+        with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
+            Q_s = T.alloc_shared((block_m, D), dtype)
+            K_s = T.alloc_shared((block_n, D), dtype)
+            V_s = T.alloc_shared((block_n, D), dtype)
+            scores = T.alloc_fragment((block_m, block_n), ACC)
+            probs = _alloc_probs(block_m, block_n, dtype)
+            acc = T.alloc_fragment((block_m, D), ACC)
+            row_max = T.alloc_fragment((block_m,), ACC)
+            prev_max = T.alloc_fragment((block_m,), ACC)
+            rescale = T.alloc_fragment((block_m,), ACC)
+            step_sum = T.alloc_fragment((block_m,), ACC)
+            row_sum = T.alloc_fragment((block_m,), ACC)
+            kv_head = head // groups
+            T.copy(io.q[batch, head, bx * block_m, 0], Q_s)
+            T.fill(acc, 0)
+            T.fill(row_sum, 0)
+            T.fill(row_max, lowest(ACC))
+            for kb in T.Pipelined(_key_blocks(spec, bx * block_m, block_m, block_n), num_stages=s.stages):
+                T.copy(io.k[batch, kv_head, kb * block_n, 0], K_s)
+                T.clear(scores)
+                T.gemm(Q_s, K_s, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(block_m, block_n):
+                    scores[i, j] = T.if_then_else(
+                        _visible(spec, bx * block_m + i, kb * block_n + j), scores[i, j] * scale_log2, lowest(ACC)
+                    )
+                T.copy(row_max, prev_max)
+                T.reduce_max(scores, row_max, dim=1, clear=False)
+                for i in T.Parallel(block_m):
+                    rescale[i] = T.exp2(prev_max[i] - _safe_max(row_max[i]))
+                for i, j in T.Parallel(block_m, block_n):
+                    scores[i, j] = T.exp2(scores[i, j] - _safe_max(row_max[i]))
+                T.reduce_sum(scores, step_sum, dim=1)
+                for i in T.Parallel(block_m):
+                    row_sum[i] = row_sum[i] * rescale[i] + step_sum[i]
+                T.copy(scores, probs)
+                for i, j in T.Parallel(block_m, D):
+                    acc[i, j] *= rescale[i]
+                T.copy(io.v[batch, kv_head, kb * block_n, 0], V_s)
+                T.gemm(probs, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_m, D):
+                acc[i, j] = T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, j] / row_sum[i])
+            T.copy(acc, io.out[batch, head, bx * block_m, 0])
+
+    return main
+
+
+def _attention_cpu(spec: AttentionSpec, s: TileSchedule):
+    block_m, block_n, D = s.block_m, s.block_n, spec.D
+    scale = spec.scale
+    groups = spec.groups
+    params = spec.params()
+
+    @T.prim_func
+    def main():
+        io = declare_params(params, ("q", "k", "v", "out"))
+        with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
+            acc = T.alloc_local((block_m, D), ACC)
+            scores = T.alloc_local((block_m, block_n), ACC)
+            row_max = T.alloc_local((block_m,), ACC)
+            new_max = T.alloc_local((block_m,), ACC)
+            rescale = T.alloc_local((block_m,), ACC)
+            row_sum = T.alloc_local((block_m,), ACC)
+            kv_head = head // groups
+            rows = T.min(block_m, spec.S_q - bx * block_m)
+            for i in T.serial(rows):
+                row_max[i] = lowest(ACC)
+                row_sum[i] = T.cast(0, ACC)
+                for d in T.serial(D):
+                    acc[i, d] = T.cast(0, ACC)
+            for kb in T.serial(_key_blocks(spec, bx * block_m, block_m, block_n)):
+                for i in T.serial(rows):
+                    for j in T.serial(T.min(block_n, spec.S_kv - kb * block_n)):
+                        scores[i, j] = T.cast(0, ACC)
+                        for d in T.serial(D):
+                            scores[i, j] += to_compute(io.q[batch, head, bx * block_m + i, d], ACC) * to_compute(
+                                io.k[batch, kv_head, kb * block_n + j, d], ACC
+                            )
+                        scores[i, j] = T.if_then_else(
+                            _visible(spec, bx * block_m + i, kb * block_n + j), scores[i, j] * scale, lowest(ACC)
+                        )
+                    new_max[i] = row_max[i]
+                    for j in T.serial(T.min(block_n, spec.S_kv - kb * block_n)):
+                        new_max[i] = T.max(new_max[i], scores[i, j])
+                    rescale[i] = T.exp(row_max[i] - _safe_max(new_max[i]))
+                    row_max[i] = new_max[i]
+                    row_sum[i] = row_sum[i] * rescale[i]
+                    for d in T.serial(D):
+                        acc[i, d] = acc[i, d] * rescale[i]
+                    for j in T.serial(T.min(block_n, spec.S_kv - kb * block_n)):
+                        scores[i, j] = T.exp(scores[i, j] - _safe_max(row_max[i]))
+                        row_sum[i] += scores[i, j]
+                        for d in T.serial(D):
+                            acc[i, d] += scores[i, j] * to_compute(io.v[batch, kv_head, kb * block_n + j, d], ACC)
+            for i in T.serial(rows):
+                for d in T.serial(D):
+                    io.out[batch, head, bx * block_m + i, d] = T.cast(
+                        T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, d] / row_sum[i]), spec.dtype_out
+                    )
+
+    return main

@@ -1,0 +1,161 @@
+"""Helpers the tile-program generators call from inside ``@T.prim_func`` bodies.
+
+TileLang's builder runs the kernel body as Python, so these functions combine PrimExprs while the
+kernel is traced: parameters declared from a spec, epilogue/expression math, numpy broadcasting and
+index arithmetic. Everything here computes in the caller's accumulation dtype (fp32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import tilelang.language as T
+from tilelang.language.eager.builder import Builder
+
+from .spec import TensorArg
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+LOG2E = 1.4426950408889634
+
+
+class KernelParams(SimpleNamespace):
+    """A kernel's parameter buffers: ``.buffers`` in order, plus one attribute per role (``.x``, ``.out``).
+
+    Kernels read their parameters from this object and never assign them to local variables:
+    TileLang's builder renames a buffer after the variable it is assigned to, and the parameter
+    names must stay the spec's.
+    """
+
+
+def declare_params(params: Sequence[TensorArg], roles: Sequence[str] = ()) -> KernelParams:
+    """Declare the PrimFunc's tensor parameters in ``params`` order; call first in the kernel body.
+
+    A spec's parameter list has a variable length (epilogue operands, optional weight/bias), which a
+    Python ``def`` signature cannot express; the builder's ``arg`` is what a signature would call.
+    ``roles`` names the buffers, in order, as attributes of the result.
+    """
+    builder = Builder.current()
+    buffers = [builder.arg(p.name, T.Tensor(p.shape, p.dtype)) for p in params]
+    io = KernelParams(buffers=buffers)
+    for role, buf in zip(roles, buffers, strict=False):
+        setattr(io, role, buf)
+    return io
+
+
+def to_compute(value, dtype: str):
+    """``value`` as ``dtype`` (no-op when it already is)."""
+    return value if str(value.dtype) == dtype else T.cast(value, dtype)
+
+
+def round_to(value, dtype: str, compute: str):
+    """Round ``value`` to ``dtype`` and continue in ``compute`` (a graph's explicit cast)."""
+    return T.cast(T.cast(value, dtype), compute) if dtype != compute else value
+
+
+def const(value: float, dtype: str):
+    return T.cast(value, dtype) if not isinstance(value, int | float) else _imm(value, dtype)
+
+
+def _imm(value: float, dtype: str):
+    from tvm import tirx
+
+    if dtype.startswith("int"):
+        return tirx.IntImm(dtype, int(value))
+    return tirx.FloatImm(dtype, float(value))
+
+
+def unary(op: str, x, dtype: str, cast_to: str | None = None):
+    """``op(x)`` for the element-wise/epilogue unary ops, evaluated in ``dtype``."""
+    one = _imm(1.0, dtype)
+    if op == "relu":
+        return T.max(x, _imm(0.0, dtype))
+    if op == "gelu_erf":
+        return _imm(0.5, dtype) * x * (one + T.erf(x * _imm(_SQRT_HALF, dtype)))
+    if op == "gelu_tanh":
+        inner = _imm(_SQRT_2_OVER_PI, dtype) * (x + _imm(0.044715, dtype) * x * x * x)
+        return _imm(0.5, dtype) * x * (one + T.tanh(inner))
+    if op == "silu":
+        return x / (one + T.exp(-x))
+    if op == "sigmoid":
+        return one / (one + T.exp(-x))
+    if op == "exp":
+        return T.exp(x)
+    if op == "tanh":
+        return T.tanh(x)
+    if op == "neg":
+        return -x
+    if op == "sqrt":
+        return T.sqrt(x)
+    if op == "rsqrt":
+        return T.rsqrt(x)
+    if op == "abs":
+        return T.max(x, -x)  # T.abs lowers to tirx.fabs, which the C codegen cannot print
+    if op == "log":
+        return T.log(x)
+    if op == "cast":
+        return round_to(x, cast_to, dtype)
+    raise ValueError(f"unknown unary op {op!r}")
+
+
+def binary(op: str, x, y):
+    if op == "add":
+        return x + y
+    if op == "sub":
+        return x - y
+    if op == "mul":
+        return x * y
+    if op == "div":
+        return x / y
+    if op == "max":
+        return T.max(x, y)
+    if op == "min":
+        return T.min(x, y)
+    if op == "pow":
+        return T.pow(x, y)
+    raise ValueError(f"unknown binary op {op!r}")
+
+
+def unravel(flat, shape: Sequence[int]) -> list:
+    """Coordinates of row-major index ``flat`` in the static ``shape`` (size-1 dims give 0)."""
+    total = math.prod(shape)
+    coords: list = []
+    stride = total
+    for dim in shape:
+        stride //= dim
+        if dim == 1:
+            coords.append(0)
+            continue
+        quotient = flat if stride == 1 else flat // stride
+        coords.append(quotient if stride * dim == total else quotient % dim)
+    return coords
+
+
+def broadcast_coords(coords: Sequence, in_shape: Sequence[int], out_shape: Sequence[int]) -> list:
+    """numpy broadcasting: the input coordinates that feed output ``coords``."""
+    lead = len(out_shape) - len(in_shape)
+    return [0 if size == 1 else coords[lead + i] for i, size in enumerate(in_shape)]
+
+
+def guard(cond, value, otherwise):
+    """``value`` where ``cond`` holds, else ``otherwise`` (``value`` is not read outside ``cond``)."""
+    if cond is True:
+        return value
+    return T.if_then_else(cond, value, otherwise)
+
+
+def all_of(*conds):
+    """Conjunction that drops statically-true terms (returns True when none is left)."""
+    live = [c for c in conds if c is not True]
+    if not live:
+        return True
+    from tvm import tirx
+
+    return tirx.all(*live)
+
+
+def lowest(dtype: str):
+    """-inf in ``dtype`` (the identity of max)."""
+    return -T.infinity(dtype)

@@ -1,0 +1,80 @@
+"""Element-wise tile programs: ``out = expr(inputs...)`` with numpy broadcasting.
+
+The output is viewed as ``[rows, cols]`` (cols = the last dimension, rows = the rest flattened);
+each block owns a ``block_m x block_n`` tile. Output coordinates are unravelled from the row index
+and each input reads the coordinates broadcasting maps them to, so inputs keep their own shapes.
+
+GPU: a ``T.Parallel`` tile loop with an ``if`` that masks rows/columns past the edge (no shared
+memory: each element is read once). CPU: serial loops clamped to the edge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+
+from .common import binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
+from .spec import Binary, Const, ElementwiseSpec, Input, TileSchedule, Unary
+
+
+def evaluate(expr, values: dict, dtype: str):
+    """The PrimExpr of ``expr`` given each input's (already cast) value."""
+    if isinstance(expr, Input):
+        return values[expr.name]
+    if isinstance(expr, Const):
+        return const(expr.value, dtype)
+    if isinstance(expr, Unary):
+        return unary(expr.op, evaluate(expr.x, values, dtype), dtype, cast_to=expr.dtype)
+    if isinstance(expr, Binary):
+        return binary(expr.op, evaluate(expr.x, values, dtype), evaluate(expr.y, values, dtype))
+    raise TypeError(f"not an expression node: {expr!r}")
+
+
+def element_value(spec: ElementwiseSpec, inputs: list, row, col):
+    """``expr`` at output element (row, col) of the [rows, cols] view, cast to ``dtype_out``."""
+    coords = [*unravel(row, spec.shape[:-1]), col]
+    values = {}
+    for arg, buf in zip(spec.operands, inputs[: len(spec.operands)], strict=True):
+        index = broadcast_coords(coords, arg.shape, spec.shape)
+        values[arg.name] = to_compute(buf[tuple(index)], spec.dtype_compute)
+    return T.cast(evaluate(spec.expr, values, spec.dtype_compute), spec.dtype_out)
+
+
+def _out_index(spec: ElementwiseSpec, row, col) -> tuple:
+    return (*unravel(row, spec.shape[:-1]), col)
+
+
+def elementwise_program(spec: ElementwiseSpec, schedule: TileSchedule, target_kind: str):
+    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
+    rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
+    block_m = min(schedule.block_m, rows)
+    block_n = schedule.block_n
+    n_inputs = len(spec.operands)
+    params = spec.params()
+
+    if target_kind == "c":
+
+        @T.prim_func
+        def main():
+            io = declare_params(params)
+            with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m)) as (bx, by):
+                for i in T.serial(T.min(block_m, rows - by * block_m)):
+                    for j in T.serial(T.min(block_n, cols - bx * block_n)):
+                        io.buffers[n_inputs][_out_index(spec, by * block_m + i, bx * block_n + j)] = element_value(
+                            spec, io.buffers, by * block_m + i, bx * block_n + j
+                        )
+
+        return main
+
+    @T.prim_func
+    def main():  # noqa: F811
+        io = declare_params(params)
+        with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m), threads=schedule.threads) as (bx, by):
+            for i, j in T.Parallel(block_m, block_n):
+                if by * block_m + i < rows and bx * block_n + j < cols:
+                    io.buffers[n_inputs][_out_index(spec, by * block_m + i, bx * block_n + j)] = element_value(
+                        spec, io.buffers, by * block_m + i, bx * block_n + j
+                    )
+
+    return main

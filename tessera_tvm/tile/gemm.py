@@ -1,0 +1,148 @@
+"""GEMM tile programs: ``out = epilogue(A @ B)``, batched, transposed operands, masked edges.
+
+GPU (cuda/hip): one ``block_m x block_n`` output tile per block, A/B tiles in shared memory, a
+pipelined K loop of ``T.gemm`` into an fp32 fragment, the epilogue applied on the fragment, one
+``T.copy`` out. TileLang's copies zero-fill reads past the matrix edge and predicate the store, and
+the epilogue masks its own operand reads, so M, N, K need not be multiples of the block.
+
+CPU (c): a local fp32 accumulator per tile and serial loops whose extents are clamped to the
+matrix edge (``min(block, M - row0)``), so no element outside the matrices is read or written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+
+from .common import all_of, broadcast_coords, declare_params, guard, round_to, to_compute, unary, unravel
+from .spec import GemmSpec, TileSchedule
+
+
+def gemm_program(spec: GemmSpec, schedule: TileSchedule, target_kind: str):
+    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
+    if target_kind == "c":
+        return _gemm_cpu(spec, schedule)
+    return _gemm_gpu(spec, schedule)
+
+
+def _batch_coords(spec: GemmSpec, bz):
+    """(A, B, out) batch coordinates of flat batch index ``bz`` (numpy broadcasting)."""
+    out = unravel(bz, spec.batch) if spec.batch else []
+    return (broadcast_coords(out, spec.batch_a, spec.batch), broadcast_coords(out, spec.batch_b, spec.batch), out)
+
+
+def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, masked: bool = True):
+    """The epilogue steps on accumulator value ``acc`` of output element (row, col).
+
+    With ``masked`` the operand reads are guarded by the matrix bounds (GPU tiles cover the edge).
+    """
+    compute = spec.dtype_acc
+    zero = T.cast(0, compute)
+    value = acc
+    for op in spec.epilogue:
+        if op.kind == "bias":
+            bias = to_compute(operands[op.operand][col], compute)
+            value = value + (guard(col < spec.N, bias, zero) if masked else bias)
+        elif op.kind == "residual":
+            res = to_compute(operands[op.operand][(*out_coords, row, col)], compute)
+            value = value + (guard(all_of(row < spec.M, col < spec.N), res, zero) if masked else res)
+        elif op.kind == "scale":
+            value = value * T.cast(op.value, compute)
+        elif op.kind == "add_scalar":
+            value = value + T.cast(op.value, compute)
+        elif op.kind == "cast":
+            value = round_to(value, op.dtype, compute)
+        else:
+            value = unary(op.kind, value, compute)
+    return value
+
+
+def _declare(spec: GemmSpec):
+    """The parameters as ``io.a``, ``io.b``, ``io.out`` and ``io.operands`` (epilogue operand name -> buffer)."""
+    io = declare_params(spec.params(), ("a", "b"))
+    io.out = io.buffers[-1]
+    io.operands = {arg.name: buf for arg, buf in zip(spec.epilogue_operands(), io.buffers[2:-1], strict=True)}
+    return io
+
+
+def _gemm_gpu(spec: GemmSpec, s: TileSchedule):
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    a_tile = (block_k, block_m) if spec.transpose_a else (block_m, block_k)
+    b_tile = (block_n, block_k) if spec.transpose_b else (block_k, block_n)
+    n_batch = math.prod(spec.batch)
+
+    @T.prim_func
+    def main():
+        io = _declare(spec)
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch, threads=s.threads) as (bx, by, bz):
+            A_s = T.alloc_shared(a_tile, spec.dtype_a)
+            B_s = T.alloc_shared(b_tile, spec.dtype_b)
+            acc = T.alloc_fragment((block_m, block_n), spec.dtype_acc)
+            if s.rasterize > 0:
+                T.use_swizzle(s.rasterize)
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=s.stages):
+                if spec.transpose_a:
+                    T.copy(io.a[(*a_batch, k * block_k, by * block_m)], A_s)
+                else:
+                    T.copy(io.a[(*a_batch, by * block_m, k * block_k)], A_s)
+                if spec.transpose_b:
+                    T.copy(io.b[(*b_batch, bx * block_n, k * block_k)], B_s)
+                else:
+                    T.copy(io.b[(*b_batch, k * block_k, bx * block_n)], B_s)
+                T.gemm(A_s, B_s, acc, transpose_A=spec.transpose_a, transpose_B=spec.transpose_b)
+            if len(spec.epilogue) > 0:
+                for i, j in T.Parallel(block_m, block_n):
+                    acc[i, j] = apply_epilogue(
+                        spec, acc[i, j], by * block_m + i, bx * block_n + j, out_batch, io.operands
+                    )
+            T.copy(acc, io.out[(*out_batch, by * block_m, bx * block_n)])
+
+    return main
+
+
+def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    n_batch = math.prod(spec.batch)
+    compute = spec.dtype_acc
+
+    def load_a(a, batch, row, kk):
+        index = (*batch, kk, row) if spec.transpose_a else (*batch, row, kk)
+        return to_compute(a[index], compute)
+
+    def load_b(b, batch, kk, col):
+        index = (*batch, col, kk) if spec.transpose_b else (*batch, kk, col)
+        return to_compute(b[index], compute)
+
+    @T.prim_func
+    def main():
+        io = _declare(spec)
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
+            acc = T.alloc_local((block_m, block_n), compute)
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            rows = T.min(block_m, M - by * block_m)
+            cols = T.min(block_n, N - bx * block_n)
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(K, block_k)):
+                for i in T.serial(rows):
+                    for kk in T.serial(T.min(block_k, K - k * block_k)):
+                        # A's element is loaded inline (g++ hoists it): a let-bound bf16 load escapes
+                        # tirx.BF16StorageLegalize and would be read as an integer.
+                        for j in T.serial(cols):
+                            acc[i, j] += load_a(io.a, a_batch, by * block_m + i, k * block_k + kk) * load_b(
+                                io.b, b_batch, k * block_k + kk, bx * block_n + j
+                            )
+            for i in T.serial(rows):
+                for j in T.serial(cols):
+                    io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(
+                        apply_epilogue(
+                            spec, acc[i, j], by * block_m + i, bx * block_n + j, out_batch, io.operands, masked=False
+                        ),
+                        spec.dtype_out,
+                    )
+
+    return main

@@ -1,0 +1,326 @@
+"""Row-reduction tile programs: reductions (sum/max/mean), softmax, layer_norm and rms_norm.
+
+Every kernel views its input as ``[outer, R, inner]`` around the reduced axes: a *row* is one
+(outer, inner) pair and has ``R`` elements. A block owns ``block_m`` rows and walks each row in
+steps of ``block_n`` elements; statistics accumulate in fp32.
+
+GPU: a ``block_m x block_n`` fp32 fragment holds per-lane partial results across the steps, then
+``T.reduce_sum`` / ``T.reduce_max`` combine the lanes. Reads past the row end or past the last row
+are masked with the operation's identity (0 for sums, -inf for max), writes by an ``if``.
+Softmax keeps a per-lane running max and rescaled sum (online softmax), so it reads its input
+twice; layer_norm computes the mean, then the variance around it, then writes (three reads).
+
+CPU: serial loops over each row with local fp32 scalars, clamped to the edge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+
+from .common import all_of, declare_params, guard, lowest, to_compute, unravel
+from .spec import NormSpec, ReduceSpec, SoftmaxSpec, TileSchedule
+
+ACC = "float32"
+
+
+class RowView:
+    """Index arithmetic of the ``[outer, R, inner]`` view of a tensor reduced over ``axes``."""
+
+    def __init__(self, shape: tuple[int, ...], axes: tuple[int, ...]):
+        first, last = axes[0], axes[-1]
+        self.shape = shape
+        self.outer_dims = shape[:first]
+        self.reduced_dims = shape[first : last + 1]
+        self.inner_dims = shape[last + 1 :]
+        self.inner = math.prod(self.inner_dims)
+        self.length = math.prod(self.reduced_dims)
+        self.rows = math.prod(self.outer_dims) * self.inner
+
+    def _split(self, row):
+        if self.inner == 1:
+            return row, 0
+        return row // self.inner, row % self.inner
+
+    def index(self, row, r) -> tuple:
+        """Input coordinates of element ``r`` of row ``row``."""
+        outer, inner = self._split(row)
+        return (*unravel(outer, self.outer_dims), *unravel(r, self.reduced_dims), *unravel(inner, self.inner_dims))
+
+    def reduced_index(self, row, keepdims: bool) -> tuple:
+        """Output coordinates of row ``row`` once the axes are reduced."""
+        outer, inner = self._split(row)
+        kept = [0] * len(self.reduced_dims) if keepdims else []
+        index = (*unravel(outer, self.outer_dims), *kept, *unravel(inner, self.inner_dims))
+        return index or (0,)
+
+    def load(self, buf, row, r):
+        return to_compute(buf[self.index(row, r)], ACC)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+
+def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
+    """sum / max / mean over consecutive axes."""
+    view = RowView(spec.shape, spec.axis)
+    rows, length = view.rows, view.length
+    block_m = min(schedule.block_m, rows)
+    block_n = schedule.block_n
+    is_max = spec.kind == "max"
+    params = spec.params()
+
+    def identity():
+        return lowest(ACC) if is_max else T.cast(0, ACC)
+
+    def combine(acc, value):
+        return T.max(acc, value) if is_max else acc + value
+
+    def finish(total):
+        return total / T.cast(length, ACC) if spec.kind == "mean" else total
+
+    if target_kind == "c":
+
+        @T.prim_func
+        def main():
+            io = declare_params(params, ("x", "out"))
+            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+                acc = T.alloc_local((block_m,), ACC)
+                for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                    acc[i] = identity()
+                    for r in T.serial(length):
+                        acc[i] = combine(acc[i], view.load(io.x, bx * block_m + i, r))
+                    io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(acc[i]), spec.dtype_out)
+
+        return main
+
+    @T.prim_func
+    def main():  # noqa: F811
+        io = declare_params(params, ("x", "out"))
+        with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
+            lanes = T.alloc_fragment((block_m, block_n), ACC)
+            total = T.alloc_fragment((block_m,), ACC)
+            T.fill(lanes, identity())
+            for step in T.serial(T.ceildiv(length, block_n)):
+                for i, j in T.Parallel(block_m, block_n):
+                    lanes[i, j] = combine(
+                        lanes[i, j],
+                        guard(
+                            all_of(bx * block_m + i < rows, step * block_n + j < length),
+                            view.load(io.x, bx * block_m + i, step * block_n + j),
+                            identity(),
+                        ),
+                    )
+            if is_max:
+                T.reduce_max(lanes, total, dim=1)
+            else:
+                T.reduce_sum(lanes, total, dim=1)
+            for i in T.Parallel(block_m):
+                if bx * block_m + i < rows:
+                    io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(
+                        finish(total[i]), spec.dtype_out
+                    )
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+# ---------------------------------------------------------------------------------------------
+
+
+def _rescaled(total, old_max, new_max, value):
+    """Online softmax: ``total * exp(old_max - new_max) + exp(value - new_max)``, 0 while all are -inf."""
+    return T.if_then_else(
+        new_max == lowest(ACC), T.cast(0, ACC), total * T.exp(old_max - new_max) + T.exp(value - new_max)
+    )
+
+
+def softmax_program(spec: SoftmaxSpec, schedule: TileSchedule, target_kind: str):
+    """Numerically stable softmax along ``spec.axis``."""
+    view = RowView(spec.shape, (spec.axis,))
+    rows, length = view.rows, view.length
+    block_m = min(schedule.block_m, rows)
+    block_n = schedule.block_n
+    params = spec.params()
+
+    if target_kind == "c":
+
+        @T.prim_func
+        def main():
+            io = declare_params(params, ("x", "out"))
+            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+                row_max = T.alloc_local((block_m,), ACC)
+                row_sum = T.alloc_local((block_m,), ACC)
+                for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                    row_max[i] = lowest(ACC)
+                    for r in T.serial(length):
+                        row_max[i] = T.max(row_max[i], view.load(io.x, bx * block_m + i, r))
+                    row_sum[i] = T.cast(0, ACC)
+                    for r in T.serial(length):
+                        row_sum[i] += T.exp(view.load(io.x, bx * block_m + i, r) - row_max[i])
+                    for r in T.serial(length):
+                        io.out[view.index(bx * block_m + i, r)] = T.cast(
+                            T.exp(view.load(io.x, bx * block_m + i, r) - row_max[i]) / row_sum[i], spec.dtype_out
+                        )
+
+        return main
+
+    @T.prim_func
+    def main():  # noqa: F811
+        io = declare_params(params, ("x", "out"))
+        with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
+            lane_max = T.alloc_fragment((block_m, block_n), ACC)
+            lane_sum = T.alloc_fragment((block_m, block_n), ACC)
+            row_max = T.alloc_fragment((block_m,), ACC)
+            row_sum = T.alloc_fragment((block_m,), ACC)
+            T.fill(lane_max, lowest(ACC))
+            T.fill(lane_sum, 0)
+            for step in T.serial(T.ceildiv(length, block_n)):
+                for i, j in T.Parallel(block_m, block_n):
+                    value = guard(
+                        all_of(bx * block_m + i < rows, step * block_n + j < length),
+                        view.load(io.x, bx * block_m + i, step * block_n + j),
+                        lowest(ACC),
+                    )
+                    lane_sum[i, j] = _rescaled(lane_sum[i, j], lane_max[i, j], T.max(lane_max[i, j], value), value)
+                    lane_max[i, j] = T.max(lane_max[i, j], value)
+            T.reduce_max(lane_max, row_max, dim=1)
+            for i, j in T.Parallel(block_m, block_n):
+                lane_sum[i, j] = T.if_then_else(
+                    lane_max[i, j] == lowest(ACC), T.cast(0, ACC), lane_sum[i, j] * T.exp(lane_max[i, j] - row_max[i])
+                )
+            T.reduce_sum(lane_sum, row_sum, dim=1)
+            for step in T.serial(T.ceildiv(length, block_n)):
+                # Staged through a (block_m, block_n) fragment so the loop gets its thread layout.
+                for i, j in T.Parallel(block_m, block_n):
+                    lane_sum[i, j] = (
+                        T.exp(
+                            guard(
+                                all_of(bx * block_m + i < rows, step * block_n + j < length),
+                                view.load(io.x, bx * block_m + i, step * block_n + j),
+                                lowest(ACC),
+                            )
+                            - row_max[i]
+                        )
+                        / row_sum[i]
+                    )
+                    if bx * block_m + i < rows and step * block_n + j < length:
+                        io.out[view.index(bx * block_m + i, step * block_n + j)] = T.cast(
+                            lane_sum[i, j], spec.dtype_out
+                        )
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms
+# ---------------------------------------------------------------------------------------------
+
+
+def _normalized(spec: NormSpec, value, mean, inv_std, weight, bias, col):
+    """``(value - mean) * inv_std * weight[col] + bias[col]`` as the spec asks, cast to dtype_out."""
+    y = (value - mean) * inv_std if spec.kind == "layer_norm" else value * inv_std
+    if spec.has_weight:
+        y = y * to_compute(weight[col], ACC)
+    if spec.has_bias:
+        y = y + to_compute(bias[col], ACC)
+    return T.cast(y, spec.dtype_out)
+
+
+def _declare_norm(spec: NormSpec):
+    """The parameters as ``io.x``, ``io.weight``, ``io.bias`` (None when absent) and ``io.out``."""
+    io = declare_params(spec.params(), ("x",))
+    rest = io.buffers[1:-1]
+    io.weight = rest[0] if spec.has_weight else None
+    io.bias = rest[-1] if spec.has_bias else None
+    io.out = io.buffers[-1]
+    return io
+
+
+def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
+    """layer_norm / rms_norm over the last axis."""
+    view = RowView(spec.shape, (len(spec.shape) - 1,))
+    rows, length = view.rows, view.length
+    block_m = min(schedule.block_m, rows)
+    block_n = schedule.block_n
+    centered = spec.kind == "layer_norm"
+    eps = float(spec.eps)
+    inv_length = 1.0 / length
+
+    if target_kind == "c":
+
+        @T.prim_func
+        def main():
+            io = _declare_norm(spec)
+            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+                mean = T.alloc_local((block_m,), ACC)
+                inv_std = T.alloc_local((block_m,), ACC)
+                for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                    mean[i] = T.cast(0, ACC)
+                    if centered:
+                        for r in T.serial(length):
+                            mean[i] += view.load(io.x, bx * block_m + i, r)
+                        mean[i] = mean[i] * inv_length
+                    inv_std[i] = T.cast(0, ACC)
+                    for r in T.serial(length):
+                        inv_std[i] += (view.load(io.x, bx * block_m + i, r) - mean[i]) * (
+                            view.load(io.x, bx * block_m + i, r) - mean[i]
+                        )
+                    inv_std[i] = T.rsqrt(inv_std[i] * inv_length + eps)
+                    for r in T.serial(length):
+                        io.out[view.index(bx * block_m + i, r)] = _normalized(
+                            spec, view.load(io.x, bx * block_m + i, r), mean[i], inv_std[i], io.weight, io.bias, r
+                        )
+
+        return main
+
+    @T.prim_func
+    def main():  # noqa: F811
+        io = _declare_norm(spec)
+        with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
+            lanes = T.alloc_fragment((block_m, block_n), ACC)
+            mean = T.alloc_fragment((block_m,), ACC)
+            inv_std = T.alloc_fragment((block_m,), ACC)
+            T.fill(mean, 0)
+            if centered:
+                T.fill(lanes, 0)
+                for step in T.serial(T.ceildiv(length, block_n)):
+                    for i, j in T.Parallel(block_m, block_n):
+                        lanes[i, j] += guard(
+                            all_of(bx * block_m + i < rows, step * block_n + j < length),
+                            view.load(io.x, bx * block_m + i, step * block_n + j),
+                            T.cast(0, ACC),
+                        )
+                T.reduce_sum(lanes, mean, dim=1)
+                for i in T.Parallel(block_m):
+                    mean[i] = mean[i] * inv_length
+            T.fill(lanes, 0)
+            for step in T.serial(T.ceildiv(length, block_n)):
+                for i, j in T.Parallel(block_m, block_n):
+                    lanes[i, j] += guard(
+                        all_of(bx * block_m + i < rows, step * block_n + j < length),
+                        (view.load(io.x, bx * block_m + i, step * block_n + j) - mean[i])
+                        * (view.load(io.x, bx * block_m + i, step * block_n + j) - mean[i]),
+                        T.cast(0, ACC),
+                    )
+            T.reduce_sum(lanes, inv_std, dim=1)
+            for i in T.Parallel(block_m):
+                inv_std[i] = T.rsqrt(inv_std[i] * inv_length + eps)
+            for step in T.serial(T.ceildiv(length, block_n)):
+                # Staged through a (block_m, block_n) fragment so the loop gets its thread layout.
+                for i, j in T.Parallel(block_m, block_n):
+                    lanes[i, j] = guard(
+                        all_of(bx * block_m + i < rows, step * block_n + j < length),
+                        view.load(io.x, bx * block_m + i, step * block_n + j),
+                        T.cast(0, ACC),
+                    )
+                    if bx * block_m + i < rows and step * block_n + j < length:
+                        io.out[view.index(bx * block_m + i, step * block_n + j)] = _normalized(
+                            spec, lanes[i, j], mean[i], inv_std[i], io.weight, io.bias, step * block_n + j
+                        )
+
+    return main

@@ -1,0 +1,175 @@
+"""Schedule IR: defaults from the target config, readable text, JSON, overrides and their rejection."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import tessera as ts
+from tessera import Tensor, ops
+from tessera.schedule import Schedule
+
+SHAPES = {"M": 4096, "N": 4096, "K": 4096}
+
+
+@ts.kernel
+def linear(
+    A: Tensor["M", "K", ts.f16], W: Tensor["K", "N", ts.f16], b: Tensor["N", ts.f16]
+) -> Tensor["M", "N", ts.f16]:
+    return ops.gelu(ops.matmul(A, W) + b)
+
+
+def schedule_of(target, schedule=None, kernel=linear, shapes=SHAPES) -> Schedule:
+    return ts.compile(kernel, target=target, shapes=shapes, schedule=schedule, build=False).schedules[0]
+
+
+def test_defaults_come_from_the_config():
+    s = schedule_of("ampere")
+    assert (s.block_m, s.block_n, s.block_k, s.stages, s.threads) == (128, 128, 32, 3, 128)
+    assert s.mma == (16, 8, 16) and not s.warp_specialized
+    h = schedule_of("hopper")
+    assert (h.block_m, h.block_n, h.block_k, h.stages) == (128, 128, 64, 3) and h.warp_specialized
+    assert h.smem_bytes == 3 * (128 * 64 + 64 * 128) * 2
+    assert h.grid == (32, 32, 1)
+
+
+def test_text_has_one_line_per_aspect():
+    text = schedule_of("hopper").text()
+    lines = text.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "sched.kernel",
+        "sched.tile",
+        "sched.pipeline",
+        "sched.memory",
+        "sched.swizzle",
+        "sched.epilogue",
+        "sched.launch",
+    ]
+    assert "block_m=128 block_n=128 block_k=64  mma=64x256x16" in text
+    assert "A: global -> shared (128x64 f16 x3, TMA)" in text
+    assert "sched.epilogue  acc f32 -> cast f16 -> bias b -> gelu_erf -> store f16" in text
+    assert "grid=[32, 32, 1] threads=256 (128 compute + 128 TMA producer) smem=98304 B" in text
+
+
+def test_cpu_schedule_text():
+    text = schedule_of("cpu", shapes={"M": 100, "N": 70, "K": 33}).text()
+    assert "stages=1 threads=1 (CPU: blocks run as serial loops)" in text
+    assert "acc: local (64x64 f32)" in text and "local=16384 B" in text
+
+
+def test_json_round_trip():
+    s = schedule_of("rocm")
+    again = Schedule.from_json(s.to_json())
+    assert again == s and hash(again) == hash(s)
+    with pytest.raises(ts.ScheduleError, match=r"Schedule JSON: unknown keys \['colour'\], missing keys \[\]"):
+        Schedule.from_json({**s.as_dict(), "colour": 1})
+
+
+def test_override_for_every_kernel_and_by_name():
+    s = schedule_of("ampere", {"block_m": 64, "stages": 2})
+    assert (s.block_m, s.stages) == (64, 2)
+    s = schedule_of("ampere", {"block_m": 64, "fused_matmul_cast_add_gelu": {"block_n": 64, "swizzle": 8}})
+    assert (s.block_m, s.block_n, s.swizzle) == (64, 64, 8)
+    assert "sched.swizzle   rasterize=8" in s.text()
+
+
+def test_override_reaches_the_tile_program_and_metadata():
+    k = ts.compile(
+        linear, target="ampere", shapes=SHAPES, schedule={"block_m": 64, "block_n": 64, "stages": 2}, build=False
+    )
+    assert k.metadata[0]["launch"]["grid"] == [64, 64, 1]
+    assert k.metadata[0]["tile"]["stages"] == 2
+
+
+def test_decorator_form():
+    @ts.schedule(block_n=64)
+    @ts.kernel
+    def narrow(A: Tensor["M", "K", ts.f16], W: Tensor["K", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
+        return ops.matmul(A, W)
+
+    assert schedule_of("ampere", kernel=narrow).block_n == 64
+    # ts.compile's schedule= wins over the decorator's.
+    assert schedule_of("ampere", {"block_n": 128}, kernel=narrow).block_n == 128
+
+    @ts.kernel(schedule={"stages": 2})
+    def staged(A: Tensor["M", "K", ts.f16], W: Tensor["K", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
+        return ops.matmul(A, W)
+
+    assert schedule_of("hopper", kernel=staged).stages == 2
+
+
+@pytest.mark.parametrize(
+    "target, override, message",
+    [
+        (
+            "hopper",
+            {"block_m": 256, "block_n": 256, "block_k": 128, "stages": 4},
+            "schedule for kernel fused_matmul_cast_add_gelu on hopper with override {'block_m': 256, 'block_n': 256, "
+            "'block_k': 128, 'stages': 4} cannot be held: it needs 524288 bytes of shared memory but target 'hopper' "
+            "allows at most 232448; lower stages or block_m/block_n/block_k; rejected before lowering",
+        ),
+        (
+            "hopper",
+            {"block_m": 96},
+            "schedule for kernel fused_matmul_cast_add_gelu on hopper: block_m=96 is not a multiple of the MMA's M=64 "
+            "(schedule.mma is 64x256x16); rejected before lowering",
+        ),
+        (
+            "ampere",
+            {"block_n": 132},
+            "block_n=132 is not a multiple of 8 (the MMA's N) (schedule.mma is 16x8x16); rejected before lowering",
+        ),
+        ("rocm", {"block_k": 36}, "block_k=36 is not a multiple of the MMA's K=8 (schedule.mma is 32x32x8)"),
+        (
+            "hopper",
+            {"threads": 2048},
+            "cannot be held: it needs 2048 threads per block but target 'hopper' allows at most 1024; lower "
+            "schedule.threads; rejected before lowering",
+        ),
+        (
+            "cpu",
+            {"block_m": 1024, "block_n": 1024},
+            "cannot be held: it needs 4194304 bytes of local arrays but target 'cpu' allows at most 1048576",
+        ),
+        (
+            "hopper",
+            {"blok_m": 64},
+            "kernel linear: schedule key 'blok_m' is neither a schedule field nor a fused kernel (did you mean "
+            "'block_m'?); fields: block_m, block_n, block_k, stages, threads, swizzle; kernels: fused_matmul_cast_add_gelu",
+        ),
+        (
+            "hopper",
+            {"fused_matmul_cast_add_gelu": {"stages": 0}},
+            "kernel linear: schedule field stages of kernel fused_matmul_cast_add_gelu is 0; expected a positive int",
+        ),
+        (
+            "hopper",
+            {"fused_matmul_cast_add_gelu": {"colour": 1}},
+            "kernel linear: schedule['fused_matmul_cast_add_gelu'] has unknown field 'colour'",
+        ),
+    ],
+)
+def test_overrides_the_target_cannot_hold_are_rejected_before_lowering(monkeypatch, target, override, message):
+    import tessera_tvm
+
+    def must_not_lower(*args, **kwargs):
+        raise AssertionError("lowered a rejected schedule")
+
+    monkeypatch.setattr(tessera_tvm, "lower", must_not_lower)
+    with pytest.raises(ts.ScheduleError, match=re.escape(message)):
+        ts.compile(linear, target=target, shapes=SHAPES, schedule=override)
+
+
+def test_schedule_per_fused_kernel():
+    @ts.kernel
+    def mlp_in(
+        x: Tensor["M", "K", ts.f16], g: Tensor["K", ts.f16], w: Tensor["K", "N", ts.f16]
+    ) -> Tensor["M", "N", ts.f16]:
+        return ops.gelu(ops.matmul(ops.layer_norm(x, g), w))
+
+    k = ts.compile(mlp_in, target="hopper", shapes=SHAPES, build=False)
+    norm, gemm = k.schedules
+    assert (norm.family, norm.kernel, gemm.family) == ("norm", "layer_norm", "gemm")
+    assert norm.epilogue == ("layer_norm", "* g", "store f16")
+    assert k.inspect_ir("sched").count("sched.kernel") == 2

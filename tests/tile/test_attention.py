@@ -1,0 +1,107 @@
+"""Flash-attention tile programs: CPU numerics (causal, GQA, edges), GPU artifacts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera_tvm
+from tessera_tvm.tile import AttentionSpec, TileSchedule, build_tile_program, validate_schedule
+
+from .conftest import as64, assert_close, random_inputs, run_cpu
+
+
+def reference(spec: AttentionSpec, arrays):
+    q, k, v = (as64(arrays[n]) for n in ("Q", "K", "V"))
+    k = np.repeat(k, spec.groups, axis=1)  # query head h reads kv head h // groups
+    v = np.repeat(v, spec.groups, axis=1)
+    scores = q @ np.swapaxes(k, -1, -2) * spec.scale
+    if spec.causal:
+        i = np.arange(spec.S_q)[:, None]
+        j = np.arange(spec.S_kv)[None, :]
+        scores = np.where(j <= i + spec.causal_offset, scores, -np.inf)
+    row_max = scores.max(-1, keepdims=True)
+    row_max = np.where(np.isinf(row_max), 0, row_max)  # rows that see no key
+    p = np.exp(scores - row_max)
+    total = p.sum(-1, keepdims=True)
+    return np.where(total == 0, 0, (p @ v) / np.where(total == 0, 1, total))
+
+
+# Small blocks: several query blocks and key blocks, partial ones at both edges.
+SMALL = TileSchedule(block_m=16, block_n=16)
+
+CASES = [
+    # GQA (2 query heads per kv head), S_q != S_kv, neither a multiple of the block, not causal.
+    (dict(B=2, H=4, H_kv=2, S_q=37, S_kv=53, D=16, causal=False), "float32"),
+    # Causal multi-query attention (one kv head), fp16.
+    (dict(B=1, H=3, H_kv=1, S_q=70, S_kv=70, D=8, causal=True), "float16"),
+    # Causal aligned bottom-right with S_q > S_kv: the first queries see no key (zero rows).
+    (dict(B=1, H=2, H_kv=2, S_q=40, S_kv=13, D=8, causal=True, causal_align="bottom_right"), "bfloat16"),
+    # Causal top-left with S_q < S_kv and a user scale.
+    (dict(B=1, H=2, H_kv=1, S_q=19, S_kv=45, D=12, causal=True, scale=0.3), "float32"),
+    # One query, one key, one channel.
+    (dict(B=1, H=1, H_kv=1, S_q=1, S_kv=1, D=1, causal=True), "float32"),
+]
+
+
+@pytest.mark.parametrize("args, dtype", CASES, ids=lambda v: str(v))
+def test_cpu_attention(args, dtype, cpu_config, tmp_path):
+    spec = AttentionSpec(**args, dtype_in=dtype)
+    arrays = random_inputs(spec)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=SMALL)["O"]
+    # The output is a convex combination of V rows: O(1) values, fp32 softmax statistics.
+    assert_close(out, reference(spec, arrays), dtype)
+
+
+def test_cpu_attention_default_schedule(cpu_config, tmp_path):
+    spec = AttentionSpec(1, 2, 1, 100, 77, 32, True, dtype_in="float16", dtype_out="float32")
+    arrays = random_inputs(spec, seed=1)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path)["O"]
+    assert_close(out, reference(spec, arrays), "float16")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU targets: artifacts
+# ---------------------------------------------------------------------------------------------
+
+INSTRUCTIONS = {"hopper": ("wgmma", "tma_load"), "ampere": ("mma_sync", "cp_async"), "rocm": ("mfma",)}
+GPU_CASES = {
+    "plain": AttentionSpec(2, 8, 8, 1000, 1000, 64, False, dtype_in="float16"),
+    "causal_gqa": AttentionSpec(2, 8, 2, 1000, 1000, 128, True, dtype_in="bfloat16"),
+}
+
+
+@pytest.mark.parametrize("target", sorted(INSTRUCTIONS))
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_gpu_attention_uses_the_targets_mma(case, target):
+    spec = GPU_CASES[case]
+    schedule = TileSchedule.from_config(target, spec)
+    validate_schedule(spec, schedule, target)
+    source = tessera_tvm.lower(build_tile_program(spec, schedule, target), target, build=False).source
+    for instruction in INSTRUCTIONS[target]:
+        assert instruction in source, f"{target}: {instruction} missing"
+    assert "exp2" in source  # online softmax in the log2 domain
+
+
+def test_gpu_attention_with_unaligned_lengths_lowers():
+    spec = AttentionSpec(1, 4, 2, 37, 53, 64, True, dtype_in="float16", causal_align="bottom_right")
+    for target in INSTRUCTIONS:
+        assert (
+            "attention_kernel" in tessera_tvm.lower(build_tile_program(spec, None, target), target, build=False).source
+        )
+
+
+@pytest.mark.nvcc
+def test_hopper_causal_gqa_attention_builds_with_nvcc(tmp_path):
+    spec = GPU_CASES["causal_gqa"]
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "hopper"), "hopper", out_dir=tmp_path)
+    assert lowered.artifacts["cubin"].stat().st_size > 0
+    assert "wgmma.mma_async" in lowered.artifacts["ptx"].read_text()
+
+
+@pytest.mark.parametrize("target", ["hopper", "ampere"])
+def test_gpu_float32_attention_stages_probabilities_in_shared_memory(target):
+    # tf32 MMA operands have another register layout than the fp32 accumulator P is computed in.
+    spec = AttentionSpec(1, 2, 2, 100, 100, 32, True, dtype_in="float32")
+    source = tessera_tvm.lower(build_tile_program(spec, None, target), target, build=False).source
+    assert "mma_sync" in source  # tf32 (Hopper too: wgmma tf32 needs a K-major V)
