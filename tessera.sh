@@ -28,7 +28,7 @@ case "${1:-}" in
     demo)
         shift
         setup
-        exec "$PY" examples/lower_all_targets.py "$@"
+        exec "$PY" examples/main_job.py "$@"
         ;;
     test)
         shift

@@ -42,3 +42,22 @@ def cpu_gemm(M=512, N=512, K=512, block_m=64, block_n=64, block_k=32, dtype="flo
             T.copy(C_l, C[by * block_m, bx * block_n])
 
     return gemm
+
+
+def tt_gemm(M=256, N=256, K=256, dtype="bfloat16", accum_dtype="float32"):
+    """Tenstorrent GEMM: one 32x32 output tile per block, the K loop in 32-wide steps."""
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, 32), T.ceildiv(M, 32)) as (bx, by):
+            A_s = T.alloc_shared((32, 32), dtype)
+            B_s = T.alloc_shared((32, 32), dtype)
+            C_l = T.alloc_fragment((32, 32), accum_dtype)
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, 32)):
+                T.copy(A[by * 32, k * 32], A_s)
+                T.copy(B[k * 32, bx * 32], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * 32, bx * 32])
+
+    return gemm

@@ -262,7 +262,7 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
         elif codegen["compiler"] == "g++":
             build_cpu(lowered, out_dir)
         else:
-            lowered.notes.append(f"{lowered.config.name}: codegen.compiler is none; the source is the artifact")
+            lowered.notes.append(f"{lowered.config.name}: no compiler runs for this target here; the generated sources are the artifacts")
     return lowered.artifacts
 
 

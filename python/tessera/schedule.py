@@ -260,13 +260,16 @@ def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
     return cdiv(rows, t.block_m), 1, 1
 
 
+def _has_tma(config) -> bool:
+    """The bulk tensor copy engine exists from sm_90 on (the tma_copy_annotation feature only marks copies)."""
+    arch = str(config.target_dict.get("arch", ""))
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    return bool(digits) and int(digits) >= 90
+
+
 def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple[str, str], ...]:
     """Where each operand lives while the kernel runs."""
-    copy = (
-        ("TMA" if dict(config.features).get("tma_copy_annotation") else "cp.async")
-        if config.target_kind == "cuda"
-        else "global loads"
-    )
+    copy = ("TMA" if _has_tma(config) else "cp.async") if config.target_kind == "cuda" else "global loads"
     out: list[tuple[str, str]] = []
     if isinstance(spec, GemmSpec):
         a, b = spec.inputs()[:2]

@@ -52,6 +52,12 @@ def test_text_has_one_line_per_aspect():
     assert "grid=[32, 32, 1] threads=256 (128 compute + 128 TMA producer) smem=98304 B" in text
 
 
+def test_ampere_copies_are_cp_async_not_tma():
+    # Ampere has no bulk tensor copy engine; the config's tma_copy_annotation only marks copies.
+    text = schedule_of("ampere").text()
+    assert "A: global -> shared (128x32 f16 x3, cp.async)" in text and "TMA" not in text
+
+
 def test_cpu_schedule_text():
     text = schedule_of("cpu", shapes={"M": 100, "N": 70, "K": 33}).text()
     assert "stages=1 threads=1 (CPU: blocks run as serial loops)" in text
