@@ -18,6 +18,7 @@ import yaml
 from tessera_tvm._tvm import tilelang, tvm  # noqa: F401  (TileLang's TVM first)
 from tessera_tvm.config import TargetConfig, load_config, parse_config
 from tessera_tvm.pipeline import LowerAndLegalize, OptimizeForTarget
+from tests.programs import gemm as programs
 
 FIRST_IN_LOWER_AND_LEGALIZE = ["tessera.RecordTileInfo"]
 LAST_IN_OPTIMIZE_FOR_TARGET = ["tessera.AnnotateKernelMetadata", "tessera.VerifyResources"]
@@ -61,21 +62,8 @@ def _lower(program: str, config: str, resource_limits: tuple):
 
 def matmul(M, N, K, block_m, block_n, block_k, dtype="float16", accum="float32", stages=3, threads=128):
     """C = A @ B with one shared-memory tile per operand and an fp32 fragment accumulator."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((block_m, block_k), dtype)
-            B_s = T.alloc_shared((block_k, block_n), dtype)
-            C_l = T.alloc_fragment((block_m, block_n), accum)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=stages):
-                T.copy(A[by * block_m, k * block_k], A_s)
-                T.copy(B[k * block_k, bx * block_n], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * block_m, bx * block_n])
-
-    return main
+    return programs.gemm(M, N, K, block_m, block_n, block_k, dtype=dtype, accum_dtype=accum, stages=stages,
+                         threads=threads)
 
 
 def matmul_cpu(M, N, K, block_m, block_n, block_k, dtype="float32", accum="float32"):
