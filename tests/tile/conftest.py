@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,10 @@ TOLERANCE = {
     "float16": 1e-2,  # half-ulp 4.9e-4 on O(1) values, with margin for exp/erf of rounded inputs
     "bfloat16": 2e-2,  # half-ulp 3.9e-3 on O(1) values, same margin
 }
+
+# erf without scipy (not a dependency): the same vectorised math.erf the ops' reference uses.
+erf = np.vectorize(math.erf, otypes=[np.float64])
+
 
 @pytest.fixture(scope="session")
 def cpu_config() -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.special import erf
 
 import tessera_tvm
 from tessera_tvm.tile import EpilogueOp, GemmSpec, TileSchedule, build_tile_program
+from tests.tile.conftest import erf
 
 from .conftest import as64, assert_close, random_inputs, run_cpu
 
