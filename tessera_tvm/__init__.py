@@ -21,3 +21,4 @@ from .errors import (  # noqa: F401
 from .lower import LoweredModule, lower  # noqa: F401
 from .pipeline import CodegenPrep, LowerAndLegalize, OptimizeForTarget, format_pass_list, pass_names  # noqa: F401
 from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401
+from .relax import partition_for_tessera  # noqa: F401  (registers the tessera.<config> TIR pipelines)

@@ -35,6 +35,7 @@ import numpy as np
 import tessera_tvm
 from tessera_tvm.graph import GraphIR, KernelBinding, kernel_spec
 from tessera_tvm.tile import ElementwiseSpec, GemmSpec, SpecError, build_tile_program
+from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
 from .errors import ArgumentError, KernelError, NotRunnableError, ScheduleError, ShapeError, user_location
 from .kernel import STAGES, Kernel
@@ -42,7 +43,9 @@ from .schedule import Schedule, choose_schedule, split_overrides
 
 __all__ = ["CompiledKernel", "DeviceKernel", "PassLogEntry", "compile"]
 
-_SOURCE_EXT = {"cuda": "cu", "hip": "hip.cpp", "c": "cpp"}
+_SOURCE_EXT = {"cuda": "cu", "hip": "hip.cpp", "c": "cpp", "tt": "tt.cpp"}
+#: Tenstorrent computes one 32x32 tile per block with a 32-wide K step (tessera_tvm/tile/tt.py).
+_TT_TILE = {"block_m": 32, "block_n": 32, "block_k": 32, "stages": 1, "threads": 1}
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,8 @@ class CompiledKernel:
     @property
     def source(self) -> str:
         devices = self._require_instance("source").devices
+        if self.config.codegen_dict["kind"] == "tt":  # the five artifacts of every device kernel
+            return "\n".join(_tt_text(dk) for dk in devices)
         if len(devices) == 1:
             return devices[0].lowered.source
         comment = "//"
@@ -271,6 +276,12 @@ class CompiledKernel:
     # Running -----------------------------------------------------------------------------------
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays (CPU configs); returns the result array(s)."""
+        if not self.runnable and self.config.codegen_dict["kind"] == "tt":
+            raise NotRunnableError(
+                f"{self.kernel.name} was compiled for {self.config.name} (Tenstorrent); its kernels do not run "
+                "in this process: the reader/compute/writer/host/plan files are the result (.artifacts; "
+                "tessera_tvm.target.tt.emulate.run_plan runs a plan). Compile with target='cpu' to run it here."
+            )
         if not self.runnable:
             raise NotRunnableError(
                 f"{self.kernel.name} was compiled for {self.config.name} ({self.config.target_kind}); GPU kernels "
@@ -289,6 +300,19 @@ _CACHE: dict[tuple, Instance] = {}
 def clear_cache() -> None:
     """Forget every compiled kernel (the in-memory cache)."""
     _CACHE.clear()
+
+
+#: The five Tenstorrent artifacts of a device kernel, as ``.artifacts`` names them.
+TT_ARTIFACTS = ("reader", "compute", "writer", "host", "plan")
+
+
+def _tt_text(dk: DeviceKernel) -> str:
+    """A Tenstorrent device kernel's five artifacts in one text, each under a banner."""
+    files = dk.lowered.artifacts
+    return "\n".join(
+        f"// ===== kernel {dk.name}: {files[key].name} ({key}) =====\n{Path(files[key]).read_text()}"
+        for key in TT_ARTIFACTS
+    )
 
 
 def _graph_log(name: str, graph: GraphIR) -> list[PassLogEntry]:
@@ -386,6 +410,7 @@ def _compile_instance(
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
     # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
     planned = []
+    tt = config.codegen_dict["kind"] == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
     for group in graph.groups:
         start = time.perf_counter()
         try:
@@ -395,7 +420,8 @@ def _compile_instance(
                 f"fused kernel {group.name} ({group.describe()}) has no tile kernel: {exc}",
                 location=(kernel.fn.__code__.co_filename, kernel.fn.__code__.co_firstlineno),
             ) from None
-        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, per_kernel[group.name])
+        wanted = {**_TT_TILE, **per_kernel[group.name]} if tt else per_kernel[group.name]
+        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, wanted)
         log.append(
             PassLogEntry(
                 "sched",
@@ -413,7 +439,9 @@ def _compile_instance(
         start = time.perf_counter()
         try:
             spec = cpu_storage(binding.spec) if config.codegen_dict["kind"] == "c" else binding.spec
-            tile = build_tile_program(spec, schedule.tile_schedule(), config.target_kind)
+            tile = build_tile_program(spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
+        except UnsupportedTTOperationError as exc:
+            raise UnsupportedTTOperationError(f"kernel {group.name} ({group.describe()}): {exc}") from None
         except SpecError as exc:
             raise ScheduleError(f"kernel {group.name} on {config.name}: {exc}") from None
         tile = tile.with_attr("global_symbol", group.name)
@@ -487,9 +515,17 @@ def write_dumps(instance: Instance, dump_dir: Path, stages: tuple[str, ...]) -> 
     if "target" in stages:
         ext = _SOURCE_EXT.get(instance.config.codegen_dict["kind"], "txt")
         written["target"] = dump_dir / f"target.{ext}"
-        written["target"].write_text(
-            "\n".join(f"// ---- kernel {dk.name} ----\n{dk.lowered.source}" for dk in instance.devices)
-        )
+        if instance.config.codegen_dict["kind"] == "tt":  # + the five files per kernel under target/<kernel>/
+            written["target"].write_text("\n".join(_tt_text(dk) for dk in instance.devices))
+            for dk in instance.devices:
+                (dump_dir / "target" / dk.name).mkdir(parents=True, exist_ok=True)
+                for key in TT_ARTIFACTS:
+                    src = Path(dk.lowered.artifacts[key])
+                    (dump_dir / "target" / dk.name / src.name).write_text(src.read_text())
+        else:
+            written["target"].write_text(
+                "\n".join(f"// ---- kernel {dk.name} ----\n{dk.lowered.source}" for dk in instance.devices)
+            )
     log = "\n".join(json.dumps(e.as_dict()) for e in instance.log) + "\n"
     (dump_dir / "pass_log.jsonl").write_text(log)
     return written

@@ -95,6 +95,7 @@ class Schedule:
     grid: tuple[int, int, int]
     smem_bytes: int
     local_bytes: int
+    device: str = "gpu"  # "gpu", "cpu" or "tenstorrent": how blocks execute (from the config's codegen)
 
     # Views ------------------------------------------------------------------------------------
     @property
@@ -116,7 +117,7 @@ class Schedule:
 
     def text(self) -> str:
         """The readable form: one ``sched.*`` line per aspect."""
-        gpu = self.mma is not None or self.smem_bytes > 0 or self.threads > 1
+        gpu = self.device == "gpu"
         tile = f"block_m={self.block_m} block_n={self.block_n}"
         if self.family == "gemm":
             tile += f" block_k={self.block_k}"
@@ -127,6 +128,8 @@ class Schedule:
         pipeline = f"stages={self.stages} threads={self.threads}" if staged else f"threads={self.threads}"
         if gpu:
             pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
+        elif self.device == "tenstorrent":
+            pipeline += " (Tenstorrent: each core loops over its 32x32 output tiles)"
         else:
             pipeline += " (CPU: blocks run as serial loops)"
         memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
@@ -373,6 +376,7 @@ def choose_schedule(
             f"schedule for kernel {kernel} on {config.name}{how} cannot be held: {detail}; rejected before lowering"
         ) from None
     gpu = config.target_kind != "c"
+    device = "tenstorrent" if config.codegen_dict["kind"] == "tt" else ("gpu" if gpu else "cpu")
     return Schedule(
         kernel=kernel,
         family=spec.family,
@@ -396,4 +400,5 @@ def choose_schedule(
         grid=_grid(spec, tile),
         smem_bytes=smem_bytes(spec, tile, config.target_kind),
         local_bytes=local_bytes(spec, tile, config.target_kind) if not gpu else 0,
+        device=device,
     )

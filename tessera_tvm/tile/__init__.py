@@ -41,22 +41,23 @@ from .spec import (  # noqa: F401
     validate_schedule,
 )
 
-_DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu"}
+_DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu", "tt": "tenstorrent"}
 
 
 def target_kind_of(target: Any) -> str:
-    """``cuda`` / ``hip`` / ``c`` from a target kind, a config name or a TargetConfig."""
-    if isinstance(target, str) and target in TARGET_KINDS:
+    """``cuda`` / ``hip`` / ``c`` / ``tt`` from a target kind, a config name or a TargetConfig."""
+    if isinstance(target, str) and (target in TARGET_KINDS or target == "tt"):
         return target
     from ..config import load_config
 
-    return load_config(target).target_kind
+    config = load_config(target)
+    return "tt" if config.codegen_dict["kind"] == "tt" else config.target_kind  # Tenstorrent: TVM kind c
 
 
 def build_tile_program(
     spec: KernelSpec, schedule: TileSchedule | None = None, target_kind: str = "c", *, name: str | None = None
 ):
-    """The TileLang PrimFunc computing ``spec`` on ``target_kind`` (``cuda``, ``hip`` or ``c``).
+    """The TileLang PrimFunc computing ``spec`` on ``target_kind`` (``cuda``, ``hip``, ``c`` or ``tt``).
 
     ``target_kind`` may also be a config name or TargetConfig (``"hopper"``, ``"cpu"``). Without a
     ``schedule`` the defaults of the target's config are used. The PrimFunc's parameters are
@@ -64,6 +65,11 @@ def build_tile_program(
     so the device kernel is ``gemm_kernel``).
     """
     kind = target_kind_of(target_kind)
+    if kind == "tt":  # Tenstorrent: 32x32 tiles, GEMM and element-wise only (tile/tt.py)
+        from .tt import TT_SCHEDULE, tt_program
+
+        func = tt_program(spec, TT_SCHEDULE if schedule is None else schedule, kind)
+        return func.with_attr("global_symbol", name or spec.family)
     if schedule is None:
         config = (
             target_kind if not (isinstance(target_kind, str) and target_kind in TARGET_KINDS) else _DEFAULT_CONFIG[kind]

@@ -1,0 +1,261 @@
+# ruff: noqa: F821, B023  (shape names in Tensor[...] are not Python names; lambdas run inside their loop)
+"""Tessera benchmark: CPU kernels and compile time against peers measured in the same run.
+
+    python bench/bench.py [--quick] [--out bench/RESULTS.md]
+
+Every figure is the median of several runs and is reported with a ratio against a peer measured in
+the same process (``ratio`` > 1: Tessera is faster). Writes a Markdown table to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import torch  # noqa: E402
+
+import tessera as ts  # noqa: E402
+from tessera import Tensor, ops  # noqa: E402
+
+ROWS: list[tuple[str, str, str, str, str]] = []  # section, case, tessera, peer, ratio
+
+
+def median_time(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def row(section, case, ours, peer, ratio):
+    ROWS.append((section, case, ours, peer, ratio))
+    print(f"{section:<10} {case:<44} {ours:>16} {peer:>26} {ratio:>8}", flush=True)
+
+
+def numpy_threads() -> int:
+    try:
+        from threadpoolctl import threadpool_info
+
+        return max(i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas")
+    except Exception:  # noqa: BLE001 - threadpoolctl is optional
+        return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------------------- kernels
+
+
+@ts.kernel
+def matmul(A: Tensor["M", "K", ts.f32], B: Tensor["K", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.matmul(A, B)
+
+
+@ts.kernel
+def softmax(x: Tensor["M", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.softmax(x, axis=-1)
+
+
+@ts.kernel
+def layer_norm(x: Tensor["M", "N", ts.f32], w: Tensor["N", ts.f32], b: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.layer_norm(x, w, b, eps=1e-5)
+
+
+@ts.kernel
+def attention(
+    Q: Tensor["B", "H", "S", "D", ts.f32], K: Tensor["B", "H", "S", "D", ts.f32], V: Tensor["B", "H", "S", "D", ts.f32]
+) -> Tensor["B", "H", "S", "D", ts.f32]:
+    return ops.flash_attention(Q, K, V, causal=False)
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def np_layer_norm(x, w, b):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-5) * w + b
+
+
+def np_attention(q, k, v):
+    s = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))
+    return np_softmax(s) @ v
+
+
+# ------------------------------------------------------------------------------------------- sections
+
+
+def bench_cpu(quick: bool) -> None:
+    rng = np.random.default_rng(0)
+    for n in (512, 1024, 2048):
+        reps = 3 if n == 2048 else (5 if quick else 9)
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        k = ts.compile(matmul, target="cpu", shapes={"M": n, "N": n, "K": n})
+        out = k(a, b)
+        err = float(np.abs(out - a @ b).max() / np.abs(a @ b).max())
+        flops = 2 * n**3
+        t = median_time(lambda: k(a, b), reps)
+        tn = median_time(lambda: a @ b, reps)
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        tt = median_time(lambda: torch.matmul(ta, tb), reps)
+        ours = f"{flops / t / 1e9:.1f} GFLOP/s"
+        row("cpu", f"gemm f32 {n}^3 vs numpy (rel err {err:.0e})", ours, f"{flops / tn / 1e9:.1f} GFLOP/s", f"{tn / t:.2f}x")
+        row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
+
+    x = rng.standard_normal((4096, 4096), dtype=np.float32)
+    w = rng.standard_normal(4096, dtype=np.float32)
+    bias = rng.standard_normal(4096, dtype=np.float32)
+    tx, tw, tbias = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
+    reps = 3 if quick else 5
+    k = ts.compile(softmax, target="cpu", shapes={"M": 4096, "N": 4096})
+    assert np.allclose(k(x), np_softmax(x), atol=1e-5)
+    t = median_time(lambda: k(x), reps)
+    tn = median_time(lambda: np_softmax(x), reps)
+    tt = median_time(lambda: torch.softmax(tx, dim=-1), reps)
+    row("cpu", "softmax f32 4096x4096 vs numpy", f"{t * 1e3:.1f} ms", f"{tn * 1e3:.1f} ms", f"{tn / t:.2f}x")
+    row("cpu", "softmax f32 4096x4096 vs torch", f"{t * 1e3:.1f} ms", f"{tt * 1e3:.1f} ms", f"{tt / t:.2f}x")
+    k = ts.compile(layer_norm, target="cpu", shapes={"M": 4096, "N": 4096})
+    assert np.allclose(k(x, w, bias), np_layer_norm(x, w, bias), atol=1e-3)
+    t = median_time(lambda: k(x, w, bias), reps)
+    tn = median_time(lambda: np_layer_norm(x, w, bias), reps)
+    tt = median_time(lambda: torch.nn.functional.layer_norm(tx, (4096,), tw, tbias, 1e-5), reps)
+    row("cpu", "layer_norm f32 4096x4096 vs numpy", f"{t * 1e3:.1f} ms", f"{tn * 1e3:.1f} ms", f"{tn / t:.2f}x")
+    row("cpu", "layer_norm f32 4096x4096 vs torch", f"{t * 1e3:.1f} ms", f"{tt * 1e3:.1f} ms", f"{tt / t:.2f}x")
+
+    for s in (1024, 2048):
+        shape = (1, 8, s, 64)
+        q, kk, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+        tq, tk, tv = (torch.from_numpy(t_) for t_ in (q, kk, v))
+        k = ts.compile(attention, target="cpu", shapes={"B": 1, "H": 8, "S": s, "D": 64})
+        err = float(np.abs(k(q, kk, v) - np_attention(q, kk, v)).max())
+        reps = 3
+        flops = 4 * 8 * s * s * 64
+        t = median_time(lambda: k(q, kk, v), reps)
+        tn = median_time(lambda: np_attention(q, kk, v), reps)
+        tt = median_time(lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv), reps)
+        ours = f"{flops / t / 1e9:.1f} GFLOP/s"
+        row("cpu", f"attention B1 H8 S{s} D64 vs numpy (err {err:.0e})", ours, f"{flops / tn / 1e9:.1f} GFLOP/s", f"{tn / t:.2f}x")
+        row("cpu", f"attention B1 H8 S{s} D64 vs torch SDPA", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
+
+
+EXAMPLES = ["linear", "flash_attention", "layer_norm", "softmax"]
+
+
+def bench_compile(quick: bool) -> None:
+    import tilelang
+
+    reps = 2 if quick else 3
+    for name in EXAMPLES:
+        module = importlib.import_module(name)
+        kern = getattr(module, name)
+        shapes = dict(module.SHAPES)
+        os.environ["TESSERA_DISABLE_CACHE"] = "1"
+
+        def compile_(build, kern=kern, shapes=shapes):
+            ts.compiler.clear_cache()
+            return ts.compile(kern, target="cpu", shapes=shapes, build=build)
+
+        t_src = median_time(lambda: compile_(False), reps, warmup=0)
+        t_all = median_time(lambda: compile_(True), reps, warmup=0)
+        tiles = [d.tile for d in compile_(False).device_kernels]
+
+        def tl_lower(tiles=tiles):
+            from tessera_tvm._tvm import tvm
+
+            with tvm.target.Target("c") as target:  # TileLang's C lowering needs a target context
+                for tile in tiles:
+                    tilelang.lower(tile, target=target)
+
+        try:
+            t_tl = median_time(tl_lower, reps, warmup=0)
+            peer, ratio = f"{t_tl * 1e3:.0f} ms (tilelang.lower)", f"{t_tl / t_src:.2f}x"
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            peer, ratio = f"tilelang.lower failed: {type(exc).__name__}", "-"
+        row("compile", f"{name}: graph->C source (cpu)", f"{t_src * 1e3:.0f} ms", peer, ratio)
+        row("compile", f"{name}: g++ toolchain (separately)", f"{(t_all - t_src) * 1e3:.0f} ms", "-", "-")
+        with tempfile.TemporaryDirectory() as cache_dir:
+            os.environ.pop("TESSERA_DISABLE_CACHE")
+            os.environ["TESSERA_CACHE_DIR"] = cache_dir
+            compile_(True)
+            t_hit = median_time(lambda: compile_(True), reps, warmup=0)
+            os.environ.pop("TESSERA_CACHE_DIR")
+        row("compile", f"{name}: repeated compile (disk cache hit)", f"{t_hit * 1e3:.0f} ms",
+            f"{t_all * 1e3:.0f} ms (cold, with g++)", f"{t_all / t_hit:.1f}x")
+
+
+def bench_gpu() -> None:
+    if not torch.cuda.is_available():
+        row("gpu", "skipped: no NVIDIA GPU", "-", "-", "-")
+        return
+    # UNTESTED: written without a GPU. torch peers only; Tessera GPU kernels are not run here yet.
+    row("gpu", "skipped: Tessera GPU runner not benchmarked yet (untested path)", "-", "-", "-")
+
+
+def machine() -> str:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores (nproc), {model}, {platform.machine()}, Python {platform.python_version()}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
+    parser.add_argument("--only", default="cpu,compile,gpu", help="sections, comma-separated")
+    args = parser.parse_args(argv)
+    threads = numpy_threads()
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    print(f"{'section':<10} {'case':<44} {'tessera':>16} {'peer':>26} {'ratio':>8}")
+    sections = args.only.split(",")
+    if "cpu" in sections:
+        bench_cpu(args.quick)
+    if "compile" in sections:
+        bench_compile(args.quick)
+    if "gpu" in sections:
+        bench_gpu()
+    total = time.perf_counter() - start
+    lines = [
+        "# Tessera benchmark results",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- machine: {machine()}; numpy/torch threads: {threads}",
+        f"- command: `python {' '.join(['bench/bench.py', *(argv if argv is not None else sys.argv[1:])])}`",
+        f"- total time: {total:.0f} s; each figure the median of several runs; ratio > 1: Tessera faster",
+        "",
+        "| section | case | tessera | peer | ratio |",
+        "|---|---|---|---|---|",
+        *(f"| {' | '.join(r)} |" for r in ROWS),
+        "",
+    ]
+    Path(args.out).write_text("\n".join(lines))
+    print(f"written {args.out} ({total:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Compiling and running a Relax module with Tessera kernels: ``tvm.compile`` plus what TVM leaves out.
+
+    built = tessera_tvm.relax.build(mod, "cpu")          # partition + tvm.compile(tir_pipeline=...)
+    built.report                                         # what Tessera took, what TVM kept
+    out = built.run("forward", x, w1, b1, ...)           # CPU: numpy in, numpy out (relax VM)
+    built.kernel_sources()                               # {kernel: device source} of the Tessera kernels
+
+On the CPU, TVM's host code and TileLang's kernels are C sources that ``export_library`` compiles
+into one shared library; :func:`export_library` passes the config's compiler flags (``-O3
+-march=native``: without ``-O`` the kernels run ~60x slower). A plain ``ex.export_library(path)``
+also works (the sources include TileLang's header by absolute path), just without optimisation.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._tvm import tvm
+from ..config import TargetConfig, load_config
+from ..errors import TesseraError
+from ..registry import take_pending_error
+from .offload import OffloadReport, partition_for_tessera
+from .pipeline import is_tessera_kernel, pipeline_name
+
+relax = tvm.relax
+
+
+def compile_module(mod, config: TargetConfig | str, *, target=None):
+    """``tvm.compile(mod, target, tir_pipeline="tessera.<config>")`` under the target's context.
+
+    The target defaults to the config's. Tessera's own errors (e.g. a wrong target) come back as
+    their class, not as the RuntimeError TVM's FFI turns them into.
+    """
+    config = load_config(config)
+    target = target if target is not None else config.tvm_target()
+    take_pending_error()
+    try:
+        with target:  # TVM's nvcc callback reads the arch from the current target
+            return tvm.compile(mod, target, tir_pipeline=pipeline_name(config))
+    except Exception as exc:
+        error = take_pending_error()
+        if error is not None:
+            raise error from None
+        raise exc
+
+
+def export_options(config: TargetConfig | str) -> list[str]:
+    """Compiler options for ``Executable.export_library`` on a C host: the config's flags (CPU).
+
+    ``-D`` flags are left out: the kernel sources carry them as ``#define`` lines already.
+    """
+    config = load_config(config)
+    flags = list(config.codegen_dict["flags"]) if config.codegen_dict["kind"] == "c" else ["-O2"]
+    return ["-std=c++17", *(f for f in flags if not f.startswith("-D"))]
+
+
+def export_library(executable, path: str | Path, config: TargetConfig | str) -> Path:
+    """Write ``executable`` as a shared library at ``path``, compiled with the config's flags."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(path), options=export_options(config))
+    return path
+
+
+def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | Path | None = None):
+    """A ``relax.VirtualMachine`` for ``executable`` (exported with the config's flags, then loaded).
+
+    ``device`` defaults to the CPU for CPU configs and to GPU 0 otherwise (a GPU must be present).
+    """
+    config = load_config(config)
+    if path is None:
+        path = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "module.so"
+    library = tvm.runtime.load_module(str(export_library(executable, path, config)))
+    if device is None:
+        device = tvm.cpu() if config.target_kind == "c" else tvm.device(config.target_kind, 0)
+    return relax.VirtualMachine(library, device)
+
+
+def _modules(module):
+    yield module
+    for imported in module.imports:
+        yield from _modules(imported)
+
+
+def kernel_sources(executable, kernels: list[str]) -> dict[str, str]:
+    """The device source holding each Tessera kernel (by PrimFunc name) in a compiled executable."""
+    root = executable.mod if hasattr(executable, "mod") else executable
+    found: dict[str, str] = {}
+    for module in list(_modules(root))[1:]:
+        try:
+            source = module.inspect_source()
+        except Exception:  # a library loaded from disk keeps no source
+            continue
+        for name in kernels:
+            host = "__tvm_ffi_" in source  # TVM's host code calls the kernels; it does not define them
+            if not host and re.search(rf"\b{re.escape(name)}_kernel\s*\(", source):
+                found.setdefault(name, source)
+    return found
+
+
+def device_sources(mod, config: TargetConfig | str) -> dict[str, str]:
+    """The device source of every Tessera kernel in a partitioned module, without ``tvm.compile``.
+
+    The same path as the TIR pipeline (the config's pass lists, TileLang's codegen) minus TVM's
+    part: for targets whose operators TVM itself cannot compile here (HIP) and to read sources
+    without nvcc.
+    """
+    from .pipeline import device_runtime_module, lower_kernel
+
+    config = load_config(config)
+    name = pipeline_name(config)
+    out = {}
+    for gv, func in mod.functions.items():
+        if is_tessera_kernel(func):
+            _, carrier = lower_kernel(func, config, name)
+            module = device_runtime_module(carrier.attrs["tessera.device_mod"], config, compile_device=False)
+            out[str(gv.name_hint)] = module.inspect_source()
+    return out
+
+
+@dataclass
+class RelaxBuild:
+    """A Relax module partitioned for Tessera and compiled by ``tvm.compile``."""
+
+    module: Any  # the partitioned IRModule
+    report: OffloadReport
+    executable: Any  # tvm.relax.VMExecutable
+    config: TargetConfig
+    _vm: Any = field(default=None, repr=False)
+
+    def kernel_sources(self) -> dict[str, str]:
+        """{Tessera kernel: its device source} as compiled into the executable."""
+        return kernel_sources(self.executable, self.report.kernels)
+
+    def vm(self, device=None):
+        """The ``relax.VirtualMachine`` (exported with the config's flags; CPU unless ``device``)."""
+        if self._vm is None or device is not None:
+            self._vm = load_vm(self.executable, self.config, device)
+        return self._vm
+
+    def run(self, function: str, *arrays):
+        """Call ``function`` on numpy arrays in the VM (CPU configs); numpy result(s)."""
+        if self.config.target_kind != "c":
+            raise TesseraError(f"{self.config.name!r} kernels run on a GPU; use .vm(tvm.cuda()) on a machine with one")
+        result = self.vm()[function](*[tvm.runtime.tensor(a) for a in arrays])
+        return _to_numpy(result)
+
+
+def _to_numpy(value):
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return tuple(_to_numpy(v) for v in value)
+
+
+def build(mod, config: TargetConfig | str, *, target=None, functions: list[str] | None = None) -> RelaxBuild:
+    """Partition ``mod`` for ``config`` and compile it with ``tvm.compile`` (Tessera's TIR pipeline)."""
+    config = load_config(config)
+    partitioned, report = partition_for_tessera(mod, config, functions=functions)
+    executable = compile_module(partitioned, config, target=target)
+    return RelaxBuild(partitioned, report, executable, config)

@@ -1,0 +1,285 @@
+"""Both ways between Tessera kernels and Relax modules.
+
+    mod, gv = tessera_tvm.relax.add_kernel(mod, linear, shapes={"M": 64, "K": 32, "N": 48})
+    # gv is a Relax function in mod: the kernel's Graph IR, callable from the user's functions
+
+    kernel = tessera_tvm.relax.from_relax(mod["main"])     # a @tessera.kernel
+    ts.compile(kernel, target="cpu")(a, w, b)              # when main uses only Tessera's op set
+
+``from_relax`` builds a ``tessera.Kernel`` whose body interprets the Relax function with
+``tessera.ops``: tracing it gives Tessera's Graph IR, running it on numpy gives the reference
+semantics, and ``ts.compile`` takes it like any kernel. An operator outside Tessera's op set is an
+error naming it and the op set.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from .._tvm import tvm
+from ..errors import TesseraError
+from ..graph.nodes import Node, flatten, rebuild
+from .patterns import swaps_last_two
+
+relax = tvm.relax
+tir = tvm.tirx
+
+
+class NotInOpSet(TesseraError):
+    """A Relax function uses an operator Tessera's op set does not have."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Tessera -> Relax
+# ---------------------------------------------------------------------------------------------
+
+
+def kernel_function(kernel, shapes: dict[str, int] | None = None, name: str | None = None):
+    """The Relax function of a ``@tessera.kernel``'s Graph IR (after simplification, before fusion)."""
+    if not hasattr(kernel, "graph") or not hasattr(kernel, "name"):
+        raise TesseraError(f"expected a @tessera.kernel, found {type(kernel).__name__}")
+    graph = kernel.graph(shapes)
+    flat = graph.simplified
+    flat.name = name or kernel.name
+    func = rebuild(flat)
+    if shapes:  # the Graph IR keeps dims symbolic; Relax users get the bound values
+        func = func.bind_symbolic_vars({k: int(v) for k, v in shapes.items()})
+    return relax.utils.copy_with_new_vars(func).with_attr("global_symbol", flat.name)
+
+
+def add_kernel(mod, kernel, *, shapes: dict[str, int] | None = None, name: str | None = None):
+    """``mod`` plus the kernel's Graph IR as a public Relax function; returns ``(module, GlobalVar)``.
+
+    Dims the kernel names are bound from ``shapes`` (unbound ones stay symbolic, which
+    ``partition_for_tessera`` then leaves to TVM). Call it from your own functions like any other
+    Relax function; ``partition_for_tessera`` offloads its operators like the rest of the module.
+    """
+    func = kernel_function(kernel, shapes, name)
+    symbol = str(func.attrs["global_symbol"])
+    if any(str(gv.name_hint) == symbol for gv in mod.get_global_vars()):
+        raise TesseraError(f"the module already has a function named {symbol!r}; pass name=...")
+    bb = relax.BlockBuilder(mod)
+    gv = bb.add_func(func, symbol)  # a GlobalVar with the function's struct info: callable as relax.Call(gv, ...)
+    return bb.get(), gv
+
+
+# ---------------------------------------------------------------------------------------------
+# Relax -> Tessera
+# ---------------------------------------------------------------------------------------------
+
+#: Relax operators with a Tessera op, for the error message (permute_dims: as a matmul operand
+#: transpose or around attention; ones/zeros: as a norm's absent weight/bias).
+OP_SET = (
+    "matmul", "add", "subtract", "multiply", "divide", "negative", "nn.relu", "nn.gelu", "nn.gelu_tanh",
+    "nn.silu", "sigmoid", "exp", "tanh", "astype", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum",
+    "max", "mean", "nn.attention", "permute_dims", "ones", "zeros",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Transposed:
+    """``permute_dims`` of the last two axes: only a matmul operand can read it."""
+
+    value: Any
+    binding: str
+
+
+@dataclass(frozen=True)
+class _BSHD:
+    """A [B, H, S, D] tensor viewed as [B, S, H, D] (Tessera's attention is emitted this way)."""
+
+    value: Any
+    binding: str
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """``R.ones`` / ``R.zeros``: a layer/rms norm without that weight/bias."""
+
+    kind: str
+    binding: str
+
+
+def _dim(d) -> int | str:
+    if isinstance(d, tir.IntImm):
+        return int(d.value)
+    if isinstance(d, tir.Var):
+        return str(d.name)
+    raise NotInOpSet(f"dim {d} is an expression; Tessera kernel parameters take names or ints")
+
+
+def _tensor_type(ts, sinfo, what: str):
+    if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
+        raise NotInOpSet(f"{what} is {sinfo}; Tessera kernels take tensors of known rank")
+    dims = tuple(_dim(d) for d in sinfo.shape.values)
+    return ts.Tensor[(*dims, ts.dtype(str(sinfo.dtype)))]
+
+
+def _interpret(func, name: str):
+    """``body(*tensors)`` evaluating ``func`` with ``tessera.ops`` (traced or on numpy)."""
+    from tessera import ops
+
+    flat = flatten(func, name)
+    unary = {
+        "nn.relu": ops.relu,
+        "nn.gelu": ops.gelu,
+        "nn.gelu_tanh": lambda x: ops.gelu(x, approximate="tanh"),
+        "nn.silu": ops.silu,
+        "sigmoid": ops.sigmoid,
+        "exp": ops.exp,
+        "tanh": ops.tanh,
+        "negative": ops.neg,
+    }
+    binary = {"add": ops.add, "subtract": ops.sub, "multiply": ops.mul, "divide": ops.div}
+    reduce = {"sum": ops.sum, "max": ops.max, "mean": ops.mean}
+
+    def body(*tensors):
+        env: dict[Any, Any] = dict(zip(flat.params, tensors, strict=True))
+
+        def val(expr, node: Node):
+            if isinstance(expr, relax.Constant):
+                if expr.data.shape:
+                    raise NotInOpSet(f"{name}: {node.name} reads a tensor constant; pass it as a parameter")
+                return float(expr.data.numpy())
+            return env[expr]
+
+        for node in flat.nodes:
+            args = [val(a, node) for a in node.args if not isinstance(a, relax.ShapeExpr)]
+            env[node.var] = _apply(node, args, ops, unary, binary, reduce, name)
+        outs = [env[o] for o in flat.outputs]
+        for value in outs:
+            if isinstance(value, _Transposed | _BSHD | _Fill):
+                raise NotInOpSet(f"{name}: returns {value.binding}, a layout view Tessera's op set cannot return")
+        return tuple(outs) if flat.tuple_output else outs[0]
+
+    return flat, body
+
+
+#: Which layout views each operator may read (anything else reading one is outside the op set).
+_VIEWS_READ = {"matmul": (_Transposed,), "nn.attention": (_BSHD,), "permute_dims": (_BSHD,)}
+_VIEWS_READ.update({"nn.layer_norm": (_Fill,), "nn.rms_norm": (_Fill,)})
+
+
+def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
+    op = node.op
+    allowed = _VIEWS_READ.get(op, ())
+    for a in args:
+        if isinstance(a, _Transposed | _BSHD | _Fill) and not isinstance(a, allowed):
+            what = {_Transposed: "a matmul operand transpose", _BSHD: "a layout change around attention"}.get(
+                type(a), "a norm's absent weight or bias"
+            )
+            raise NotInOpSet(f"{name}: {node.name} = R.{op} reads {a.binding}, which Tessera has only as {what}")
+    if op in unary:
+        return unary[op](args[0])
+    if op in binary:
+        return binary[op](args[0], args[1])
+    if op in reduce:
+        axis = node.attrs.get("axis")
+        return reduce[op](
+            args[0], axis=tuple(axis) if axis is not None else None, keepdims=bool(node.attrs.get("keepdims"))
+        )
+    if op == "astype":
+        return ops.cast(args[0], node.attrs["dtype"])
+    if op == "nn.softmax":
+        return ops.softmax(args[0], axis=int(node.attrs["axis"]))
+    if op in ("ones", "zeros"):
+        return _Fill(op, node.name)
+    if op == "permute_dims":
+        x = args[0]
+        if isinstance(x, _BSHD) and tuple(node.attrs.get("axes") or ()) == (0, 2, 1, 3):
+            return x.value
+        if tuple(node.attrs.get("axes") or ()) == (0, 2, 1, 3):
+            return _BSHD(x, node.name)
+        if swaps_last_two(node) and not isinstance(x, _Transposed | _BSHD):
+            return _Transposed(x, node.name)
+        raise NotInOpSet(
+            f"{name}: {node.name} = permute_dims{node.attrs.get('axes')}: Tessera has no general transpose"
+        )
+    if op == "matmul":
+        a, b = args
+        out_dtype = node.attrs.get("out_dtype")
+        kwargs: dict[str, Any] = {}
+        if out_dtype not in (None, "", "void"):
+            kwargs["out_dtype"] = out_dtype
+        ta, tb = isinstance(a, _Transposed), isinstance(b, _Transposed)
+        return ops.matmul(a.value if ta else a, b.value if tb else b, transpose_a=ta, transpose_b=tb, **kwargs)
+    if op in ("nn.layer_norm", "nn.rms_norm"):
+        rank = len(node.var.struct_info.shape.values)
+        if tuple(int(a) % rank for a in node.attrs["axes"]) != (rank - 1,):
+            raise NotInOpSet(f"{name}: {node.name} normalises axes {node.attrs['axes']}; Tessera's norms take the last")
+        weight = None if isinstance(args[1], _Fill) else args[1]
+        if op == "nn.rms_norm":
+            return ops.rms_norm(args[0], weight, eps=float(node.attrs["epsilon"]))
+        bias = None if isinstance(args[2], _Fill) or not node.attrs.get("center") else args[2]
+        weight = weight if node.attrs.get("scale") else None
+        return ops.layer_norm(args[0], weight, bias, eps=float(node.attrs["epsilon"]))
+    if op == "nn.attention":
+        if len(args) != 3 or not all(isinstance(a, _BSHD) for a in args):
+            raise NotInOpSet(
+                f"{name}: {node.name} = attention on [B, S, H, D] tensors; Tessera's flash_attention is on "
+                "[B, H, S, D] (permute_dims(x, [0, 2, 1, 3]) around R.nn.attention, as Tessera emits it)"
+            )
+        mask = node.attrs.get("causal_mask")
+        out = ops.flash_attention(
+            *(a.value for a in args),
+            causal=mask is not None,
+            scale=node.attrs.get("scale"),
+            causal_align="bottom_right" if mask == "BottomRight" else "top_left",
+        )
+        return _BSHD(out, node.name)
+    raise NotInOpSet(
+        f"{name}: {node.name} = R.{op} is not in Tessera's op set; ts.compile takes Relax functions that use "
+        f"only: {', '.join('R.' + o for o in OP_SET)}"
+    )
+
+
+def _identifier(name: str, taken: set[str]) -> str:
+    """``name`` as a Python identifier (``fc1.weight`` -> ``fc1_weight``), distinct from ``taken``."""
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "t"
+    base = f"t_{base}" if base[0].isdigit() else base
+    out, i = base, 1
+    while out in taken:
+        out, i = f"{base}_{i}", i + 1
+    return out
+
+
+def from_relax(func, *, name: str | None = None):
+    """A ``@tessera.kernel`` computing the Relax function ``func`` (which must use Tessera's op set).
+
+    Parameter names (made identifiers: ``fc1.weight`` -> ``fc1_weight``) and types come from
+    ``func``'s parameters (symbolic dims stay named). The
+    operators are checked when the kernel is traced (``kernel.graph()``, ``ts.compile``), and an
+    operator outside the op set raises :class:`NotInOpSet` naming it.
+    """
+    import tessera as ts
+
+    if not isinstance(func, relax.Function):
+        raise TesseraError(f"from_relax takes a relax.Function, found {type(func).__name__}")
+    name = name or (
+        str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "relax_function"
+    )
+    flat, body = _interpret(func, name)
+    params = []
+    for p in flat.params:
+        pname = _identifier(str(p.name_hint), {q.name for q in params})
+        params.append(
+            inspect.Parameter(
+                pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_tensor_type(ts, p.struct_info, pname)
+            )
+        )
+    annotations = {p.name: p.annotation for p in params}
+    try:
+        ret = func.ret_struct_info
+        annotations["return"] = (
+            tuple(_tensor_type(ts, f, "a result") for f in ret.fields)
+            if isinstance(ret, relax.TupleStructInfo)
+            else _tensor_type(ts, ret, "the result")
+        )
+    except NotInOpSet:
+        pass  # results with computed dims are not annotated (the trace still checks them)
+    body.__signature__ = inspect.Signature(params)
+    body.__annotations__ = annotations
+    body.__name__ = body.__qualname__ = name
+    return ts.kernel(body)

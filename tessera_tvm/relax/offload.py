@@ -1,0 +1,338 @@
+"""``partition_for_tessera``: replace what Tessera compiles well in a Relax module by Tessera kernels.
+
+    mod, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    print(report)                       # what was offloaded, what stayed with TVM and why
+    ex = tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)
+
+In TVM's BYOC style: ``FuseOpsByPattern`` groups the matches of Tessera's patterns
+(``tessera_tvm.relax.patterns``) into composite functions, each accepted only if Tessera can build
+it for the config; each composite call then becomes ``R.call_tir`` of a TileLang tile program
+generated from its kernel spec (``tessera_tvm.graph.kernel_spec`` -> ``tessera_tvm.tile``), and the
+composite functions go away. The tile programs stay Tile IR: the ``tessera.<config>`` TIR pipeline
+lowers them inside ``tvm.compile``. Everything else is left to TVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._tvm import tvm
+from ..config import TargetConfig, load_config
+from ..errors import TesseraError
+from ..graph.nodes import call_with, flatten
+from ..lower import lower
+from ..tile import KernelSpec, build_tile_program
+from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
+from .pipeline import CONFIG_ATTR, FINGERPRINT_ATTR, KERNEL_ATTR, RELAX_ATTRS, check_supported, pipeline_name
+
+relax = tvm.relax
+
+_COMPOSITE_PREFIX = "tessera."
+BINDING_ATTR = "tessera.binding"  # on composite functions: the name of the binding it replaces
+
+#: Why an operator that is not an anchor stays with TVM, by kind (the report's wording).
+_KINDS = {
+    "data movement: left to TVM": {
+        "reshape", "permute_dims", "split", "concat", "squeeze", "expand_dims", "flatten", "strided_slice",
+        "take", "broadcast_to", "repeat", "tile", "flip", "layout_transform",
+    },
+    "element-wise, not in a GEMM epilogue: left to TVM (which fuses it)": {
+        "add", "subtract", "multiply", "divide", "negative", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "astype",
+        "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "power", "maximum", "minimum", "erf", "log", "abs",
+        "where", "clip", "equal", "less", "greater",
+    },
+    "reduction: left to TVM (Tessera offloads matmul, attention, softmax and norms)": {
+        "sum", "mean", "max", "min", "prod", "variance", "std", "argmax", "argmin", "collapse_sum_to",
+        "collapse_sum_like", "cumsum",
+    },
+    "tensor creation: left to TVM": {"ones", "zeros", "full", "ones_like", "zeros_like", "full_like", "arange"},
+    "already a TIR/packed call: compiled by TVM": {"call_tir", "call_dps_packed", "call_pure_packed"},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    """One call site now served by a Tessera kernel."""
+
+    function: str  # the Relax function it is in
+    binding: str  # the Relax variable the kernel computes
+    kernel: str  # the PrimFunc (and TIR pipeline kernel) name
+    ops: str  # e.g. "matmul + add + gelu"
+    spec: KernelSpec
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+
+@dataclass(frozen=True)
+class LeftToTVM:
+    """One operator call TVM compiles, and why Tessera did not take it."""
+
+    function: str
+    binding: str
+    op: str  # e.g. "R.nn.conv2d"
+    reason: str
+
+
+@dataclass
+class OffloadReport:
+    """What ``partition_for_tessera`` did; ``str(report)`` is a readable table."""
+
+    config: TargetConfig
+    tir_pipeline: str  # pass to tvm.compile(..., tir_pipeline=...)
+    offloaded: list[Offloaded] = field(default_factory=list)
+    not_offloaded: list[LeftToTVM] = field(default_factory=list)
+
+    @property
+    def target(self):
+        """The TVM target to compile for (the config's, with a C host)."""
+        return self.config.tvm_target()
+
+    @property
+    def kernels(self) -> list[str]:
+        """Names of the Tessera kernels (PrimFuncs) in the module, each once."""
+        return sorted({o.kernel for o in self.offloaded})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.name,
+            "tir_pipeline": self.tir_pipeline,
+            "offloaded": [
+                {"function": o.function, "binding": o.binding, "kernel": o.kernel, "ops": o.ops, "family": o.family}
+                for o in self.offloaded
+            ],
+            "not_offloaded": [vars(n) for n in self.not_offloaded],
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"Tessera offload for config {self.config.name!r} (tir_pipeline={self.tir_pipeline!r}): "
+            f"{len(self.offloaded)} call(s) on {len(self.kernels)} Tessera kernel(s), "
+            f"{len(self.not_offloaded)} operator call(s) left to TVM"
+        ]
+        width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
+        for o in self.offloaded:
+            lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}")
+        for n in self.not_offloaded:
+            lines.append(f"  TVM      {n.function + '.' + n.binding:<{width}}  {n.op:<24} {n.reason}")
+        return "\n".join(lines)
+
+
+def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[str] | None = None):
+    """Offload matmul(+epilogue), attention, softmax, layer_norm and rms_norm to Tessera kernels.
+
+    ``config`` is a config name (``"cpu"``, ``"hopper"``, ...) or a TargetConfig/YAML path; it is
+    loaded and checked first, so a bad config fails before any work. ``functions`` limits the
+    Relax functions considered (default: all). Returns ``(module, OffloadReport)``; compile the
+    module with ``tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)``.
+    """
+    config = load_config(config)
+    check_supported(config)
+    name = pipeline_name(config)
+    if not isinstance(mod, tvm.IRModule):
+        raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
+    log = MatchLog()
+
+    def composite_attrs(_annotations) -> dict[str, str]:  # the name of the binding a kernel replaces
+        return {BINDING_ATTR: log.last_accepted}
+
+    fuse = relax.transform.FuseOpsByPattern(
+        tessera_patterns(config, log, composite_attrs),
+        bind_constants=False,
+        annotate_codegen=False,
+        entry_functions=functions,
+    )
+    fused = fuse(mod)
+    report = OffloadReport(config, name)
+    rewriter = _Offloader(fused, config, report, log)
+    for gv, func in list(fused.functions.items()):
+        if isinstance(func, relax.Function) and not _is_composite(func):
+            rewriter.current = str(gv.name_hint)
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    out = rewriter.builder_.get()
+    out = tvm.IRModule(
+        {gv: f for gv, f in out.functions.items() if not (isinstance(f, relax.Function) and _is_composite(f))},
+        attrs=out.attrs,
+    )
+    _list_left_to_tvm(out, report, log, rewriter.layout_bindings, functions)
+    if not relax.analysis.well_formed(out):
+        raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
+    return out, report
+
+
+def _is_composite(func) -> bool:
+    return (
+        func.attrs is not None
+        and "Composite" in func.attrs
+        and str(func.attrs["Composite"]).startswith(_COMPOSITE_PREFIX)
+    )
+
+
+@relax.expr_functor.mutator
+class _Offloader(relax.PyExprMutator):
+    """Rewrites each call of a Tessera composite function into ``R.call_tir`` of its tile program."""
+
+    def __init__(self, mod, config: TargetConfig, report: OffloadReport, log: MatchLog) -> None:
+        super().__init__(mod)
+        self.mod_ = mod
+        self.config = config
+        self.report = report
+        self.log = log
+        self.current = ""
+        self.built: dict[Any, tuple[Any, KernelPlan] | OffloadRejected] = {}  # composite GlobalVar -> kernel
+        self.by_spec: dict[tuple, Any] = {}  # (spec, schedule) -> kernel GlobalVar (one PrimFunc per kernel)
+        self.names: set[str] = {str(gv.name_hint) for gv in mod.get_global_vars()}
+        self.binding = ""
+        self.layout_bindings: set[str] = set()  # permutes around [B, S, H, D] attention kernels
+
+    def visit_var_binding_(self, binding) -> None:
+        self.binding = str(binding.var.name_hint)
+        super().visit_var_binding_(binding)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.GlobalVar):
+            return call
+        func = self.mod_[call.op] if call.op in self.mod_.get_global_vars() else None
+        if func is None or not isinstance(func, relax.Function) or not _is_composite(func):
+            return call
+        kernel = self._kernel(call.op, func)
+        if isinstance(kernel, OffloadRejected):
+            return self._inline(func, call.args)
+        gv, plan = kernel
+        binding = str(func.attrs.get(BINDING_ATTR, "")) or self.binding
+        params = list(func.params)
+        inputs = [call.args[params.index(v)] if v in params else v for v in plan.inputs]
+        out = plan.spec.outputs()[0]
+        sinfo = relax.TensorStructInfo(out.shape, out.dtype)
+        if plan.layout == "bshd":  # the kernel reads [B, H, S, D]; TVM transposes around it
+            inputs = [
+                self.builder_.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), name_hint=f"{binding}_{t}_bhsd")
+                for x, t in zip(inputs, "qkv", strict=True)
+            ]
+            result = self.builder_.emit(relax.call_tir(gv, inputs, sinfo), name_hint=f"{binding}_bhsd")
+            result = self.builder_.emit(relax.op.permute_dims(result, [0, 2, 1, 3]), name_hint=f"{binding}_bshd")
+            self.layout_bindings.update(str(v.name_hint) for v in [*inputs, result])
+        else:
+            result = relax.call_tir(gv, inputs, sinfo)
+        self.report.offloaded.append(Offloaded(self.current, binding, str(gv.name_hint), plan.name, plan.spec))
+        return result
+
+    def _kernel(self, composite_gv, func):
+        if composite_gv in self.built:
+            return self.built[composite_gv]
+        family = str(func.attrs["Composite"])[len(_COMPOSITE_PREFIX) :]
+        flat = flatten(func, str(composite_gv.name_hint))
+        try:
+            plan = plan_kernel(family, flat.nodes, self.config)
+            key = (plan.spec, plan.schedule)
+            if key not in self.by_spec:
+                try:
+                    self.by_spec[key] = self._add_tile_program(plan)
+                except OffloadRejected as exc:
+                    self.by_spec[key] = exc
+            if isinstance(self.by_spec[key], OffloadRejected):
+                raise self.by_spec[key]
+            result: tuple[Any, KernelPlan] | OffloadRejected = (self.by_spec[key], plan)
+        except OffloadRejected as exc:
+            result = exc
+        except TesseraError as exc:  # the tile generator refused: keep TVM's operators
+            result = OffloadRejected(f"no tile program: {exc}")
+        if isinstance(result, OffloadRejected):  # _inline re-emits the anchor under the same name
+            anchor = next(n for n in flat.nodes if f"relax.{n.op}" in ANCHORS)
+            self.log.record(anchor.var, str(result))
+            if anchor.var.same_as(flat.outputs[0]):  # the composite's output: _inline names it as the user did
+                self.log.by_name[str(func.attrs.get(BINDING_ATTR, ""))] = str(result)
+        self.built[composite_gv] = result
+        return result
+
+    def _add_tile_program(self, plan: KernelPlan):
+        base = "tessera_" + "_".join(plan.name.replace(" + ", " ").split())
+        name, i = base, 1
+        while name in self.names:
+            name, i = f"{base}_{i}", i + 1
+        prim = build_tile_program(plan.spec, plan.schedule, self.config.target_kind, name=name)
+        try:  # lower now: a kernel the pipeline cannot lower stays with TVM (tvm.compile reuses the result)
+            lower(prim, self.config, build=False)
+        except TesseraError as exc:
+            lines = str(exc).splitlines()
+            raise OffloadRejected(f"lowering failed: {' '.join(lines[:1] + lines[-1:])}") from None
+        self.names.add(name)
+        prim = prim.with_attrs(
+            {
+                KERNEL_ATTR: plan.family,
+                CONFIG_ATTR: self.config.name,
+                FINGERPRINT_ATTR: self.config.fingerprint(),
+                **RELAX_ATTRS,
+            }
+        )
+        return self.builder_.add_func(prim, name)
+
+    def _inline(self, func, args):
+        """The composite's operators again, in place of the call (its kernel could not be built)."""
+        subst = dict(zip(func.params, args, strict=True))
+        flat = flatten(func, "composite")
+        output_name = str(func.attrs.get(BINDING_ATTR, ""))
+        value = None
+        for node in flat.nodes:
+            name = output_name if output_name and node.var.same_as(flat.outputs[0]) else node.name
+            value = self.builder_.emit(call_with(node, [subst.get(a, a) for a in node.args]), name_hint=name)
+            subst[node.var] = value
+        return subst.get(flat.outputs[0], value)
+
+
+def _op_name(call) -> str:
+    name = str(call.op.name)
+    return name[len("relax.") :] if name.startswith("relax.") else name
+
+
+def _why_not(op: str) -> str:
+    return next((reason for reason, ops in _KINDS.items() if op in ops), "no Tessera kernel")
+
+
+def _list_left_to_tvm(
+    mod, report: OffloadReport, log: MatchLog, layout_bindings: set[str], functions: list[str] | None
+) -> None:
+    tessera = set(report.kernels)
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        considered = functions is None or str(gv.name_hint) in functions
+        for binding in _var_bindings(func):
+            value = binding.value
+            if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+                continue
+            op = _op_name(value)
+            if op == "call_tir" and str(value.args[0].name_hint) in tessera:
+                continue
+            anchor = f"relax.{op}" in ANCHORS
+            reason = (log.reason(binding.var) if anchor else None) or _why_not(op)
+            if op == "permute_dims" and str(binding.var.name_hint) in layout_bindings:
+                reason = "layout change [B, S, H, D] <-> [B, H, S, D] around a Tessera attention kernel"
+            if not considered:
+                reason = f"not considered: partition_for_tessera(functions={functions}) leaves {gv.name_hint} out"
+            if anchor and reason == "no Tessera kernel":
+                reason = "no Tessera pattern matched this use"
+            report.not_offloaded.append(LeftToTVM(str(gv.name_hint), str(binding.var.name_hint), f"R.{op}", reason))
+
+
+def _var_bindings(func) -> list:
+    out: list = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.SeqExpr):
+            for block in expr.blocks:
+                for binding in block.bindings:
+                    if isinstance(binding, relax.VarBinding):
+                        out.append(binding)
+                        if isinstance(binding.value, relax.SeqExpr | relax.If):
+                            visit(binding.value)
+            visit(expr.body)
+        elif isinstance(expr, relax.If):
+            visit(expr.true_branch)
+            visit(expr.false_branch)
+
+    visit(func.body)
+    return out

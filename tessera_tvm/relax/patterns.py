@@ -1,0 +1,441 @@
+"""What Tessera offloads from a Relax module: dataflow patterns (``relax.dpl``) and their checks.
+
+Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPattern``:
+
+    tessera.gemm        R.matmul, operands optionally transposed (permute_dims of the last two axes),
+                        then an epilogue chain: [astype] [add bias|residual] [activation]
+                        [add bias|residual] [astype]; activations are the GEMM epilogue's
+    tessera.attention   R.nn.attention (no bias, no window), [B, S, H, D]; or Tessera's own form,
+                        permute_dims to [B, H, S, D] around it, whose permutes join the kernel
+    tessera.softmax     R.nn.softmax [+ astype]
+    tessera.norm        R.nn.layer_norm / R.nn.rms_norm over the last axis [+ astype]
+
+Longer patterns come first (FuseOpsByPattern takes the first that matches and passes its check). A
+check accepts a match only when Tessera can build the kernel for the config: static shapes, dtypes
+the target holds, a tile spec that validates and a schedule that fits. Every rejection is recorded
+with its reason, so the offload report can say why an operator stayed with TVM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._tvm import tvm
+from ..config import TargetConfig
+from ..errors import TesseraError
+from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
+from ..graph.kernels import KernelBinding, kernel_spec
+from ..graph.nodes import Node, node_of
+from ..tile import AttentionSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
+
+relax = tvm.relax
+tir = tvm.tirx
+
+#: Relax ops a Tessera kernel is built around (the report explains each one that stays with TVM).
+ANCHORS = {
+    "relax.matmul": "matmul",
+    "relax.nn.attention": "attention",
+    "relax.nn.softmax": "softmax",
+    "relax.nn.layer_norm": "layer_norm",
+    "relax.nn.rms_norm": "rms_norm",
+}
+
+#: Dtypes TileLang's C codegen cannot put in a kernel signature (ts.compile widens them; Relax cannot).
+CPU_UNSUPPORTED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+#: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
+_EPILOGUE = ("cast", "add", "act", "add", "cast")
+
+_BHSD = (0, 2, 1, 3)
+
+
+class OffloadRejected(TesseraError):
+    """A match Tessera cannot build a kernel for; the message is the reason shown in the report."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Patterns
+# ---------------------------------------------------------------------------------------------
+
+
+def _is(op: str):
+    return relax.dpl.is_op(op)
+
+
+def _gemm_pattern(steps: tuple[str, ...], transpose_a: bool, transpose_b: bool):
+    wildcard = relax.dpl.wildcard
+    lhs, rhs = wildcard(), wildcard()
+    lhs = _is("relax.permute_dims")(lhs) if transpose_a else lhs
+    rhs = _is("relax.permute_dims")(rhs) if transpose_b else rhs
+    out = _is("relax.matmul")(lhs, rhs)
+    for step in steps:
+        if step == "cast":
+            out = _is("relax.astype")(out)
+        elif step == "add":
+            other = wildcard()
+            out = _is("relax.add")(out, other) | _is("relax.add")(other, out)
+        else:
+            acts = [_is(f"relax.{name}")(out) for name in EPILOGUE_ACTIVATIONS]
+            out = acts[0]
+            for alternative in acts[1:]:
+                out = out | alternative
+    return out
+
+
+def _epilogue_chains() -> list[tuple[str, ...]]:
+    """Every order-preserving sub-sequence of the epilogue grammar, longest first, each once."""
+    chains = {
+        tuple(s for s, keep in zip(_EPILOGUE, mask, strict=True) if keep)
+        for mask in itertools.product((True, False), repeat=len(_EPILOGUE))
+    }
+    return sorted(chains, key=lambda c: (-len(c), c))
+
+
+def _attention_tessera_form():
+    q, k, v = (_is("relax.permute_dims")(relax.dpl.wildcard()) for _ in range(3))
+    return _is("relax.permute_dims")(_is("relax.nn.attention")(q, k, v))
+
+
+def _with_cast(pattern):
+    return _is("relax.astype")(pattern)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks: can Tessera build this match for the config? (and why not)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MatchLog:
+    """What the checks decided: why each anchor operator (by its bound Var) was rejected (the last
+    check's reason wins), and the output binding of the match accepted last."""
+
+    by_var: dict[Any, str] = field(default_factory=dict)
+    by_name: dict[str, str] = field(default_factory=dict)
+    last_accepted: str = ""
+
+    def record(self, var, reason: str) -> None:
+        self.by_var[var] = reason
+        self.by_name[str(var.name_hint)] = reason
+
+    def reason(self, var) -> str | None:
+        return self.by_var.get(var) or self.by_name.get(str(var.name_hint))
+
+
+def ordered_nodes(bindings) -> list[Node]:
+    """The matched bindings as Nodes, producers before consumers.
+
+    Tensor constants (weights bound with BindParams) stand in as Vars of the same type: the composite
+    function FuseOpsByPattern makes takes them as parameters (bind_constants=False), and the kernel
+    spec names its parameters after Vars.
+    """
+    pending = {var: value for var, value in bindings.items() if isinstance(value, relax.Call)}
+    placeholders: dict[Any, Any] = {}
+
+    def arg(a):
+        if isinstance(a, relax.Constant) and a.data.shape:
+            if a not in placeholders:
+                placeholders[a] = relax.Var(f"const{len(placeholders)}", a.struct_info)
+            return placeholders[a]
+        return a
+
+    nodes: list[Node] = []
+    while pending:
+        ready = [
+            var
+            for var, value in pending.items()
+            if not any(isinstance(a, relax.Var) and a in pending for a in value.args)
+        ]
+        if not ready:  # a cycle cannot happen in a dataflow block
+            raise OffloadRejected("the matched bindings do not form a dataflow chain")
+        for var in ready:
+            node = node_of(var, pending.pop(var))
+            node.args = [arg(a) for a in node.args]
+            nodes.append(node)
+    return nodes
+
+
+def _dims(expr) -> list:
+    sinfo = expr.struct_info
+    if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
+        raise OffloadRejected(f"{_name(expr)} has no known shape")
+    return list(sinfo.shape.values)
+
+
+def _name(expr) -> str:
+    return str(expr.name_hint) if isinstance(expr, relax.Var) else type(expr).__name__
+
+
+def _static(expr) -> bool:
+    return all(isinstance(d, tir.IntImm) for d in _dims(expr))
+
+
+def _dynamic_reason(anchor: Node, nodes: list[Node]) -> str | None:
+    """'matmul with dynamic K (k)' when a shape in the group is symbolic; None when all are static."""
+    exprs = [n.var for n in nodes] + [a for n in nodes for a in n.args if isinstance(a, relax.Var)]
+    if all(_static(e) for e in exprs):
+        return None
+    op = ANCHORS.get(f"relax.{anchor.op}", anchor.op)
+    if anchor.op == "matmul":
+        a, b = (_dims(x) for x in anchor.args)
+        roles = {"M": a[-2], "K": a[-1], "N": b[-1]}
+        roles.update({f"batch[{i}]": d for i, d in enumerate(_dims(anchor.var)[:-2])})
+        named = [f"{role} ({d})" for role, d in roles.items() if not isinstance(d, tir.IntImm)]
+        if named:
+            return f"{op} with dynamic {', '.join(named)}: Tessera kernels are compiled for static shapes"
+    symbols = sorted({str(d) for e in exprs for d in _dims(e) if not isinstance(d, tir.IntImm)})
+    return f"{op} with dynamic dims ({', '.join(symbols)}): Tessera kernels are compiled for static shapes"
+
+
+def _check_dtypes(nodes: list[Node], config: TargetConfig) -> None:
+    if config.target_kind != "c":
+        return
+    for n in nodes:
+        for e in [n.var, *n.args]:
+            if isinstance(e, relax.Var) and isinstance(e.struct_info, relax.TensorStructInfo):
+                dtype = str(e.struct_info.dtype)
+                if dtype in CPU_UNSUPPORTED_DTYPES:
+                    raise OffloadRejected(
+                        f"{_name(e)} is {dtype}: TileLang's C codegen (the CPU target) has no {dtype} type"
+                    )
+
+
+def swaps_last_two(node: Node) -> bool:
+    """``permute_dims`` that transposes the last two axes (no axes on a matrix reverses them)."""
+    rank = len(_dims(node.var))
+    axes = node.attrs.get("axes")
+    if axes is None:
+        return rank == 2  # permute_dims without axes reverses them
+    return rank >= 2 and tuple(axes) == (*range(rank - 2), rank - 1, rank - 2)
+
+
+def _check_gemm_group(nodes: list[Node]) -> None:
+    by_var = {n.var: n for n in nodes}
+    (matmul,) = [n for n in nodes if n.op == "matmul"]
+    for arg in matmul.args:
+        prod = by_var.get(arg)
+        if prod is not None and not swaps_last_two(prod):
+            raise OffloadRejected(
+                f"{prod.name} = permute_dims{prod.attrs.get('axes')} is not a transpose of the last two axes"
+            )
+    out_dims = _dims(matmul.var)
+    for n in nodes:
+        if n.op != "add":
+            continue
+        others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
+        if len(others) != 1 or not isinstance(others[0], relax.Var):
+            raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor (bias [N] or residual), found {others}")
+        dims = [int(d) for d in _dims(others[0])]
+        out = [int(d) for d in out_dims]
+        if not (dims == out[-1:] or dims == out):
+            raise OffloadRejected(
+                f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue adds a bias "
+                f"[{out[-1]}] or a residual {tuple(out)}"
+            )
+
+
+def _check_norm(node: Node) -> None:
+    rank = len(_dims(node.var))
+    axes = tuple(int(a) % rank for a in node.attrs.get("axes") or ())
+    if axes != (rank - 1,):
+        raise OffloadRejected(f"{node.op} over axes {node.attrs.get('axes')}: Tessera normalises the last axis only")
+    if node.op == "nn.layer_norm" and not (node.attrs.get("center") and node.attrs.get("scale")):
+        raise OffloadRejected("layer_norm with center=False or scale=False: Tessera's kernel applies both")
+
+
+def attention_spec_bshd(node: Node, dtype_out: str) -> KernelSpec:
+    """The AttentionSpec of a plain ``R.nn.attention`` on [B, S, H, D] (the kernel reads [B, H, S, D])."""
+    q, k, v = node.args[:3]
+    b, s_q, h, d = (int(x) for x in _dims(q))
+    _, s_kv, h_kv, d_k = (int(x) for x in _dims(k))
+    d_v = int(_dims(v)[-1])
+    if d_k != d or d_v != d:
+        raise OffloadRejected(f"attention with head dims q={d}, k={d_k}, v={d_v}: Tessera's kernel needs one D")
+    mask = node.attrs.get("causal_mask")
+    scale = node.attrs.get("scale")
+    return AttentionSpec(
+        b,
+        h,
+        h_kv,
+        s_q,
+        s_kv,
+        d,
+        causal=mask is not None,
+        scale=float(scale) if scale is not None else None,
+        dtype_in=str(q.struct_info.dtype),
+        dtype_out=dtype_out,
+        causal_align="bottom_right" if mask == "BottomRight" else "top_left",
+    )
+
+
+def _check_attention(node: Node, nodes: list[Node]) -> None:
+    mask = node.attrs.get("causal_mask")
+    if mask not in (None, "TopLeft", "BottomRight"):
+        raise OffloadRejected(f"attention with causal_mask={mask!r}")
+    window = getattr(node.call.attrs, "window_size", None)
+    if window is not None:
+        raise OffloadRejected("attention with a sliding window: not supported")
+    if len(node.args) != 3:
+        raise OffloadRejected("attention with a bias: not supported")
+    if any(n.op == "permute_dims" and not is_bhsd_swap(n) for n in nodes):
+        raise OffloadRejected("attention between permute_dims that are not [B, S, H, D] <-> [B, H, S, D] swaps")
+    for arg in node.args:
+        if len(_dims(arg)) != 4:
+            raise OffloadRejected(f"attention on rank-{len(_dims(arg))} {_name(arg)}: expected [B, S, H, D]")
+    dtypes = {str(a.struct_info.dtype) for a in node.args}
+    if len(dtypes) != 1:
+        raise OffloadRejected(f"attention with q, k, v of dtypes {sorted(dtypes)}: expected one dtype")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What a match becomes: the spec, its schedule, and the Relax values feeding the spec's inputs."""
+
+    family: str
+    name: str  # the ops, e.g. "matmul + add + gelu"
+    spec: KernelSpec
+    schedule: TileSchedule
+    inputs: tuple[Any, ...]  # Relax exprs, in spec.inputs() order
+    layout: str = ""  # "bshd": the kernel reads [B, H, S, D]; the caller transposes around it
+
+
+def plan_kernel(family: str, nodes: list[Node], config: TargetConfig) -> KernelPlan:
+    """The kernel Tessera builds for ``nodes`` (one fused group) on ``config``; raises OffloadRejected."""
+    anchor = next(n for n in nodes if f"relax.{n.op}" in ANCHORS)
+    if anchor.op == "matmul" and any(len(_dims(a)) < 2 for a in anchor.args):
+        raise OffloadRejected("matmul of a rank-1 operand (a matrix-vector product): Tessera's GEMM needs rank >= 2")
+    reason = _dynamic_reason(anchor, nodes)
+    if reason:
+        raise OffloadRejected(reason)
+    _check_dtypes(nodes, config)
+    group = KernelGroup(family, list(nodes))
+    layout = ""
+    try:
+        if family == "gemm":
+            _check_gemm_group(nodes)
+        elif family == "norm":
+            _check_norm(anchor)
+        elif family == "attention":
+            _check_attention(anchor, nodes)
+        if family == "attention" and nodes[0].op != "permute_dims":  # plain [B, S, H, D] attention
+            out_dtype = str(nodes[-1].var.struct_info.dtype)
+            spec = attention_spec_bshd(anchor, out_dtype)
+            binding = KernelBinding("attention", spec, (*anchor.args[:3], nodes[-1].var))
+            layout = "bshd"
+        else:
+            binding = kernel_spec(group, {})
+            spec = binding.spec
+        if isinstance(spec, GemmSpec) and spec.dtype_acc in ("float16", "bfloat16"):
+            # Relax's f16 matmul (out_dtype void) accumulates in f16; Tessera accumulates in f32 and rounds once.
+            spec = dataclasses.replace(spec, dtype_acc="float32")
+        spec = canonical_names(spec)
+        schedule = TileSchedule.from_config(config, spec)
+        validate_schedule(spec, schedule, config)
+    except OffloadRejected:
+        raise
+    except TesseraError as exc:
+        raise OffloadRejected(str(exc)) from None
+    return KernelPlan(group.family, group.describe(), spec, schedule, binding.inputs, layout)
+
+
+def canonical_names(spec: KernelSpec) -> KernelSpec:
+    """``spec`` with its parameters named by role (A, B, bias, C, ...), not by the graph's values.
+
+    Two matches that compute the same thing then have equal specs and share one kernel; the
+    parameter order (spec.inputs()) does not change.
+    """
+    changes: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(spec) if f.name.startswith("name_")}
+    if isinstance(spec, GemmSpec):
+        renamed: dict[str, str] = {}
+        epilogue = []
+        for op in spec.epilogue:
+            if op.operand is not None:
+                if op.operand not in renamed:
+                    name, i = op.kind, 1
+                    while name in renamed.values():
+                        name, i = f"{op.kind}_{i}", i + 1
+                    renamed[op.operand] = name
+                op = dataclasses.replace(op, operand=renamed[op.operand])
+            epilogue.append(op)
+        changes["epilogue"] = tuple(epilogue)
+    return dataclasses.replace(spec, **changes)
+
+
+def make_check(family: str, config: TargetConfig, log: MatchLog) -> Callable[[Any], bool]:
+    """The FusionPattern check for ``family`` on ``config`` (records why a match is rejected)."""
+    from tvm.relax.backend.utils import has_leaking_intermediate_variables
+
+    def check(context) -> bool:
+        try:
+            nodes = ordered_nodes(context.matched_bindings)
+        except OffloadRejected:
+            return False
+        anchor = next((n for n in nodes if f"relax.{n.op}" in ANCHORS), None)
+        if anchor is None:
+            return False
+        try:
+            if has_leaking_intermediate_variables(context):
+                raise OffloadRejected("an intermediate value of the fused kernel is used elsewhere")
+            plan_kernel(family, nodes, config)
+        except OffloadRejected as exc:
+            log.record(anchor.var, str(exc))
+            return False
+        except Exception as exc:  # a check must answer, never raise into FuseOpsByPattern
+            log.record(anchor.var, f"{type(exc).__name__}: {exc}")
+            return False
+        log.last_accepted = str(context.value_to_bound_var[context.matched_expr].name_hint)
+        return True
+
+    return check
+
+
+def tessera_patterns(config: TargetConfig, log: MatchLog, attrs_getter: Callable | None = None) -> list:
+    """Every FusionPattern, highest priority first.
+
+    ``attrs_getter(annotations)`` receives the matched root expression as ``annotations["root"]``
+    and returns attributes for the composite function (FuseOpsByPattern calls it right after the
+    check accepted the match: partition_for_tessera records ``log.last_accepted``, the name of the
+    binding the kernel replaces).
+    """
+
+    def fusion_pattern(name, pattern, _annotations, check):
+        return relax.transform.FusionPattern(name, pattern, {"root": pattern}, check, attrs_getter)
+
+    patterns = []
+    gemm_check = make_check("gemm", config, log)
+    for chain in _epilogue_chains():
+        for transpose_a, transpose_b in ((True, True), (False, True), (True, False), (False, False)):
+            patterns.append(
+                fusion_pattern("tessera.gemm", _gemm_pattern(chain, transpose_a, transpose_b), {}, gemm_check)
+            )
+    attention_check = make_check("attention", config, log)
+    wildcard = relax.dpl.wildcard
+    patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(), {}, attention_check))
+    patterns.append(
+        fusion_pattern(
+            "tessera.attention", _is("relax.nn.attention")(wildcard(), wildcard(), wildcard()), {}, attention_check
+        )
+    )
+    softmax = _is("relax.nn.softmax")(wildcard())
+    softmax_check = make_check("softmax", config, log)
+    patterns += [
+        fusion_pattern("tessera.softmax", _with_cast(softmax), {}, softmax_check),
+        fusion_pattern("tessera.softmax", softmax, {}, softmax_check),
+    ]
+    norm_check = make_check("norm", config, log)
+    layer_norm = _is("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard())
+    rms_norm = _is("relax.nn.rms_norm")(wildcard(), wildcard())
+    for norm in (layer_norm, rms_norm):
+        patterns += [
+            fusion_pattern("tessera.norm", _with_cast(norm), {}, norm_check),
+            fusion_pattern("tessera.norm", norm, {}, norm_check),
+        ]
+    return patterns
+
+
+def is_bhsd_swap(node: Node) -> bool:
+    return node.op == "permute_dims" and tuple(node.attrs.get("axes") or ()) == _BHSD

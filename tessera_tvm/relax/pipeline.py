@@ -1,0 +1,348 @@
+"""Tessera's TIR pipelines inside ``tvm.compile``: one named pipeline per target config.
+
+TileLang's TVM (0.25.dev0) keeps its TIR pipelines in ``tvm.tirx.pipeline.PIPELINE_MAP`` (name ->
+factory returning a ``Pass``); ``tvm.compile(mod, target, tir_pipeline=NAME)`` looks NAME up there.
+Tessera registers ``tessera.<config>`` for every shipped config (and, on demand, for a config file):
+
+    ex = tvm.compile(mod, target, tir_pipeline="tessera.hopper")
+
+The pipeline splits the module's PrimFuncs. Tessera tile kernels (the PrimFuncs
+``partition_for_tessera`` added, marked ``tessera.kernel``) are lowered by ``tessera_tvm.lower``,
+that is by the config's own named lists (LowerAndLegalize, OptimizeForTarget, CodegenPrep) from the
+one pass registry; every other PrimFunc goes through TVM's default TIR pipeline for the target.
+
+Code generation is by target kind in this TVM (``target.build.<kind>``), and TVM's CUDA/C codegens
+do not know TileLang's intrinsics. So each Tessera kernel leaves the pipeline as its host function
+(compiled with TVM's host code, it checks the arguments and launches the kernel) plus a *carrier*:
+an empty PrimFunc bound to TVM's otherwise unused ``ext_dev`` target that holds the lowered device
+module. TVM hands ``ext_dev`` functions to ``target.build.ext_dev``, which Tessera registers: it
+generates the device code with TileLang's codegen for the config (CUDA + nvcc, HIP source, C), the
+same source ``tessera_tvm.lower`` writes, and TVM imports it into the host module.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._tvm import tvm
+from ..config import TargetConfig, available_configs, load_config
+from ..errors import TesseraError
+from ..registry import tessera_module_pass
+
+#: Attributes partition_for_tessera puts on the tile programs it adds.
+KERNEL_ATTR = "tessera.kernel"  # the kernel family (gemm, attention, softmax, norm)
+CONFIG_ATTR = "tessera.config"  # the config name
+FINGERPRINT_ATTR = "tessera.config_fingerprint"
+#: Attributes TVM's Relax pipeline reads: opaque (never fused with neighbours), already scheduled
+#: (dlight leaves it alone).
+RELAX_ATTRS = {"op_pattern": 8, "tirx.is_scheduled": True}
+
+#: Attributes of a device carrier (see the module docstring).
+DEVICE_MOD_ATTR = "tessera.device_mod"
+PIPELINE_ATTR = "tessera.pipeline"
+CARRIER_SUFFIX = "__tessera_device"
+CARRIER_TARGET_KIND = "ext_dev"
+
+PREFIX = "tessera."
+
+_CONFIGS: dict[str, TargetConfig] = {}  # pipeline name -> config (set when registered or first used)
+
+
+class PipelineError(TesseraError):
+    """A module cannot go through a Tessera TIR pipeline (wrong target, wrong config, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and registration (the fork's registry: tvm.tirx.pipeline.PIPELINE_MAP)
+# ---------------------------------------------------------------------------------------------
+
+
+def _registry() -> dict[str, Any]:
+    return tvm.tirx.pipeline.PIPELINE_MAP
+
+
+def _factory(name: str):
+    def make(**_kwargs):
+        return tessera_tir_pipeline(_config_of(name))
+
+    make.__name__ = f"tessera_pipeline_{re.sub(r'[^0-9A-Za-z_]', '_', name)}"
+    make.__doc__ = f"The Tessera TIR pipeline {name!r} (see tessera_tvm.relax.pipeline)."
+    return make
+
+
+def _config_of(name: str) -> TargetConfig:
+    if name not in _CONFIGS:  # a shipped config, registered by name only
+        _CONFIGS[name] = load_config(name[len(PREFIX) :])
+    return _CONFIGS[name]
+
+
+def check_supported(config: TargetConfig) -> None:
+    """Raise if ``config`` has no runtime TVM can load (Tenstorrent kernels are tt-metal programs)."""
+    if config.codegen_dict["kind"] == "tt":
+        raise PipelineError(
+            f"config {config.name!r} (Tenstorrent) cannot be used from Relax: its kernels are tt-metal "
+            "programs (reader/compute/writer + host), not TVM runtime modules. Use "
+            "tessera_tvm.lower(program, 'tenstorrent') for them."
+        )
+
+
+def pipeline_name(config: TargetConfig | str) -> str:
+    """The ``tir_pipeline`` name for ``config`` (registering it with TVM if needed).
+
+    Shipped configs are ``tessera.<name>``; a config file whose name is taken by a different
+    config gets ``tessera.<name>.<fingerprint>``.
+    """
+    config = load_config(config)
+    check_supported(config)
+    ensure_registered()
+    name = PREFIX + config.name
+    known = _CONFIGS.get(name)
+    if known is None and name in _registry():
+        known = _config_of(name)
+    if known is not None and known.fingerprint() != config.fingerprint():
+        name = f"{name}.{config.fingerprint()[:8]}"
+    _CONFIGS[name] = config
+    if name not in _registry():
+        _registry()[name] = _factory(name)
+    return name
+
+
+_registered = False
+
+
+def ensure_registered() -> None:
+    """Register ``tessera.<config>`` for every shipped config and the ``ext_dev`` code generator."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    registry = _registry()
+    for name in available_configs():
+        if name == "tenstorrent":
+            continue
+        registry.setdefault(PREFIX + name, _factory(PREFIX + name))
+    builder = "target.build." + CARRIER_TARGET_KIND
+    ours = tvm.get_global_func(_OWNER_MARK, allow_missing=True) is not None
+    if tvm.get_global_func(builder, allow_missing=True) is not None and not ours:
+        raise PipelineError(
+            f"{builder} is already registered by someone else; Tessera routes its device kernels through "
+            f"TVM's otherwise unused {CARRIER_TARGET_KIND!r} target kind and cannot share it"
+        )
+    tvm.register_global_func(builder, _build_carriers, override=True)
+    tvm.register_global_func(_OWNER_MARK, lambda: True, override=True)
+
+
+_OWNER_MARK = "tessera.relax.owns_ext_dev_builder"
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline pass
+# ---------------------------------------------------------------------------------------------
+
+
+def is_tessera_kernel(func) -> bool:
+    return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and KERNEL_ATTR in func.attrs
+
+
+def tessera_tir_pipeline(config: TargetConfig | str):
+    """The module pass ``tvm.compile`` runs for ``tir_pipeline="tessera.<config>"``."""
+    config = load_config(config)
+    check_supported(config)
+    ensure_registered()
+    name = pipeline_name(config)
+
+    def run(mod, _ctx):
+        kernels = {gv: f for gv, f in mod.functions.items() if is_tessera_kernel(f)}
+        rest = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in kernels}, attrs=mod.attrs)
+        target = _bound_target(mod, config)
+        _check_target(target, config, name)
+        for gv, func in kernels.items():
+            _check_kernel_config(gv, func, config, name)
+        out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
+        _check_tvm_codegen(out, config)
+        for gv, func in kernels.items():
+            host, carrier = lower_kernel(func, config, name)
+            out[gv] = host
+            out[tvm.ir.GlobalVar(str(gv.name_hint) + CARRIER_SUFFIX)] = carrier
+        return out
+
+    return tessera_module_pass(run, name=f"{name}.TIRPipeline")
+
+
+def _bound_target(mod, config: TargetConfig):
+    """The target ``tvm.compile`` bound to the functions (its ``BindTarget`` ran before us)."""
+    for func in mod.functions.values():
+        if func.attrs is not None and "target" in func.attrs:
+            return func.attrs["target"]
+    current = tvm.target.Target.current(allow_none=True)
+    return current if current is not None else config.tvm_target()
+
+
+def _target_summary(target) -> str:
+    arch = target.attrs.get("arch") if "arch" in target.attrs else target.attrs.get("mcpu", "")
+    return f"{target.kind.name}{' ' + str(arch) if arch else ''}"
+
+
+def _check_target(target, config: TargetConfig, name: str) -> None:
+    want = config.tvm_target()
+    same_kind = target.kind.name == want.kind.name
+    same_arch = all(str(target.attrs.get(k, "")) == str(want.attrs.get(k, "")) for k in ("arch", "mcpu"))
+    if not (same_kind and same_arch):
+        raise PipelineError(
+            f"tvm.compile target is {_target_summary(target)} but tir_pipeline={name!r} compiles for "
+            f"{_target_summary(want)} (config {config.name!r}); pass the config's target: "
+            f"tessera_tvm.load_config({config.name!r}).tvm_target()"
+        )
+
+
+def _check_kernel_config(gv, func, config: TargetConfig, name: str) -> None:
+    built_for = str(func.attrs.get(CONFIG_ATTR, "?"))
+    fingerprint = str(func.attrs.get(FINGERPRINT_ATTR, ""))
+    if fingerprint != config.fingerprint():
+        raise PipelineError(
+            f"Tessera kernel {gv.name_hint} was partitioned for config {built_for!r} but is compiled with "
+            f"tir_pipeline={name!r}; partition and compile with the same config (report.tir_pipeline)"
+        )
+
+
+def _check_tvm_codegen(mod, config: TargetConfig) -> None:
+    """Fail now, with the reason, when TVM itself cannot generate code for its own device kernels."""
+    kinds = {
+        f.attrs["target"].kind.name
+        for f in mod.functions.values()
+        if f.attrs is not None and "target" in f.attrs and f.attrs["target"].kind.name not in ("c", "llvm")
+    }
+    for kind in sorted(kinds):
+        if tvm.get_global_func(f"target.build.{kind}", allow_missing=True) is None:
+            names = sorted(
+                str(gv.name_hint)
+                for gv, f in mod.functions.items()
+                if f.attrs is not None and "target" in f.attrs and f.attrs["target"].kind.name == kind
+            )
+            raise PipelineError(
+                f"TVM in this build has no code generator for target kind {kind!r} (target.build.{kind}), "
+                f"so the operators left to TVM cannot be compiled for config {config.name!r}: "
+                f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}. The Tessera kernels still "
+                "lower and generate source: tessera_tvm.relax.device_sources(mod, config)."
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# One Tessera kernel: lower with the config's lists, keep the host function, carry the device code
+# ---------------------------------------------------------------------------------------------
+
+_ADDED_ATTRS = (KERNEL_ATTR, CONFIG_ATTR, FINGERPRINT_ATTR, "target", *RELAX_ATTRS)
+
+
+def tile_program(func):
+    """The tile program as ``build_tile_program`` made it (without the attrs Relax/TVM added)."""
+    for key in _ADDED_ATTRS:
+        if func.attrs is not None and key in func.attrs:
+            func = func.without_attr(key)
+    return func
+
+
+def lower_kernel(func, config: TargetConfig, pipeline: str):
+    """Lower one tile program; return (its host function, the ext_dev carrier of its device code)."""
+    from ..lower import lower
+
+    lowered = lower(tile_program(func), config, build=False)  # the config's named lists; cached
+    hosts = list(lowered.host_mod.functions.items())
+    if len(hosts) != 1:
+        raise PipelineError(f"{lowered.name}: expected one host function, found {[str(g.name_hint) for g, _ in hosts]}")
+    host = hosts[0][1].without_attr("tirx.is_entry_func")  # the module has many functions, no single entry
+    if config.codegen_dict["kind"] == "c":
+        host = _call_cpu_kernels_by_symbol(host, lowered.device_mod)
+    symbol = str(func.attrs["global_symbol"]) + CARRIER_SUFFIX
+    carrier = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attrs(
+        {
+            "target": tvm.target.Target(CARRIER_TARGET_KIND),
+            "global_symbol": symbol,
+            DEVICE_MOD_ATTR: lowered.device_mod,
+            PIPELINE_ATTR: pipeline,
+            CONFIG_ATTR: config.name,
+        }
+    )
+    return host, carrier
+
+
+def _call_cpu_kernels_by_symbol(host, device_mod):
+    """CPU: the host calls its device kernel as a C function; make that an extern call by symbol.
+
+    The device kernel is compiled in its own translation unit (TileLang's C codegen), so the host's
+    C code must not need the PrimFunc; pointers travel as ``void*`` (C linkage ignores the type).
+    """
+    names = {str(gv.name_hint) for gv in device_mod.get_global_vars()}
+
+    def rewrite(node):
+        if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.GlobalVar) and node.op.name_hint in names:
+            args = [tvm.tirx.Cast("handle", a) if a.dtype == "handle" else a for a in node.args]
+            return tvm.tirx.call_extern(node.dtype, str(node.op.name_hint), *args)
+        return None
+
+    return host.with_body(tvm.tirx.stmt_functor.ir_transform(host.body, None, rewrite, ["tirx.Call"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# target.build.ext_dev: TileLang's device codegen for each carrier
+# ---------------------------------------------------------------------------------------------
+
+
+_CONTEXTS: dict[str, Any] = {}
+
+
+def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: bool | None = None):
+    """The runtime module of one kernel's lowered device module (C source, CUDA or HIP).
+
+    CUDA is compiled with nvcc when the config says so and nvcc is on PATH (else source only).
+    """
+    from tilelang.backend.module import create_backend_context
+
+    from ..target.cuda import nvcc_available
+
+    target = config.tvm_target()
+    key = config.fingerprint()
+    if key not in _CONTEXTS:  # TileLang's backend for the target (resolving it logs; once is enough)
+        _CONTEXTS[key] = create_backend_context(target, target.host, execution_backend="auto")
+    context = _CONTEXTS[key]
+    if compile_device is None:
+        compile_device = config.codegen_dict["compiler"] == "nvcc" and nvcc_available()
+    with target:
+        module = context.codegen_device(device_mod, compile_device=compile_device)
+    if config.codegen_dict["kind"] == "c":
+        names = sorted(str(gv.name_hint) for gv in device_mod.get_global_vars())
+        module = _self_contained_c(module, names, config.codegen_dict["flags"])
+    return module
+
+
+def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
+    """The C source as ``export_library`` can compile it with no options: TileLang's header included
+    by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define`` lines (the generated
+    code may use those macros)."""
+    from ..target.toolchain import tilelang_include_dirs
+
+    header = f'#include "{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"'
+    source = module.inspect_source().replace("#include <tl_templates/cpp/common.h>", header)
+    defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]
+    if defines:
+        source = "// compiler flags of the config, as macros\n" + "\n".join(defines) + "\n" + source
+    return tvm.get_global_func("runtime.CSourceModuleCreate")(source, "cc", kernel_names, [])
+
+
+def _define(definition: str) -> str:
+    """``-DNAME=VALUE`` (or ``-DNAME``) as the ``#define`` line it means."""
+    name, sep, value = definition.partition("=")
+    return f"#define {name} {value if sep else '1'}"
+
+
+def _build_carriers(mod, _target):
+    """``target.build.ext_dev``: one runtime module importing every carried device module."""
+    modules = []
+    for _, carrier in sorted(mod.functions.items(), key=lambda item: str(item[0].name_hint)):
+        config = _config_of(str(carrier.attrs[PIPELINE_ATTR]))
+        modules.append(device_runtime_module(carrier.attrs[DEVICE_MOD_ATTR], config))
+    root = modules[0]
+    for other in modules[1:]:
+        root.import_module(other)
+    return root

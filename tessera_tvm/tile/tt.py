@@ -1,0 +1,251 @@
+"""Tile programs for the Tenstorrent target (``target_kind="tt"``): what ``tt.Tensorize`` recognises.
+
+Every program computes one 32x32 output tile per block (the Tensix tile) with a 32-wide K step, in
+the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
+
+- GEMM: ``T.clear`` of a float32 accumulator, a K loop of ``T.copy`` DRAM -> 32x32 tile for A and B
+  and ``T.gemm`` (``transpose_B`` for ``transpose_b``), then an optional element-wise epilogue on the
+  accumulator (bias row + relu / gelu (erf, tanh) / exp, in order) and ``T.copy`` of the tile out.
+- Element-wise: one masked ``T.Parallel(32, 32)`` loop whose store is an expression of same-shape
+  inputs built from + - * and exp / relu / gelu; the output is viewed as ``[rows, last dim]`` (the
+  buffers are declared with that 2-D shape) and ``tt.TilePad`` drops the edge masks.
+
+Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression) adds no instruction: on
+Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
+
+Anything else (softmax, norms, attention, reductions, batched or transposed-A GEMMs, residual /
+scale epilogues, scalar constants, broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
+:class:`UnsupportedTTOperationError` naming the operation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+
+from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+
+from .common import binary, declare_params, unary
+from .spec import (
+    AttentionSpec,
+    Binary,
+    Const,
+    ElementwiseSpec,
+    GemmSpec,
+    Input,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+    SpecError,
+    TileSchedule,
+    Unary,
+    expr_nodes,
+)
+
+__all__ = ["TILE", "TT_SCHEDULE", "UnsupportedTTOperationError", "tt_program"]
+
+#: The Tensix tile: every block computes one TILE x TILE output tile with a TILE-wide K step.
+TILE = 32
+#: The tile schedule of every Tenstorrent program (``stages``/``threads`` are not used).
+TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
+
+TT_DTYPES = ("bfloat16", "float32")
+TT_EPILOGUE = ("bias", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
+TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "cast")
+TT_BINARY = ("add", "sub", "mul")
+
+_NOT_YET = "the Tenstorrent target does not support {what} yet"
+
+
+def _unsupported(op: str, detail: str = "", what: str | None = None) -> UnsupportedTTOperationError:
+    message = f"{op}: " + _NOT_YET.format(what=what or op)
+    return UnsupportedTTOperationError(message + (f" ({detail})" if detail else ""))
+
+
+def _check_dtypes(kind: str, dtypes: dict[str, str]) -> None:
+    for field, dtype in dtypes.items():
+        if dtype not in TT_DTYPES:
+            raise _unsupported(
+                f"{kind} with {field}={dtype}",
+                f"Tenstorrent tiles here are {' or '.join(TT_DTYPES)}",
+                what=f"{dtype} buffers",
+            )
+
+
+def _check_one_dtype(kind: str, dtypes: dict[str, str]) -> None:
+    if len(set(dtypes.values())) > 1:
+        found = ", ".join(f"{k}={v}" for k, v in dtypes.items())
+        raise _unsupported(
+            f"{kind} with mixed buffer dtypes", found, what="bfloat16 and float32 buffers mixed in one kernel"
+        )
+
+
+def _check_schedule(spec: KernelSpec, schedule: TileSchedule) -> None:
+    blocks = [schedule.block_m, schedule.block_n] + ([schedule.block_k] if isinstance(spec, GemmSpec) else [])
+    if any(b != TILE for b in blocks):
+        names = "block_m x block_n" + (" x block_k" if isinstance(spec, GemmSpec) else "")
+        raise SpecError(
+            f"{spec.family} kernel: {names} is {' x '.join(map(str, blocks))}; the Tenstorrent target computes "
+            f"one {TILE}x{TILE} tile per block with a {TILE}-wide K step (use {TILE} for each)"
+        )
+
+
+def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"):
+    """The TileLang PrimFunc of ``spec`` for the Tenstorrent pipeline (32x32 tiles)."""
+    if isinstance(spec, GemmSpec):
+        _check_gemm(spec)
+        _check_schedule(spec, schedule)
+        return _gemm_program(spec)
+    if isinstance(spec, ElementwiseSpec):
+        _check_elementwise(spec)
+        _check_schedule(spec, schedule)
+        return _elementwise_program(spec)
+    if isinstance(spec, SoftmaxSpec):
+        raise _unsupported("softmax", "a row reduction + broadcast; only GEMM and element-wise kernels lower")
+    if isinstance(spec, NormSpec):
+        raise _unsupported(spec.kind, "a row reduction; only GEMM and element-wise kernels lower")
+    if isinstance(spec, AttentionSpec):
+        raise _unsupported("attention", "flash attention; only GEMM and element-wise kernels lower")
+    if isinstance(spec, ReduceSpec):
+        raise _unsupported(f"reduce_{spec.kind}", "reductions have no Tenstorrent lowering", what="reductions")
+    raise _unsupported(type(spec).__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_gemm(spec: GemmSpec) -> None:
+    if spec.batch or spec.batch_a or spec.batch_b:
+        raise _unsupported("batched matmul", f"batch {spec.batch}; only [M, K] @ [K, N] GEMMs lower")
+    if spec.transpose_a:
+        raise _unsupported("matmul with transpose_a", "transpose A first (transpose_b is supported)")
+    if spec.dtype_acc != "float32":
+        raise _unsupported(f"matmul accumulating in {spec.dtype_acc}", "the accumulator is float32")
+    _check_dtypes("matmul", {"dtype_a": spec.dtype_a, "dtype_b": spec.dtype_b, "dtype_out": spec.dtype_out})
+    for op in spec.epilogue:
+        if op.kind not in TT_EPILOGUE:
+            raise _unsupported(
+                f"epilogue {op.kind}", f"supported epilogues: {', '.join(TT_EPILOGUE)}", what=f"the {op.kind} epilogue"
+            )
+        if op.kind == "cast" or op.operand is not None:
+            _check_dtypes(f"epilogue {op.kind}", {"dtype": op.dtype or spec.dtype_out})
+    buffers = {"dtype_a": spec.dtype_a, "dtype_b": spec.dtype_b, "dtype_out": spec.dtype_out}
+    _check_one_dtype("matmul", {**buffers, **{p.name: p.dtype for p in spec.epilogue_operands()}})
+    if sum(op.kind == "bias" for op in spec.epilogue) > 1:
+        raise _unsupported("epilogue bias twice", "one bias row per GEMM", what="two bias epilogues")
+
+
+def _epilogue_value(spec: GemmSpec, acc, bias: dict, bx, j):
+    """The accumulator element after the epilogue ops, in order (float32)."""
+    value = acc
+    for op in spec.epilogue:
+        if op.kind == "bias":
+            # The bias row, masked past N (tt.TilePad pads it with zeros and drops the mask).
+            col = bx * TILE + j
+            value = value + T.if_then_else(col < spec.N, T.cast(bias[op.operand][col], "float32"), T.float32(0))
+        else:
+            value = unary(op.kind, value, "float32", cast_to=op.dtype)
+    return value
+
+
+def _by_name(params, buffers) -> dict:
+    return {p.name: buf for p, buf in zip(params, buffers, strict=True)}
+
+
+def _gemm_program(spec: GemmSpec):
+    M, N, K = spec.M, spec.N, spec.K
+    params = spec.params()
+    n_ops = len(spec.epilogue_operands())
+    tb = spec.transpose_b
+    compute = any(op.kind != "cast" for op in spec.epilogue)
+
+    @T.prim_func
+    def main():
+        io = declare_params(params)
+        bias = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
+        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(M, TILE)) as (bx, by):
+            A_s = T.alloc_shared((TILE, TILE), spec.dtype_a)
+            B_s = T.alloc_shared((TILE, TILE), spec.dtype_b)
+            C_l = T.alloc_fragment((TILE, TILE), "float32")
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, TILE)):
+                T.copy(io.buffers[0][by * TILE, k * TILE], A_s)
+                if tb:
+                    T.copy(io.buffers[1][bx * TILE, k * TILE], B_s)
+                else:
+                    T.copy(io.buffers[1][k * TILE, bx * TILE], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=tb)
+            if compute:
+                for i, j in T.Parallel(TILE, TILE):
+                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], bias, bx, j)
+            T.copy(C_l, io.buffers[-1][by * TILE, bx * TILE])
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_elementwise(spec: ElementwiseSpec) -> None:
+    buffers = {"dtype_out": spec.dtype_out, **{p.name: p.dtype for p in spec.operands}}
+    _check_dtypes("element-wise", buffers)
+    _check_one_dtype("element-wise", buffers)
+    for p in spec.operands:
+        if tuple(p.shape) != tuple(spec.shape):
+            raise _unsupported(
+                f"broadcast of {p.name}",
+                f"{p.name} is {list(p.shape)} but the output is {list(spec.shape)}; operands must have the "
+                "output's shape",
+                what="broadcast operands in element-wise kernels",
+            )
+    for node in expr_nodes(spec.expr):
+        if isinstance(node, Const):
+            raise _unsupported(
+                f"scalar constant {node.value!r}",
+                "tiles combine with tiles only (+ - * of tiles)",
+                what="scalar constants in element-wise kernels",
+            )
+        if isinstance(node, Unary) and node.op not in TT_UNARY:
+            raise _unsupported(node.op, f"supported unary ops: {', '.join(TT_UNARY)}")
+        if isinstance(node, Unary) and node.op == "cast":
+            _check_dtypes("cast", {"dtype": node.dtype})
+        if isinstance(node, Binary) and node.op not in TT_BINARY:
+            raise _unsupported(node.op, f"supported binary ops: {', '.join(TT_BINARY)}")
+    if isinstance(spec.expr, Input):
+        raise _unsupported(
+            "copy", "an element-wise kernel that computes nothing", what="plain copies from the frontend"
+        )
+
+
+def _evaluate(expr, values: dict):
+    if isinstance(expr, Input):
+        return values[expr.name]
+    if isinstance(expr, Unary):
+        return unary(expr.op, _evaluate(expr.x, values), "float32", cast_to=expr.dtype)
+    return binary(expr.op, _evaluate(expr.x, values), _evaluate(expr.y, values))
+
+
+def _elementwise_program(spec: ElementwiseSpec):
+    rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
+    view = [p._replace(shape=(rows, cols)) for p in spec.params()]  # the [rows, last dim] view
+    n_in = len(spec.operands)
+
+    def value(buffers, r, c):
+        loaded = {p.name: T.cast(buf[r, c], "float32") for p, buf in zip(spec.operands, buffers, strict=False)}
+        return T.cast(_evaluate(spec.expr, loaded), spec.dtype_out)
+
+    @T.prim_func
+    def main():
+        io = declare_params(view)
+        with T.Kernel(T.ceildiv(cols, TILE), T.ceildiv(rows, TILE)) as (bx, by):
+            for i, j in T.Parallel(TILE, TILE):
+                if by * TILE + i < rows and bx * TILE + j < cols:
+                    io.buffers[n_in][by * TILE + i, bx * TILE + j] = value(io.buffers, by * TILE + i, bx * TILE + j)
+
+    return main

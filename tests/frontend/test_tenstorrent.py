@@ -1,0 +1,270 @@
+"""``ts.compile(kernel, target="tenstorrent")``: frontend GEMM+epilogue and element-wise kernels give
+the five artifacts (reader/compute/writer/host/plan), which pass the stub syntax check and run in the
+tt-metal emulator matching ``kernel.reference``; kernels the TT target cannot lower name the op."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tessera as ts
+import tessera_tvm
+from tessera import Tensor, ops
+from tessera.errors import NotRunnableError, ScheduleError
+from tessera_tvm.target.tt import STUB_INCLUDE_DIR
+from tessera_tvm.target.tt.emulate import TENSOR_ACCESSOR_INTERLEAVED_DRAM_ARGS, run_plan
+from tessera_tvm.tile import (
+    Binary,
+    Const,
+    ElementwiseSpec,
+    EpilogueOp,
+    GemmSpec,
+    Input,
+    ReduceSpec,
+    Unary,
+    build_tile_program,
+)
+from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+FIVE = ("reader", "compute", "writer", "host", "plan")
+FILES = ("reader.cpp", "compute.cpp", "writer.cpp", "main.cpp", "tt.plan.json")
+U_BF16 = 2.0**-8  # unit roundoff of bfloat16
+
+
+@ts.kernel
+def linear(
+    A: Tensor["M", "K", ts.bf16], W: Tensor["K", "N", ts.bf16], b: Tensor["N", ts.bf16]
+) -> Tensor["M", "N", ts.bf16]:
+    return ops.gelu(ops.matmul(A, W) + b)
+
+
+@ts.kernel
+def eltwise(x: Tensor["M", "N", ts.bf16], y: Tensor["M", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+    return ops.relu(ops.exp(x) * y - x)
+
+
+@ts.kernel
+def softmax(x: Tensor["M", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.softmax(x, axis=-1)
+
+
+@ts.kernel
+def layer_norm(x: Tensor["M", "N", ts.f32], w: Tensor["N", ts.f32], b: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.layer_norm(x, w, b)
+
+
+@ts.kernel
+def attention(
+    Q: Tensor[1, 2, 64, 32, ts.bf16], K: Tensor[1, 2, 64, 32, ts.bf16], V: Tensor[1, 2, 64, 32, ts.bf16]
+) -> Tensor[1, 2, 64, 32, ts.bf16]:
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+LINEAR_SHAPES = {"M": 50, "N": 70, "K": 45}  # not multiples of 32: padded edge tiles
+ELTWISE_SHAPES = {"M": 33, "N": 100}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    out = {}
+    for name, kernel, shapes in (("linear", linear, LINEAR_SHAPES), ("eltwise", eltwise, ELTWISE_SHAPES)):
+        dump = tmp_path_factory.mktemp(name)
+        out[name] = (ts.compile(kernel, target="tenstorrent", shapes=shapes, dump=True, dump_dir=dump), dump)
+    return out
+
+
+@pytest.mark.parametrize("name", ["linear", "eltwise"])
+def test_five_artifacts_in_artifacts_dumps_and_target_ir(compiled, name):
+    k, dump = compiled[name]
+    (dk,) = k.device_kernels
+    assert set(FIVE) <= set(k.artifacts[dk.name])
+    assert [k.artifacts[dk.name][key].name for key in FIVE] == list(FILES)
+    assert (dk.schedule.block_m, dk.schedule.block_n) == (32, 32)
+    for sub in (dump / "target" / dk.name, dump / "artifacts" / dk.name):
+        assert all((sub / f).is_file() for f in FILES), sorted(p.name for p in sub.iterdir())
+    target = k.inspect_ir("target")
+    assert all(f in target for f in FILES)
+    assert "matmul_tiles" in target if name == "linear" else "exp_tile" in target
+    assert target == (dump / "target.tt.cpp").read_text()
+    assert {"graph.txt", "sched.txt", "tile.py"} <= {p.name for p in dump.iterdir()}
+    with pytest.raises(NotRunnableError, match="tenstorrent"):
+        k(*[np.zeros((1, 1), np.float32)] * 2)
+
+
+def _ct_args(plan: dict, role: str) -> list[int]:
+    args: list[int] = []
+    for arg in plan["kernels"][role].get("compile_time_args", []):
+        args.extend(TENSOR_ACCESSOR_INTERLEAVED_DRAM_ARGS if isinstance(arg, dict) else [int(arg)])
+    return args
+
+
+def _syntax(path: Path, ct_args: list[int] | None) -> subprocess.CompletedProcess:
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror", "-I", str(STUB_INCLUDE_DIR)]
+    if ct_args:
+        cmd.append("-DKERNEL_COMPILE_TIME_ARGS=" + ",".join(map(str, ct_args)))
+    return subprocess.run([*cmd, str(path)], capture_output=True, text=True, check=False)
+
+
+@needs_gxx
+def test_generated_kernels_pass_the_stub_syntax_check(compiled):
+    jobs = []
+    for k, _ in compiled.values():
+        for files in k.artifacts.values():
+            plan = json.loads(files["plan"].read_text())
+            jobs += [
+                (files["reader"], _ct_args(plan, "reader")),
+                (files["compute"], None),
+                (files["writer"], _ct_args(plan, "writer")),
+                (files["host"], None),
+            ]
+    with ThreadPoolExecutor() as pool:
+        results = list(pool.map(lambda job: _syntax(*job), jobs))
+    failures = {str(p): r.stderr for (p, _), r in zip(jobs, results, strict=True) if r.returncode}
+    assert not failures, failures
+
+
+def _emulate(k, arrays: dict[str, np.ndarray], cache: Path) -> np.ndarray:
+    (files,) = k.artifacts.values()
+    plan = json.loads(files["plan"].read_text())
+    ins = {b["name"]: arrays[b["name"]].astype(np.float32) for b in plan["buffers"] if b["role"] == "input"}
+    result = run_plan(plan, files["plan"].parent, ins, cache_dir=cache)
+    (out,) = [b["name"] for b in plan["buffers"] if b["role"] == "output"]
+    return result[out].astype(np.float64)
+
+
+@needs_gxx
+def test_linear_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_path_factory):
+    k, _ = compiled["linear"]
+    rng = np.random.default_rng(0)
+    M, N, K = LINEAR_SHAPES["M"], LINEAR_SHAPES["N"], LINEAR_SHAPES["K"]
+    bf16 = ts.bf16.numpy
+    a, w, b = (rng.standard_normal(s).astype(bf16) for s in ((M, K), (K, N), (N,)))
+    out = _emulate(k, {"A": a, "W": w, "b": b}, tmp_path_factory.mktemp("emu"))
+    ref = linear.reference(a, w, b).astype(np.float64)
+    pre = np.abs(a.astype(np.float64) @ w.astype(np.float64)) + np.abs(b.astype(np.float64))
+    # bf16 tolerance: the reference rounds to bf16 after matmul, + and gelu; the kernel rounds A@B when
+    # it packs the tile (fp32 sums in another order) and once at the store. Allow 4 bf16 roundings of
+    # the pre-activation, carried through gelu (|gelu'| <= 1.13), plus 2 of the result.
+    tol = 4 * 1.13 * U_BF16 * pre + 2 * U_BF16 * np.abs(ref) + 1e-6
+    assert out.shape == ref.shape == (M, N)
+    bad = np.abs(out - ref) > tol
+    assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+@needs_gxx
+def test_eltwise_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_path_factory):
+    k, _ = compiled["eltwise"]
+    rng = np.random.default_rng(1)
+    shape = (ELTWISE_SHAPES["M"], ELTWISE_SHAPES["N"])
+    x, y = (rng.standard_normal(shape).astype(ts.bf16.numpy) for _ in range(2))
+    out = _emulate(k, {"x": x, "y": y}, tmp_path_factory.mktemp("emu"))
+    ref = eltwise.reference(x, y).astype(np.float64)
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    # bf16 tolerance: both sides round exp(x), exp(x)*y and the result to bf16 (the kernel when it packs
+    # a tile, in float32 arithmetic): 3 bf16 roundings of each intermediate, 2 of the largest.
+    tol = 3 * U_BF16 * (np.exp(xf) * np.abs(yf) + np.abs(xf) + np.abs(ref)) + 1e-6
+    bad = np.abs(out - ref) > tol
+    assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+@pytest.mark.parametrize(
+    "kernel, shapes, op",
+    [
+        (softmax, {"M": 64, "N": 64}, "softmax"),
+        (layer_norm, {"M": 64, "N": 64}, "layer_norm"),
+        (attention, {}, "attention"),
+    ],
+    ids=["softmax", "layer_norm", "attention"],
+)
+def test_unsupported_kernels_name_the_op(kernel, shapes, op):
+    with pytest.raises(UnsupportedTTOperationError, match=rf"{op}: the Tenstorrent target does not support"):
+        ts.compile(kernel, target="tenstorrent", shapes=shapes)
+
+
+def test_unsupported_element_wise_op_and_non_tile_schedule():
+    @ts.kernel
+    def sig(x: Tensor["M", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+        return ops.sigmoid(x)
+
+    with pytest.raises(UnsupportedTTOperationError, match="sigmoid: the Tenstorrent target does not support"):
+        ts.compile(sig, target="tenstorrent", shapes={"M": 32, "N": 32})
+    with pytest.raises(ScheduleError, match="32x32 tile"):
+        ts.compile(linear, target="tenstorrent", shapes={"M": 64, "N": 64, "K": 64}, schedule={"block_m": 64})
+
+
+# ---- the generator on its own (tessera_tvm.tile.build_tile_program(spec, None, "tenstorrent")) ----
+
+GEMM_CASES = [
+    GemmSpec(64, 64, 96, dtype_a="bfloat16", transpose_b=True, epilogue=(EpilogueOp("exp"),)),
+    GemmSpec(40, 64, 64, dtype_a="float32", epilogue=(EpilogueOp("relu"),)),
+    GemmSpec(64, 33, 32, dtype_a="bfloat16", epilogue=(EpilogueOp("bias", operand="b"), EpilogueOp("gelu_tanh"))),
+    ElementwiseSpec((2, 33, 40), (("x", (2, 33, 40), "float32"),), Unary("gelu_tanh", Input("x")), "float32"),
+    ElementwiseSpec(
+        (64, 64),
+        (("x", (64, 64), "bfloat16"), ("y", (64, 64), "bfloat16")),
+        Binary("add", Input("x"), Input("y")),
+        "bfloat16",
+    ),
+]
+
+
+@pytest.mark.parametrize("spec", GEMM_CASES, ids=lambda s: f"{s.family}-{s.fingerprint()[:6]}")
+def test_generator_specs_lower_to_the_five_files(spec, tmp_path):
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tenstorrent"), "tenstorrent", out_dir=tmp_path)
+    assert set(FIVE) <= set(lowered.artifacts)
+
+
+@needs_gxx
+def test_float32_gemm_with_transposed_b_and_gelu_tanh_in_the_emulator(tmp_path):
+    spec = GemmSpec(40, 64, 96, dtype_a="float32", transpose_b=True, epilogue=(EpilogueOp("gelu_tanh"),))
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tt"), "tenstorrent", out_dir=tmp_path / "k")
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((40, 96)), rng.standard_normal((64, 96))
+    result = run_plan(
+        lowered.artifacts["plan"],
+        tmp_path / "k",
+        {"A": a.astype(np.float32), "B": b.astype(np.float32)},
+        cache_dir=tmp_path / "emu",
+    )
+    mm = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64).T
+    ref = 0.5 * mm * (1 + np.tanh(np.sqrt(2 / np.pi) * (mm + 0.044715 * mm**3)))
+    # float32 buffers, but the emulated DST holds bf16 without fp32_dest_acc_en (configs/tenstorrent.yaml):
+    # allow 4 bf16 roundings of |A| @ |B|^T through gelu (|gelu'| <= 1.13)
+    tol = 4 * 1.13 * U_BF16 * (np.abs(a) @ np.abs(b).T) + 1e-6
+    assert np.all(np.abs(result["C"] - ref) <= tol), np.abs(result["C"] - ref).max()
+
+
+@pytest.mark.parametrize(
+    "spec, op",
+    [
+        (GemmSpec(64, 64, 64, batch=(2,), dtype_a="bfloat16"), "batched matmul"),
+        (GemmSpec(64, 64, 64, dtype_a="bfloat16", epilogue=(EpilogueOp("scale", value=2.0),)), "epilogue scale"),
+        (GemmSpec(64, 64, 64, dtype_a="float16"), "matmul with dtype_a=float16"),
+        (GemmSpec(64, 64, 64, dtype_a="bfloat16", dtype_out="float32"), "matmul with mixed buffer dtypes"),
+        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("max", Input("x"), Input("x"))), "max"),
+        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("mul", Input("x"), Const(2.0))), "scalar"),
+        (ElementwiseSpec((32, 32), (("x", (32,), "float32"),), Unary("exp", Input("x"))), "broadcast of x"),
+        (ReduceSpec((64, 64), axis=1), "reduce_sum"),
+    ],
+    ids=["batched", "scale", "f16", "mixed", "max", "const", "broadcast", "reduce"],
+)
+def test_generator_rejects_what_tt_cannot_lower_naming_the_op(spec, op):
+    with pytest.raises(UnsupportedTTOperationError, match=rf"^{op}.*the Tenstorrent target does not support"):
+        build_tile_program(spec, None, "tenstorrent")
+
+
+def test_tenstorrent_schedule_text_says_how_blocks_run():
+    @ts.kernel
+    def add_relu(x: Tensor["M", "N", ts.bf16], y: Tensor["M", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+        return ops.relu(x + y)
+
+    text = ts.compile(add_relu, target="tenstorrent", shapes={"M": 64, "N": 96}).inspect_ir("sched")
+    assert "Tenstorrent: each core loops over its 32x32 output tiles" in text and "CPU" not in text
