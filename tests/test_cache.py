@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,12 @@ def test_version_change_is_a_miss(private_cache, monkeypatch):
 def test_corrupted_entry_is_recompiled(private_cache):
     prog = programs.cpu_gemm(64, 64, 32)
     first = tessera_tvm.lower(prog, "cpu")
-    first.artifacts["library"].write_bytes(b"not a shared library")
+    # Replace the file rather than write into it: this process has the library mapped, and truncating
+    # a mapped file makes the next touch of its pages a SIGBUS (at the latest, at interpreter exit).
+    library = first.artifacts["library"]
+    damaged = library.with_name(library.name + ".damaged")
+    damaged.write_bytes(b"not a shared library")
+    os.replace(damaged, library)
     again = tessera_tvm.lower(prog, "cpu")
     assert not again.from_cache  # the damaged entry failed its checksum and was rebuilt
     assert tessera_tvm.lower(prog, "cpu").from_cache
