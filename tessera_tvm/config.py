@@ -199,6 +199,7 @@ class _Lines:
 
     def __init__(self) -> None:
         self.lines: dict[str, int] = {}
+        self.nodes = 0  # values expanded so far (aliases expand again each time they are used)
 
     def get(self, path: str) -> int | None:
         while path:
@@ -208,7 +209,15 @@ class _Lines:
         return None
 
 
+#: More values than any real config holds: a file above it is an alias bomb ("billion laughs").
+_MAX_YAML_NODES = 20_000
+
+
 def _to_python(node: yaml.Node, path: str, lines: _Lines, source: str) -> Any:
+    lines.nodes += 1
+    if lines.nodes > _MAX_YAML_NODES:
+        raise ConfigError(source, None, f"expands to more than {_MAX_YAML_NODES} values (YAML aliases used "
+                          "recursively?); a target config is a few hundred", node.start_mark.line + 1)
     lines.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
@@ -231,12 +240,16 @@ def _read_yaml(text: str, source: str) -> tuple[Any, _Lines]:
     lines = _Lines()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            raise ConfigError(source, None, "is empty; expected a mapping with at least `name`, `target` and `pipeline`")
+        return _to_python(node, "", lines, source), lines
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise ConfigError(source, None, f"is not valid YAML: {exc.problem}", line) from None
-    if node is None:
-        raise ConfigError(source, None, "is empty; expected a mapping with at least `name`, `target` and `pipeline`")
-    return _to_python(node, "", lines, source), lines
+    except yaml.YAMLError as exc:  # e.g. ReaderError: control characters, which carry no problem_mark
+        raise ConfigError(source, None, f"is not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(source, None, "is not a target config: its YAML nests too deeply") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +281,13 @@ def _locate(name_or_path: str | os.PathLike) -> tuple[str, str]:
         if not path.is_file():
             raise ConfigError(text, None, "no such file; expected a path to a target config YAML "
                               f"or one of the names {available_configs()}")
-        return path.read_text(), str(path)
+        try:
+            return path.read_bytes().decode("utf-8"), str(path)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(text, None, f"is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                              "expected a target config YAML") from None
+        except OSError as exc:
+            raise ConfigError(text, None, f"cannot be read: {exc.strerror or exc}") from None
     found = _packaged(f"{text}.yaml")
     if found is None:
         import difflib

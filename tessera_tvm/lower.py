@@ -126,11 +126,16 @@ def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = 
             return _from_cache(entry, config, out)
     lowered = _lower(mod, name, config, Path(dump_dir) if dump_dir is not None else None)
     if key is None:
-        if out is not None or compiles:  # binaries need a home: out_dir, else a private directory
-            write_artifacts(lowered, out or Path(tempfile.mkdtemp(prefix=f"tessera_{name}_")), build=build)
+        if out is not None:
+            _write_artifacts_atomic(lowered, out, build=build)
+        elif compiles or lowered._tt_program is not None:  # binaries / the five TT files need a home
+            write_artifacts(lowered, Path(tempfile.mkdtemp(prefix=f"tessera_{name}_")), build=build)
         return lowered
     with tempfile.TemporaryDirectory(prefix="tessera_build_") as staging:
-        write_artifacts(lowered, out or Path(staging), build=build)
+        if out is not None:
+            _write_artifacts_atomic(lowered, out, build=build)
+        else:
+            write_artifacts(lowered, Path(staging), build=build)
         entry = cache.store(key, _cache_record(lowered), _cache_files(lowered, Path(staging)))
         if out is None and entry is not None:  # the staging files go away: point at the cache's copies
             lowered.artifacts = {k: entry.files[k] for k in lowered.artifacts}
@@ -232,6 +237,27 @@ def _write_metadata(lowered: LoweredModule) -> None:
     from .transform.annotate_kernel_metadata import metadata_json
 
     write_text_atomic(lowered.artifacts["metadata"], metadata_json(lowered.metadata))
+
+
+def _write_artifacts_atomic(lowered: LoweredModule, out_dir: Path, *, build: bool) -> None:
+    """:func:`write_artifacts` into ``out_dir``, all or nothing: the files are written and built in a
+    staging sibling and moved into ``out_dir`` only when the build succeeded, so a failing compiler
+    leaves ``out_dir`` as it was (no source without its library, no stale mix of old and new)."""
+    from .errors import ToolchainError
+    from .target.toolchain import atomic_output_dir
+
+    staging = None
+    try:
+        with atomic_output_dir(out_dir) as staging:
+            write_artifacts(lowered, staging, build=build)
+    except ToolchainError as exc:
+        if staging is None:
+            raise
+        raise type(exc)(exc.command, exc.output, str(exc).replace(str(staging), str(out_dir))) from None
+    lowered.artifacts = {k: Path(out_dir) / Path(p).relative_to(staging) for k, p in lowered.artifacts.items()}
+    if lowered._cpu_kernel is not None:  # loaded from the staging path: load the file now in place
+        lowered._cpu_kernel = None
+        _load_cpu(lowered)
 
 
 def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True) -> dict[str, Path]:

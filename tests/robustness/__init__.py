@@ -1,0 +1,1 @@
+"""Robustness tests: property-based fuzzing against numpy, bad input, toolchain failures, determinism."""

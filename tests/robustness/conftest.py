@@ -1,0 +1,12 @@
+"""Reports how many fuzz cases each property test tried (the figure the README quotes)."""
+
+from __future__ import annotations
+
+
+def pytest_terminal_summary(terminalreporter):
+    from .fuzz import TRIED
+
+    if TRIED:
+        terminalreporter.write_sep("-", f"fuzz cases tried: {sum(TRIED.values())}")
+        for name, n in sorted(TRIED.items()):
+            terminalreporter.write_line(f"  {name}: {n}")

@@ -1,0 +1,424 @@
+# ruff: noqa: F821, F722  (Tensor["M", "K", ...] dims are strings, not names)
+"""Property-based fuzzing of the frontend on the CPU target, and of the Tenstorrent emulator.
+
+Each example builds a kernel from random parts (op composition, shapes, dtype), compiles it with
+``ts.compile(..., target="cpu")``, runs it on random arrays and compares the result with the
+kernel's own numpy reference (``kernel.reference``) at the per-dtype tolerance of
+``tests/frontend/helpers.py``. Shapes include 1, primes and sizes just off every block size (CPU
+blocks: GEMM 64x64x32, attention 32x64, reductions 8x256, element-wise 16x256).
+
+Inputs are scaled so intermediate values stay O(1): the reference rounds after every op and a fused
+kernel only at its store, so their difference is a few ulps of the largest intermediate, which the
+tolerance covers only when that intermediate is O(1).
+
+The Tenstorrent part lowers the TileLang programs of ``tests/tt/programs.py`` (the ops that target
+supports: GEMM with epilogues, element-wise, SFPU unary ops; bf16 on 32x32 tiles) at random shapes
+with ``tessera_tvm.lower(..., "tenstorrent", out_dir=...)`` and runs the plan in the emulator.
+
+CI runs a few examples per test (derandomized); ``TESSERA_FUZZ_EXAMPLES=500 python -m pytest
+tests/robustness -q`` runs a longer, freshly random search.
+"""
+
+# No `from __future__ import annotations`: the kernels annotate with closure variables (dtypes, dims).
+
+import json
+import math
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tessera as ts
+from tessera import Tensor, ops
+from tests.frontend.helpers import TOLERANCE, assert_close, random_array
+
+from .fuzz import count, fuzz_settings
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+FLOATS = [ts.f32, ts.f16, ts.bf16]
+#: 1, primes, and one off every block size of the CPU config (and of the 32x32 Tenstorrent tile).
+EDGE_SIZES = [1, 2, 3, 5, 7, 13, 17, 31, 33, 37, 63, 65, 97, 127, 129, 251, 255, 257]
+
+
+def sizes(high: int = 300):
+    """A dim size: an edge case or any size up to ``high``."""
+    return st.one_of(st.sampled_from([s for s in EDGE_SIZES if s <= high]), st.integers(1, high))
+
+
+dtypes = st.sampled_from(FLOATS)
+
+
+def check(kernel, *arrays):
+    """Compile for the CPU, run, compare with the kernel's numpy reference."""
+    out = ts.compile(kernel, target="cpu")(*arrays)
+    ref = kernel.reference(*arrays)
+    outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+    for o, r in zip(outs, refs, strict=True):
+        r = np.asarray(r)
+        assert_close(o, r, ts.dtype(o.dtype), f"{kernel.name} {[a.shape for a in arrays]}")
+        assert np.isfinite(o.astype(np.float32)).all(), f"{kernel.name}: non-finite output"
+
+
+# --------------------------------------------------------------------------- GEMM with epilogues
+
+ACTIVATIONS = {
+    "none": lambda y: y,
+    "relu": ops.relu,
+    "gelu": ops.gelu,
+    "gelu_tanh": lambda y: ops.gelu(y, approximate="tanh"),
+    "silu": ops.silu,
+    "sigmoid": ops.sigmoid,
+    "tanh": ops.tanh,
+}
+
+
+@fuzz_settings(ci=12)
+@given(
+    dt=dtypes,
+    m=sizes(),
+    n=sizes(),
+    k=sizes(),
+    transpose_b=st.booleans(),
+    bias=st.booleans(),
+    act=st.sampled_from(sorted(ACTIVATIONS)),
+    scale=st.sampled_from([None, 0.5, 2.0]),
+    residual=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_matmul_epilogues(dt, m, n, k, transpose_b, bias, act, scale, residual, seed):
+    count("cpu matmul+epilogue")
+    w_dims = ("N", "K") if transpose_b else ("K", "N")
+    activation = ACTIVATIONS[act]
+
+    @ts.kernel
+    def linear(
+        A: Tensor["M", "K", dt], W: Tensor[w_dims[0], w_dims[1], dt], b: Tensor["N", dt], R: Tensor["M", "N", dt]
+    ):
+        y = ops.matmul(A, W, transpose_b=transpose_b)
+        if bias:
+            y = y + b
+        y = activation(y)
+        if scale is not None:
+            y = ops.scale(y, scale)
+        if residual:
+            y = y + R
+        return y
+
+    rng = np.random.default_rng(seed)
+    w_shape = (n, k) if transpose_b else (k, n)
+    check(
+        linear,
+        random_array(rng, (m, k), dt),
+        random_array(rng, w_shape, dt, 1 / math.sqrt(k)),
+        random_array(rng, (n,), dt),
+        random_array(rng, (m, n), dt),
+    )
+
+
+@fuzz_settings(ci=4)
+@given(
+    dt=dtypes,
+    batch=st.sampled_from([(1,), (2,), (3,), (2, 3)]),
+    m=sizes(70),
+    n=sizes(70),
+    k=sizes(70),
+    broadcast_b=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_batched_matmul(dt, batch, m, n, k, broadcast_b, seed):
+    count("cpu batched matmul")
+    a_dims = (*[f"B{i}" for i in range(len(batch))], "M", "K")
+    b_dims = ("K", "N") if broadcast_b else (*a_dims[:-2], "K", "N")
+
+    @ts.kernel
+    def bmm(A: Tensor[(*a_dims, dt)], B: Tensor[(*b_dims, dt)]):
+        return ops.matmul(A, B)
+
+    rng = np.random.default_rng(seed)
+    b_shape = (k, n) if broadcast_b else (*batch, k, n)
+    check(bmm, random_array(rng, (*batch, m, k), dt), random_array(rng, b_shape, dt, 1 / math.sqrt(k)))
+
+
+# --------------------------------------------------------------------------- element-wise chains
+
+UNARY = {
+    "relu": ops.relu,
+    "gelu": ops.gelu,
+    "silu": ops.silu,
+    "sigmoid": ops.sigmoid,
+    "tanh": ops.tanh,
+    "neg": lambda y: -y,
+    "half": lambda y: ops.scale(y, 0.5),
+    "exp_tanh": lambda y: ops.exp(ops.tanh(y)),
+}
+BINARY = {"add": ops.add, "sub": ops.sub, "mul": ops.mul, "div": ops.div}
+step = st.one_of(
+    st.tuples(st.just("unary"), st.sampled_from(sorted(UNARY))),
+    st.tuples(st.sampled_from(sorted(BINARY)), st.sampled_from(["x", "row", "col", "scalar"])),
+)
+
+
+@fuzz_settings(ci=12)
+@given(dt=dtypes, m=sizes(), n=sizes(600), chain=st.lists(step, min_size=1, max_size=5), seed=st.integers(0, 2**16))
+def test_elementwise_chains_with_broadcasting(dt, m, n, chain, seed):
+    count("cpu element-wise chain")
+    # Every parameter is used: row [N] and col [M, 1] broadcast against x [M, N].
+    chain = [*chain, ("add", "row"), ("mul", "col")]
+
+    @ts.kernel
+    def chain_kernel(x: Tensor["M", "N", dt], row: Tensor["N", dt], col: Tensor["M", 1, dt]):
+        operands = {"x": x, "row": row, "col": col, "scalar": 1.5}
+        y = x
+        for kind, arg in chain:
+            y = UNARY[arg](y) if kind == "unary" else BINARY[kind](y, operands[arg])
+        return y
+
+    rng = np.random.default_rng(seed)
+    # Divisors and multipliers in [0.5, 1.5]: no division by ~0, no growth along the chain.
+    x = random_array(rng, (m, n), dt)
+    row = (rng.uniform(0.5, 1.5, n)).astype(dt.numpy)
+    col = (rng.uniform(0.5, 1.5, (m, 1))).astype(dt.numpy)
+    if any(kind == "div" and arg == "x" for kind, arg in chain):
+        x = (np.abs(x.astype(np.float32)) + 0.5).astype(dt.numpy)
+    check(chain_kernel, x, row, col)
+
+
+# --------------------------------------------------------------------------- softmax and norms
+
+
+@fuzz_settings(ci=8)
+@given(
+    dt=dtypes,
+    shape=st.one_of(st.tuples(sizes(), sizes(700)), st.tuples(sizes(5), sizes(40), sizes(90))),
+    axis_pick=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_softmax_any_axis(dt, shape, axis_pick, seed):
+    count("cpu softmax")
+    axis = axis_pick % len(shape) - len(shape) if axis_pick % 2 else axis_pick % len(shape)
+    names = ("A", "B", "C")[: len(shape)]
+
+    @ts.kernel
+    def softmax(x: Tensor[(*names, dt)]):
+        return ops.softmax(x, axis=axis)
+
+    check(softmax, random_array(np.random.default_rng(seed), shape, dt, 2.0))
+
+
+@fuzz_settings(ci=8)
+@given(
+    dt=dtypes,
+    m=sizes(),
+    n=sizes(700),
+    kind=st.sampled_from(["layer_norm", "rms_norm"]),
+    weight=st.booleans(),
+    bias=st.booleans(),
+    then_linear=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_norms(dt, m, n, kind, weight, bias, then_linear, seed):
+    count("cpu norm")
+    p = 17  # output width of the optional linear layer after the norm (a second fused kernel)
+
+    @ts.kernel
+    def norm(x: Tensor["M", "N", dt], w: Tensor["N", dt], b: Tensor["N", dt], W: Tensor["N", p, dt]):
+        if kind == "layer_norm":
+            y = ops.layer_norm(x, w if weight else None, b if bias else None)
+        else:
+            y = ops.rms_norm(x, w if weight else None)
+        return ops.gelu(ops.matmul(y, W)) if then_linear else y  # unused parameters are allowed
+
+    rng = np.random.default_rng(seed)
+    check(
+        norm,
+        random_array(rng, (m, n), dt, 3.0),
+        random_array(rng, (n,), dt),
+        random_array(rng, (n,), dt),
+        random_array(rng, (n, p), dt, 1 / math.sqrt(n)),
+    )
+
+
+# --------------------------------------------------------------------------- attention
+
+
+@fuzz_settings(ci=6)
+@given(
+    dt=dtypes,
+    b=st.integers(1, 2),
+    h_kv=st.integers(1, 2),
+    group=st.sampled_from([1, 2, 3]),
+    s_q=sizes(130),
+    s_kv=sizes(130),
+    d=st.sampled_from([1, 8, 16, 24, 32, 64]),
+    causal=st.booleans(),
+    align=st.sampled_from(["top_left", "bottom_right"]),
+    scale=st.sampled_from([None, 0.1]),
+    seed=st.integers(0, 2**16),
+)
+def test_flash_attention(dt, b, h_kv, group, s_q, s_kv, d, causal, align, scale, seed):
+    count("cpu attention")
+    h = h_kv * group
+
+    @ts.kernel
+    def attention(
+        q: Tensor["B", h, "S", "D", dt], k: Tensor["B", h_kv, "T", "D", dt], v: Tensor["B", h_kv, "T", "D", dt]
+    ):
+        return ops.flash_attention(q, k, v, causal=causal, scale=scale, causal_align=align)
+
+    rng = np.random.default_rng(seed)
+    arrays = (
+        random_array(rng, (b, h, s_q, d), dt),
+        random_array(rng, (b, h_kv, s_kv, d), dt),
+        random_array(rng, (b, h_kv, s_kv, d), dt),
+    )
+    if causal and align == "bottom_right" and s_kv < s_q:
+        # Queries that see no key: the result there is defined by the reference (or rejected); either
+        # way the compile must not crash.
+        try:
+            check(attention, *arrays)
+        except ts.TesseraError:
+            pass
+        return
+    check(attention, *arrays)
+
+
+# --------------------------------------------------------------------------- Tenstorrent emulator
+
+TT_CASES = st.one_of(
+    st.tuples(st.just("gemm"), st.tuples(sizes(130), sizes(130), sizes(130))),
+    st.tuples(
+        st.just("gemm_bias_act"),
+        st.tuples(sizes(100), sizes(100), sizes(100), st.sampled_from(["relu", "gelu", "gelu_tanh"])),
+    ),
+    st.tuples(st.just("eltwise"), st.tuples(sizes(130), sizes(130), st.sampled_from(["add", "sub", "mul"]))),
+    st.tuples(st.just("unary"), st.tuples(sizes(100), sizes(100), st.sampled_from(["exp", "relu", "gelu"]))),
+)
+
+
+@pytest.fixture(scope="module")
+def tt_dirs():
+    root = Path(tempfile.mkdtemp(prefix="tessera_fuzz_tt_"))
+    yield root / "out", root / "emu"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@fuzz_settings(ci=20)
+@given(case=TT_CASES, seed=st.integers(0, 2**16))
+def test_tenstorrent_emulator_matches_numpy(tt_dirs, case, seed):
+    import tessera_tvm
+    from tessera_tvm.target.tt import round_to_bf16
+    from tessera_tvm.target.tt.emulate import run_plan
+    from tests.tt import programs
+    from tests.tt.test_codegen_emulator import gelu_erf
+    from tests.tt.test_emulator import EPS32, U_BF16, assert_within, check_protocol, gelu_tanh, gemm_ref
+
+    count("tenstorrent emulator")
+    name, args = case
+    out_root, emu_cache = tt_dirs
+    out = out_root / f"{name}_{'_'.join(map(str, args))}"
+    art = tessera_tvm.lower(getattr(programs, name)(*args), "tenstorrent", out_dir=out)
+    plan_path = Path(art.artifacts["plan"])
+    plan = json.loads(plan_path.read_text())
+    rng = np.random.default_rng(seed)
+    ins = {
+        b["name"]: rng.standard_normal(b["shape"]).astype(np.float32) for b in plan["buffers"] if b["role"] == "input"
+    }
+    result = run_plan(plan, plan_path.parent, ins, cache_dir=emu_cache)
+    check_protocol(result, plan)
+
+    def bf16(x):
+        return round_to_bf16(np.asarray(x, dtype=np.float32)).astype(np.float64)
+
+    what = f"{name}{args}"
+    if name == "gemm":
+        ref, acc_err = gemm_ref(ins["A"], ins["B"])
+        assert_within(result["C"], ref, U_BF16 * np.abs(ref) + 3 * acc_err + 1e-30, what)
+    elif name == "gemm_bias_act":
+        act = {"relu": lambda y: np.maximum(y, 0), "gelu": gelu_erf, "gelu_tanh": gelu_tanh}[args[3]]
+        mm, acc_err = gemm_ref(ins["A"], ins["B"])
+        ref = act(bf16(mm) + bf16(ins["bias"])[None, :])
+        tol = U_BF16 * np.abs(ref) + 1.13 * (2**-7 * np.abs(mm) + 3 * acc_err) + 1e-6
+        assert_within(result["C"], ref, tol, what)
+    elif name == "eltwise":
+        ref = {"add": np.add, "mul": np.multiply, "sub": np.subtract}[args[2]](bf16(ins["A"]), bf16(ins["B"]))
+        assert_within(result["C"], ref, (U_BF16 + 2 * EPS32) * np.abs(ref) + 1e-30, what)
+    else:
+        x = bf16(ins["X"])
+        ref = {"exp": np.exp, "relu": lambda y: np.maximum(y, 0), "gelu": gelu_erf}[args[2]](x)
+        assert_within(result["Y"], ref, (U_BF16 + 8 * EPS32) * np.abs(ref) + 1e-6, what)
+
+
+# --------------------------------------------------------------------------- frontend -> Tenstorrent
+
+TT_EPILOGUE = {"none": lambda y: y, "relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
+TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
+
+
+@fuzz_settings(ci=8)
+@given(
+    kind=st.sampled_from(["gemm", "eltwise"]),
+    m=sizes(100),
+    n=sizes(100),
+    k=sizes(100),
+    transpose_b=st.booleans(),
+    bias=st.booleans(),
+    act=st.sampled_from(sorted(TT_EPILOGUE)),
+    binop=st.sampled_from(["add", "sub", "mul"]),
+    unary=st.sampled_from([None, *sorted(TT_UNARY)]),
+    seed=st.integers(0, 2**16),
+)
+def test_frontend_kernels_on_the_tenstorrent_emulator(
+    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, seed
+):
+    """The same kind of kernels, compiled with ts.compile for Tenstorrent and run in the emulator."""
+    from tessera_tvm.target.tt.emulate import run_plan
+
+    count("tenstorrent via ts.compile")
+    bf = ts.bf16
+    rng = np.random.default_rng(seed)
+    if kind == "gemm":
+        w_dims = ("N", "K") if transpose_b else ("K", "N")
+
+        @ts.kernel
+        def tt_kernel(A: Tensor["M", "K", bf], W: Tensor[w_dims[0], w_dims[1], bf], b: Tensor["N", bf]):
+            y = ops.matmul(A, W, transpose_b=transpose_b)
+            return TT_EPILOGUE[act](y + b if bias else y)
+
+        arrays = (
+            random_array(rng, (m, k), bf),
+            random_array(rng, (n, k) if transpose_b else (k, n), bf, 1 / math.sqrt(k)),
+            random_array(rng, (n,), bf),
+        )
+        shapes = {"M": m, "N": n, "K": k}
+    else:
+
+        @ts.kernel
+        def tt_kernel(A: Tensor["M", "N", bf], B: Tensor["M", "N", bf]):
+            y = BINARY[binop](A, B)
+            return TT_UNARY[unary](y) if unary else y
+
+        arrays = (random_array(rng, (m, n), bf), random_array(rng, (m, n), bf))
+        shapes = {"M": m, "N": n}
+    out_root, emu_cache = tt_dirs
+    dump = out_root / f"frontend_{kind}_{m}_{n}_{k}_{seed}"
+    compiled = ts.compile(tt_kernel, target="tenstorrent", shapes=shapes, dump=["target"], dump_dir=dump)
+    (fused,) = compiled.artifacts.values()
+    plan_path = Path(fused["plan"])
+    plan = json.loads(plan_path.read_text())
+    names = [nm for nm, _ in tt_kernel.params]
+    inputs = {
+        b["name"]: arrays[names.index(b["name"])].astype(np.float32) for b in plan["buffers"] if b["role"] == "input"
+    }
+    result = run_plan(plan, plan_path.parent, inputs, cache_dir=emu_cache)
+    (out_buf,) = [b["name"] for b in plan["buffers"] if b["role"] == "output"]
+    ref = np.asarray(tt_kernel.reference(*arrays)).astype(np.float64)
+    got = np.asarray(result[out_buf], dtype=np.float64)
+    assert got.shape == ref.shape
+    rtol, atol = TOLERANCE[bf]
+    bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
+    assert not bad.any(), f"{tt_kernel.name} {shapes}: {bad.sum()} of {bad.size} off, max {np.abs(got - ref).max()}"
