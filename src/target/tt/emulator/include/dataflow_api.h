@@ -27,19 +27,11 @@ inline std::uint32_t get_common_arg_addr(int) {
 }
 template <typename T>
 inline T get_arg_val(int arg_idx) {
-    static_assert(sizeof(T) == 4, "Error: only 4B args are supported");
-    const std::uint32_t raw = tt_emu::runtime_arg(arg_idx);
-    T value;
-    std::memcpy(&value, &raw, sizeof(T));
-    return value;
+    return tt_emu::arg_as<T>(tt_emu::runtime_arg(arg_idx));
 }
 template <typename T>
 inline T get_common_arg_val(int arg_idx) {
-    static_assert(sizeof(T) == 4, "Error: only 4B args are supported");
-    const std::uint32_t raw = tt_emu::common_runtime_arg(arg_idx);
-    T value;
-    std::memcpy(&value, &raw, sizeof(T));
-    return value;
+    return tt_emu::arg_as<T>(tt_emu::common_runtime_arg(arg_idx));
 }
 
 // ---- core coordinates -------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #define TT_EMU_API __attribute__((visibility("default")))
 
@@ -29,6 +30,15 @@ enum SfpuOp : int { SFPU_NONE = 0, SFPU_EXP, SFPU_GELU, SFPU_GELU_APPROX, SFPU_R
 // ---- arguments / identity ---------------------------------------------------------------------
 TT_EMU_API std::uint32_t runtime_arg(int idx);
 TT_EMU_API std::uint32_t common_runtime_arg(int idx);
+
+// A 4-byte runtime argument reinterpreted as T (get_arg_val / get_common_arg_val, dataflow and compute).
+template <typename T>
+inline T arg_as(std::uint32_t raw) {
+    static_assert(sizeof(T) == 4, "Error: only 4B args are supported");
+    T value;
+    std::memcpy(&value, &raw, sizeof(T));
+    return value;
+}
 TT_EMU_API std::uint32_t core_x();
 TT_EMU_API std::uint32_t core_y();
 [[noreturn]] TT_EMU_API void unsupported(const char* what);
