@@ -32,7 +32,7 @@ from ._tvm import tilelang, tvm
 from .config import TargetConfig
 
 MANIFEST = "manifest.json"
-_FORMAT = 1
+_FORMAT = 2  # 2: CUDA entries carry the runtime library and the program's buffer order
 
 
 def _sha256_file(path: Path) -> str:

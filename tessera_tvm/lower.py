@@ -63,6 +63,8 @@ class LoweredModule:
     _cpu_kernel: Any = None
     _cpu_entry: tuple[str, list, list] | None = None  # CPU: (C symbol, KernelParams, program's buffer order)
     _tt_program: Any = None  # Tenstorrent configs: the five artifacts (tessera_tvm.target.tt.codegen)
+    _program_order: list[str] = field(default_factory=list)  # the tile program's buffer parameters, in order
+    _cuda_kernel: Any = None
 
     @property
     def host_ir(self) -> str:
@@ -81,13 +83,21 @@ class LoweredModule:
         Arrays come in the tile program's parameter order, or by buffer name (``A=a``); other
         keywords are scalar parameters.
         """
+        if self.config.codegen_dict["kind"] == "cuda" and "runtime" in self.artifacts:
+            return self.cuda_kernel()(*self._ordered(self._program_order, arrays, named))
         if self.config.codegen_dict["kind"] != "c":
             raise TesseraError(
-                f"{self.name!r} was compiled for {self.config.name!r}; only CPU configs run in-process "
-                "(GPU kernels are artifacts: see .artifacts)")
+                f"{self.name!r} was compiled for {self.config.name!r} without a runtime library (it needs nvcc "
+                "and a cubin); only CPU configs and built CUDA kernels run in-process (see .artifacts)")
         if self._cpu_kernel is None:
             build_cpu(self, Path(tempfile.mkdtemp(prefix=f"tessera_{self.name}_")))
         _, params, order = self._cpu_entry
+        by_name = dict(zip(order, self._ordered(order, arrays, named), strict=True))
+        # The C kernel orders its parameters as the host/device split left them, not as the program did.
+        return self._cpu_kernel(*[by_name[p.name] for p in params if p.kind == "buffer"], **named)
+
+    def _ordered(self, order: list[str], arrays: tuple, named: dict) -> list:
+        """``arrays`` (positional, then by buffer name from ``named``, which loses them) in ``order``."""
         if len(arrays) > len(order):
             raise TesseraError(f"{self.name!r} takes {len(order)} arrays ({', '.join(order)}), got {len(arrays)}")
         by_name = dict(zip(order, arrays, strict=False))  # fewer positional arrays: the rest by name
@@ -99,8 +109,18 @@ class LoweredModule:
         missing = [b for b in order if b not in by_name]
         if missing:
             raise TesseraError(f"{self.name!r}: missing array(s) {', '.join(missing)}; expects ({', '.join(order)})")
-        # The C kernel orders its parameters as the host/device split left them, not as the program did.
-        return self._cpu_kernel(*[by_name[p.name] for p in params if p.kind == "buffer"], **named)
+        return [by_name[b] for b in order]
+
+    def cuda_kernel(self):
+        """The CUDA runtime library's entry as a :class:`~tessera_tvm.target.cuda_runtime.CudaKernel`
+        (torch CUDA tensors in the tile program's parameter order); needs the ``runtime`` artifact."""
+        from tessera_tvm.target.cuda_runtime import CudaKernel
+
+        if "runtime" not in self.artifacts:
+            raise TesseraError(f"{self.name!r} has no CUDA runtime library: compile for a CUDA config with nvcc on PATH")
+        if self._cuda_kernel is None:
+            self._cuda_kernel = CudaKernel(self.artifacts["runtime"], self.name, self._program_order)
+        return self._cuda_kernel
 
 
 def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = None,
@@ -178,7 +198,8 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
         name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
         metadata=[tt_program.metadata] if tt_program else _metadata(device_mod), pass_log=list(recorder.records),
         _timing=timing, _tt_program=tt_program,
-        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_dict["kind"] == "c" else None)
+        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_dict["kind"] == "c" else None,
+        _program_order=buffer_order)
 
 
 def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
@@ -188,7 +209,8 @@ def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
         entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape)] for p in params], order]
     return {"name": lowered.name, "source": lowered.source, "metadata": lowered.metadata,
             "pass_log": [r.as_dict() for r in lowered.pass_log], "notes": lowered.notes,
-            "timing": lowered._timing, "artifacts": sorted(lowered.artifacts), "cpu_entry": entry}
+            "timing": lowered._timing, "artifacts": sorted(lowered.artifacts), "cpu_entry": entry,
+            "program_order": lowered._program_order}
 
 
 def _cache_files(lowered: LoweredModule, scratch: Path) -> dict[str, Path]:
@@ -220,7 +242,7 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         device_mod=tvm.ir.load_json(entry.files["device_mod.json"].read_text()),
         metadata=record["metadata"], pass_log=[PassRecord(**r) for r in record["pass_log"]],
         artifacts=artifacts, notes=list(record["notes"]), from_cache=True, _timing=record["timing"],
-        _cpu_entry=cpu_entry)
+        _cpu_entry=cpu_entry, _program_order=list(record.get("program_order", [])))
     if "library" in artifacts:
         _load_cpu(lowered)
     return lowered
@@ -313,6 +335,12 @@ def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
                             threads_per_block=kernel["resources"].get("threads_per_block"))
     if built.resource_usage:
         _write_metadata(lowered)
+    if built.cubin_path is not None:  # host launcher + cubin in one library that runs where a GPU is
+        from tessera_tvm.target.cuda_runtime import build_cuda_runtime
+
+        lowered.artifacts["runtime"] = build_cuda_runtime(
+            lowered.host_mod, lowered.device_mod, lowered.config.tvm_target(), cubin_path=built.cubin_path,
+            source=lowered.source, out_dir=out_dir, name=lowered.name)
 
 
 def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:

@@ -39,9 +39,9 @@ from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
 from .errors import ArgumentError, KernelError, NotRunnableError, ScheduleError, ShapeError, user_location
 from .kernel import STAGES, Kernel
-from .schedule import Schedule, choose_schedule, split_overrides
+from .schedule import Schedule, TuningSummary, choose_schedule, split_overrides
 
-__all__ = ["CompiledKernel", "DeviceKernel", "PassLogEntry", "compile"]
+__all__ = ["CompiledKernel", "DeviceKernel", "PassLogEntry", "compile", "tile_program"]
 
 _SOURCE_EXT = {"cuda": "cu", "hip": "hip.cpp", "c": "cpp", "tt": "tt.cpp"}
 #: Tenstorrent computes one 32x32 tile per block with a 32-wide K step (tessera_tvm/tile/tt.py).
@@ -152,6 +152,7 @@ class CompiledKernel:
         dump_stages: tuple[str, ...],
         dump_dir: Path | None,
         build: bool,
+        tuning: Mapping[str, TuningSummary] | None = None,
     ) -> None:
         self.kernel = kernel
         self.config = config
@@ -160,6 +161,7 @@ class CompiledKernel:
         self.dump_stages = dump_stages
         self.dump_dir = dump_dir
         self.build = build
+        self.tuning = dict(tuning or {})  # fused kernel -> how the autotuner chose its schedule
         self._graph = kernel.graph(shapes)
         self._instance: Instance | None = None
         self._instances: dict[tuple, Instance] = {}
@@ -178,8 +180,13 @@ class CompiledKernel:
 
     @property
     def runnable(self) -> bool:
-        """Whether calling it runs here (CPU configs)."""
-        return self.config.codegen_dict["kind"] == "c"
+        """Whether calling it runs here: CPU configs, and CUDA configs with a runtime library and a GPU."""
+        kind = self.config.codegen_dict["kind"]
+        if kind == "cuda" and self._instance is not None:
+            from .gpu import gpu_available
+
+            return all("runtime" in dk.lowered.artifacts for dk in self._instance.devices) and gpu_available()
+        return kind == "c"
 
     # Building ----------------------------------------------------------------------------------
     def _instantiate(self, env: dict[str, int]) -> Instance:
@@ -189,12 +196,13 @@ class CompiledKernel:
             json.dumps(self.overrides, sort_keys=True),
             self.config.fingerprint(),
             self.build,
+            tuple(sorted(self.tuning.items())),
         )
         if not self.dump_stages and key in _CACHE:
             instance = _CACHE[key]
         else:
             instance = _compile_instance(
-                self.kernel, self.config, env, self.overrides, self.dump_stages, self.dump_dir, self.build
+                self.kernel, self.config, env, self.overrides, self.dump_stages, self.dump_dir, self.build, self.tuning
             )
             _CACHE[key] = instance
         self._instances[tuple(sorted(env.items()))] = instance
@@ -275,7 +283,10 @@ class CompiledKernel:
 
     # Running -----------------------------------------------------------------------------------
     def __call__(self, *arrays: Any) -> Any:
-        """Run on numpy arrays (CPU configs); returns the result array(s)."""
+        """Run on numpy arrays (CPU configs), or on torch CUDA tensors or numpy arrays (CUDA configs on a
+        GPU: numpy in gives numpy out, torch in gives torch out); returns the result array(s)."""
+        if self.config.codegen_dict["kind"] == "cuda":
+            return self._call_gpu(arrays)
         if not self.runnable and self.config.codegen_dict["kind"] == "tt":
             raise NotRunnableError(
                 f"{self.kernel.name} was compiled for {self.config.name} (Tenstorrent); its kernels do not run "
@@ -284,14 +295,27 @@ class CompiledKernel:
             )
         if not self.runnable:
             raise NotRunnableError(
-                f"{self.kernel.name} was compiled for {self.config.name} ({self.config.target_kind}); GPU kernels "
-                "do not run in this process: their source, cubin/PTX and metadata are the result (.source, "
-                ".artifacts, .metadata). Compile with target='cpu' to run it here."
+                f"{self.kernel.name} was compiled for {self.config.name} ({self.config.target_kind}); its kernels "
+                "do not run in this process (no runtime for this target here): their source and metadata are "
+                "the result (.source, .artifacts, .metadata). Compile with target='cpu' to run it here."
             )
         arrays = _check_args(self.kernel, arrays, self.shapes)
         env = _bind(self.kernel, arrays, self.shapes)
         instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
         return instance.run(arrays)
+
+    def _call_gpu(self, arrays: Sequence[Any]) -> Any:
+        from .gpu import run_on_gpu
+
+        instance = self._require_instance("running")
+        unbuilt = [dk.name for dk in instance.devices if "runtime" not in dk.lowered.artifacts]
+        if unbuilt:
+            why = "it was compiled with build=False" if not self.build else "nvcc was not on PATH at compile time"
+            raise NotRunnableError(
+                f"{self.kernel.name} for {self.config.name} has no CUDA runtime library for {', '.join(unbuilt)}: "
+                f"{why}; its source is in .artifacts (install the CUDA toolkit or set TESSERA_NVCC, then recompile)"
+            )
+        return run_on_gpu(instance, _check_args(self.kernel, arrays, self.shapes, allow_torch=True))
 
 
 _CACHE: dict[tuple, Instance] = {}
@@ -324,17 +348,38 @@ def _graph_log(name: str, graph: GraphIR) -> list[PassLogEntry]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_args(kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int]) -> list[np.ndarray]:
+def _check_args(
+    kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int], *, allow_torch: bool = False
+) -> list[Any]:
+    """The arrays, checked against the kernel's parameters and made contiguous.
+
+    With ``allow_torch`` (CUDA configs) torch CUDA tensors are accepted next to numpy arrays."""
+    from . import gpu
+
     names = ", ".join(n for n, _ in kernel.params)
     if len(arrays) != len(kernel.params):
         raise ArgumentError(f"{kernel.name} takes {len(kernel.params)} arrays ({names}), got {len(arrays)}")
     out = []
     for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
-        if not isinstance(arr, np.ndarray):
+        torch_arg = allow_torch and gpu.is_torch_tensor(arr)
+        if torch_arg:
+            if not gpu.on_gpu(arr):
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} is a torch tensor on {arr.device}; expected a CUDA tensor "
+                    f"or a numpy array {ttype.describe()}: move it with {name}.cuda()"
+                )
+            if arr.dtype != gpu.torch_dtype(ttype.dtype.tvm):
+                wanted = gpu.torch_dtype(ttype.dtype.tvm)
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
+                    f"({wanted}); convert it: {name}.to({wanted})"
+                )
+        elif not isinstance(arr, np.ndarray):
+            expected = "a torch CUDA tensor or a numpy array" if allow_torch else "a numpy array"
             raise ArgumentError(
-                f"{kernel.name}: argument {name} is a {type(arr).__name__}; expected a numpy array {ttype.describe()}"
+                f"{kernel.name}: argument {name} is a {type(arr).__name__}; expected {expected} {ttype.describe()}"
             )
-        if arr.dtype != ttype.dtype.numpy:
+        elif arr.dtype != ttype.dtype.numpy:
             raise ArgumentError(
                 f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
                 f"({ttype.dtype.numpy}); convert it: {name}.astype({_astype_hint(ttype.dtype)})"
@@ -360,7 +405,7 @@ def _check_args(kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int]) -
                 raise ArgumentError(
                     f"{kernel.name}: argument {name} has shape {arr.shape}; empty dims are not supported"
                 )
-        out.append(np.ascontiguousarray(arr))
+        out.append(arr.contiguous() if torch_arg else np.ascontiguousarray(arr))
     return out
 
 
@@ -404,8 +449,10 @@ def _compile_instance(
     dump_stages: tuple[str, ...],
     dump_dir: Path | None,
     build: bool,
+    tuning: Mapping[str, TuningSummary] | None = None,
 ) -> Instance:
     graph = kernel.graph(env)
+    tuning = tuning or {}
     log = _graph_log(kernel.name, graph)
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
     # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
@@ -422,6 +469,8 @@ def _compile_instance(
             ) from None
         wanted = {**_TT_TILE, **per_kernel[group.name]} if tt else per_kernel[group.name]
         schedule = choose_schedule(group.name, group.describe(), binding.spec, config, wanted)
+        if group.name in tuning:
+            schedule = dataclasses.replace(schedule, autotune=tuning[group.name])
         log.append(
             PassLogEntry(
                 "sched",
@@ -429,7 +478,7 @@ def _compile_instance(
                 "schedule",
                 "tessera.ChooseSchedule",
                 time.perf_counter() - start,
-                "ran (overridden)" if per_kernel[group.name] else "ran",
+                "ran (autotuned)" if group.name in tuning else "ran (overridden)" if per_kernel[group.name] else "ran",
             )
         )
         planned.append((group, binding, schedule))
@@ -437,14 +486,7 @@ def _compile_instance(
     devices = []
     for group, binding, schedule in planned:
         start = time.perf_counter()
-        try:
-            spec = cpu_storage(binding.spec) if config.codegen_dict["kind"] == "c" else binding.spec
-            tile = build_tile_program(spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
-        except UnsupportedTTOperationError as exc:
-            raise UnsupportedTTOperationError(f"kernel {group.name} ({group.describe()}): {exc}") from None
-        except SpecError as exc:
-            raise ScheduleError(f"kernel {group.name} on {config.name}: {exc}") from None
-        tile = tile.with_attr("global_symbol", group.name)
+        tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
         log.append(PassLogEntry("tile", group.name, "tile", "tessera.BuildTileProgram", time.perf_counter() - start))
         passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
         out_dir = out_root / "artifacts" / group.name if out_root is not None else None
@@ -455,6 +497,21 @@ def _compile_instance(
     if dump_dir is not None and dump_stages:
         write_dumps(instance, dump_dir, dump_stages)
     return instance
+
+
+def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> tuple[Any, Any]:
+    """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
+    (on the CPU bf16/fp8 are held as f32). The autotuner's workers build programs here too, so the
+    kernel cache entries they leave are the ones ``ts.compile`` finds."""
+    tt = config.codegen_dict["kind"] == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
+    try:
+        tile_spec = cpu_storage(spec) if config.codegen_dict["kind"] == "c" else spec
+        tile = build_tile_program(tile_spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
+    except UnsupportedTTOperationError as exc:
+        raise UnsupportedTTOperationError(f"kernel {name} ({describe}): {exc}") from None
+    except SpecError as exc:
+        raise ScheduleError(f"kernel {name} on {config.name}: {exc}") from None
+    return tile.with_attr("global_symbol", name), tile_spec
 
 
 #: Dtypes the C target cannot hold in a kernel signature; on the CPU they are passed as float32.
@@ -563,6 +620,30 @@ def _dump_settings(kernel: Kernel, dump, dump_dir) -> tuple[tuple[str, ...], Pat
     return stages, base
 
 
+def _autotuned(kernel: Kernel, config, env: dict[str, int], overrides: dict[str, Any], autotune) -> tuple[dict, dict]:
+    """``overrides`` with the tuned fields of every fused kernel, and their ``sched.autotune`` summaries."""
+    from .errors import AutotuneError
+    from .tuning import AutotuneResult
+    from .tuning import autotune as run_autotune
+
+    if isinstance(autotune, AutotuneResult):
+        result = autotune
+        if (result.kernel, result.target, result.shapes) != (kernel.name, config.name, env):
+            raise AutotuneError(
+                f"autotune= holds the result for {result.kernel} on {result.target} with shapes {result.shapes}; "
+                f"this compile is {kernel.name} on {config.name} with shapes {env}"
+            )
+    elif autotune is True or isinstance(autotune, Mapping):
+        options = dict(autotune) if isinstance(autotune, Mapping) else {}
+        result = run_autotune(kernel, config, shapes=env, schedule=overrides, **options)
+    else:
+        raise TypeError(f"autotune= takes True, a dict of ts.autotune options or an AutotuneResult, found {autotune!r}")
+    merged = dict(overrides)
+    for name, fields in result.schedule.items():
+        merged[name] = {**dict(overrides.get(name, {})), **fields}
+    return merged, {t.kernel: t.summary for t in result.kernels if t.summary is not None}
+
+
 def compile(
     kernel: Kernel,
     target: str | Any = "cpu",
@@ -572,6 +653,7 @@ def compile(
     dump: Sequence[str] | str | bool | None = None,
     dump_dir: str | os.PathLike | None = None,
     build: bool = True,
+    autotune: bool | Mapping[str, Any] | Any = False,
 ) -> CompiledKernel:
     """Compile ``kernel`` for ``target`` (a config name such as ``"cpu"``/``"hopper"`` or a YAML path).
 
@@ -580,7 +662,9 @@ def compile(
     ``dump`` lists stages to write (``graph``, ``sched``, ``tile``, ``target``; ``True`` for all) into
     ``dump_dir`` (default ``$TESSERA_DUMP_DIR/<kernel>`` or ``tessera_dump/<kernel>``); on the CPU without
     ``shapes`` the later stages are written when a call binds the dims. ``build=False`` skips nvcc/g++
-    (sources only).
+    (sources only). ``autotune=True`` (or a dict of :func:`tessera.autotune` options, or the
+    :class:`~tessera.tuning.AutotuneResult` of an earlier run) compiles with the tuned schedules, which
+    come from the tuning cache when this kernel, shapes and config were tuned before.
     """
     if not isinstance(kernel, Kernel):
         raise TypeError(f"ts.compile takes a @tessera.kernel, found {kernel!r}")
@@ -597,7 +681,10 @@ def compile(
                 op="ts.compile",
                 location=user_location(),
             )
-    compiled = CompiledKernel(kernel, config, env, overrides, stages, base, build)
+    tuning = None
+    if autotune is not False and autotune is not None:
+        overrides, tuning = _autotuned(kernel, config, env, overrides, autotune)
+    compiled = CompiledKernel(kernel, config, env, overrides, stages, base, build, tuning)
     if "graph" in stages and compiled._instance is None:
         # Dims are bound at the first call, which writes the other stages (and rewrites this one).
         base.mkdir(parents=True, exist_ok=True)

@@ -431,7 +431,6 @@ def test_gpu_kernels_are_not_runnable_here():
     k = ts.compile(scale2, target="ampere", shapes={"M": 8}, build=False)
     with pytest.raises(
         ts.NotRunnableError,
-        match=r"scale2 was compiled for ampere \(cuda\); GPU kernels do not run "
-        r"in this process",
+        match=r"scale2 for ampere has no CUDA runtime library for .*: it was compiled with build=False",
     ):
         k(np.zeros((8, 4), np.float32))

@@ -1,0 +1,139 @@
+"""Running a kernel compiled for a CUDA config on an NVIDIA GPU.
+
+    k = ts.compile(linear, target="hopper", shapes={"M": 4096, "N": 4096, "K": 4096})
+    out = k(a, w, b)        # torch CUDA tensors in, a torch CUDA tensor out (zero-copy)
+    out = k(a_np, w_np, b_np)  # numpy in: copied to the GPU, the result copied back to numpy
+
+Each fused kernel's runtime library (``.artifacts[kernel]["runtime"]``, built next to the cubin
+whenever nvcc is on PATH) runs through :class:`tessera_tvm.target.cuda_runtime.CudaKernel`;
+intermediates between fused kernels stay on the GPU. Without a GPU, compiling still writes every
+artifact, and calling raises :class:`~tessera.errors.NotRunnableError` saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import NotRunnableError
+
+__all__ = ["from_torch", "gpu_available", "is_torch_tensor", "on_gpu", "run_on_gpu", "to_torch", "torch_dtype"]
+
+
+def gpu_available() -> bool:
+    """Whether torch sees an NVIDIA GPU (a CUDA build of torch and a device)."""
+    from tessera_tvm.target.cuda_runtime import cuda_device_count
+
+    return cuda_device_count() > 0
+
+
+def is_torch_tensor(value: Any) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - tilelang needs torch at import
+        return False
+    return isinstance(value, torch.Tensor)
+
+
+def on_gpu(tensor) -> bool:
+    """Whether a torch tensor lives on a CUDA device (what CUDA kernels take without a copy)."""
+    return tensor.device.type == "cuda"
+
+
+def torch_dtype(tvm_dtype: str):
+    """The torch dtype of a TVM dtype string (``"bfloat16"`` -> ``torch.bfloat16``)."""
+    import torch
+
+    table = {
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "float8_e4m3fn": torch.float8_e4m3fn,
+        "float8_e5m2": torch.float8_e5m2,
+        "int8": torch.int8,
+        "int16": torch.int16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "uint8": torch.uint8,
+        "bool": torch.bool,
+    }
+    try:
+        return table[tvm_dtype]
+    except KeyError:
+        raise NotRunnableError(f"dtype {tvm_dtype} has no torch equivalent to run on the GPU") from None
+
+
+#: numpy dtypes torch cannot take directly, and the same-size integer they travel as.
+_BIT_CARRIERS = {
+    "bfloat16": (np.int16, "int16"),
+    "float8_e4m3fn": (np.uint8, "uint8"),
+    "float8_e5m2": (np.uint8, "uint8"),
+}
+
+
+def to_torch(array: np.ndarray, tvm_dtype: str, device) -> Any:
+    """A numpy array (``ml_dtypes`` bf16/fp8 included) as a contiguous torch tensor on ``device``."""
+    import torch
+
+    carrier = _BIT_CARRIERS.get(tvm_dtype)
+    host = np.ascontiguousarray(array)
+    if carrier is not None:
+        tensor = torch.from_numpy(host.view(carrier[0])).to(device).view(torch_dtype(tvm_dtype))
+    else:
+        tensor = torch.from_numpy(host).to(device)
+    return tensor
+
+
+def from_torch(tensor, tvm_dtype: str) -> np.ndarray:
+    """A torch tensor as a numpy array of the Tessera dtype (copied to the host)."""
+    from .types import dtype as as_dtype
+
+    carrier = _BIT_CARRIERS.get(tvm_dtype)
+    host = tensor.detach().cpu()
+    if carrier is not None:
+        return host.view(torch_dtype(carrier[1])).numpy().view(as_dtype(tvm_dtype).numpy)
+    return host.numpy()
+
+
+def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
+    """Run every fused kernel of ``instance`` on the GPU; numpy in gives numpy out, torch in gives torch out."""
+    import torch
+
+    from tessera_tvm.graph.nodes import static_shape
+
+    if not gpu_available():
+        raise NotRunnableError(
+            f"{instance.kernel.name} for {instance.config.name}: no NVIDIA GPU is visible to torch here "
+            "(torch.cuda.is_available() is False); its source, cubin and runtime library are in .artifacts"
+        )
+    tensors = [a for a in arrays if is_torch_tensor(a)]
+    device = tensors[0].device if tensors else _default_device()
+    numpy_out = not tensors
+    values: dict[Any, Any] = {}
+    for var, value, (_, ttype) in zip(instance.graph.params, arrays, instance.kernel.params, strict=True):
+        values[var] = value if is_torch_tensor(value) else to_torch(value, ttype.dtype.tvm, device)
+    for dk in instance.devices:
+        spec = dk.spec
+        named = {}
+        for param, var in zip(spec.inputs(), dk.binding.inputs, strict=True):
+            held = values[var].to(torch_dtype(param.dtype))
+            named[param.name] = held.reshape(param.shape).contiguous()
+        (out_arg,) = spec.outputs()
+        named[out_arg.name] = torch.empty(out_arg.shape, dtype=torch_dtype(out_arg.dtype), device=device)
+        dk.run(named)
+        values[dk.binding.output] = named[out_arg.name].reshape(static_shape(dk.binding.output, instance.env, "output"))
+    params = set(instance.graph.params)
+    results = [values[o].clone() if o in params else values[o] for o in instance.graph.outputs]
+    if numpy_out:
+        results = [from_torch(r, str(r.dtype).removeprefix("torch.")) for r in results]
+    return tuple(results) if instance.graph.simplified.tuple_output else results[0]
+
+
+def _default_device():
+    """Where numpy arguments go: torch's current CUDA device."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
