@@ -201,12 +201,95 @@ def bench_compile(quick: bool) -> None:
             f"{t_all * 1e3:.0f} ms (cold, with g++)", f"{t_all / t_hit:.1f}x")
 
 
-def bench_gpu() -> None:
+@ts.kernel
+def gemm_bf16(A: Tensor["M", "K", ts.bf16], B: Tensor["K", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+    return ops.matmul(A, B)
+
+
+def _attention_kernel(causal: bool):
+    @ts.kernel
+    def flash_attention_bf16(
+        Q: Tensor["B", "H", "S", "D", ts.bf16],
+        K: Tensor["B", "H", "S", "D", ts.bf16],
+        V: Tensor["B", "H", "S", "D", ts.bf16],
+    ) -> Tensor["B", "H", "S", "D", ts.bf16]:
+        return ops.flash_attention(Q, K, V, causal=causal)
+
+    return flash_attention_bf16
+
+
+def gpu_time(fn, repeats: int = 20, warmup: int = 3) -> float:
+    """Median seconds of ``fn`` on the GPU, timed with CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def _launcher(compiled, *tensors):
+    """The compiled kernel's one device kernel, called on preallocated tensors (no Python orchestration)."""
+    (dk,) = compiled.device_kernels
+    (out_arg,) = dk.spec.outputs()
+    out = torch.empty(out_arg.shape, dtype=tensors[0].dtype, device=tensors[0].device)
+    launch = dk.lowered.cuda_kernel()
+    return lambda: launch(*tensors, out), out
+
+
+def bench_gpu(quick: bool, target: str) -> None:
     if not torch.cuda.is_available():
         row("gpu", "skipped: no NVIDIA GPU", "-", "-", "-")
         return
-    # UNTESTED: written without a GPU. torch peers only; Tessera GPU kernels are not run here yet.
-    row("gpu", "skipped: Tessera GPU runner not benchmarked yet (untested path)", "-", "-", "-")
+    torch.manual_seed(0)
+    reps = 10 if quick else 30
+    for n in (4096, 8192):
+        a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+        b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+        try:
+            k = ts.compile(gemm_bf16, target=target, shapes={"M": n, "N": n, "K": n})
+            run, out = _launcher(k, a, b)
+            run()
+            ref = torch.matmul(a, b)
+            err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+            t, t_peer = gpu_time(run, reps), gpu_time(lambda: torch.matmul(a, b), reps)
+        except Exception as exc:  # noqa: BLE001 - one failing case is reported, the rest still run
+            row("gpu", f"gemm bf16 {n}^3 ({target}) failed", type(exc).__name__, str(exc)[:60], "-")
+            continue
+        tflops = 2 * n**3 / 1e12
+        row("gpu", f"gemm bf16 {n}^3 ({target}) vs torch.matmul (rel err {err:.0e})", f"{tflops / t:.0f} TFLOP/s",
+            f"{tflops / t_peer:.0f} TFLOP/s", f"{t_peer / t:.2f}x")
+    batch, heads = 1, 32
+    lengths = (1024, 4096) if quick else (1024, 4096, 8192)
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            kernel = _attention_kernel(causal)
+            for seq in lengths:
+                q, k_, v = (torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+                name = f"attention fwd bf16 S{seq} D{head_dim}{' causal' if causal else ''} ({target})"
+                try:
+                    compiled = ts.compile(kernel, target=target, shapes={"B": batch, "H": heads, "S": seq, "D": head_dim})
+                    run, out = _launcher(compiled, q, k_, v)
+
+                    def sdpa(q=q, k_=k_, v=v, causal=causal):
+                        return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=causal)
+
+                    run()
+                    ref = sdpa()
+                    err = float((out.float() - ref.float()).abs().max())
+                    t, t_peer = gpu_time(run, reps), gpu_time(sdpa, reps)
+                except Exception as exc:  # noqa: BLE001
+                    row("gpu", f"{name} failed", type(exc).__name__, str(exc)[:60], "-")
+                    continue
+                tflops = 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1) / 1e12
+                row("gpu", f"{name} vs SDPA (err {err:.0e})", f"{tflops / t:.0f} TFLOP/s",
+                    f"{tflops / t_peer:.0f} TFLOP/s", f"{t_peer / t:.2f}x")
 
 
 def machine() -> str:
@@ -226,6 +309,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument("--only", default="cpu,compile,gpu", help="sections, comma-separated")
+    parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
     threads = numpy_threads()
     torch.set_num_threads(threads)
@@ -237,7 +321,7 @@ def main(argv=None) -> int:
     if "compile" in sections:
         bench_compile(args.quick)
     if "gpu" in sections:
-        bench_gpu()
+        bench_gpu(args.quick, args.gpu_target)
     total = time.perf_counter() - start
     lines = [
         "# Tessera benchmark results",
