@@ -63,8 +63,21 @@ FEATURES = {
     "blackwell_2sm": "lower 2-SM tcgen05 MMA (a no-op before Blackwell)",
     "l2_persistent": "lower L2 persistence annotations",
     "cpu_atomics": "rewrite scalar atomics into serial read-modify-write (CPU)",
+    "parallel_grid": "run the kernel grid on all cores (CPU: an OpenMP region, tessera.MarkParallelGrid)",
     "force_let_inline": "inline every let binding before lowering (TileLang's default: off)",
     "race_check": "verify T.Parallel loops for data races (TileLang's default: off)",
+}
+
+#: Schedule fields an ``autotune:`` space may list (the frontend's override names; ``rasterize`` is
+#: the tile library's name for ``swizzle``). Each maps to a non-empty list of distinct integers.
+AUTOTUNE_KEYS = {
+    "block_m": "rows of the output tile (positive ints)",
+    "block_n": "columns of the output tile (positive ints)",
+    "block_k": "the K step of a GEMM's main loop (positive ints)",
+    "stages": "software-pipeline buffers (positive ints)",
+    "threads": "threads per block (positive ints)",
+    "swizzle": "L2 rasterization panel width, 0 = off (ints >= 0)",
+    "rasterize": "the same as swizzle, under the tile library's name (ints >= 0)",
 }
 
 _TOP_KEYS = {
@@ -490,10 +503,7 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
             raise check.fail(f"pass_args.{pname}", "has arguments but the pass is not in this config's pipeline")
 
     schedule = check.mapping(data.get("schedule", {}), "schedule")
-    autotune = check.mapping(data.get("autotune", {}), "autotune")
-    for key, value in autotune.items():
-        if not isinstance(value, list) or not value:
-            raise check.fail(f"autotune.{key}", f"expected a non-empty list of candidate values, found {value!r}")
+    autotune = _parse_autotune(data.get("autotune", {}), check)
 
     return TargetConfig(
         name=name,
@@ -509,6 +519,23 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         tt=_freeze(tt),
         raw=data,
     )
+
+
+def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
+    """The ``autotune:`` space: schedule field -> non-empty list of distinct ints."""
+    space = check.mapping(value, "autotune", AUTOTUNE_KEYS)
+    if "swizzle" in space and "rasterize" in space:
+        raise check.fail("autotune.rasterize", "names the same field as autotune.swizzle; keep one of them")
+    for key, values in space.items():
+        if not isinstance(values, list) or not values:
+            raise check.fail(f"autotune.{key}", f"expected a non-empty list of candidate values, found {values!r}")
+        low = 0 if key in ("swizzle", "rasterize") else 1
+        for i, item in enumerate(values):
+            if isinstance(item, bool) or not isinstance(item, int) or item < low:
+                raise check.fail(f"autotune.{key}[{i}]", f"expected an int >= {low} ({AUTOTUNE_KEYS[key]}), found {item!r}")
+        if len(set(values)) != len(values):
+            raise check.fail(f"autotune.{key}", f"lists a value twice: {values}")
+    return space
 
 
 def _parse_tt(data, codegen_kind: str, kind: str, target, resources_: dict[str, int], check: _Checker) -> dict:

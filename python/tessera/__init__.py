@@ -12,6 +12,7 @@
     k = ts.compile(linear, target="hopper", shapes={"M": 4096, "N": 4096, "K": 4096})
     k.inspect_ir("sched"); k.source; k.artifacts; k.metadata; k.pass_log
     out = ts.compile(linear, target="cpu")(a, w, b)
+    ts.autotune(linear, target="cpu", shapes={"M": 512, "N": 512, "K": 512})   # or ts.compile(..., autotune=True)
 """
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ from . import ops, reference  # noqa: E402
 from .compiler import CompiledKernel, compile  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
+    AutotuneError,
     DTypeError,
     KernelError,
     NotRunnableError,
@@ -30,6 +32,7 @@ from .errors import (  # noqa: E402
 )
 from .kernel import Kernel  # noqa: E402
 from .schedule import Schedule  # noqa: E402
+from .tuning import AutotuneResult, autotune  # noqa: E402
 from .types import DTYPES, DType, Tensor, TensorType, bf16, dtype, f16, f32, fp8_e4m3, fp8_e5m2, int8, int32  # noqa: E402
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "kernel",
     "schedule",
     "compile",
+    "autotune",
+    "AutotuneResult",
     "CompiledKernel",
     "Kernel",
     "Schedule",
@@ -62,6 +67,7 @@ __all__ = [
     "ScheduleError",
     "ResourceError",
     "NotRunnableError",
+    "AutotuneError",
 ]
 
 # `ts.kernel` / `ts.schedule` are the decorators, not the submodules of the same names (importing a

@@ -7,7 +7,10 @@
     tessera lower FILE.py:FACTORY --target T [--arg N=V ...] [--out DIR] [--dump DIR]
                                             lower a TileLang tile program and write its artifacts
     tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump graph,sched,tile,target]
-                    [--out DIR]             compile a @tessera.kernel and write its stages
+                    [--out DIR] [--autotune] compile a @tessera.kernel and write its stages
+    tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
+                 [--max-candidates N] [--repeats N] [--no-cache] [--dry-run] [--json FILE]
+                                            autotune its schedules; prints every candidate and the best
 """
 
 from __future__ import annotations
@@ -113,52 +116,70 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compile(args: argparse.Namespace) -> int:
-    """tessera compile FILE.py[:KERNEL] --target T[,T...] [--shapes M=..] [--dump stages] [--out DIR]"""
+class _Usage(Exception):
+    """A command-line mistake: printed, exit status 2."""
+
+
+def _load_kernel(program: str, command: str):
+    """FILE.py[:KERNEL] -> (the @tessera.kernel, the module it came from)."""
     import importlib.util
 
     import tessera as ts
 
-    path, _, kernel_name = args.program.partition(":")
+    path, _, kernel_name = program.partition(":")
     if not Path(path).is_file():
-        print(f"tessera compile: no such file {path!r}", file=sys.stderr)
-        return 2
+        raise _Usage(f"tessera {command}: no such file {path!r}")
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     kernels = {name: obj for name, obj in vars(module).items() if isinstance(obj, ts.Kernel)}
     if kernel_name:
         if kernel_name not in kernels:
-            print(f"tessera compile: {path} has no kernel {kernel_name!r}; kernels: {', '.join(kernels) or 'none'}",
-                  file=sys.stderr)
-            return 2
-        kernel = kernels[kernel_name]
-    elif len(kernels) == 1:
-        kernel = next(iter(kernels.values()))
-    else:
-        print(f"tessera compile: {path} defines {len(kernels)} kernels ({', '.join(kernels) or 'none'}); "
-              "name one as FILE.py:KERNEL", file=sys.stderr)
-        return 2
+            raise _Usage(f"tessera {command}: {path} has no kernel {kernel_name!r}; kernels: {', '.join(kernels) or 'none'}")
+        return kernels[kernel_name], module
+    if len(kernels) == 1:
+        return next(iter(kernels.values())), module
+    raise _Usage(f"tessera {command}: {path} defines {len(kernels)} kernels ({', '.join(kernels) or 'none'}); "
+                 "name one as FILE.py:KERNEL")
+
+
+def _shapes(args: argparse.Namespace, kernel, module, command: str) -> dict[str, int]:
+    """The file's SHAPES dict, then --shapes NAME=INT,..."""
     defaults = getattr(module, "SHAPES", {}) or {}
     shapes = {k: v for k, v in defaults.items() if k in kernel.symbols}
     for item in filter(None, (args.shapes or "").split(",")):
         name, sep, value = item.partition("=")
         if not sep or not value.strip().isdigit():
-            print(f"tessera compile: --shapes expects NAME=INT[,NAME=INT...], found {item!r}", file=sys.stderr)
-            return 2
+            raise _Usage(f"tessera {command}: --shapes expects NAME=INT[,NAME=INT...], found {item!r}")
         shapes[name.strip()] = int(value)
-    schedule = None
-    if args.schedule:
-        import json
+    return shapes
 
-        schedule = json.loads(Path(args.schedule).read_text()) if Path(args.schedule).is_file() \
-            else json.loads(args.schedule)
+
+def _json_arg(text: str | None, option: str, command: str):
+    """A JSON value given inline or as a file name."""
+    import json
+
+    if not text:
+        return None
+    try:
+        return json.loads(Path(text).read_text()) if Path(text).is_file() else json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Usage(f"tessera {command}: {option} is not JSON (or a JSON file): {exc}") from None
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    """tessera compile FILE.py[:KERNEL] --target T[,T...] [--shapes M=..] [--dump stages] [--out DIR]"""
+    import tessera as ts
+
+    kernel, module = _load_kernel(args.program, "compile")
+    shapes = _shapes(args, kernel, module, "compile")
+    schedule = _json_arg(args.schedule, "--schedule", "compile")
     dump = args.dump.split(",") if args.dump else (["graph", "sched", "tile", "target"] if args.out else None)
     targets = [t for t in args.target.split(",") if t]
     for target in targets:
         out = Path(args.out) / target if args.out and len(targets) > 1 else (Path(args.out) if args.out else None)
         compiled = ts.compile(kernel, target=target, shapes=shapes, schedule=schedule, dump=dump, dump_dir=out,
-                              build=not args.no_build)
+                              build=not args.no_build, autotune=args.autotune)
         bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
         print(f"{kernel.name} for {compiled.target} ({bound}): {len(compiled.graph.groups)} device kernel(s)")
         if compiled._instance is None:
@@ -173,6 +194,34 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if out is not None and dump:
             print(f"  stages written to {out}/ ({', '.join(dump)}; passes/<kernel>/ per-pass IR)")
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    """tessera tune FILE.py[:KERNEL] --target T [--shapes M=..] [--space JSON] [--workers N] ..."""
+    import json
+
+    import tessera as ts
+
+    kernel, module = _load_kernel(args.program, "tune")
+    shapes = _shapes(args, kernel, module, "tune")
+    result = ts.autotune(
+        kernel, target=args.target, shapes=shapes, space=_json_arg(args.space, "--space", "tune"),
+        schedule=_json_arg(args.schedule, "--schedule", "tune"), max_candidates=args.max_candidates,
+        workers=args.workers, repeats=args.repeats, progress=not args.quiet, cache=not args.no_cache,
+        measure=not args.dry_run)
+    print(result.table())
+    if args.dry_run:
+        for tuning in result.kernels:
+            print("  " + tuning.summary_line())
+    else:
+        print(result.summary(), end="")
+        for schedule in result.best.values():
+            print("\n" + schedule.text(), end="")
+        print(f"\nschedule overrides (tessera compile --schedule '...'): {json.dumps(result.schedule)}")
+    if args.json:
+        Path(args.json).write_text(result.to_json() + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 
@@ -204,13 +253,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="directory for the stages, per-pass IR and build outputs")
     p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
     p.add_argument("--no-build", action="store_true", help="write sources only (skip nvcc/g++)")
+    p.add_argument("--autotune", action="store_true", help="use tuned schedules (tunes first unless the tuning "
+                   "cache has them; see `tessera tune`)")
     p.set_defaults(run=_cmd_compile)
+
+    p = sub.add_parser("tune", help="autotune the schedules of a @tessera.kernel on a target")
+    p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")
+    p.add_argument("--target", default="cpu", help="a config name or a path to a YAML file (default: cpu)")
+    p.add_argument("--shapes", help="NAME=INT,... (default: the file's SHAPES dict); every dim must be bound")
+    p.add_argument("--space", help="the search space as JSON, e.g. '{\"block_m\": [32, 64]}' (default: the config's)")
+    p.add_argument("--schedule", help="fixed schedule fields as JSON (not searched)")
+    p.add_argument("--max-candidates", type=int, help="at most N candidates compiled per fused kernel")
+    p.add_argument("--workers", type=int, help="compile processes (default: the CPU count; 0: in this process)")
+    p.add_argument("--repeats", type=int, default=5, help="timed samples per candidate (default 5)")
+    p.add_argument("--no-cache", action="store_true", help="tune again, without reading or writing the tuning cache")
+    p.add_argument("--dry-run", action="store_true", help="prune only: list the candidates, compile nothing")
+    p.add_argument("--json", help="write the result (every candidate, the best schedules) to this file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(run=_cmd_tune)
 
     args = parser.parse_args(argv)
     from tessera_tvm.errors import TesseraError
 
     try:
         return args.run(args)
+    except _Usage as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except TesseraError as exc:
         print(f"tessera: error: {exc}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from tessera_tvm.errors import ResourceError, TesseraError
 
 __all__ = [
     "ArgumentError",
+    "AutotuneError",
     "DTypeError",
     "KernelError",
     "NotRunnableError",
@@ -70,8 +71,20 @@ class ArgumentError(TesseraError, TypeError):
 
 
 class ScheduleError(TesseraError, ValueError):
-    """A schedule override is malformed or cannot be held by the target."""
+    """A schedule override is malformed or cannot be held by the target.
+
+    ``reason`` says why in a few words (``shared memory 264 KiB > 227 KiB``): the autotuner lists it
+    next to each candidate it pruned.
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class NotRunnableError(TesseraError, RuntimeError):
     """A kernel compiled for a GPU target was called on this machine (its artifacts are the result)."""
+
+
+class AutotuneError(TesseraError, RuntimeError):
+    """Autotuning found nothing to measure (every candidate pruned or failed) or cannot measure here."""
