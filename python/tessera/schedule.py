@@ -95,7 +95,7 @@ class TuningSummary:
     measured: int  # candidates compiled and timed
     pruned: int  # rejected by the resource model before compiling
     failed: int  # failed to compile or run, or disagreed with the default schedule's result
-    best_s: float  # seconds per call of the chosen schedule (median of the repeats)
+    best_s: float  # seconds per call of the chosen schedule (its fastest timed sample)
     median_s: float  # median over the measured candidates
     worst_s: float
     default_s: float | None  # the config's default schedule, when it was among the candidates

@@ -22,9 +22,10 @@ Per fused kernel of the Graph IR, tuned separately (each is a separate device ke
    A candidate that fails to compile, or kills its worker, is reported and the rest go on. Workers
    leave their builds in the persistent kernel cache, where the measuring process and the final
    ``ts.compile`` find them.
-4. Measuring, in this process, one candidate at a time (timings never overlap the compiles): one
-   warm-up call, then ``repeats`` timed samples; the median counts. Every candidate's result is
-   compared with the default schedule's; one that disagrees is reported as failed, never chosen.
+4. Measuring, in this process, after the compiles (timings never overlap them): every candidate is
+   run once and its result compared with the default schedule's (one that disagrees is reported as
+   failed, never chosen); then ``repeats`` rounds time each candidate once in turn, so load from
+   other processes falls on all of them alike. A candidate's time is its fastest sample.
 5. The result of each fused kernel is cached under ``$TESSERA_CACHE_DIR/autotune`` per (fused kernel
    spec with its shapes, fixed fields, space, surviving candidates, config fingerprint, versions of
    Tessera/TileLang/TVM/compiler, machine, repeats); a hit compiles and measures nothing.
@@ -37,6 +38,7 @@ pass the resource model without compiling any.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -326,6 +328,9 @@ class _Plan:
     tuning: KernelTuning | None = None  # from the cache, or once measured
     compiled: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> worker's answer
 
+    def count(self, status: str) -> int:
+        return sum(c.status == status for c in self.candidates)
+
     @property
     def all_pruned(self) -> bool:
         """Every point of the space is rejected by the resource model (the default aside)."""
@@ -419,17 +424,13 @@ def _pruned_report(plans: list[_Plan], config) -> str:
 
 
 class CpuBench:
-    """Times CPU kernels in this process (numpy arrays, the shared library called through ctypes)."""
+    """Runs CPU kernels in this process: numpy arrays, the shared library called through ctypes."""
 
-    #: A sample lasts at least this long (tiny kernels are called several times per sample).
-    min_sample_s = 2e-3
-
-    def __init__(self, spec, repeats: int, seed: int = 0):
+    def __init__(self, spec, seed: int = 0):
         from .compiler import _numpy_dtype
 
         rng = np.random.default_rng(seed)
         self.spec = spec
-        self.repeats = repeats
         self.arrays: dict[str, np.ndarray] = {}
         for p in spec.inputs():
             dtype = _numpy_dtype(p.dtype)
@@ -440,42 +441,41 @@ class CpuBench:
             self.arrays[p.name] = np.ascontiguousarray(data.astype(dtype))
         (self.out,) = spec.outputs()
 
-    def time(self, lowered) -> tuple[float, np.ndarray]:
-        """Median seconds per call of ``lowered``, and the output it wrote."""
+    def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
+        """A call of ``lowered`` on this bench's arrays, and the output of its first (warm-up) run."""
         from .compiler import _numpy_dtype
 
         out = np.empty(self.out.shape, dtype=_numpy_dtype(self.out.dtype))
         out.fill(np.nan if np.issubdtype(out.dtype, np.floating) else 0)  # an unwritten output shows
-        args = [out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
+        run = functools.partial(
+            lowered, *[out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
+        )
+        run()  # warm-up: page faults, first touch, the library's lazy binding
+        return run, out.copy()
+
+    @staticmethod
+    def sample(run: Callable[[], Any], number: int) -> float:
+        """Seconds per call, over ``number`` back-to-back calls."""
         start = time.perf_counter()
-        lowered(*args)  # warm-up: page faults, first-touch, the library's lazy binding
-        first = time.perf_counter() - start
-        result = out.copy()
-        number = max(1, min(1000, int(self.min_sample_s / max(first, 1e-7))))
-        samples = []
-        for _ in range(self.repeats):
-            start = time.perf_counter()
-            for _ in range(number):
-                lowered(*args)
-            samples.append((time.perf_counter() - start) / number)
-        return statistics.median(samples), result
+        for _ in range(number):
+            run()
+        return (time.perf_counter() - start) / number
 
 
 class CudaBench:
-    """Times CUDA kernels with CUDA events where a GPU and the kernel's runtime library exist.
+    """Runs CUDA kernels where a GPU and the kernel's runtime library exist; CUDA events time them.
 
-    Untested here (no GPU): the hook a GPU runner plugs into. It needs ``lowered`` to be callable
-    with torch CUDA tensors in the tile program's parameter order.
+    Untested here (no GPU): the hook a GPU run plugs into. It calls ``lowered`` with torch CUDA
+    tensors in the tile program's parameter order (``LoweredModule.__call__`` with a runtime library).
     """
 
-    def __init__(self, spec, repeats: int, seed: int = 0):
+    def __init__(self, spec, seed: int = 0):
         import torch
 
         from .gpu import torch_dtype
 
         gen = torch.Generator(device="cuda").manual_seed(seed)
         self.spec = spec
-        self.repeats = repeats
         self.arrays = {}
         for p in spec.inputs():
             dtype = torch_dtype(p.dtype)
@@ -486,37 +486,40 @@ class CudaBench:
                 self.arrays[p.name] = torch.randint(-3, 4, p.shape, generator=gen, device="cuda", dtype=dtype)
         (self.out,) = spec.outputs()
 
-    def time(self, lowered) -> tuple[float, np.ndarray]:
+    def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
         import torch
 
         from .gpu import torch_dtype
 
         if "runtime" not in lowered.artifacts:
-            raise AutotuneError(f"{lowered.name} has no CUDA runtime library (nvcc missing?)")
+            raise AutotuneError(f"{lowered.name} has no CUDA runtime library (was nvcc on PATH?)")
         out = torch.full(self.out.shape, float("nan"), device="cuda").to(torch_dtype(self.out.dtype))
-        args = [out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
-        lowered(*args)
+        run = functools.partial(
+            lowered, *[out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
+        )
+        run()
         torch.cuda.synchronize()
-        result = out.float().cpu().numpy()
-        samples = []
-        for _ in range(self.repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            lowered(*args)
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(samples), result
+        return run, out.float().cpu().numpy()
+
+    @staticmethod
+    def sample(run: Callable[[], Any], number: int) -> float:
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3 / number
 
     @staticmethod
     def available(config) -> str | None:
         """None when CUDA kernels of ``config`` can be timed here, else why not."""
-        try:
-            from tessera_tvm.target.cuda import nvcc_available
+        from tessera_tvm.target.cuda import nvcc_available
 
-            from .gpu import gpu_available
-        except ImportError:
-            return "this Tessera has no CUDA runtime (tessera.gpu)"
+        from .gpu import gpu_available
+
         if not gpu_available():
             return "no NVIDIA GPU is visible to this process"
         if not nvcc_available():
@@ -793,7 +796,7 @@ def autotune(
     lists (``{"block_m": [32, 64], ...}``); ``schedule`` fixes fields (they are not searched).
     ``max_candidates`` caps the candidates compiled per fused kernel (spread over the space, the
     default always kept). ``workers`` compile processes (default: the CPU count; 0 compiles in this
-    process). ``repeats`` timed samples per candidate (the median counts). ``progress`` draws a bar
+    process). ``repeats`` rounds of timed samples (a candidate's fastest sample counts). ``progress`` draws a bar
     and prints the summary on stderr. ``cache=False`` re-tunes without reading or writing the tuning
     cache. ``measure=False`` only prunes: the result lists what would be compiled.
 
@@ -912,41 +915,65 @@ def _compile_all(
     return workers, time.perf_counter() - start
 
 
+#: One timed sample lasts at least this long (a tiny kernel is called several times per sample).
+MIN_SAMPLE_S = 2e-3
+
+
 def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Progress) -> None:
-    """Time every compiled candidate here, one at a time; choose the best of each plan."""
+    """Time every compiled candidate here and choose the best of each plan.
+
+    Each candidate is loaded, run once (its result checked against the default schedule's) and
+    calibrated; then ``repeats`` rounds time every candidate once each, so load from other processes
+    falls on all candidates alike. A candidate's time is its fastest sample: interference only adds.
+    """
     from .compiler import tile_program
 
-    total = sum(len(p.live) for p in plans)
-    show.start(f"autotune: measuring {total} candidates ({repeats} repeats each)", total)
     for plan in plans:
+        show.start(
+            f"autotune: measuring {plan.name} ({len(plan.live)} candidates, {repeats} rounds)", len(plan.live) + repeats
+        )
         bench = None
         reference, reference_index = None, None
+        ready: dict[int, tuple[Callable[[], Any], int]] = {}  # index -> (run, calls per sample)
+        reasons: dict[int, str] = {}
         for c in plan.live:
             answer = plan.compiled.get(c.index, {"ok": False, "error": "not compiled"})
-            status, reason, seconds = "failed", "", None
             if not answer["ok"]:
-                reason = answer["error"]
-            else:
-                try:
-                    tile, tile_spec = tile_program(plan.name, plan.describe, plan.spec, c.schedule, config)
-                    lowered = tessera_tvm.lower(tile, config)  # the worker's build, from the kernel cache
-                    bench = bench or bench_type(tile_spec, repeats)
-                    seconds, out = bench.time(lowered)
-                    if reference is None:  # the default schedule's result, unless it failed
-                        reference, reference_index = out, c.index
-                    if _agrees(out, reference, tile_spec.outputs()[0].dtype):
-                        status = "measured"
-                    else:
-                        reason = f"wrong result: differs from #{reference_index}'s"
-                except Exception as exc:  # a candidate that does not run is reported, not fatal
-                    reason = _one_line(exc)
+                reasons[c.index] = answer["error"]
+                show.step()
+                continue
+            try:
+                tile, tile_spec = tile_program(plan.name, plan.describe, plan.spec, c.schedule, config)
+                lowered = tessera_tvm.lower(tile, config)  # the worker's build, from the kernel cache
+                bench = bench or bench_type(tile_spec)
+                run, out = bench.prepare(lowered)
+                if reference is None:  # the default schedule's result, unless it failed
+                    reference, reference_index = out, c.index
+                if not _agrees(out, reference, tile_spec.outputs()[0].dtype):
+                    reasons[c.index] = f"wrong result: differs from #{reference_index}'s"
+                else:
+                    once = bench.sample(run, 1)
+                    ready[c.index] = (run, max(1, min(1000, int(MIN_SAMPLE_S / max(once, 1e-7)))))
+            except Exception as exc:  # a candidate that does not run is reported, not fatal
+                reasons[c.index] = _one_line(exc)
+            show.step()
+        samples: dict[int, list[float]] = {i: [] for i in ready}
+        for _ in range(repeats):
+            for index, (run, number) in ready.items():
+                samples[index].append(bench.sample(run, number))
+            show.step()
+        for c in plan.live:
+            measured = c.index in samples
             plan.candidates[c.index] = dataclasses.replace(
-                c, status=status, reason=reason, seconds=seconds, compile_seconds=answer.get("seconds")
+                c,
+                status="measured" if measured else "failed",
+                reason=reasons.get(c.index, ""),
+                seconds=min(samples[c.index]) if measured else None,
+                compile_seconds=plan.compiled.get(c.index, {}).get("seconds"),
             )
-            show.step(f"{plan.name} #{c.index}")
+        show.finish()
         measured = [c for c in plan.candidates if c.status == "measured"]
         if not measured:
-            show.finish()
             failures = "\n".join(
                 f"    #{c.index} {c.overrides or 'default'}: {c.reason}"
                 for c in plan.candidates
@@ -958,8 +985,8 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
         default = plan.candidates[0]
         summary = TuningSummary(
             measured=len(measured),
-            pruned=sum(c.status == "pruned" for c in plan.candidates),
-            failed=sum(c.status == "failed" for c in plan.candidates),
+            pruned=plan.count("pruned"),
+            failed=plan.count("failed"),
             best_s=best.seconds,
             median_s=statistics.median(times),
             worst_s=times[-1],
@@ -968,4 +995,3 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
         plan.tuning = KernelTuning(
             plan.name, plan.spec.family, plan.space, plan.candidates, best.index, summary, plan.key
         )
-    show.finish()
