@@ -215,7 +215,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         for tuning in result.kernels:
             print("  " + tuning.summary_line())
     else:
-        print(result.summary(), end="")
+        if args.quiet or result.cached:  # else autotune has printed it on stderr
+            print(result.summary(), end="")
         for schedule in result.best.values():
             print("\n" + schedule.text(), end="")
         print(f"\nschedule overrides (tessera compile --schedule '...'): {json.dumps(result.schedule)}")

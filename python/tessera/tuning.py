@@ -71,7 +71,7 @@ from .schedule import OVERRIDABLE, Schedule, TuningSummary, _ms, choose_schedule
 
 __all__ = ["AutotuneResult", "BENCHES", "Candidate", "KernelTuning", "autotune"]
 
-_FORMAT = 1  # of the tuning cache's records
+_FORMAT = 2  # of the tuning cache's records (2: fastest sample, not the median)
 
 #: The statuses a candidate ends in.
 STATUSES = {
@@ -98,7 +98,7 @@ class Candidate:
     status: str  # a key of STATUSES
     reason: str = ""  # why pruned/failed/same/skipped
     schedule: Schedule | None = None  # None when pruned
-    seconds: float | None = None  # median seconds per call (measured candidates)
+    seconds: float | None = None  # seconds per call, its fastest timed sample (measured candidates)
     compile_seconds: float | None = None
 
     @property
@@ -747,21 +747,19 @@ def _tuning_cache(kernels: KernelCache) -> KernelCache:
 
 
 @contextmanager
-def _kernel_cache_for_tuning() -> Iterator[tuple[KernelCache, dict[str, str]]]:
-    """The kernel cache workers build into and this process measures from, and the workers' environment.
-
-    With the cache disabled (``TESSERA_DISABLE_CACHE``) a private one serves this run and is removed after.
-    """
-    kernels = KernelCache.from_env()
-    if kernels.enabled:
-        yield kernels, {}
+def _kernel_cache_for_tuning() -> Iterator[dict[str, str]]:
+    """A kernel cache for the workers to build into and this process to measure from; yields the
+    workers' environment. With the cache disabled (``TESSERA_DISABLE_CACHE``) a private one serves
+    this run and is removed after."""
+    if KernelCache.from_env().enabled:
+        yield {}
         return
     root = tempfile.mkdtemp(prefix="tessera_tune_")
     saved = {k: os.environ.get(k) for k in ("TESSERA_CACHE_DIR", "TESSERA_DISABLE_CACHE")}
     os.environ["TESSERA_CACHE_DIR"] = root
     os.environ.pop("TESSERA_DISABLE_CACHE", None)
     try:
-        yield KernelCache(root), {"TESSERA_CACHE_DIR": root}
+        yield {"TESSERA_CACHE_DIR": root}
     finally:
         for k, v in saved.items():
             if v is None:
@@ -866,7 +864,7 @@ def autotune(
             plan.tuning = tuned
     todo = [p for p in plans if p.tuning is None]
     if todo:
-        with _kernel_cache_for_tuning() as (_, worker_env):
+        with _kernel_cache_for_tuning() as worker_env:
             result.workers, result.compile_seconds = _compile_all(todo, config, workers, worker_env, show)
             start = time.perf_counter()
             _measure_all(todo, config, bench_type, repeats, show)
