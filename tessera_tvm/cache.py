@@ -7,7 +7,8 @@ toolchain's files (cubin/PTX, the CPU shared library). A hit skips lowering and 
 - Location: ``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera/kernels``); ``TESSERA_DISABLE_CACHE=1``
   turns it off.
 - Key: the tile program's serialised IR, the config's fingerprint, the build flag, and the versions
-  of Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``).
+  of Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``); for
+  g++ also the content of Tessera's CPU runtime headers (``tessera/cpu.h``), which the kernels include.
 - Writes are atomic: an entry is assembled in a private temporary directory and renamed into place,
   so readers never see half an entry and two processes compiling the same kernel both succeed
   (the second rename loses and its copy is discarded).
@@ -70,13 +71,27 @@ def versions(config: TargetConfig) -> dict[str, str]:
     """Everything outside the program and the config that changes what a compile produces."""
     import tessera
 
-    return {
+    found = {
         "format": str(_FORMAT),
         "tessera": tessera.__version__,
         "tilelang": str(tilelang.__version__),
         "tvm": str(tvm.__version__),
         "compiler": _compiler_version(config.codegen_dict["compiler"]),
     }
+    if config.codegen_dict["compiler"] == "g++":
+        found["cpu_runtime"] = _cpu_runtime_digest()
+    return found
+
+
+def _cpu_runtime_digest() -> str:
+    """SHA-256 over Tessera's CPU runtime headers (names and contents)."""
+    from .target.cpu import RUNTIME_INCLUDE_DIR
+
+    digest = hashlib.sha256()
+    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
+        digest.update(str(path.relative_to(RUNTIME_INCLUDE_DIR)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def cache_key(mod, config: TargetConfig, *, build: bool) -> str:

@@ -49,7 +49,11 @@ __all__ = [
     "numpy_dtype",
 ]
 
-DEFAULT_CPU_FLAGS = ("-O3", "-march=native")
+DEFAULT_CPU_FLAGS = ("-O3", "-march=native", "-fopenmp")
+
+#: Tessera's CPU runtime headers (``#include <tessera/cpu.h>``: the grid's parallel region, the GEMM
+#: micro-kernel), shipped as package data next to this module.
+RUNTIME_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 
 class ArgumentError(TesseraError, TypeError):
@@ -181,8 +185,8 @@ def compile_cpu(
 ) -> Path:
     """Build C/C++ ``source`` into ``out_dir/<name>.so`` (source kept as ``<name>.cpp``); return the .so.
 
-    Runs ``g++ -std=c++17 -shared -fPIC <flags> -I<tilelang>/src`` (``TESSERA_CXX`` picks another
-    compiler). Both files appear together only on success; a failing compile raises
+    Runs ``g++ -std=c++17 -shared -fPIC <flags> -I<tessera>/include -I<tilelang>/src`` (``TESSERA_CXX``
+    picks another compiler). Both files appear together only on success; a failing compile raises
     :class:`ToolchainError` with the command and the compiler's first errors, and leaves ``out_dir``
     as it was.
     """
@@ -191,8 +195,8 @@ def compile_cpu(
         raise BuildOptionError(f"flags must be a sequence of strings, e.g. ({flags!r},), not a string")
     cxx = require_tool("g++")
     cpp, so = f"{name}.cpp", f"{name}.so"
-    include = f"-I{tilelang_include_dirs()[0]}"  # tl_templates/cpp/common.h
-    command = [cxx, "-std=c++17", "-shared", "-fPIC", *map(str, flags), include, "-o", so, cpp]
+    includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # tessera/cpu.h, tl_templates
+    command = [cxx, "-std=c++17", "-shared", "-fPIC", *map(str, flags), *includes, "-o", so, cpp]
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         (staging / cpp).write_text(source, encoding="utf-8")

@@ -5,6 +5,7 @@ Importing this package registers every pass below; pipelines then name them in c
 
 from . import (
     annotate_kernel_metadata,  # noqa: F401
+    parallel_grid,  # noqa: F401
     record_tile_info,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
     verify_barrier_support,  # noqa: F401

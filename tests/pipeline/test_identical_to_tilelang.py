@@ -51,13 +51,33 @@ def test_gpu_source_identical(config, program):
     _assert_same(ours, theirs, f"{program} on {config}")
 
 
+# Deliberately differs from TileLang on the CPU: the cpu config ends CodegenPrep with two Tessera
+# passes that run the kernel grid as an OpenMP region and include tessera/cpu.h (configs/cpu.yaml).
+# Without them (and tessera.MarkParallelGrid's loop annotations print nothing) the source is TileLang's.
+CPU_ADDITIONS = ["tessera.LowerParallelGrid", "tessera.ImportCpuRuntime"]
+
+
 @pytest.mark.parametrize("program", sorted(CPU_PROGRAMS))
-def test_cpu_source_identical(program):
+def test_cpu_source_identical_without_the_parallel_region(program, monkeypatch):
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")  # the cache key does not see the PassContext
+    func = CPU_PROGRAMS[program]()
+    with tvm.target.Target("c") as target:
+        theirs = tilelang.lower(func, target=target).kernel_source
+    with tvm.transform.PassContext(disabled_pass=CPU_ADDITIONS):
+        ours = tessera_tvm.lower(func, "cpu", build=False).source
+    _assert_same(ours, theirs, f"{program} on cpu")
+
+
+@pytest.mark.parametrize("program", sorted(CPU_PROGRAMS))
+def test_cpu_source_differs_by_the_parallel_region(program, monkeypatch):
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     func = CPU_PROGRAMS[program]()
     with tvm.target.Target("c") as target:
         theirs = tilelang.lower(func, target=target).kernel_source
     ours = tessera_tvm.lower(func, "cpu", build=False).source
-    _assert_same(ours, theirs, f"{program} on cpu")
+    assert ours != theirs
+    assert "#include <tessera/cpu.h>" in ours and "#include <tessera/cpu.h>" not in theirs
+    assert ours.count("TESSERA_PARALLEL_BEGIN(") == 1 and ours.count("TESSERA_PARALLEL_END()") == 1
 
 
 def test_a_config_that_differs_gives_different_source(tmp_path):

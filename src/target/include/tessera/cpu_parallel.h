@@ -1,0 +1,84 @@
+// The kernel grid of a CPU kernel as one OpenMP parallel region.
+//
+// tessera.LowerParallelGrid turns the grid loops of a kernel into
+//
+//     TESSERA_PARALLEL_BEGIN(blocks);                      // a team of tessera_team_size(blocks) threads
+//     int32_t thread = tessera_thread_index();
+//     int32_t threads = tessera_thread_count();
+//     <the blocks' local arrays>                           // declared inside: private to each thread
+//     for (int32_t block = thread; block < blocks; block += threads) {
+//       int32_t bx = block / ny;  int32_t by = block % ny; // the grid indices of the block
+//       <the block's body>
+//     }
+//     TESSERA_PARALLEL_END();
+//
+// The two macros open and close a block statement around the region; the pass emits them as a pair
+// in one statement list, so the braces always match. Without -fopenmp the pragma is ignored and the
+// region runs on the calling thread (tessera_thread_index() == 0, tessera_thread_count() == 1).
+#pragma once
+
+#include <stdint.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef __cplusplus
+#define TESSERA_EXTERN_C extern "C"
+#else
+#define TESSERA_EXTERN_C
+#endif
+
+// Most threads a kernel launch uses: TESSERA_NUM_THREADS when it is a positive integer, else
+// OpenMP's default (OMP_NUM_THREADS, else one per core). Read at every launch, so a process may
+// change it between calls.
+static inline int32_t tessera_max_threads(void) {
+  const char *env = getenv("TESSERA_NUM_THREADS");
+  if (env != NULL && *env != '\0') {
+    char *end = NULL;
+    long n = strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n > 0) {
+      return n > 1024 ? 1024 : (int32_t)n;
+    }
+  }
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Threads for a grid of `blocks` blocks: never more than there are blocks (a grid of one block runs
+// on the calling thread, with its full stack).
+static inline int32_t tessera_team_size(int64_t blocks) {
+  int32_t threads = tessera_max_threads();
+  if (blocks < 1) {
+    return 1;
+  }
+  return blocks < threads ? (int32_t)blocks : threads;
+}
+
+// This thread's index in the current team, and the team's size (0 and 1 outside a region).
+TESSERA_EXTERN_C inline int32_t tessera_thread_index(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_thread_count(void) {
+#ifdef _OPENMP
+  return omp_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+#define TESSERA_PARALLEL_BEGIN(blocks)                                                             \
+  {                                                                                                \
+    const int32_t tessera_team = tessera_team_size(blocks);                                        \
+    _Pragma("omp parallel num_threads(tessera_team) if(tessera_team > 1)") {
+#define TESSERA_PARALLEL_END()                                                                     \
+  }                                                                                                \
+  }

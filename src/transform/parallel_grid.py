@@ -1,0 +1,410 @@
+"""The kernel grid of a CPU kernel on every core: tessera.MarkParallelGrid and tessera.LowerParallelGrid.
+
+TileLang's C codegen prints the grid of a CPU kernel (``T.Kernel(nx, ny)``) as serial loops and has
+no way to print a pragma. Two passes make the grid run on all cores with OpenMP:
+
+- ``tessera.MarkParallelGrid`` runs in LowerAndLegalize right after ``tl.MaterializeKernelLaunch``,
+  while the grid loops still sit directly around TileLang's ``tilelang_root`` block, and annotates
+  them ``{"tessera.parallel_grid": 1}``. A kernel whose blocks use atomics is left serial: the CPU
+  lowering turns atomics into plain read-modify-writes, which blocks on other threads would race on.
+- ``tessera.LowerParallelGrid`` runs last, on the device module, and rewrites each outermost
+  annotated loop nest into one parallel region (tessera/cpu_parallel.h says what the C looks like):
+
+      T.tessera.parallel_begin(blocks)                 # TESSERA_PARALLEL_BEGIN: a team of threads
+      thread: T.int32 = T.call_extern("int32", "tessera_thread_index")
+      threads: T.int32 = T.call_extern("int32", "tessera_thread_count")
+      acc = T.alloc_buffer(...)                        # the blocks' arrays, moved in: one per thread
+      for block in range(thread, blocks, step=threads):
+          bx: T.int32 = block // ny
+          by: T.int32 = block % ny
+          <the block's body>
+      T.tessera.parallel_end()                         # TESSERA_PARALLEL_END
+
+  Blocks go to threads round-robin, which balances grids whose blocks differ in cost (causal
+  attention, ragged edges). The arrays the blocks use were hoisted to the top of the kernel by
+  ``tl.StorageRewrite``; they move into the region so that every thread has its own. A nest that uses
+  an array also used outside it stays serial.
+
+``tessera.ImportCpuRuntime`` then adds ``#include <tessera/cpu.h>`` to kernels that use the header.
+Thread count: ``TESSERA_NUM_THREADS``, else OpenMP's ``OMP_NUM_THREADS``, else one per core.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+
+from . import analysis
+
+ANNOTATION = "tessera.parallel_grid"
+ROOT_BLOCK = "tilelang_root"  # the block TileLang's T.Kernel opens inside its grid loops
+RUNTIME_HEADER = "#include <tessera/cpu.h>\n"
+RUNTIME_PREFIX = "tessera_"  # extern functions of tessera/cpu.h
+
+# Ops printed as the macros of tessera/cpu_parallel.h (an op with a global symbol is printed as a
+# call without the forward declaration a call_extern gets, which a macro could not take).
+PARALLEL_BEGIN = "tessera.parallel_begin"
+PARALLEL_END = "tessera.parallel_end"
+_OPS = {
+    PARALLEL_BEGIN: ("TESSERA_PARALLEL_BEGIN", "open the parallel region of a CPU kernel grid (arg: blocks)"),
+    PARALLEL_END: ("TESSERA_PARALLEL_END", "close the parallel region opened by tessera.parallel_begin"),
+}
+
+
+def register_ops() -> None:
+    """Register the region ops with TVM (idempotent; IR holding them can be loaded only after this)."""
+    known = set(tvm.ir.Op.list_op_names())
+    for name, (symbol, doc) in _OPS.items():
+        if name in known:
+            continue
+        tvm.ir._ffi_api.RegisterOp(name, doc)
+        tvm.ir.register_op_attr(name, "TCallEffectKind", tvm.tirx.CallEffectKind.Opaque)
+        tvm.ir.register_op_attr(name, "TGlobalSymbol", symbol)
+        tvm.ir.register_op_attr(name, "TScriptPrinterName", name)  # dumps read T.tessera.parallel_begin(...)
+
+
+register_ops()
+
+
+def parallel_begin(blocks):
+    """``TESSERA_PARALLEL_BEGIN(blocks)``."""
+    return tvm.tirx.Call("int32", tvm.ir.Op.get(PARALLEL_BEGIN), [blocks])
+
+
+def parallel_end():
+    """``TESSERA_PARALLEL_END()``."""
+    return tvm.tirx.Call("int32", tvm.ir.Op.get(PARALLEL_END), [])
+
+
+def _op_name(node) -> str | None:
+    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
+        return str(node.op.name)
+    return None
+
+
+def _uses(stmt, predicate) -> bool:
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(stmt, lambda n: found.append(n) if not found and predicate(n) else None)
+    return bool(found)
+
+
+def _with_annotation(loop, annotations) -> object:
+    return tvm.tirx.For(
+        loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, annotations, loop.step
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# tessera.MarkParallelGrid
+# ---------------------------------------------------------------------------------------------
+
+
+def _grid_loops(loop) -> list | None:
+    """The loops from ``loop`` down to TileLang's root block, when they are nothing but loops."""
+    loops, node = [], loop
+    while isinstance(node, tvm.tirx.For):
+        loops.append(node)
+        node = node.body
+    if isinstance(node, tvm.tirx.SBlockRealize) and node.block.name_hint == ROOT_BLOCK:
+        return loops
+    return None
+
+
+def mark_parallel_grid(func):
+    """``func`` with its grid loops annotated (unchanged when its blocks use atomics or it has no grid)."""
+    if _uses(func.body, lambda n: "atomic" in (_op_name(n) or "")):
+        return func
+
+    def pre(node):
+        loops = _grid_loops(node)
+        if loops is None:
+            return None
+        body = loops[-1].body
+        for loop in reversed(loops):
+            annotations = {**dict(loop.annotations), ANNOTATION: tvm.tirx.IntImm("int32", 1)}
+            body = tvm.tirx.For(
+                loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, annotations, loop.step
+            )
+        return body
+
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, pre, None, ["tirx.For"])
+    return func.with_body(body)
+
+
+@register_pass(
+    "tessera.MarkParallelGrid",
+    doc="annotate the kernel grid loops of CPU kernels as parallel (not when blocks use atomics)",
+)
+def _mark_parallel_grid(ctx: BuildContext):
+    def run(mod, _pass_ctx):
+        out = mod.clone()
+        for gv, func in mod.functions.items():
+            if isinstance(func, tvm.tirx.PrimFunc):
+                out[gv] = mark_parallel_grid(func)
+        return out
+
+    return tessera_module_pass(run, name="tessera.MarkParallelGrid")
+
+
+# ---------------------------------------------------------------------------------------------
+# tessera.LowerParallelGrid
+# ---------------------------------------------------------------------------------------------
+
+_FLAT_DECLS = (tvm.tirx.Bind, tvm.tirx.DeclBuffer, tvm.tirx.AllocBuffer)
+
+
+def _is_grid_loop(node) -> bool:
+    return isinstance(node, tvm.tirx.For) and ANNOTATION in node.annotations
+
+
+def _nest(loop) -> tuple[list, list, object]:
+    """(grid loops, declarations between them, the innermost body) of the nest starting at ``loop``."""
+    loops, decls, node = [loop], [], loop.body
+    while True:
+        if _is_grid_loop(node):
+            loops.append(node)
+            node = node.body
+        elif (
+            isinstance(node, tvm.tirx.SeqStmt)
+            and _is_grid_loop(node.seq[-1])
+            and all(isinstance(s, _FLAT_DECLS) for s in node.seq[:-1])
+        ):
+            decls.extend(node.seq[:-1])
+            loops.append(node.seq[-1])
+            node = node.seq[-1].body
+        else:
+            return loops, decls, node
+
+
+def _data_vars(stmt) -> set:
+    """Buffer data variables ``stmt`` reads, writes or takes the address of."""
+    found: set = set()
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.BufferLoad | tvm.tirx.BufferStore):
+            found.add(node.buffer.data)
+        elif isinstance(node, tvm.tirx.DeclBuffer):
+            found.add(node.buffer.data)
+        elif isinstance(node, tvm.tirx.Var):
+            found.add(node)
+
+    tvm.tirx.stmt_functor.post_order_visit(stmt, visit)
+    return found
+
+
+def _region(loop, private: list):
+    """The parallel region replacing the grid nest at ``loop``; ``private`` are the arrays moved in."""
+    tirx = tvm.tirx
+    loops, decls, body = _nest(loop)
+    extents = [lp.extent for lp in loops]
+    blocks = extents[0]
+    for extent in extents[1:]:
+        blocks = blocks * extent
+    blocks = tvm.arith.Analyzer().simplify(blocks)
+    block = tirx.Var("block", "int32")
+    thread, threads = tirx.Var("thread", "int32"), tirx.Var("threads", "int32")
+    binds, stride = [], 1
+    # The innermost loop varies fastest. block >= 0, so C's / and % (truncating) are floor division:
+    # this pass runs after tl.LowerIntrin, which is what would lower floordiv/floormod.
+    for lp, extent in reversed(list(zip(loops, extents, strict=True))):
+        index = block if _is_one(stride) else tirx.truncdiv(block, stride)
+        if lp is not loops[0]:
+            index = tirx.truncmod(index, extent)
+        binds.append(tirx.Bind(lp.loop_var, index if _is_zero(lp.min) else lp.min + index))
+        stride = tvm.arith.Analyzer().simplify(stride * extent)
+    binds.reverse()
+    inner = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    grid = tirx.For(
+        block, thread, blocks - thread, tirx.ForKind.SERIAL, tirx.SeqStmt([*binds, *decls, *inner]), step=threads
+    )
+    return tirx.SeqStmt(
+        [
+            tirx.Evaluate(parallel_begin(blocks)),
+            tirx.Bind(thread, tirx.call_extern("int32", "tessera_thread_index")),
+            tirx.Bind(threads, tirx.call_extern("int32", "tessera_thread_count")),
+            *private,
+            grid,
+            tirx.Evaluate(parallel_end()),
+        ]
+    )
+
+
+def _is_zero(expr) -> bool:
+    return isinstance(expr, tvm.tirx.IntImm) and int(expr.value) == 0
+
+
+def _is_one(expr) -> bool:
+    return isinstance(expr, int) and expr == 1 or isinstance(expr, tvm.tirx.IntImm) and int(expr.value) == 1
+
+
+def _is_one_block(loop) -> bool:
+    loops, _, _ = _nest(loop)
+    extents = [lp.extent for lp in loops]
+    return all(isinstance(e, tvm.tirx.IntImm) for e in extents) and math.prod(int(e.value) for e in extents) <= 1
+
+
+def _allocations(stmt) -> set:
+    """Data variables of the arrays allocated in ``stmt``."""
+    found: set = set()
+    tvm.tirx.stmt_functor.post_order_visit(
+        stmt, lambda n: found.add(n.buffer.data) if isinstance(n, tvm.tirx.AllocBuffer) else None
+    )
+    return found
+
+
+def _serial(loop):
+    """The nest at ``loop`` without its grid annotations (it stays a serial loop nest)."""
+
+    def post(node):
+        if _is_grid_loop(node):
+            annotations = {k: v for k, v in node.annotations.items() if k != ANNOTATION}
+            return tvm.tirx.For(
+                node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations, node.step
+            )
+        return None
+
+    return tvm.tirx.stmt_functor.ir_transform(loop, None, post, ["tirx.For"])
+
+
+class _Lowering:
+    """Lowers the grid nests of one function; ``arrays`` are all the arrays the function allocates."""
+
+    def __init__(self, func):
+        self.arrays = _allocations(func.body)
+
+    def nest(self, loop, private: list, used_elsewhere: set):
+        """The region for the nest at ``loop`` (``private``: sibling arrays moved into it), or the nest
+        left serial when it uses an array it cannot take along."""
+        if _is_one_block(loop):
+            return _serial(loop)
+        moved = {p.buffer.data for p in private}
+        foreign = (_data_vars(loop) & self.arrays) - _allocations(loop) - moved
+        if foreign or moved & used_elsewhere:
+            return _serial(loop)
+        return _region(loop, private)
+
+    def seq(self, stmts: list, outside: set) -> list:
+        """Lower the statement list ``stmts``; ``outside`` are the data variables used outside it."""
+        out = list(stmts)
+        for i, stmt in enumerate(stmts):
+            if not _is_grid_loop(stmt):
+                continue
+            used_inside = _data_vars(stmt)
+            allocated_before = set().union(*(_allocations(other) for other in stmts[:i]))
+            # Arrays declared before the nest and used in it move in with it (with their aliases).
+            movable = [
+                j
+                for j, other in enumerate(stmts[:i])
+                if isinstance(other, tvm.tirx.AllocBuffer | tvm.tirx.DeclBuffer)
+                and other.buffer.data in used_inside
+                and other.buffer.data in allocated_before
+            ]
+            elsewhere = set(outside)
+            for j, other in enumerate(stmts):
+                if j != i and j not in movable:
+                    elsewhere |= _data_vars(other)
+            out[i] = self.nest(stmt, [stmts[j] for j in movable], elsewhere)
+            if _is_region(out[i]):
+                for j in movable:
+                    out[j] = None
+        return [s for s in out if s is not None]
+
+    def stmt(self, stmt, outside: set):
+        tirx = tvm.tirx
+        if isinstance(stmt, tirx.SeqStmt):
+            lowered = self.seq(list(stmt.seq), outside)
+            children = []
+            for k, child in enumerate(lowered):
+                if _is_region(child):
+                    children.append(child)
+                    continue
+                rest = set(outside)
+                for j, other in enumerate(lowered):
+                    if j != k:
+                        rest |= _data_vars(other)
+                children.append(self.stmt(child, rest))
+            return children[0] if len(children) == 1 else tirx.SeqStmt(children)
+        if _is_grid_loop(stmt):
+            return self.nest(stmt, [], outside)
+        if isinstance(stmt, tirx.For | tirx.AttrStmt):
+            return _replace_body(stmt, self.stmt(stmt.body, outside))
+        if isinstance(stmt, tirx.IfThenElse):
+            else_case = self.stmt(stmt.else_case, outside) if stmt.else_case is not None else None
+            return tirx.IfThenElse(stmt.condition, self.stmt(stmt.then_case, outside), else_case)
+        return stmt
+
+
+def _is_region(stmt) -> bool:
+    return (
+        isinstance(stmt, tvm.tirx.SeqStmt)
+        and isinstance(stmt.seq[0], tvm.tirx.Evaluate)
+        and _op_name(stmt.seq[0].value) == PARALLEL_BEGIN
+    )
+
+
+def _replace_body(stmt, body):
+    tirx = tvm.tirx
+    if isinstance(stmt, tirx.For):
+        return tirx.For(
+            stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations, stmt.step
+        )
+    return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body)
+
+
+def lower_parallel_grid(func):
+    """``func`` with each outermost annotated grid nest turned into a parallel region."""
+    return func.with_body(_Lowering(func).stmt(func.body, set()))
+
+
+@register_pass("tessera.LowerParallelGrid", doc="turn annotated CPU grid loops into an OpenMP parallel region")
+def _lower_parallel_grid(ctx: BuildContext):
+    def run(mod, _pass_ctx):
+        out = mod.clone()
+        for gv, func in analysis.device_kernels(mod):
+            if analysis.is_cpu_kernel(func):
+                out[gv] = lower_parallel_grid(func)
+        return out
+
+    return tessera_module_pass(run, name="tessera.LowerParallelGrid")
+
+
+# ---------------------------------------------------------------------------------------------
+# tessera.ImportCpuRuntime
+# ---------------------------------------------------------------------------------------------
+
+
+def uses_cpu_runtime(func) -> bool:
+    """Whether ``func`` calls into tessera/cpu.h (a region op or a ``tessera_*`` extern function)."""
+
+    def uses(node) -> bool:
+        name = _op_name(node)
+        if name in _OPS:
+            return True
+        if name in ("tirx.call_extern", "tirx.call_pure_extern"):
+            return str(node.args[0].value).startswith(RUNTIME_PREFIX)
+        return False
+
+    return _uses(func.body, uses)
+
+
+def import_cpu_runtime(func):
+    """``func`` with ``#include <tessera/cpu.h>`` (a ``pragma_import_c`` attr) when it uses the header."""
+    if not uses_cpu_runtime(func):
+        return func
+    tirx = tvm.tirx
+    body = tirx.AttrStmt(tirx.StringImm("tessera"), "pragma_import_c", tirx.StringImm(RUNTIME_HEADER), func.body)
+    return func.with_body(body)
+
+
+@register_pass("tessera.ImportCpuRuntime", doc="include tessera/cpu.h in CPU kernels that call into it")
+def _import_cpu_runtime(ctx: BuildContext):
+    def run(mod, _pass_ctx):
+        out = mod.clone()
+        for gv, func in analysis.device_kernels(mod):
+            if analysis.is_cpu_kernel(func):
+                out[gv] = import_cpu_runtime(func)
+        return out
+
+    return tessera_module_pass(run, name="tessera.ImportCpuRuntime")
