@@ -8,6 +8,7 @@ from . import (
     parallel_grid,  # noqa: F401
     record_tile_info,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
+    unique_shared_buffer_names,  # noqa: F401
     verify_barrier_support,  # noqa: F401
     verify_resources,  # noqa: F401
 )

@@ -67,10 +67,7 @@ KERNELS = {
     "cpu": ["block", "attention", "tt_linear"],
     "hopper": ["block", "attention", "tt_linear"],
     "ampere": ["block", "attention"],
-    # Not attention on ROCm: TileLang 0.1.15 names the two AllReduce workspaces of the HIP attention
-    # kernel (workspace / workspace_1) in an order that varies between compiles of the same program
-    # (measured: 2 distinct sources in 6 compiles, equivalent code). Open item, see the issue notes.
-    "rocm": ["block"],
+    "rocm": ["block", "attention"],
     "tenstorrent": ["tt_linear", "tt_eltwise"],
 }
 SHAPES = {
