@@ -571,7 +571,15 @@ def compile_candidate(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """``exc`` for a table cell; a compiler failure shows its first error line, not its command line."""
+    from tessera_tvm.errors import ToolchainError
+
+    text = str(exc)
+    if isinstance(exc, ToolchainError):
+        errors = [ln.strip() for ln in exc.output.splitlines() if "error" in ln.lower()]
+        tool = os.path.basename(exc.command[0]) if exc.command else "the compiler"
+        text = f"{tool} failed: {errors[0] if errors else exc.output.strip()[:200]}"
+    text = " ".join(text.split())
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(exc).__name__}: {text}"
 
