@@ -7,8 +7,8 @@ toolchain's files (cubin/PTX, the CPU shared library). A hit skips lowering and 
 - Location: ``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera/kernels``); ``TESSERA_DISABLE_CACHE=1``
   turns it off.
 - Key: the tile program's serialised IR, the config's fingerprint, the build flag, and the versions
-  of Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``); for
-  g++ also the content of Tessera's CPU runtime headers (``tessera/cpu.h``), which the kernels include.
+  of Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``), and a
+  digest of Tessera's own lowering code and of the headers kernels include (``tessera/cpu.h``).
 - Writes are atomic: an entry is assembled in a private temporary directory and renamed into place,
   so readers never see half an entry and two processes compiling the same kernel both succeed
   (the second rename loses and its copy is discarded).
@@ -78,19 +78,28 @@ def versions(config: TargetConfig) -> dict[str, str]:
         "tvm": str(tvm.__version__),
         "compiler": _compiler_version(config.codegen_dict["compiler"]),
     }
-    if config.codegen_dict["compiler"] == "g++":
-        found["cpu_runtime"] = _cpu_runtime_digest()
+    found["code"] = _code_digest()
     return found
 
 
-def _cpu_runtime_digest() -> str:
-    """SHA-256 over Tessera's CPU runtime headers (names and contents)."""
-    from .target.cpu import RUNTIME_INCLUDE_DIR
+@functools.cache
+def _code_digest() -> str:
+    """SHA-256 over the code that lowers and builds: tessera_tvm's Python files (passes, tile
+    programs, codegen, toolchain drivers) and the headers kernels include (``tessera/cpu.h``...).
 
+    A release bumps ``tessera.__version__``; this covers the edits in between, so a changed pass
+    never gets an old entry served. Read once per process.
+    """
+    import tessera_tvm
+    import tessera_tvm.target
+    import tessera_tvm.transform
+
+    roots = sorted({Path(m.__file__).resolve().parent for m in (tessera_tvm, tessera_tvm.target, tessera_tvm.transform)})
     digest = hashlib.sha256()
-    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
-        digest.update(str(path.relative_to(RUNTIME_INCLUDE_DIR)).encode() + b"\0")
-        digest.update(path.read_bytes())
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".h", ".hpp", ".cpp") and p.is_file()):
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

@@ -42,6 +42,26 @@ def test_key_depends_on_program_config_build_and_versions(program, monkeypatch):
     assert key != cache_key(program, hopper, build=True)
 
 
+def test_key_depends_on_tessera_code_and_kernel_headers(program, tmp_path, monkeypatch):
+    """An edited pass or kernel header (same version number) must not be served an old entry."""
+    hopper = tessera_tvm.load_config("hopper")
+    keys = [cache_key(program, hopper, build=True)]
+    root = tmp_path / "tessera_tvm"  # stands in for the installed package: its .py files and headers
+    (root / "include" / "tessera").mkdir(parents=True)
+    for module in (tessera_tvm, tessera_tvm.target, tessera_tvm.transform):
+        monkeypatch.setattr(module, "__file__", str(root / "__init__.py"))
+    monkeypatch.setattr(cache_mod, "_code_digest", cache_mod._code_digest.__wrapped__)  # not the per-process value
+    header = root / "include" / "tessera" / "cpu.h"
+    header.write_text("// v1\n")
+    keys.append(cache_key(program, hopper, build=True))
+    header.write_text("// v2\n")
+    keys.append(cache_key(program, hopper, build=True))
+    (root / "unique_shared_buffer_names.py").write_text("# a pass\n")
+    keys.append(cache_key(program, hopper, build=True))
+    assert len(set(keys)) == 4
+    assert cache_key(program, hopper, build=True) == keys[-1]
+
+
 def test_store_then_load_round_trips(tmp_path):
     cache = KernelCache(tmp_path / "cache")
     stored = cache.store("ab" * 32, {"name": "k"}, _files(tmp_path))
