@@ -317,13 +317,15 @@ def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: b
 
 
 def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
-    """The C source as ``export_library`` can compile it with no options: TileLang's header included
-    by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define`` lines (the generated
-    code may use those macros)."""
+    """The C source as ``export_library`` can compile it with no options: TileLang's and Tessera's
+    CPU headers included by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define``
+    lines (the generated code may use those macros)."""
+    from ..target.cpu import RUNTIME_INCLUDE_DIR
     from ..target.toolchain import tilelang_include_dirs
 
     header = f'#include "{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"'
     source = module.inspect_source().replace("#include <tl_templates/cpp/common.h>", header)
+    source = source.replace("#include <tessera/cpu.h>", f'#include "{RUNTIME_INCLUDE_DIR}/tessera/cpu.h"')
     defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]
     if defines:
         source = "// compiler flags of the config, as macros\n" + "\n".join(defines) + "\n" + source
