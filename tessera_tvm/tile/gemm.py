@@ -5,8 +5,12 @@ pipelined K loop of ``T.gemm`` into an fp32 fragment, the epilogue applied on th
 ``T.copy`` out. TileLang's copies zero-fill reads past the matrix edge and predicate the store, and
 the epilogue masks its own operand reads, so M, N, K need not be multiples of the block.
 
-CPU (c): a local fp32 accumulator per tile and serial loops whose extents are clamped to the
-matrix edge (``min(block, M - row0)``), so no element outside the matrices is read or written.
+CPU (c): a local fp32 accumulator per tile. For each K step the block packs its A and B panels
+(converting fp16/bf16 to fp32, transposed operands read through their strides) and calls the
+register-blocked micro-kernel of tessera/cpu_gemm.h (``src/target/include``), the CPU analogue of
+TileLang's ``tl::gemm_ss`` templates; the epilogue is a loop over the accumulator. Extents are
+clamped to the matrix edge (``min(block, M - row0)``), so no element outside the matrices is read
+or written. Other dtypes (integer inputs, a non-fp32 accumulator) keep serial loops.
 """
 
 from __future__ import annotations
@@ -104,7 +108,127 @@ def _gemm_gpu(spec: GemmSpec, s: TileSchedule):
     return main
 
 
+#: Rows/columns added to block_m/block_n when sizing the packed panels (TESSERA_GEMM_PAD in
+#: tessera/cpu_gemm.h): the micro-kernel pads the last strip to its MR x NR register tile.
+CPU_PACK_PAD = 64
+
+#: Rows x columns of the micro-kernel's register tile on AVX-512 (TESSERA_GEMM_MR x TESSERA_GEMM_NR);
+#: CPU blocks are rounded to multiples of it (tile/spec.py) so no strip is partly empty.
+CPU_MICRO_TILE = (14, 32)
+
+#: Input dtypes the packing routines read, by the suffix of their names (tessera_cpu_pack_a_f16, ...).
+_CPU_PACK_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def cpu_gemm_packs(spec: GemmSpec) -> bool:
+    """Whether the CPU GEMM of ``spec`` runs the packed micro-kernel (else serial loops)."""
+    return spec.dtype_acc == "float32" and spec.dtype_a in _CPU_PACK_DTYPES and spec.dtype_b in _CPU_PACK_DTYPES
+
+
+def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
+    """fp32 elements of the packed A and B panels of a CPU GEMM block."""
+    return (block_m + CPU_PACK_PAD) * block_k, (block_n + CPU_PACK_PAD) * block_k
+
+
+def _row_major_strides(shape) -> list[int]:
+    strides, stride = [], 1
+    for dim in reversed(shape):
+        strides.append(stride)
+        stride *= dim
+    return strides[::-1]
+
+
+def _offset(buffer, index):
+    """Row-major element offset of ``buffer[index]``; operands are passed as (base pointer, offset)
+    because tirx.BF16ComputeLegalize retypes the address of a bf16 element as fp32."""
+    strides = _row_major_strides([int(d) for d in buffer.shape])
+    offset = 0
+    for i, stride in zip(index, strides, strict=True):
+        if not (isinstance(i, int) and i == 0):
+            offset = offset + (i if stride == 1 else i * stride)
+    return offset
+
+
 def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
+    if not cpu_gemm_packs(spec):
+        return _gemm_cpu_loops(spec, s)
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    n_batch = math.prod(spec.batch)
+    pack_a = f"tessera_cpu_pack_a_{_CPU_PACK_DTYPES[spec.dtype_a]}"
+    pack_b = f"tessera_cpu_pack_b_{_CPU_PACK_DTYPES[spec.dtype_b]}"
+    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
+    # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
+    a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
+    b_strides = _row_major_strides((N, K) if spec.transpose_b else (K, N))
+    a_row_stride, a_k_stride = a_strides[::-1] if spec.transpose_a else a_strides
+    b_k_stride, b_col_stride = b_strides[::-1] if spec.transpose_b else b_strides
+
+    @T.prim_func
+    def main():
+        io = _declare(spec)
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
+            acc = T.alloc_local((block_m, block_n), "float32")
+            a_pack = T.alloc_local((a_elems,), "float32")
+            b_pack = T.alloc_local((b_elems,), "float32")
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            rows = T.min(block_m, M - by * block_m)
+            cols = T.min(block_n, N - bx * block_n)
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(K, block_k)):
+                depth = T.min(block_k, K - k * block_k)
+                a_index = (
+                    (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
+                )
+                b_index = (
+                    (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
+                )
+                T.call_extern(
+                    "int32",
+                    pack_a,
+                    T.address_of(a_pack[0]),
+                    io.a.data,
+                    _offset(io.a, a_index),
+                    a_row_stride,
+                    a_k_stride,
+                    rows,
+                    depth,
+                )
+                T.call_extern(
+                    "int32",
+                    pack_b,
+                    T.address_of(b_pack[0]),
+                    io.b.data,
+                    _offset(io.b, b_index),
+                    b_k_stride,
+                    b_col_stride,
+                    cols,
+                    depth,
+                )
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_gemm_f32",
+                    T.address_of(acc[0, 0]),
+                    block_n,
+                    T.address_of(a_pack[0]),
+                    T.address_of(b_pack[0]),
+                    rows,
+                    cols,
+                    depth,
+                )
+            for i in T.serial(rows):
+                for j in T.serial(cols):
+                    io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(
+                        apply_epilogue(
+                            spec, acc[i, j], by * block_m + i, bx * block_n + j, out_batch, io.operands, masked=False
+                        ),
+                        spec.dtype_out,
+                    )
+
+    return main
+
+
+def _gemm_cpu_loops(spec: GemmSpec, s: TileSchedule):
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)

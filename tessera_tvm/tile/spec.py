@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -697,7 +698,8 @@ class TileSchedule:
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
 
-    On the CPU target (``c``) blocks become serial loops, ``threads`` and ``stages`` are ignored.
+    On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's
+    body is serial code; ``threads`` and ``stages`` are ignored.
     """
 
     block_m: int = 64
@@ -782,6 +784,39 @@ def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[st
     return {**base, "block_m": 16, "block_n": 128, "threads": 128} if gpu else {**base, "block_m": 16, "block_n": 256}
 
 
+#: A CPU GEMM smaller than this (multiply-adds) runs in fewer blocks than cores rather than pay for
+#: waking threads (~10 us each) to share a few microseconds of work.
+CPU_GEMM_SPREAD_MIN_WORK = 1 << 22
+
+
+def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, int]:
+    """CPU GEMM blocks that give every core work: at least as many blocks as cores (when the GEMM is
+    large enough), and blocks of nearly equal size (1024 rows in 224-row blocks: 5 blocks of 210, not
+    4 of 224 and one of 128), rounded to the micro-kernel's register tile."""
+    from .gemm import CPU_MICRO_TILE
+
+    tile_m, tile_n = CPU_MICRO_TILE
+    batch = math.prod(spec.batch)
+    rows, cols = math.ceil(spec.M / block_m), math.ceil(spec.N / block_n)
+    if spec.M * spec.N * spec.K * batch >= CPU_GEMM_SPREAD_MIN_WORK:
+        cores = os.cpu_count() or 1
+        while rows * cols * batch < cores:
+            can_rows, can_cols = spec.M >= (rows + 1) * tile_m, spec.N >= (cols + 1) * tile_n
+            if can_rows and (not can_cols or spec.M / rows / tile_m >= spec.N / cols / tile_n):
+                rows += 1
+            elif can_cols:
+                cols += 1
+            else:
+                break
+    even_m = _round_up(math.ceil(spec.M / rows), tile_m)
+    even_n = _round_up(math.ceil(spec.N / cols), tile_n)
+    return min(block_m, even_m) if rows > 1 else block_m, min(block_n, even_n) if cols > 1 else block_n
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
 def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, (n - 1).bit_length()))
 
@@ -808,6 +843,8 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str) -> 
                 block_n *= 2
             else:
                 block_m *= 2
+        if not gpu:
+            block_m, block_n = _spread_cpu_gemm(spec, block_m, block_n)
         changes.update(block_m=block_m, block_n=block_n, block_k=min(schedule.block_k, _pow2_at_least(spec.K, floor)))
     elif isinstance(spec, AttentionSpec):
         floor = 16 if gpu else 1
@@ -903,7 +940,10 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c"
     """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
     s = schedule
     if isinstance(spec, GemmSpec):
-        return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc)
+        from .gemm import cpu_gemm_packs, cpu_pack_elements  # the packed A/B panels of the micro-kernel
+
+        packed = sum(cpu_pack_elements(s.block_m, s.block_n, s.block_k)) * 4 if cpu_gemm_packs(spec) else 0
+        return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed
     if isinstance(spec, AttentionSpec):
         return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m)
     if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):

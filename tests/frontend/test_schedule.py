@@ -61,7 +61,8 @@ def test_ampere_copies_are_cp_async_not_tma():
 def test_cpu_schedule_text():
     text = schedule_of("cpu", shapes={"M": 100, "N": 70, "K": 33}).text()
     assert "stages=1 threads=1 (CPU: blocks run as serial loops)" in text
-    assert "acc: local (64x64 f32)" in text and "local=16384 B" in text
+    # 128x128 fp32 accumulator + the packed A/B panels of the GEMM micro-kernel, (128 + 64) x 64 fp32 each.
+    assert "acc: local (128x128 f32)" in text and f"local={128 * 128 * 4 + 2 * (128 + 64) * 64 * 4} B" in text
 
 
 def test_json_round_trip():
@@ -136,7 +137,8 @@ def test_decorator_form():
         (
             "cpu",
             {"block_m": 1024, "block_n": 1024},
-            "cannot be held: it needs 4194304 bytes of local arrays but target 'cpu' allows at most 1048576",
+            # the 1024x1024 fp32 accumulator + two (1024 + 64) x 128 packed fp32 panels
+            "cannot be held: it needs 5308416 bytes of local arrays but target 'cpu' allows at most 1048576",
         ),
         (
             "hopper",

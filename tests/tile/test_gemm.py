@@ -59,8 +59,8 @@ def reference(spec: GemmSpec, arrays: dict) -> np.ndarray:
     return x
 
 
-# (M, N, K): one element; primes and sizes that are not multiples of the 64 x 64 x 32 CPU block;
-# exact multiples.
+# (M, N, K): one element; primes and sizes that are not multiples of the CPU block or of the
+# micro-kernel's register tile (more edges: test_gemm_microkernel.py); exact multiples.
 SHAPES = [(1, 1, 1), (67, 45, 131), (128, 64, 32)]
 
 

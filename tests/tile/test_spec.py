@@ -173,8 +173,23 @@ def test_from_config_takes_the_configs_gemm_defaults():
     )
     assert schedule.mma == (64, 256, 16)
     cpu = TileSchedule.from_config("cpu", "gemm")
-    assert (cpu.block_m, cpu.block_n, cpu.block_k) == (64, 64, 32)
+    assert (cpu.block_m, cpu.block_n, cpu.block_k) == (224, 256, 128)  # for the packed micro-kernel
     assert TileSchedule(**schedule.as_dict()) == schedule
+
+
+def test_cpu_gemm_blocks_are_even_and_spread_over_the_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+
+    def blocks(M, N, K):
+        s = TileSchedule.from_config("cpu", GemmSpec(M, N, K, dtype_a="float32"))
+        return s.block_m, s.block_n
+
+    # 1024 rows in 5 blocks of 210 (a multiple of the 14-row register tile), not 4 x 224 + 128.
+    assert blocks(1024, 1024, 1024) == (210, 256)
+    # 256 x 256 would be 2 blocks: split to 3 x 2 blocks for 4 cores.
+    assert blocks(256, 256, 256) == (98, 128)
+    # Too little work to wake threads for: one block.
+    assert blocks(64, 48, 32) == (64, 64)
 
 
 def test_from_config_with_a_spec_shrinks_blocks_to_the_problem():

@@ -1,11 +1,13 @@
 // Tessera's CPU runtime header: what generated CPU kernels (TVM target `c`, built with g++) call.
 //
-// The C source TileLang generates includes this file when a kernel uses it (tessera.LowerParallelGrid
+// The C source TileLang generates includes this file when a kernel uses it (tessera.ImportCpuRuntime
 // adds the include). Everything here is header-only and compiled with the kernel, the way TileLang's
 // GPU kernels call C++ templates from tl_templates: the tile program names these functions through
 // T.call_extern (or ops whose global symbol is one of the macros below).
 //
 //   cpu_parallel.h  the kernel grid as an OpenMP parallel region (TESSERA_PARALLEL_BEGIN/END)
+//   cpu_gemm.h      operand packing and the register-blocked GEMM micro-kernel
 #pragma once
 
 #include "cpu_parallel.h"
+#include "cpu_gemm.h"

@@ -1,0 +1,272 @@
+// Operand packing and the register-blocked GEMM micro-kernel of Tessera's CPU GEMM tile program.
+//
+// The CPU analogue of TileLang's tl::gemm_ss templates. A GEMM block computes a block_m x block_n
+// fp32 accumulator tile; for each K step of block_k the tile program (tessera_tvm/tile/gemm.py) calls
+//
+//   tessera_cpu_pack_a_<dtype>(a_pack, A, offset of A[row0, k0], row_stride, k_stride, rows, depth)
+//   tessera_cpu_pack_b_<dtype>(b_pack, B, offset of B[k0, col0], k_stride, col_stride, cols, depth)
+//   tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth)     // acc += A * B
+//
+// Packing copies the operands into the order the micro-kernel reads them, converting fp16/bf16 to
+// fp32 on the way; transposed operands are packed through their strides. A is packed as strips of
+// TESSERA_GEMM_MR rows (element (k, r) of a strip at k * MR + r), B as strips of TESSERA_GEMM_NR
+// columns (element (k, c) at k * NR + c); the last strip is zero-padded, so the packed buffers need
+// round_up(rows, MR) * depth and round_up(cols, NR) * depth floats (the tile program allocates
+// (block + TESSERA_GEMM_PAD) * block_k). The micro-kernel keeps an MR x NR tile of the accumulator in
+// vector registers for the whole depth: per k it loads NR/VEC vectors of B and broadcasts MR
+// elements of A, MR * NR/VEC fused multiply-adds. Edge tiles compute the full register tile and
+// add only the rows/columns inside the block.
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+#if defined(__F16C__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+// TileLang's fp16 storage type in generated C (tl_templates/cpp/half.hpp); only its address is used
+// here, so a declaration suffices and this header does not need TileLang's include path.
+namespace half_float {
+class half;
+}
+using half_float::half;
+
+#include "cpu_parallel.h"  // TESSERA_EXTERN_C
+
+#if defined(__AVX512F__)
+#define TESSERA_GEMM_VEC 16  // fp32 lanes of a vector register
+#define TESSERA_GEMM_MR 14   // 14 x 2 accumulators + 2 B vectors + 1 broadcast of the 32 zmm registers
+#define TESSERA_GEMM_NV 2
+#elif defined(__AVX__)
+#define TESSERA_GEMM_VEC 8
+#define TESSERA_GEMM_MR 6  // 6 x 2 accumulators of the 16 ymm registers
+#define TESSERA_GEMM_NV 2
+#else
+#define TESSERA_GEMM_VEC 4
+#define TESSERA_GEMM_MR 4
+#define TESSERA_GEMM_NV 2
+#endif
+#define TESSERA_GEMM_NR (TESSERA_GEMM_VEC * TESSERA_GEMM_NV)
+
+// Rows/columns the tile program adds to block_m/block_n when it sizes the packed buffers; must be at
+// least MR - 1 and NR - 1 (tessera_tvm/tile/gemm.py: CPU_PACK_PAD).
+#define TESSERA_GEMM_PAD 64
+static_assert(TESSERA_GEMM_MR - 1 <= TESSERA_GEMM_PAD && TESSERA_GEMM_NR - 1 <= TESSERA_GEMM_PAD,
+              "the packed buffers the tile program allocates are too small for this micro-tile");
+
+typedef float tessera_vf __attribute__((vector_size(TESSERA_GEMM_VEC * sizeof(float))));
+// The same vector at 4-byte alignment: loads and stores through it need not be vector-aligned.
+typedef float tessera_vf_unaligned
+    __attribute__((vector_size(TESSERA_GEMM_VEC * sizeof(float)), aligned(sizeof(float))));
+
+// ------------------------------------------------------------------------------------ conversions
+
+static inline float tessera_to_float(float x) { return x; }
+
+// bf16 is the upper half of an fp32 (C has no bf16 type: the codegen passes bf16 storage as uint16_t).
+static inline float tessera_to_float(uint16_t bits) {
+  uint32_t wide = (uint32_t)bits << 16;
+  float x;
+  memcpy(&x, &wide, sizeof x);
+  return x;
+}
+
+struct tessera_half_bits {  // fp16 storage (TileLang's `half`), converted by value
+  uint16_t bits;
+};
+
+static inline float tessera_to_float(tessera_half_bits h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h.bits);
+#else
+  uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16, exponent = (h.bits >> 10) & 0x1fu, mantissa = h.bits & 0x3ffu;
+  uint32_t wide;
+  if (exponent == 0x1fu) {  // inf / nan
+    wide = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {  // normal
+    wide = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {  // zero
+    wide = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    wide = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float x;
+  memcpy(&x, &wide, sizeof x);
+  return x;
+#endif
+}
+
+// ------------------------------------------------------------------------------------ packing
+
+// pack[strip][k][r] = A[row r of the strip, k]; element (i, k) of A is at a[i * row_stride + k * k_stride].
+template <typename T>
+static inline void tessera_pack_a(float *__restrict pack, const T *__restrict a, int64_t row_stride,
+                                  int64_t k_stride, int32_t rows, int32_t depth) {
+  const int MR = TESSERA_GEMM_MR;
+  for (int32_t r0 = 0; r0 < rows; r0 += MR) {
+    float *strip = pack + (int64_t)r0 * depth;
+    const int32_t live = rows - r0 < MR ? rows - r0 : MR;
+    if (live == MR && k_stride == 1) {
+      // Rows are contiguous in k: read MR rows side by side, write k-major.
+      const T *src = a + r0 * row_stride;
+      for (int32_t k = 0; k < depth; ++k) {
+        for (int r = 0; r < MR; ++r) {
+          strip[(int64_t)k * MR + r] = tessera_to_float(src[r * row_stride + k]);
+        }
+      }
+      continue;
+    }
+    for (int32_t k = 0; k < depth; ++k) {
+      const T *src = a + r0 * row_stride + k * k_stride;
+      float *dst = strip + (int64_t)k * MR;
+      int r = 0;
+      for (; r < live; ++r) {
+        dst[r] = tessera_to_float(src[r * row_stride]);
+      }
+      for (; r < MR; ++r) {
+        dst[r] = 0.0f;
+      }
+    }
+  }
+}
+
+// pack[strip][k][c] = B[k, column c of the strip]; element (k, j) of B is at b[k * k_stride + j * col_stride].
+template <typename T>
+static inline void tessera_pack_b(float *__restrict pack, const T *__restrict b, int64_t k_stride,
+                                  int64_t col_stride, int32_t cols, int32_t depth) {
+  const int NR = TESSERA_GEMM_NR;
+  for (int32_t c0 = 0; c0 < cols; c0 += NR) {
+    float *strip = pack + (int64_t)c0 * depth;
+    const int32_t live = cols - c0 < NR ? cols - c0 : NR;
+    if (live == NR && col_stride == 1) {
+      for (int32_t k = 0; k < depth; ++k) {
+        const T *src = b + k * k_stride + c0;
+        float *dst = strip + (int64_t)k * NR;
+        for (int c = 0; c < NR; ++c) {
+          dst[c] = tessera_to_float(src[c]);
+        }
+      }
+      continue;
+    }
+    if (live == NR && k_stride == 1) {
+      // Transposed B: columns are contiguous in k.
+      const T *src = b + c0 * col_stride;
+      for (int32_t k = 0; k < depth; ++k) {
+        for (int c = 0; c < NR; ++c) {
+          strip[(int64_t)k * NR + c] = tessera_to_float(src[c * col_stride + k]);
+        }
+      }
+      continue;
+    }
+    for (int32_t k = 0; k < depth; ++k) {
+      const T *src = b + k * k_stride + c0 * col_stride;
+      float *dst = strip + (int64_t)k * NR;
+      int c = 0;
+      for (; c < live; ++c) {
+        dst[c] = tessera_to_float(src[c * col_stride]);
+      }
+      for (; c < NR; ++c) {
+        dst[c] = 0.0f;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------ micro-kernel
+
+// c[0:rows, 0:cols] += a_strip * b_strip over `depth`, c with row stride `ldc` (rows <= MR, cols <= NR).
+static inline void tessera_gemm_micro(const float *__restrict a, const float *__restrict b, int32_t depth,
+                                      float *__restrict c, int64_t ldc, int32_t rows, int32_t cols) {
+  const int MR = TESSERA_GEMM_MR, NV = TESSERA_GEMM_NV, VEC = TESSERA_GEMM_VEC;
+  tessera_vf sum[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      sum[r][v] = (tessera_vf){};
+    }
+  }
+  for (int32_t k = 0; k < depth; ++k) {
+    tessera_vf bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = *(const tessera_vf_unaligned *)(b + (int64_t)k * NV * VEC + v * VEC);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const float x = a[(int64_t)k * MR + r];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        sum[r][v] += x * bv[v];
+      }
+    }
+  }
+  if (rows == MR && cols == NV * VEC) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        tessera_vf_unaligned *dst = (tessera_vf_unaligned *)(c + r * ldc + v * VEC);
+        *dst = *dst + sum[r][v];
+      }
+    }
+    return;
+  }
+  float tile[MR][NV * VEC];
+  memcpy(tile, sum, sizeof tile);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      c[r * ldc + j] += tile[r][j];
+    }
+  }
+}
+
+// acc[0:rows, 0:cols] += A * B from packed strips (the packing above) over `depth`.
+static inline void tessera_gemm_packed(float *acc, int64_t acc_stride, const float *a_pack, const float *b_pack,
+                                       int32_t rows, int32_t cols, int32_t depth) {
+  const int MR = TESSERA_GEMM_MR, NR = TESSERA_GEMM_NR;
+  for (int32_t j = 0; j < cols; j += NR) {
+    const int32_t live_cols = cols - j < NR ? cols - j : NR;
+    for (int32_t i = 0; i < rows; i += MR) {
+      const int32_t live_rows = rows - i < MR ? rows - i : MR;
+      tessera_gemm_micro(a_pack + (int64_t)i * depth, b_pack + (int64_t)j * depth, depth, acc + i * acc_stride + j,
+                         acc_stride, live_rows, live_cols);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------ entry points
+// Called from the tile program through T.call_extern; the codegen declares them from the call's
+// argument types (float*, half*, uint16_t* for bf16, int32_t), so these signatures must match. The
+// operand comes as (base pointer, element offset): the address of a bf16 element would be retyped
+// as fp32 by tirx.BF16ComputeLegalize.
+
+#define TESSERA_DEFINE_PACK(SUFFIX, T, STORAGE)                                                             \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int32_t offset,                \
+                                                              int32_t row_stride, int32_t k_stride, int32_t rows, \
+                                                              int32_t depth) {                                   \
+    tessera_pack_a(pack, (const STORAGE *)a + offset, row_stride, k_stride, rows, depth);                       \
+    return 0;                                                                                                    \
+  }                                                                                                              \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int32_t offset,                \
+                                                              int32_t k_stride, int32_t col_stride, int32_t cols, \
+                                                              int32_t depth) {                                   \
+    tessera_pack_b(pack, (const STORAGE *)b + offset, k_stride, col_stride, cols, depth);                       \
+    return 0;                                                                                                    \
+  }
+
+TESSERA_DEFINE_PACK(f32, float, float)
+TESSERA_DEFINE_PACK(f16, half, tessera_half_bits)  // TileLang's `half`: 16 bits of fp16 storage
+TESSERA_DEFINE_PACK(bf16, uint16_t, uint16_t)      // bf16 storage after tirx.BF16StorageLegalize
+#undef TESSERA_DEFINE_PACK
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+                                                     int32_t rows, int32_t cols, int32_t depth) {
+  tessera_gemm_packed(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  return 0;
+}
