@@ -11,19 +11,21 @@ no way to print a pragma. Two passes make the grid run on all cores with OpenMP:
   annotated loop nest into one parallel region (tessera/cpu_parallel.h says what the C looks like):
 
       T.tessera.parallel_begin(blocks)                 # TESSERA_PARALLEL_BEGIN: a team of threads
-      thread: T.int32 = T.call_extern("int32", "tessera_thread_index")
-      threads: T.int32 = T.call_extern("int32", "tessera_thread_count")
       acc = T.alloc_buffer(...)                        # the blocks' arrays, moved in: one per thread
-      for block in range(thread, blocks, step=threads):
+      for claim in range(blocks):
+          block: T.int32 = T.tessera.next_block()      # TESSERA_NEXT_BLOCK: an atomic counter
+          if block >= blocks:
+              T.break_loop()
           bx: T.int32 = block // ny
           by: T.int32 = block % ny
           <the block's body>
       T.tessera.parallel_end()                         # TESSERA_PARALLEL_END
 
-  Blocks go to threads round-robin, which balances grids whose blocks differ in cost (causal
-  attention, ragged edges). The arrays the blocks use were hoisted to the top of the kernel by
-  ``tl.StorageRewrite``; they move into the region so that every thread has its own. A nest that uses
-  an array also used outside it stays serial.
+  Threads claim blocks one at a time from a shared counter (dynamic scheduling), which balances
+  grids whose blocks differ in cost (causal attention, ragged edges) and cores that are busy with
+  other work (a static split waits for its slowest thread). The arrays the blocks use were hoisted
+  to the top of the kernel by ``tl.StorageRewrite``; they move into the region so that every thread
+  has its own. A nest that uses an array also used outside it stays serial.
 
 ``tessera.ImportCpuRuntime`` then adds ``#include <tessera/cpu.h>`` to kernels that use the header.
 Thread count: ``TESSERA_NUM_THREADS``, else OpenMP's ``OMP_NUM_THREADS``, else one per core.
@@ -46,9 +48,11 @@ RUNTIME_PREFIX = "tessera_"  # extern functions of tessera/cpu.h
 # Ops printed as the macros of tessera/cpu_parallel.h (an op with a global symbol is printed as a
 # call without the forward declaration a call_extern gets, which a macro could not take).
 PARALLEL_BEGIN = "tessera.parallel_begin"
+NEXT_BLOCK = "tessera.next_block"
 PARALLEL_END = "tessera.parallel_end"
 _OPS = {
     PARALLEL_BEGIN: ("TESSERA_PARALLEL_BEGIN", "open the parallel region of a CPU kernel grid (arg: blocks)"),
+    NEXT_BLOCK: ("TESSERA_NEXT_BLOCK", "claim the next block of the grid in the current parallel region"),
     PARALLEL_END: ("TESSERA_PARALLEL_END", "close the parallel region opened by tessera.parallel_begin"),
 }
 
@@ -71,6 +75,11 @@ register_ops()
 def parallel_begin(blocks):
     """``TESSERA_PARALLEL_BEGIN(blocks)``."""
     return tvm.tirx.Call("int32", tvm.ir.Op.get(PARALLEL_BEGIN), [blocks])
+
+
+def next_block():
+    """``TESSERA_NEXT_BLOCK()``: the next unclaimed block index of the region's grid."""
+    return tvm.tirx.Call("int32", tvm.ir.Op.get(NEXT_BLOCK), [])
 
 
 def parallel_end():
@@ -203,8 +212,7 @@ def _region(loop, private: list):
     for extent in extents[1:]:
         blocks = blocks * extent
     blocks = tvm.arith.Analyzer().simplify(blocks)
-    block = tirx.Var("block", "int32")
-    thread, threads = tirx.Var("thread", "int32"), tirx.Var("threads", "int32")
+    block, claim = tirx.Var("block", "int32"), tirx.Var("claim", "int32")
     binds, stride = [], 1
     # The innermost loop varies fastest. block >= 0, so C's / and % (truncating) are floor division:
     # this pass runs after tl.LowerIntrin, which is what would lower floordiv/floormod.
@@ -216,19 +224,16 @@ def _region(loop, private: list):
         stride = tvm.arith.Analyzer().simplify(stride * extent)
     binds.reverse()
     inner = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    done = tirx.IfThenElse(block >= blocks, tirx.Evaluate(tirx.op.break_loop()), None)
+    # Each thread claims blocks until the grid is used up: at most `blocks` claims.
     grid = tirx.For(
-        block, thread, blocks - thread, tirx.ForKind.SERIAL, tirx.SeqStmt([*binds, *decls, *inner]), step=threads
+        claim,
+        0,
+        blocks,
+        tirx.ForKind.SERIAL,
+        tirx.SeqStmt([tirx.Bind(block, next_block()), done, *binds, *decls, *inner]),
     )
-    return tirx.SeqStmt(
-        [
-            tirx.Evaluate(parallel_begin(blocks)),
-            tirx.Bind(thread, tirx.call_extern("int32", "tessera_thread_index")),
-            tirx.Bind(threads, tirx.call_extern("int32", "tessera_thread_count")),
-            *private,
-            grid,
-            tirx.Evaluate(parallel_end()),
-        ]
-    )
+    return tirx.SeqStmt([tirx.Evaluate(parallel_begin(blocks)), *private, grid, tirx.Evaluate(parallel_end())])
 
 
 def _is_zero(expr) -> bool:

@@ -16,6 +16,7 @@ from tessera_tvm.transform.parallel_grid import (
     import_cpu_runtime,
     lower_parallel_grid,
     mark_parallel_grid,
+    next_block,
     parallel_begin,
     parallel_end,
 )
@@ -42,10 +43,11 @@ def two_dim_grid_lowered(A: T.handle("float32", "global"), B: T.handle("float32"
     A_1 = T.decl_buffer((256,), data=A)
     B_1 = T.decl_buffer((256,), data=B)
     T.evaluate(parallel_begin(8))
-    thread: T.int32 = T.call_extern("int32", "tessera_thread_index")
-    threads: T.int32 = T.call_extern("int32", "tessera_thread_count")
     acc = T.alloc_buffer((16,), scope="local")  # inside the region: one per thread
-    for block in T.serial(thread, 8, step=threads):
+    for _claim in range(8):  # claims until the grid is used up
+        block: T.int32 = next_block()
+        if block >= 8:
+            T.evaluate(T.break_loop())
         bx: T.int32 = T.truncdiv(block, 2)
         by: T.int32 = T.truncmod(block, 2)
         for i in range(16):
@@ -194,7 +196,9 @@ def test_the_cpu_pipeline_marks_and_lowers_the_grid():
     assert "#include <tessera/cpu.h>" in source
     assert "TESSERA_PARALLEL_BEGIN(6);" in source and "TESSERA_PARALLEL_END();" in source
     assert (
-        source.index("TESSERA_PARALLEL_BEGIN") < source.index("block += threads") < source.index("TESSERA_PARALLEL_END")
+        source.index("TESSERA_PARALLEL_BEGIN")
+        < source.index("int32_t block = TESSERA_NEXT_BLOCK();")
+        < source.index("TESSERA_PARALLEL_END")
     )
 
 

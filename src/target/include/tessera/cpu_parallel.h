@@ -3,18 +3,18 @@
 // tessera.LowerParallelGrid turns the grid loops of a kernel into
 //
 //     TESSERA_PARALLEL_BEGIN(blocks);                      // a team of tessera_team_size(blocks) threads
-//     int32_t thread = tessera_thread_index();
-//     int32_t threads = tessera_thread_count();
 //     <the blocks' local arrays>                           // declared inside: private to each thread
-//     for (int32_t block = thread; block < blocks; block += threads) {
+//     for (int32_t claim = 0; claim < blocks; ++claim) {
+//       int32_t block = TESSERA_NEXT_BLOCK();              // claim a block (shared atomic counter)
+//       if (block >= blocks) { break; }
 //       int32_t bx = block / ny;  int32_t by = block % ny; // the grid indices of the block
 //       <the block's body>
 //     }
 //     TESSERA_PARALLEL_END();
 //
-// The two macros open and close a block statement around the region; the pass emits them as a pair
-// in one statement list, so the braces always match. Without -fopenmp the pragma is ignored and the
-// region runs on the calling thread (tessera_thread_index() == 0, tessera_thread_count() == 1).
+// The two region macros open and close a block statement around the region; the pass emits them as
+// a pair in one statement list, so the braces always match. Without -fopenmp the pragma is ignored and
+// the region runs on the calling thread, which claims every block in order.
 #pragma once
 
 #include <stdint.h>
@@ -75,10 +75,13 @@ TESSERA_EXTERN_C inline int32_t tessera_thread_count(void) {
 #endif
 }
 
+// tessera_next_block is declared outside the parallel construct, so the team shares it.
 #define TESSERA_PARALLEL_BEGIN(blocks)                                                             \
   {                                                                                                \
     const int32_t tessera_team = tessera_team_size(blocks);                                        \
+    int32_t tessera_next_block = 0;                                                                \
     _Pragma("omp parallel num_threads(tessera_team) if(tessera_team > 1)") {
+#define TESSERA_NEXT_BLOCK() __atomic_fetch_add(&tessera_next_block, 1, __ATOMIC_RELAXED)
 #define TESSERA_PARALLEL_END()                                                                     \
   }                                                                                                \
   }
