@@ -39,7 +39,7 @@ def test_wheel_holds_every_source_package(wheel):
     assert not missing, f"packages missing from the wheel (add them to pyproject.toml): {sorted(missing)}"
     assert "tessera_tvm/configs/hopper.yaml" in names
     assert "tessera_tvm/configs/shared/lower_and_legalize.yaml" in names
-    for header in ("cpu.h", "cpu_parallel.h", "cpu_gemm.h"):  # included by every generated CPU kernel
+    for header in ("cpu.h", "cpu_parallel.h", "cpu_gemm.h", "cpu_math.h"):  # included by every generated CPU kernel
         assert f"tessera_tvm/target/include/tessera/{header}" in names
 
 

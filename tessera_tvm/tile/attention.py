@@ -12,14 +12,16 @@ output (no NaN). GPU tiles read past the ``S_q`` / ``S_kv`` edges through TileLa
 zero-fill them, and the final copy is predicated; the CPU kernel clamps its loops to the edges.
 
 GPU: Q, K and V tiles in shared memory, ``T.gemm`` for Q K^T and P V into fragments, scores in the
-log2 domain (``exp2``), a pipelined key loop. CPU: local fp32 arrays and serial loops.
+log2 domain (``exp2``), a pipelined key loop. CPU: Q K^T and P V on the packed GEMM micro-kernel of
+tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tessera_expf).
 """
 
 from __future__ import annotations
 
 import tilelang.language as T
 
-from .common import LOG2E, all_of, declare_params, lowest, to_compute
+from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
+from .gemm import cpu_pack_elements, cpu_pack_suffix
 from .spec import AttentionSpec, TileSchedule
 
 ACC = "float32"
@@ -119,6 +121,154 @@ def _attention_gpu(spec: AttentionSpec, s: TileSchedule):
 
 
 def _attention_cpu(spec: AttentionSpec, s: TileSchedule):
+    if cpu_pack_suffix(spec.dtype_in) is None:
+        return _attention_cpu_loops(spec, s)
+    return _attention_cpu_packed(spec, s)
+
+
+def _masked(spec: AttentionSpec, score, query, key):
+    """``score`` where ``query`` sees ``key``, else -inf (keys past S_kv are outside the loops)."""
+    if spec.causal:
+        return T.if_then_else(key <= query + spec.causal_offset, score, lowest(ACC))
+    return score
+
+
+def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
+    """CPU flash attention on the packed GEMM micro-kernel (tessera/cpu_gemm.h).
+
+    Scores are computed transposed, ``S^T = K Q^T`` (keys x queries), so that the row statistics
+    (max, sum) and the exponentials run over contiguous queries, each query an independent lane that
+    g++ vectorises; ``O += P V`` reads P through the transposed-operand strides of the packing. Q is
+    packed once per block, K and V once per key block; exponentials by the inline ``tessera_expf``.
+    """
+    block_m, block_n, D = s.block_m, s.block_n, spec.D
+    scale = spec.scale
+    groups = spec.groups
+    dtype = cpu_pack_suffix(spec.dtype_in)
+    params = spec.params()
+    k_elems, q_elems = cpu_pack_elements(block_n, block_m, D)  # S^T = K Q^T: A = K block, B = Q^T
+    p_elems, v_elems = cpu_pack_elements(block_m, D, block_n)  # O += P V: A = P, B = V block
+
+    @T.prim_func
+    def main():
+        io = declare_params(params, ("q", "k", "v", "out"))
+        with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
+            acc = T.alloc_local((block_m, D), ACC)
+            scores = T.alloc_local((block_n, block_m), ACC)  # S^T, then P^T
+            q_pack = T.alloc_local((q_elems,), ACC)
+            k_pack = T.alloc_local((k_elems,), ACC)
+            p_pack = T.alloc_local((p_elems,), ACC)
+            v_pack = T.alloc_local((v_elems,), ACC)
+            row_max = T.alloc_local((block_m,), ACC)
+            new_max = T.alloc_local((block_m,), ACC)
+            rescale = T.alloc_local((block_m,), ACC)
+            row_sum = T.alloc_local((block_m,), ACC)
+            kv_head = head // groups
+            rows = T.min(block_m, spec.S_q - bx * block_m)
+            for i in T.serial(block_m):
+                row_max[i] = lowest(ACC)
+                row_sum[i] = T.cast(0, ACC)
+            T.clear(acc)
+            # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
+            T.call_extern(
+                "int32",
+                f"tessera_cpu_pack_b_{dtype}",
+                T.address_of(q_pack[0]),
+                io.q.data,
+                element_offset(io.q, (batch, head, bx * block_m, 0)),
+                1,
+                D,
+                rows,
+                D,
+            )
+            for kb in T.serial(_key_blocks(spec, bx * block_m, block_m, block_n)):
+                keys = T.min(block_n, spec.S_kv - kb * block_n)
+                T.call_extern(
+                    "int32",
+                    f"tessera_cpu_pack_a_{dtype}",
+                    T.address_of(k_pack[0]),
+                    io.k.data,
+                    element_offset(io.k, (batch, kv_head, kb * block_n, 0)),
+                    D,
+                    1,
+                    keys,
+                    D,
+                )
+                T.clear(scores)
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_gemm_f32",
+                    T.address_of(scores[0, 0]),
+                    block_m,
+                    T.address_of(k_pack[0]),
+                    T.address_of(q_pack[0]),
+                    keys,
+                    rows,
+                    D,
+                )
+                for i in T.serial(block_m):
+                    new_max[i] = row_max[i]
+                for j in T.serial(keys):
+                    for i in T.serial(block_m):
+                        scores[j, i] = _masked(spec, scores[j, i] * scale, bx * block_m + i, kb * block_n + j)
+                        new_max[i] = T.max(new_max[i], scores[j, i])
+                for i in T.serial(block_m):
+                    rescale[i] = cpu_exp(row_max[i] - _safe_max(new_max[i]))
+                    row_max[i] = new_max[i]
+                    row_sum[i] = row_sum[i] * rescale[i]
+                    new_max[i] = _safe_max(row_max[i])  # the exponentials' offset
+                for i in T.serial(rows):
+                    for d in T.serial(D):
+                        acc[i, d] = acc[i, d] * rescale[i]
+                for j in T.serial(keys):
+                    for i in T.serial(block_m):
+                        scores[j, i] = cpu_exp(scores[j, i] - new_max[i])
+                        row_sum[i] += scores[j, i]
+                # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_pack_a_f32",
+                    T.address_of(p_pack[0]),
+                    T.address_of(scores[0, 0]),
+                    0,
+                    1,
+                    block_m,
+                    rows,
+                    keys,
+                )
+                T.call_extern(
+                    "int32",
+                    f"tessera_cpu_pack_b_{dtype}",
+                    T.address_of(v_pack[0]),
+                    io.v.data,
+                    element_offset(io.v, (batch, kv_head, kb * block_n, 0)),
+                    D,
+                    1,
+                    D,
+                    keys,
+                )
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_gemm_f32",
+                    T.address_of(acc[0, 0]),
+                    D,
+                    T.address_of(p_pack[0]),
+                    T.address_of(v_pack[0]),
+                    rows,
+                    D,
+                    keys,
+                )
+            for i in T.serial(rows):
+                for d in T.serial(D):
+                    io.out[batch, head, bx * block_m + i, d] = T.cast(
+                        T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, d] / row_sum[i]), spec.dtype_out
+                    )
+
+    return main
+
+
+def _attention_cpu_loops(spec: AttentionSpec, s: TileSchedule):
+    """Serial loops, for input dtypes the packing routines do not read."""
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale = spec.scale
     groups = spec.groups

@@ -156,6 +156,55 @@ def all_of(*conds):
     return tirx.all(*live)
 
 
+def cpu_exp(x):
+    """``exp(x)`` (fp32) through tessera/cpu_math.h's inline ``tessera_expf``, which g++ vectorises;
+    libm's ``expf`` is an opaque call that keeps a loop scalar. CPU tile programs only."""
+    return T.call_pure_extern("float32", "tessera_expf", x)
+
+
+#: Partial results the CPU kernels keep per running reduction over a row (max, sum): lane l takes
+#: elements l, l + CPU_LANES, ...; combined at the end. Independent lanes let g++ vectorise without
+#: reassociating a single scalar sum (which it may not do without -ffast-math). 64 = four AVX-512
+#: registers, enough adds in flight; and a loop of 16 would be unrolled completely before the
+#: vectoriser runs, after which g++ 12 no longer vectorises the max (checked with -fopt-info-vec).
+CPU_LANES = 64
+
+
+def lane_reduce(lanes, length: int, identity, combine, value_at):
+    """Emit a reduction of ``value_at(r)`` for ``r < length`` into ``lanes[0]`` (CPU tile programs).
+
+    ``lanes`` is a local fp32 buffer of CPU_LANES; lane l accumulates elements l, l + CPU_LANES, ...
+    with ``combine`` (a loop of constant extent that g++ vectorises), then the lanes are combined.
+    """
+    full, tail = divmod(length, CPU_LANES)
+    _lane_reduce(lanes, full, tail, identity, combine, value_at)
+
+
+@T.macro
+def _lane_reduce(lanes, full, tail, identity, combine, value_at):
+    for lane in T.serial(CPU_LANES):
+        lanes[lane] = identity
+    for chunk in T.serial(full):
+        for lane in T.serial(CPU_LANES):
+            lanes[lane] = combine(lanes[lane], value_at(chunk * CPU_LANES + lane))
+    for lane in T.serial(tail):
+        lanes[lane] = combine(lanes[lane], value_at(full * CPU_LANES + lane))
+    for lane in T.serial(1, CPU_LANES):
+        lanes[0] = combine(lanes[0], lanes[lane])
+
+
+def element_offset(buffer, index) -> object:
+    """Row-major element offset of ``buffer[index]`` (static shape). CPU tile programs pass global
+    operands to tessera/cpu.h as (base pointer, offset): tirx.BF16ComputeLegalize retypes the
+    address of a bf16 element as fp32."""
+    offset, stride = 0, 1
+    for i, dim in reversed(list(zip(index, [int(d) for d in buffer.shape], strict=True))):
+        if not (isinstance(i, int) and i == 0):
+            offset = (i if stride == 1 else i * stride) + offset
+        stride *= dim
+    return offset
+
+
 def lowest(dtype: str):
     """-inf in ``dtype`` (the identity of max)."""
     return -T.infinity(dtype)

@@ -19,7 +19,17 @@ import math
 
 import tilelang.language as T
 
-from .common import all_of, broadcast_coords, declare_params, guard, round_to, to_compute, unary, unravel
+from .common import (
+    all_of,
+    broadcast_coords,
+    declare_params,
+    element_offset,
+    guard,
+    round_to,
+    to_compute,
+    unary,
+    unravel,
+)
 from .spec import GemmSpec, TileSchedule
 
 
@@ -125,6 +135,11 @@ def cpu_gemm_packs(spec: GemmSpec) -> bool:
     return spec.dtype_acc == "float32" and spec.dtype_a in _CPU_PACK_DTYPES and spec.dtype_b in _CPU_PACK_DTYPES
 
 
+def cpu_pack_suffix(dtype: str) -> str | None:
+    """The dtype suffix of the packing routines for ``dtype`` (``"f16"``), None when there are none."""
+    return _CPU_PACK_DTYPES.get(dtype)
+
+
 def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
     """fp32 elements of the packed A and B panels of a CPU GEMM block."""
     return (block_m + CPU_PACK_PAD) * block_k, (block_n + CPU_PACK_PAD) * block_k
@@ -136,17 +151,6 @@ def _row_major_strides(shape) -> list[int]:
         strides.append(stride)
         stride *= dim
     return strides[::-1]
-
-
-def _offset(buffer, index):
-    """Row-major element offset of ``buffer[index]``; operands are passed as (base pointer, offset)
-    because tirx.BF16ComputeLegalize retypes the address of a bf16 element as fp32."""
-    strides = _row_major_strides([int(d) for d in buffer.shape])
-    offset = 0
-    for i, stride in zip(index, strides, strict=True):
-        if not (isinstance(i, int) and i == 0):
-            offset = offset + (i if stride == 1 else i * stride)
-    return offset
 
 
 def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
@@ -188,7 +192,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     pack_a,
                     T.address_of(a_pack[0]),
                     io.a.data,
-                    _offset(io.a, a_index),
+                    element_offset(io.a, a_index),
                     a_row_stride,
                     a_k_stride,
                     rows,
@@ -199,7 +203,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     pack_b,
                     T.address_of(b_pack[0]),
                     io.b.data,
-                    _offset(io.b, b_index),
+                    element_offset(io.b, b_index),
                     b_k_stride,
                     b_col_stride,
                     cols,

@@ -10,7 +10,8 @@ are masked with the operation's identity (0 for sums, -inf for max), writes by a
 Softmax keeps a per-lane running max and rescaled sum (online softmax), so it reads its input
 twice; layer_norm computes the mean, then the variance around it, then writes (three reads).
 
-CPU: serial loops over each row with local fp32 scalars, clamped to the edge.
+CPU: one row at a time; each statistic is a lane_reduce over CPU_LANES partial results (independent
+lanes, which g++ vectorises without -ffast-math), softmax's exponentials by the inline tessera_expf.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 
 import tilelang.language as T
 
-from .common import all_of, declare_params, guard, lowest, to_compute, unravel
+from .common import CPU_LANES, all_of, cpu_exp, declare_params, guard, lane_reduce, lowest, to_compute, unravel
 from .spec import NormSpec, ReduceSpec, SoftmaxSpec, TileSchedule
 
 ACC = "float32"
@@ -88,12 +89,12 @@ def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
         def main():
             io = declare_params(params, ("x", "out"))
             with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-                acc = T.alloc_local((block_m,), ACC)
+                lanes = T.alloc_local((CPU_LANES,), ACC)
                 for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                    acc[i] = identity()
-                    for r in T.serial(length):
-                        acc[i] = combine(acc[i], view.load(io.x, bx * block_m + i, r))
-                    io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(acc[i]), spec.dtype_out)
+                    lane_reduce(lanes, length, identity(), combine, lambda r, i=i: view.load(io.x, bx * block_m + i, r))
+                    io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(
+                        finish(lanes[0]), spec.dtype_out
+                    )
 
         return main
 
@@ -148,29 +149,10 @@ def softmax_program(spec: SoftmaxSpec, schedule: TileSchedule, target_kind: str)
     params = spec.params()
 
     if target_kind == "c":
-
-        @T.prim_func
-        def main():
-            io = declare_params(params, ("x", "out"))
-            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-                row_max = T.alloc_local((block_m,), ACC)
-                row_sum = T.alloc_local((block_m,), ACC)
-                for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                    row_max[i] = lowest(ACC)
-                    for r in T.serial(length):
-                        row_max[i] = T.max(row_max[i], view.load(io.x, bx * block_m + i, r))
-                    row_sum[i] = T.cast(0, ACC)
-                    for r in T.serial(length):
-                        row_sum[i] += T.exp(view.load(io.x, bx * block_m + i, r) - row_max[i])
-                    for r in T.serial(length):
-                        io.out[view.index(bx * block_m + i, r)] = T.cast(
-                            T.exp(view.load(io.x, bx * block_m + i, r) - row_max[i]) / row_sum[i], spec.dtype_out
-                        )
-
-        return main
+        return _softmax_cpu(spec, view, block_m)
 
     @T.prim_func
-    def main():  # noqa: F811
+    def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
             lane_max = T.alloc_fragment((block_m, block_n), ACC)
@@ -216,6 +198,66 @@ def softmax_program(spec: SoftmaxSpec, schedule: TileSchedule, target_kind: str)
     return main
 
 
+def _softmax_cpu(spec: SoftmaxSpec, view: RowView, block_m: int):
+    """CPU softmax, one row at a time: the max and the sum of exponentials as CPU_LANES partial
+    results (lane_reduce: contiguous rows vectorise), exponentials by the inline ``tessera_expf``.
+    An fp32 output holds ``exp(x - max)`` after the second pass and is scaled in place (one
+    exponential per element); other outputs recompute the exponential at the end, rounding once."""
+    rows, length = view.rows, view.length
+    keep_exp = spec.dtype_out == ACC
+    full, tail = divmod(length, CPU_LANES)
+    params = spec.params()
+
+    @T.prim_func
+    def main():
+        io = declare_params(params, ("x", "out"))
+        with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+            lanes = T.alloc_local((CPU_LANES,), ACC)
+            row_max = T.alloc_local((1,), ACC)
+            scale = T.alloc_local((1,), ACC)
+            for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                lane_reduce(lanes, length, lowest(ACC), T.max, lambda r, i=i: view.load(io.x, bx * block_m + i, r))
+                row_max[0] = lanes[0]
+                if keep_exp:  # out = exp(x - max) while summing it (lane_reduce's loops, with a store)
+                    for lane in T.serial(CPU_LANES):
+                        lanes[lane] = T.cast(0, ACC)
+                    for chunk in T.serial(full):
+                        for lane in T.serial(CPU_LANES):
+                            io.out[view.index(bx * block_m + i, chunk * CPU_LANES + lane)] = cpu_exp(
+                                view.load(io.x, bx * block_m + i, chunk * CPU_LANES + lane) - row_max[0]
+                            )
+                            lanes[lane] += io.out[view.index(bx * block_m + i, chunk * CPU_LANES + lane)]
+                    for lane in T.serial(tail):
+                        io.out[view.index(bx * block_m + i, full * CPU_LANES + lane)] = cpu_exp(
+                            view.load(io.x, bx * block_m + i, full * CPU_LANES + lane) - row_max[0]
+                        )
+                        lanes[lane] += io.out[view.index(bx * block_m + i, full * CPU_LANES + lane)]
+                    for lane in T.serial(1, CPU_LANES):
+                        lanes[0] += lanes[lane]
+                    scale[0] = T.cast(1, ACC) / lanes[0]
+                    for r in T.serial(length):
+                        io.out[view.index(bx * block_m + i, r)] = io.out[view.index(bx * block_m + i, r)] * scale[0]
+                else:
+                    lane_reduce(
+                        lanes,
+                        length,
+                        T.cast(0, ACC),
+                        _add,
+                        lambda r, i=i: cpu_exp(view.load(io.x, bx * block_m + i, r) - row_max[0]),
+                    )
+                    scale[0] = T.cast(1, ACC) / lanes[0]
+                    for r in T.serial(length):
+                        io.out[view.index(bx * block_m + i, r)] = T.cast(
+                            cpu_exp(view.load(io.x, bx * block_m + i, r) - row_max[0]) * scale[0], spec.dtype_out
+                        )
+
+    return main
+
+
+def _add(a, b):
+    return a + b
+
+
 # ---------------------------------------------------------------------------------------------
 # Norms
 # ---------------------------------------------------------------------------------------------
@@ -257,23 +299,30 @@ def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
         def main():
             io = _declare_norm(spec)
             with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-                mean = T.alloc_local((block_m,), ACC)
-                inv_std = T.alloc_local((block_m,), ACC)
+                lanes = T.alloc_local((CPU_LANES,), ACC)
+                mean = T.alloc_local((1,), ACC)
+                inv_std = T.alloc_local((1,), ACC)
                 for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                    mean[i] = T.cast(0, ACC)
+                    mean[0] = T.cast(0, ACC)
                     if centered:
-                        for r in T.serial(length):
-                            mean[i] += view.load(io.x, bx * block_m + i, r)
-                        mean[i] = mean[i] * inv_length
-                    inv_std[i] = T.cast(0, ACC)
-                    for r in T.serial(length):
-                        inv_std[i] += (view.load(io.x, bx * block_m + i, r) - mean[i]) * (
-                            view.load(io.x, bx * block_m + i, r) - mean[i]
+                        lane_reduce(
+                            lanes, length, T.cast(0, ACC), _add, lambda r, i=i: view.load(io.x, bx * block_m + i, r)
                         )
-                    inv_std[i] = T.rsqrt(inv_std[i] * inv_length + eps)
+                        mean[0] = lanes[0] * inv_length
+                    lane_reduce(
+                        lanes,
+                        length,
+                        T.cast(0, ACC),
+                        _add,
+                        lambda r, i=i: (
+                            (view.load(io.x, bx * block_m + i, r) - mean[0])
+                            * (view.load(io.x, bx * block_m + i, r) - mean[0])
+                        ),
+                    )
+                    inv_std[0] = T.rsqrt(lanes[0] * inv_length + eps)
                     for r in T.serial(length):
                         io.out[view.index(bx * block_m + i, r)] = _normalized(
-                            spec, view.load(io.x, bx * block_m + i, r), mean[i], inv_std[i], io.weight, io.bias, r
+                            spec, view.load(io.x, bx * block_m + i, r), mean[0], inv_std[0], io.weight, io.bias, r
                         )
 
         return main

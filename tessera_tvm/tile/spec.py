@@ -776,7 +776,8 @@ def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[st
         return (
             {**base, "block_m": 64, "block_n": 64, "stages": min(base.get("stages", 2), 2), "threads": 128}
             if gpu
-            else {**base, "block_m": 32, "block_n": 64}
+            # CPU: 96 queries (3 x the micro-kernel's 32 columns in S^T = K Q^T), 112 keys (8 x its 14 rows).
+            else {**base, "block_m": 96, "block_n": 112}
         )
     if kind in ("softmax", "norm", "reduce"):
         # A few rows per block, a wide step along the reduced axis (coalesced loads on GPU).
@@ -945,9 +946,18 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c"
         packed = sum(cpu_pack_elements(s.block_m, s.block_n, s.block_k)) * 4 if cpu_gemm_packs(spec) else 0
         return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed
     if isinstance(spec, AttentionSpec):
-        return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m)
+        from .gemm import cpu_pack_elements, cpu_pack_suffix  # packed K, Q^T, P and V panels
+
+        packed = 0
+        if cpu_pack_suffix(spec.dtype_in) is not None:
+            packed = sum(cpu_pack_elements(s.block_n, s.block_m, spec.D)) + sum(
+                cpu_pack_elements(s.block_m, spec.D, s.block_n)
+            )
+        return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m + packed)
     if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
-        return 4 * 4 * s.block_m
+        from .common import CPU_LANES
+
+        return 4 * (CPU_LANES + 2)
     return 0
 
 

@@ -1,7 +1,7 @@
 """CPU numerics of every op and of fused combinations against tessera.reference.
 
 Shapes are drawn at random (fixed seeds) and are not multiples of the CPU blocks (GEMM 224x256x128 shrunk to the problem,
-attention 32x64, reductions 8x256, element-wise 16x256), so every kernel's masked edges run.
+attention 96x112, reductions 8x256, element-wise 16x256), so every kernel's masked edges run.
 Tolerances per dtype are in helpers.TOLERANCE with their reasons. Depends on the tile library
 (tessera_tvm.tile) for the kernels and on g++ for the CPU build.
 """

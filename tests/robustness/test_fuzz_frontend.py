@@ -5,7 +5,7 @@ Each example builds a kernel from random parts (op composition, shapes, dtype), 
 ``ts.compile(..., target="cpu")``, runs it on random arrays and compares the result with the
 kernel's own numpy reference (``kernel.reference``) at the per-dtype tolerance of
 ``tests/frontend/helpers.py``. Shapes include 1, primes and sizes just off every block size (CPU
-blocks: GEMM 224x256x128 shrunk to the problem, attention 32x64, reductions 8x256, element-wise 16x256).
+blocks: GEMM 224x256x128 shrunk to the problem, attention 96x112, reductions 8x256, element-wise 16x256).
 
 Inputs are scaled so intermediate values stay O(1): the reference rounds after every op and a fused
 kernel only at its store, so their difference is a few ulps of the largest intermediate, which the

@@ -60,6 +60,26 @@ def test_cpu_attention_default_schedule(cpu_config, tmp_path):
     assert_close(out, reference(spec, arrays), "float16")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_attention_with_whole_micro_kernel_tiles(causal, cpu_config, tmp_path):
+    """Blocks of whole 14 x 32 register tiles (S^T = K Q^T: 56 keys x 64 queries), a realistic D,
+    ragged sequence ends."""
+    spec = AttentionSpec(1, 2, 1, 130, 150, 64, causal, dtype_in="bfloat16", dtype_out="float32")
+    arrays = random_inputs(spec, seed=2)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=TileSchedule(block_m=64, block_n=56))["O"]
+    assert_close(out, reference(spec, arrays), "float32", atol_scale=8.0)  # fp32 sums over 64 channels
+
+
+def test_cpu_attention_source_uses_the_micro_kernel_and_vector_exp():
+    spec = AttentionSpec(1, 2, 1, 100, 77, 32, True, dtype_in="float16")
+    source = tessera_tvm.lower(build_tile_program(spec, None, "c"), "cpu", build=False).source
+    for call in ("tessera_cpu_pack_b_f16(", "tessera_cpu_pack_a_f16(", "tessera_cpu_pack_a_f32(", "tessera_expf("):
+        assert call in source, call
+    assert "tessera_cpu_gemm_f32((&(scores[0]))" in source  # S^T = K Q^T
+    assert "tessera_cpu_gemm_f32((&(acc[0]))" in source  # O += P V
+    assert "expf(" not in source.replace("tessera_expf(", "")
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU targets: artifacts
 # ---------------------------------------------------------------------------------------------
