@@ -4,7 +4,8 @@
     python bench/bench.py [--quick] [--out bench/RESULTS.md]
 
 Every figure is the median of several runs and is reported with a ratio against a peer measured in
-the same process (``ratio`` > 1: Tessera is faster). Writes a Markdown table to bench/RESULTS.md.
+the same process (``ratio`` > 1: Tessera is faster); CPU kernels and their peers are measured
+interleaved (``interleaved_medians``). Writes a Markdown table to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -42,6 +43,35 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_medians(fns: dict, repeats: int, pause: float = 0.25, warm: float = 0.02) -> dict:
+    """Median seconds of each callable, measured in rounds that run every one of them once (in a
+    fresh random order each round), so machine noise hits all alike.
+
+    Before each timed call: a pause, then untimed calls for ``warm`` seconds (at least one). Runtimes
+    with worker threads (OpenBLAS, OpenMP in torch and in Tessera's kernels) spin for a while after a
+    call and then sleep; without the pause the spinning threads of the previous callable take cores
+    from the next one (OpenBLAS spins for tens of ms). The untimed calls wake this callable's threads
+    and the idle cores (a virtual CPU that slept runs slowly for a few ms).
+    """
+    import random
+
+    times: dict = {name: [] for name in fns}
+    order = list(fns)
+    rng = random.Random(0)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for name in order:
+            time.sleep(pause)
+            until = time.perf_counter() + warm
+            fns[name]()
+            while time.perf_counter() < until:
+                fns[name]()
+            start = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def row(section, case, ours, peer, ratio):
@@ -112,10 +142,11 @@ def bench_cpu(quick: bool) -> None:
         out = k(a, b)
         err = float(np.abs(out - a @ b).max() / np.abs(a @ b).max())
         flops = 2 * n**3
-        t = median_time(lambda: k(a, b), reps)
-        tn = median_time(lambda: a @ b, reps)
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        tt = median_time(lambda: torch.matmul(ta, tb), reps)
+        times = interleaved_medians(
+            {"tessera": lambda: k(a, b), "numpy": lambda: a @ b, "torch": lambda: torch.matmul(ta, tb)}, reps
+        )
+        t, tn, tt = times["tessera"], times["numpy"], times["torch"]
         ours = f"{flops / t / 1e9:.1f} GFLOP/s"
         row("cpu", f"gemm f32 {n}^3 vs numpy (rel err {err:.0e})", ours, f"{flops / tn / 1e9:.1f} GFLOP/s", f"{tn / t:.2f}x")
         row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
@@ -127,16 +158,23 @@ def bench_cpu(quick: bool) -> None:
     reps = 3 if quick else 5
     k = ts.compile(softmax, target="cpu", shapes={"M": 4096, "N": 4096})
     assert np.allclose(k(x), np_softmax(x), atol=1e-5)
-    t = median_time(lambda: k(x), reps)
-    tn = median_time(lambda: np_softmax(x), reps)
-    tt = median_time(lambda: torch.softmax(tx, dim=-1), reps)
+    times = interleaved_medians(
+        {"tessera": lambda: k(x), "numpy": lambda: np_softmax(x), "torch": lambda: torch.softmax(tx, dim=-1)}, reps
+    )
+    t, tn, tt = times["tessera"], times["numpy"], times["torch"]
     row("cpu", "softmax f32 4096x4096 vs numpy", f"{t * 1e3:.1f} ms", f"{tn * 1e3:.1f} ms", f"{tn / t:.2f}x")
     row("cpu", "softmax f32 4096x4096 vs torch", f"{t * 1e3:.1f} ms", f"{tt * 1e3:.1f} ms", f"{tt / t:.2f}x")
     k = ts.compile(layer_norm, target="cpu", shapes={"M": 4096, "N": 4096})
     assert np.allclose(k(x, w, bias), np_layer_norm(x, w, bias), atol=1e-3)
-    t = median_time(lambda: k(x, w, bias), reps)
-    tn = median_time(lambda: np_layer_norm(x, w, bias), reps)
-    tt = median_time(lambda: torch.nn.functional.layer_norm(tx, (4096,), tw, tbias, 1e-5), reps)
+    times = interleaved_medians(
+        {
+            "tessera": lambda: k(x, w, bias),
+            "numpy": lambda: np_layer_norm(x, w, bias),
+            "torch": lambda: torch.nn.functional.layer_norm(tx, (4096,), tw, tbias, 1e-5),
+        },
+        reps,
+    )
+    t, tn, tt = times["tessera"], times["numpy"], times["torch"]
     row("cpu", "layer_norm f32 4096x4096 vs numpy", f"{t * 1e3:.1f} ms", f"{tn * 1e3:.1f} ms", f"{tn / t:.2f}x")
     row("cpu", "layer_norm f32 4096x4096 vs torch", f"{t * 1e3:.1f} ms", f"{tt * 1e3:.1f} ms", f"{tt / t:.2f}x")
 
@@ -148,9 +186,15 @@ def bench_cpu(quick: bool) -> None:
         err = float(np.abs(k(q, kk, v) - np_attention(q, kk, v)).max())
         reps = 3
         flops = 4 * 8 * s * s * 64
-        t = median_time(lambda: k(q, kk, v), reps)
-        tn = median_time(lambda: np_attention(q, kk, v), reps)
-        tt = median_time(lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv), reps)
+        times = interleaved_medians(
+            {
+                "tessera": lambda: k(q, kk, v),
+                "numpy": lambda: np_attention(q, kk, v),
+                "torch": lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv),
+            },
+            reps,
+        )
+        t, tn, tt = times["tessera"], times["numpy"], times["torch"]
         ours = f"{flops / t / 1e9:.1f} GFLOP/s"
         row("cpu", f"attention B1 H8 S{s} D64 vs numpy (err {err:.0e})", ours, f"{flops / tn / 1e9:.1f} GFLOP/s", f"{tn / t:.2f}x")
         row("cpu", f"attention B1 H8 S{s} D64 vs torch SDPA", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
