@@ -21,7 +21,7 @@ from __future__ import annotations
 import tilelang.language as T
 
 from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
-from .gemm import cpu_pack_elements, cpu_pack_suffix
+from .gemm import cpu_gemm_f32, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .spec import AttentionSpec, TileSchedule
 
 ACC = "float32"
@@ -170,23 +170,13 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                 row_sum[i] = T.cast(0, ACC)
             T.clear(acc)
             # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
-            T.call_extern(
-                "int32",
-                f"tessera_cpu_pack_b_{dtype}",
-                T.address_of(q_pack[0]),
-                io.q.data,
-                element_offset(io.q, (batch, head, bx * block_m, 0)),
-                1,
-                D,
-                rows,
-                D,
-            )
+            cpu_pack("b", dtype, q_pack, io.q.data, element_offset(io.q, (batch, head, bx * block_m, 0)), 1, D, rows, D)
             for kb in T.serial(_key_blocks(spec, bx * block_m, block_m, block_n)):
                 keys = T.min(block_n, spec.S_kv - kb * block_n)
-                T.call_extern(
-                    "int32",
-                    f"tessera_cpu_pack_a_{dtype}",
-                    T.address_of(k_pack[0]),
+                cpu_pack(
+                    "a",
+                    dtype,
+                    k_pack,
                     io.k.data,
                     element_offset(io.k, (batch, kv_head, kb * block_n, 0)),
                     D,
@@ -195,17 +185,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     D,
                 )
                 T.clear(scores)
-                T.call_extern(
-                    "int32",
-                    "tessera_cpu_gemm_f32",
-                    T.address_of(scores[0, 0]),
-                    block_m,
-                    T.address_of(k_pack[0]),
-                    T.address_of(q_pack[0]),
-                    keys,
-                    rows,
-                    D,
-                )
+                cpu_gemm_f32(scores, block_m, k_pack, q_pack, keys, rows, D)
                 for i in T.serial(block_m):
                     new_max[i] = row_max[i]
                 for j in T.serial(keys):
@@ -225,21 +205,11 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                         scores[j, i] = cpu_exp(scores[j, i] - new_max[i])
                         row_sum[i] += scores[j, i]
                 # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
-                T.call_extern(
-                    "int32",
-                    "tessera_cpu_pack_a_f32",
-                    T.address_of(p_pack[0]),
-                    T.address_of(scores[0, 0]),
-                    0,
-                    1,
-                    block_m,
-                    rows,
-                    keys,
-                )
-                T.call_extern(
-                    "int32",
-                    f"tessera_cpu_pack_b_{dtype}",
-                    T.address_of(v_pack[0]),
+                cpu_pack("a", "f32", p_pack, T.address_of(scores[0, 0]), 0, 1, block_m, rows, keys)
+                cpu_pack(
+                    "b",
+                    dtype,
+                    v_pack,
                     io.v.data,
                     element_offset(io.v, (batch, kv_head, kb * block_n, 0)),
                     D,
@@ -247,17 +217,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     D,
                     keys,
                 )
-                T.call_extern(
-                    "int32",
-                    "tessera_cpu_gemm_f32",
-                    T.address_of(acc[0, 0]),
-                    D,
-                    T.address_of(p_pack[0]),
-                    T.address_of(v_pack[0]),
-                    rows,
-                    D,
-                    keys,
-                )
+                cpu_gemm_f32(acc, D, p_pack, v_pack, rows, D, keys)
             for i in T.serial(rows):
                 for d in T.serial(D):
                     io.out[batch, head, bx * block_m + i, d] = T.cast(

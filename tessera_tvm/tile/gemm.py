@@ -145,6 +145,39 @@ def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, in
     return (block_m + CPU_PACK_PAD) * block_k, (block_n + CPU_PACK_PAD) * block_k
 
 
+def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stride_k, count, depth):
+    """``tessera_cpu_pack_<operand>_<dtype>`` (tessera/cpu_gemm.h): ``count`` rows (A) or columns (B)
+    of ``depth`` elements, read from ``source`` + ``offset`` through the two element strides, into the
+    fp32 ``panel`` that :func:`cpu_gemm_f32` reads."""
+    return T.call_extern(
+        "int32",
+        f"tessera_cpu_pack_{operand}_{dtype}",
+        T.address_of(panel[0]),
+        source,
+        offset,
+        stride_outer,
+        stride_k,
+        count,
+        depth,
+    )
+
+
+def cpu_gemm_f32(acc, row_stride, a_panel, b_panel, rows, cols, depth):
+    """``tessera_cpu_gemm_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``, from
+    panels packed by :func:`cpu_pack`; ``acc`` rows are ``row_stride`` elements apart."""
+    return T.call_extern(
+        "int32",
+        "tessera_cpu_gemm_f32",
+        T.address_of(acc[0, 0]),
+        row_stride,
+        T.address_of(a_panel[0]),
+        T.address_of(b_panel[0]),
+        rows,
+        cols,
+        depth,
+    )
+
+
 def _row_major_strides(shape) -> list[int]:
     strides, stride = [], 1
     for dim in reversed(shape):
@@ -159,8 +192,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
-    pack_a = f"tessera_cpu_pack_a_{_CPU_PACK_DTYPES[spec.dtype_a]}"
-    pack_b = f"tessera_cpu_pack_b_{_CPU_PACK_DTYPES[spec.dtype_b]}"
+    dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
     # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
     a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
@@ -187,10 +219,10 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                 b_index = (
                     (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
                 )
-                T.call_extern(
-                    "int32",
-                    pack_a,
-                    T.address_of(a_pack[0]),
+                cpu_pack(
+                    "a",
+                    dtype_a,
+                    a_pack,
                     io.a.data,
                     element_offset(io.a, a_index),
                     a_row_stride,
@@ -198,10 +230,10 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     rows,
                     depth,
                 )
-                T.call_extern(
-                    "int32",
-                    pack_b,
-                    T.address_of(b_pack[0]),
+                cpu_pack(
+                    "b",
+                    dtype_b,
+                    b_pack,
                     io.b.data,
                     element_offset(io.b, b_index),
                     b_k_stride,
@@ -209,17 +241,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     cols,
                     depth,
                 )
-                T.call_extern(
-                    "int32",
-                    "tessera_cpu_gemm_f32",
-                    T.address_of(acc[0, 0]),
-                    block_n,
-                    T.address_of(a_pack[0]),
-                    T.address_of(b_pack[0]),
-                    rows,
-                    cols,
-                    depth,
-                )
+                cpu_gemm_f32(acc, block_n, a_pack, b_pack, rows, cols, depth)
             for i in T.serial(rows):
                 for j in T.serial(cols):
                     io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(
