@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tessera_tvm._tvm import tilelang, tvm
+from tessera_tvm._tvm import tvm  # importing it registers TileLang's codegens
 
 from ..errors import TesseraError
 from .toolchain import validate_artifact_name
@@ -169,7 +169,3 @@ class CudaKernel:
 def _describe(value: Any) -> str:
     device = getattr(value, "device", None)
     return f"{type(value).__name__}{f' on {device}' if device is not None else ''}"
-
-
-# TileLang's TVM exports host code as C: keep ``tilelang`` imported (it registers the codegens).
-_ = tilelang
