@@ -85,7 +85,7 @@ def tile_gemm_every_config(out: Path) -> None:
     _rule("TileLang GEMM through tessera_tvm.lower for every target config")
     for name in tessera_tvm.available_configs():
         config = tessera_tvm.load_config(name)
-        program = {"c": cpu_gemm, "tt": tt_gemm}.get(config.codegen_dict["kind"], gemm)()
+        program = {"c": cpu_gemm, "tt": tt_gemm}.get(config.codegen_kind, gemm)()
         lowered = tessera_tvm.lower(program, config, out_dir=out / "gemm" / name, dump_dir=out / "gemm" / name / "passes")
         phases = " + ".join(f"{len(config.phase(p))}" for p in ("lower_and_legalize", "optimize_for_target", "codegen_prep"))
         seconds = sum(r.seconds for r in lowered.pass_log)

@@ -164,6 +164,11 @@ class TargetConfig:
     def target_kind(self) -> str:
         return dict(self.target)["kind"]
 
+    @property
+    def codegen_kind(self) -> str:
+        """What the codegen emits: ``cuda``, ``hip``, ``c`` or ``tt`` (cheap: read on every kernel call)."""
+        return dict(self.codegen)["kind"]
+
     def fingerprint(self) -> str:
         """A stable hash of everything that changes what the config compiles to."""
         payload = json.dumps(_thaw(self.raw), sort_keys=True, default=str)

@@ -83,9 +83,9 @@ class LoweredModule:
         Arrays come in the tile program's parameter order, or by buffer name (``A=a``); other
         keywords are scalar parameters.
         """
-        if self.config.codegen_dict["kind"] == "cuda" and "runtime" in self.artifacts:
+        if self.config.codegen_kind == "cuda" and "runtime" in self.artifacts:
             return self.cuda_kernel()(*self._ordered(self._program_order, arrays, named))
-        if self.config.codegen_dict["kind"] != "c":
+        if self.config.codegen_kind != "c":
             raise TesseraError(
                 f"{self.name!r} was compiled for {self.config.name!r} without a runtime library (it needs nvcc "
                 "and a cubin); only CPU configs and built CUDA kernels run in-process (see .artifacts)")
@@ -184,7 +184,7 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
         host_mod, device_mod = split_host_device(mod)
         device_mod = run_phase(device_mod, config, "codegen_prep")
     tt_program = None
-    if config.codegen_dict["kind"] == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
+    if config.codegen_kind == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
         from tessera_tvm.target.tt.codegen import generate
 
         tt_program = generate(device_mod)
@@ -198,7 +198,7 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
         name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
         metadata=[tt_program.metadata] if tt_program else _metadata(device_mod), pass_log=list(recorder.records),
         _timing=timing, _tt_program=tt_program,
-        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_dict["kind"] == "c" else None,
+        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_kind == "c" else None,
         _program_order=buffer_order)
 
 

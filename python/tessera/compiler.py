@@ -22,6 +22,7 @@ TVM pass under ``passes/<fused kernel>/`` and the build outputs under ``artifact
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -94,6 +95,17 @@ class DeviceKernel:
         self.lowered(*[arrays[p.name] for p in self.spec.params()])
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One fused kernel's run, prepared once per instance: the graph values it reads (as its tile
+    program's parameters), the buffer it writes, and the graph value that buffer becomes."""
+
+    device: DeviceKernel
+    inputs: tuple[tuple[Any, str, str, tuple[int, ...]], ...]  # (graph value, parameter, dtype, shape)
+    output: tuple[str, str, tuple[int, ...]]  # (parameter, dtype, shape)
+    result: tuple[Any, str, tuple[int, ...]]  # (graph value, graph dtype, graph shape)
+
+
 @dataclass
 class Instance:
     """A kernel compiled for one target with every dim bound."""
@@ -105,34 +117,65 @@ class Instance:
     devices: list[DeviceKernel]
     log: list[PassLogEntry] = field(default_factory=list)
 
-    def run(self, arrays: Sequence[np.ndarray]) -> Any:
-        values: dict[Any, np.ndarray] = dict(zip(self.graph.params, arrays, strict=True))
+    @functools.cached_property
+    def launches(self) -> tuple[Launch, ...]:
+        from tessera_tvm.graph.nodes import static_shape
+
+        launches = []
         for dk in self.devices:
-            spec = dk.tile_spec or dk.spec
-            named: dict[str, np.ndarray] = {}
-            for param, var in zip(spec.inputs(), dk.binding.inputs, strict=True):
-                held = np.ascontiguousarray(values[var], dtype=_numpy_dtype(param.dtype))
-                named[param.name] = held.reshape(param.shape)
-            (out_arg,) = spec.outputs()
-            out = np.empty(out_arg.shape, dtype=_numpy_dtype(out_arg.dtype))
-            named[out_arg.name] = out
-            dk.run(named)
-            result = out.astype(_numpy_dtype(dk.spec.outputs()[0].dtype), copy=False)
-            values[dk.binding.output] = result.reshape(_graph_shape(dk.binding.output, self.env))
-        results = [values[o].copy() if o in set(self.graph.params) else values[o] for o in self.graph.outputs]
+            spec = dk.tile_spec or dk.spec  # what the tile program takes (CPU: bf16/fp8 held as f32)
+            inputs = tuple(
+                (var, p.name, p.dtype, tuple(p.shape)) for p, var in zip(spec.inputs(), dk.binding.inputs, strict=True)
+            )
+            (out,) = spec.outputs()
+            result = (dk.binding.output, dk.spec.outputs()[0].dtype, static_shape(dk.binding.output, self.env, "output"))
+            launches.append(Launch(dk, inputs, (out.name, out.dtype, tuple(out.shape)), result))
+        return tuple(launches)
+
+    def run(self, arrays: Sequence[Any], memory: Memory | None = None) -> Any:
+        """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
+        output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``)."""
+        memory = memory or HOST
+        values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
+        for launch in self.launches:
+            named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
+            name, dtype, shape = launch.output
+            named[name] = out = memory.empty(shape, dtype)
+            launch.device.run(named)
+            var, dtype, shape = launch.result
+            values[var] = memory.result(out, dtype, shape)
+        params = set(self.graph.params)
+        results = [memory.copy(values[o]) if o in params else values[o] for o in self.graph.outputs]
         return tuple(results) if self.graph.simplified.tuple_output else results[0]
 
 
+class Memory:
+    """Where :meth:`Instance.run` keeps arrays. The host's, numpy: bf16/fp8 travel as float32 (what the
+    CPU tile programs take) and each result is rounded to its graph dtype, as the kernel's store would."""
+
+    def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """``value`` as a contiguous ``dtype`` array of ``shape``, ready to pass to a kernel."""
+        return np.ascontiguousarray(value, dtype=_numpy_dtype(dtype)).reshape(shape)
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return np.empty(shape, dtype=_numpy_dtype(dtype))
+
+    def result(self, out: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """A kernel's output buffer as the graph value it computes."""
+        return out.astype(_numpy_dtype(dtype), copy=False).reshape(shape)
+
+    def copy(self, value: Any) -> Any:
+        return value.copy()
+
+
+HOST = Memory()
+
+
+@functools.cache
 def _numpy_dtype(tvm_dtype: str):
     from .types import dtype as as_dtype
 
     return as_dtype(tvm_dtype).numpy
-
-
-def _graph_shape(var, env) -> tuple[int, ...]:
-    from tessera_tvm.graph.nodes import static_shape
-
-    return static_shape(var, env, "output")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +224,7 @@ class CompiledKernel:
     @property
     def runnable(self) -> bool:
         """Whether calling it runs here: CPU configs, and CUDA configs with a runtime library and a GPU."""
-        kind = self.config.codegen_dict["kind"]
+        kind = self.config.codegen_kind
         if kind == "cuda" and self._instance is not None:
             from .gpu import gpu_available
 
@@ -249,7 +292,7 @@ class CompiledKernel:
     @property
     def source(self) -> str:
         devices = self._require_instance("source").devices
-        if self.config.codegen_dict["kind"] == "tt":  # the five artifacts of every device kernel
+        if self.config.codegen_kind == "tt":  # the five artifacts of every device kernel
             return "\n".join(_tt_text(dk) for dk in devices)
         if len(devices) == 1:
             return devices[0].lowered.source
@@ -285,9 +328,9 @@ class CompiledKernel:
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays (CPU configs), or on torch CUDA tensors or numpy arrays (CUDA configs on a
         GPU: numpy in gives numpy out, torch in gives torch out); returns the result array(s)."""
-        if self.config.codegen_dict["kind"] == "cuda":
+        if self.config.codegen_kind == "cuda":
             return self._call_gpu(arrays)
-        if not self.runnable and self.config.codegen_dict["kind"] == "tt":
+        if not self.runnable and self.config.codegen_kind == "tt":
             raise NotRunnableError(
                 f"{self.kernel.name} was compiled for {self.config.name} (Tenstorrent); its kernels do not run "
                 "in this process: the reader/compute/writer/host/plan files are the result (.artifacts; "
@@ -457,7 +500,7 @@ def _compile_instance(
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
     # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
     planned = []
-    tt = config.codegen_dict["kind"] == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
+    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
     for group in graph.groups:
         start = time.perf_counter()
         try:
@@ -503,9 +546,9 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
     """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
     (on the CPU bf16/fp8 are held as f32). The autotuner's workers build programs here too, so the
     kernel cache entries they leave are the ones ``ts.compile`` finds."""
-    tt = config.codegen_dict["kind"] == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
+    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
     try:
-        tile_spec = cpu_storage(spec) if config.codegen_dict["kind"] == "c" else spec
+        tile_spec = cpu_storage(spec) if config.codegen_kind == "c" else spec
         tile = build_tile_program(tile_spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
     except UnsupportedTTOperationError as exc:
         raise UnsupportedTTOperationError(f"kernel {name} ({describe}): {exc}") from None
@@ -570,9 +613,9 @@ def write_dumps(instance: Instance, dump_dir: Path, stages: tuple[str, ...]) -> 
         written["tile"] = dump_dir / "tile.py"
         written["tile"].write_text(header + "\n\n".join(dk.tile_text() for dk in instance.devices))
     if "target" in stages:
-        ext = _SOURCE_EXT.get(instance.config.codegen_dict["kind"], "txt")
+        ext = _SOURCE_EXT.get(instance.config.codegen_kind, "txt")
         written["target"] = dump_dir / f"target.{ext}"
-        if instance.config.codegen_dict["kind"] == "tt":  # + the five files per kernel under target/<kernel>/
+        if instance.config.codegen_kind == "tt":  # + the five files per kernel under target/<kernel>/
             written["target"].write_text("\n".join(_tt_text(dk) for dk in instance.devices))
             for dk in instance.devices:
                 (dump_dir / "target" / dk.name).mkdir(parents=True, exist_ok=True)
@@ -672,7 +715,7 @@ def compile(
     env = kernel.check_shapes(shapes)
     overrides = {**kernel.schedule_overrides, **dict(schedule or {})}
     stages, base = _dump_settings(kernel, dump, dump_dir)
-    if config.codegen_dict["kind"] != "c":
+    if config.codegen_kind != "c":
         missing = [s for s in kernel.symbols if s not in env]
         if missing:
             raise ShapeError(

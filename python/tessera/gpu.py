@@ -12,14 +12,25 @@ artifact, and calling raises :class:`~tessera.errors.NotRunnableError` saying wh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .compiler import Memory
 from .errors import NotRunnableError
 
-__all__ = ["from_torch", "gpu_available", "is_torch_tensor", "on_gpu", "run_on_gpu", "to_torch", "torch_dtype"]
+__all__ = [
+    "TorchMemory",
+    "from_torch",
+    "gpu_available",
+    "is_torch_tensor",
+    "on_gpu",
+    "run_on_gpu",
+    "to_torch",
+    "torch_dtype",
+]
 
 
 def gpu_available() -> bool:
@@ -44,26 +55,19 @@ def on_gpu(tensor) -> bool:
 
 def torch_dtype(tvm_dtype: str):
     """The torch dtype of a TVM dtype string (``"bfloat16"`` -> ``torch.bfloat16``)."""
-    import torch
-
-    table = {
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "float32": torch.float32,
-        "float64": torch.float64,
-        "float8_e4m3fn": torch.float8_e4m3fn,
-        "float8_e5m2": torch.float8_e5m2,
-        "int8": torch.int8,
-        "int16": torch.int16,
-        "int32": torch.int32,
-        "int64": torch.int64,
-        "uint8": torch.uint8,
-        "bool": torch.bool,
-    }
     try:
-        return table[tvm_dtype]
+        return _torch_dtypes()[tvm_dtype]
     except KeyError:
         raise NotRunnableError(f"dtype {tvm_dtype} has no torch equivalent to run on the GPU") from None
+
+
+@functools.cache
+def _torch_dtypes() -> dict[str, Any]:
+    import torch
+
+    names = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+    names += ("int8", "int16", "int32", "int64", "uint8", "bool")
+    return {name: getattr(torch, name) for name in names}
 
 
 #: numpy dtypes torch cannot take directly, and the same-size integer they travel as.
@@ -98,12 +102,30 @@ def from_torch(tensor, tvm_dtype: str) -> np.ndarray:
     return host.numpy()
 
 
+class TorchMemory(Memory):
+    """Arrays of :meth:`~tessera.compiler.Instance.run` as torch tensors on one CUDA device: inputs
+    converted and made contiguous there, intermediates never leave it."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+
+    def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        return value.to(torch_dtype(dtype)).reshape(shape).contiguous()
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        import torch
+
+        return torch.empty(shape, dtype=torch_dtype(dtype), device=self.device)
+
+    def result(self, out: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        return out.reshape(shape)  # a GPU tile program writes its graph dtype already
+
+    def copy(self, value: Any) -> Any:
+        return value.clone()
+
+
 def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
     """Run every fused kernel of ``instance`` on the GPU; numpy in gives numpy out, torch in gives torch out."""
-    import torch
-
-    from tessera_tvm.graph.nodes import static_shape
-
     if not gpu_available():
         raise NotRunnableError(
             f"{instance.kernel.name} for {instance.config.name}: no NVIDIA GPU is visible to torch here "
@@ -111,25 +133,16 @@ def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
         )
     tensors = [a for a in arrays if is_torch_tensor(a)]
     device = tensors[0].device if tensors else _default_device()
-    numpy_out = not tensors
-    values: dict[Any, Any] = {}
-    for var, value, (_, ttype) in zip(instance.graph.params, arrays, instance.kernel.params, strict=True):
-        values[var] = value if is_torch_tensor(value) else to_torch(value, ttype.dtype.tvm, device)
-    for dk in instance.devices:
-        spec = dk.spec
-        named = {}
-        for param, var in zip(spec.inputs(), dk.binding.inputs, strict=True):
-            held = values[var].to(torch_dtype(param.dtype))
-            named[param.name] = held.reshape(param.shape).contiguous()
-        (out_arg,) = spec.outputs()
-        named[out_arg.name] = torch.empty(out_arg.shape, dtype=torch_dtype(out_arg.dtype), device=device)
-        dk.run(named)
-        values[dk.binding.output] = named[out_arg.name].reshape(static_shape(dk.binding.output, instance.env, "output"))
-    params = set(instance.graph.params)
-    results = [values[o].clone() if o in params else values[o] for o in instance.graph.outputs]
-    if numpy_out:
-        results = [from_torch(r, str(r.dtype).removeprefix("torch.")) for r in results]
-    return tuple(results) if instance.graph.simplified.tuple_output else results[0]
+    inputs = [
+        value if is_torch_tensor(value) else to_torch(value, ttype.dtype.tvm, device)
+        for value, (_, ttype) in zip(arrays, instance.kernel.params, strict=True)
+    ]
+    result = instance.run(inputs, TorchMemory(device))
+    if tensors:
+        return result
+    if isinstance(result, tuple):
+        return tuple(from_torch(r, str(r.dtype).removeprefix("torch.")) for r in result)
+    return from_torch(result, str(result.dtype).removeprefix("torch."))
 
 
 def _default_device():

@@ -532,7 +532,7 @@ BENCHES: dict[str, type] = {"c": CpuBench, "cuda": CudaBench}
 
 
 def _cannot_measure(config) -> str | None:
-    kind = config.codegen_dict["kind"]
+    kind = config.codegen_kind
     bench = BENCHES.get(kind)
     if bench is None:
         return f"no bench times {kind} kernels in this process"
@@ -822,7 +822,7 @@ def autotune(
             op="ts.autotune",
             location=user_location(),
         )
-    if config.codegen_dict["kind"] == "tt":
+    if config.codegen_kind == "tt":
         raise AutotuneError(f"{where}: Tenstorrent kernels have fixed 32x32 tiles; there is no schedule to tune")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise AutotuneError(f"{where}: repeats is {repeats!r}; expected an int >= 1")
@@ -860,7 +860,7 @@ def autotune(
             f"{where}: cannot measure on {config.name}: {why}. {live} candidate(s) pass the resource model "
             "(measure=False lists them without compiling)"
         )
-    bench_type = BENCHES[config.codegen_dict["kind"]]
+    bench_type = BENCHES[config.codegen_kind]
     show = _Progress(progress)
     tuning_cache = _tuning_cache(KernelCache.from_env()) if cache else KernelCache(None)
     for plan in plans:

@@ -21,7 +21,7 @@ SOURCE_SUFFIX = {"cuda": ".cu", "hip": ".hip.cpp", "c": ".cpp", "tt": ".tt.cpp"}
 
 def device_source(device_mod, config: TargetConfig, target=None) -> str:
     """Generate the device source of ``device_mod`` (after CodegenPrep) for ``config``."""
-    kind = config.codegen_dict["kind"]
+    kind = config.codegen_kind
     target = target if target is not None else config.tvm_target()
     generate = tvm.ffi.get_global_func(_SOURCE_GENERATORS[kind])
     with target:

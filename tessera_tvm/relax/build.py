@@ -54,7 +54,7 @@ def export_options(config: TargetConfig | str) -> list[str]:
     ``-D`` flags are left out: the kernel sources carry them as ``#define`` lines already.
     """
     config = load_config(config)
-    flags = list(config.codegen_dict["flags"]) if config.codegen_dict["kind"] == "c" else ["-O2"]
+    flags = list(config.codegen_dict["flags"]) if config.codegen_kind == "c" else ["-O2"]
     return ["-std=c++17", *(f for f in flags if not f.startswith("-D"))]
 
 

@@ -79,7 +79,7 @@ def _config_of(name: str) -> TargetConfig:
 
 def check_supported(config: TargetConfig) -> None:
     """Raise if ``config`` has no runtime TVM can load (Tenstorrent kernels are tt-metal programs)."""
-    if config.codegen_dict["kind"] == "tt":
+    if config.codegen_kind == "tt":
         raise PipelineError(
             f"config {config.name!r} (Tenstorrent) cannot be used from Relax: its kernels are tt-metal "
             "programs (reader/compute/writer + host), not TVM runtime modules. Use "
@@ -252,7 +252,7 @@ def lower_kernel(func, config: TargetConfig, pipeline: str):
     if len(hosts) != 1:
         raise PipelineError(f"{lowered.name}: expected one host function, found {[str(g.name_hint) for g, _ in hosts]}")
     host = hosts[0][1].without_attr("tirx.is_entry_func")  # the module has many functions, no single entry
-    if config.codegen_dict["kind"] == "c":
+    if config.codegen_kind == "c":
         host = _call_cpu_kernels_by_symbol(host, lowered.device_mod)
     symbol = str(func.attrs["global_symbol"]) + CARRIER_SUFFIX
     carrier = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attrs(
@@ -310,7 +310,7 @@ def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: b
         compile_device = config.codegen_dict["compiler"] == "nvcc" and nvcc_available()
     with target:
         module = context.codegen_device(device_mod, compile_device=compile_device)
-    if config.codegen_dict["kind"] == "c":
+    if config.codegen_kind == "c":
         names = sorted(str(gv.name_hint) for gv in device_mod.get_global_vars())
         module = _self_contained_c(module, names, config.codegen_dict["flags"])
     return module

@@ -51,7 +51,7 @@ def target_kind_of(target: Any) -> str:
     from ..config import load_config
 
     config = load_config(target)
-    return "tt" if config.codegen_dict["kind"] == "tt" else config.target_kind  # Tenstorrent: TVM kind c
+    return "tt" if config.codegen_kind == "tt" else config.target_kind  # Tenstorrent: TVM kind c
 
 
 def build_tile_program(

@@ -48,7 +48,7 @@ def test_optimize_for_target_is_the_tt_pipeline():
 def test_wormhole_is_the_default_and_its_resources_come_from_the_arch_table():
     cfg = load_config("tenstorrent")
     arch = get_arch("wormhole_b0")
-    assert cfg.tt_dict["arch"] == "wormhole_b0" and cfg.codegen_dict["kind"] == "tt"
+    assert cfg.tt_dict["arch"] == "wormhole_b0" and cfg.codegen_kind == "tt"
     assert cfg.resource_limits == {
         "l1_bytes_per_core": arch.l1_budget_bytes,
         "circular_buffers_per_core": 32,
