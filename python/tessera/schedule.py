@@ -139,6 +139,7 @@ class Schedule:
     smem_bytes: int
     local_bytes: int
     device: str = "gpu"  # "gpu", "cpu" or "tenstorrent": how blocks execute (from the config's codegen)
+    parallel_grid: bool = False  # CPU: the config's parallel_grid feature (blocks shared among threads)
     autotune: TuningSummary | None = None  # set when the autotuner chose this schedule
 
     # Views ------------------------------------------------------------------------------------
@@ -174,6 +175,8 @@ class Schedule:
             pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
         elif self.device == "tenstorrent":
             pipeline += " (Tenstorrent: each core loops over its 32x32 output tiles)"
+        elif self.parallel_grid:
+            pipeline += " (CPU: the grid's blocks are shared among the cores' threads)"
         else:
             pipeline += " (CPU: blocks run as serial loops)"
         memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
@@ -442,7 +445,7 @@ def choose_schedule(
             reason=_short_reason(exc),
         ) from None
     gpu = config.target_kind != "c"
-    device = "tenstorrent" if config.codegen_dict["kind"] == "tt" else ("gpu" if gpu else "cpu")
+    device = "tenstorrent" if config.codegen_kind == "tt" else ("gpu" if gpu else "cpu")
     return Schedule(
         kernel=kernel,
         family=spec.family,
@@ -467,4 +470,5 @@ def choose_schedule(
         smem_bytes=smem_bytes(spec, tile, config.target_kind),
         local_bytes=local_bytes(spec, tile, config.target_kind) if not gpu else 0,
         device=device,
+        parallel_grid=device == "cpu" and config.feature("parallel_grid"),  # runs tessera.MarkParallelGrid
     )

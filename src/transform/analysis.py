@@ -26,6 +26,8 @@ _DEVICE_KERNEL_LAUNCH = 2  # tvm.ir.CallingConv.DEVICE_KERNEL_LAUNCH: a __global
 _C_PACKED_FUNC = 1  # tvm.ir.CallingConv.C_PACKED_FUNC: the host entry point
 _THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+#: The annotation tessera.MarkParallelGrid puts on the grid loops of a CPU kernel (outermost first).
+PARALLEL_GRID = "tessera.parallel_grid"
 _NOT_SHARED_MEMORY = ("shared.dyn", "shared.tmem")
 
 Dim3 = tuple[int, int, int]
@@ -77,13 +79,28 @@ def _launch_thread_extents(func) -> dict[str, int]:
 def kernel_launch(func) -> tuple[Dim3, Dim3]:
     """``(grid, block)`` from the ``thread_extent`` attr (else the body's ``launch_thread``s).
 
-    A CPU kernel has no thread extents: it is one call that loops over its tiles, ``(1,1,1) x (1,1,1)``.
+    A CPU kernel has no thread extents: its grid is the loops tessera.MarkParallelGrid marked (the
+    blocks its threads share), its block one thread; a kernel left serial reports ``(1,1,1)``.
     """
     extents = func.attrs.get("thread_extent") if func.attrs else None
     extents = {str(k): int(v) for k, v in extents.items()} if extents else _launch_thread_extents(func)
     grid = tuple(extents.get(tag, 1) for tag in _BLOCK_TAGS)
     block = tuple(extents.get(tag, 1) for tag in _THREAD_TAGS)
+    if not extents:
+        grid = (*_parallel_grid_extents(func), 1, 1, 1)[:3]
     return grid, block  # type: ignore[return-value]
+
+
+def _parallel_grid_extents(func) -> list[int]:
+    """Extents of the loops marked ``tessera.parallel_grid``, outermost (TileLang's blockIdx.x) first."""
+    extents: list[int] = []
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.For) and PARALLEL_GRID in node.annotations:
+            extents.append(int(node.extent) if isinstance(node.extent, tvm.tirx.IntImm) else 1)
+
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)  # post order: innermost loop first
+    return extents[::-1]
 
 
 def threads_per_block(func) -> int:

@@ -40,7 +40,7 @@ from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pas
 
 from . import analysis
 
-ANNOTATION = "tessera.parallel_grid"
+ANNOTATION = analysis.PARALLEL_GRID
 ROOT_BLOCK = "tilelang_root"  # the block TileLang's T.Kernel opens inside its grid loops
 RUNTIME_HEADER = "#include <tessera/cpu.h>\n"
 RUNTIME_PREFIX = "tessera_"  # extern functions of tessera/cpu.h

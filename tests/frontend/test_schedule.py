@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 import tessera as ts
+import tessera_tvm
 from tessera import Tensor, ops
 from tessera.schedule import Schedule
 
@@ -60,9 +63,28 @@ def test_ampere_copies_are_cp_async_not_tma():
 
 def test_cpu_schedule_text():
     text = schedule_of("cpu", shapes={"M": 100, "N": 70, "K": 33}).text()
-    assert "stages=1 threads=1 (CPU: blocks run as serial loops)" in text
+    assert "stages=1 threads=1 (CPU: the grid's blocks are shared among the cores' threads)" in text
     # 128x128 fp32 accumulator + the packed A/B panels of the GEMM micro-kernel, (128 + 64) x 64 fp32 each.
     assert "acc: local (128x128 f32)" in text and f"local={128 * 128 * 4 + 2 * (128 + 64) * 64 * 4} B" in text
+
+
+def test_cpu_grid_in_schedule_and_metadata(tmp_path):
+    # The C kernel's grid is the loops tessera.MarkParallelGrid marks: the metadata reports the
+    # blocks the threads share, the grid the schedule planned.
+    k = ts.compile(linear, target="cpu", shapes={"M": 1000, "N": 1000, "K": 256}, build=False)
+    (sched,) = k.schedules
+    assert sched.parallel_grid and sched.grid == (4, 5, 1)  # N / 256 blocks in x, M / 224 in y
+    assert k.metadata[0]["launch"]["grid"] == [4, 5, 1]
+    # A CPU config without the parallel_grid feature keeps its blocks serial, and says so.
+    data = yaml.safe_load(Path(tessera_tvm.load_config("cpu").source).read_text())
+    data["name"] = "cpu_serial"
+    data["features"]["parallel_grid"] = False
+    path = tmp_path / "cpu_serial.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    serial = ts.compile(linear, target=str(path), shapes={"M": 1000, "N": 1000, "K": 256}, build=False)
+    assert not serial.schedules[0].parallel_grid
+    assert "(CPU: blocks run as serial loops)" in serial.inspect_ir("sched")
+    assert serial.metadata[0]["launch"]["grid"] == [1, 1, 1]
 
 
 def test_json_round_trip():

@@ -156,14 +156,15 @@ def test_rocm_gemm():
 
 def test_cpu_gemm():
     (metadata,) = kernel_metadata(lower("matmul_cpu", "cpu"))
-    # The C kernel is one call that loops over the 16x16 tile grid itself. Its tiles are stack arrays:
+    # The C kernel is one call whose threads share the 16x16 tile grid (1024 / 64 blocks each way),
+    # one thread per block at a time. Its tiles are stack arrays:
     # C 64x64 + A 64x32 (shared.dyn in the program) + B 32x64, all fp32 = 16384 + 8192 + 8192 bytes.
     assert metadata == {
         "name": "main_kernel",
         "tile": {"M": 64, "N": 64, "K": 32},  # a T.serial K loop: no stages
         "fragments": {"dtype_in": "float32", "dtype_acc": "float32"},
         "resources": {"smem_per_cta": 0, "threads_per_block": 1, "local_bytes": 32768},
-        "launch": {"grid": [1, 1, 1], "block": [1, 1, 1], "smem_bytes": 0},
+        "launch": {"grid": [16, 16, 1], "block": [1, 1, 1], "smem_bytes": 0},
         "epilogue": [],
     }
 
