@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run ON the lent GPU machine (device tool, carry ['.whl'], filled by bench/device_wheels.sh here):
+#   bash bench/device_run.sh [tests|bench|all]   (default all)
+# Installs TileLang into /tmp/tessera-site and Tessera (editable) next to that machine's own torch, then runs the
+# GPU and nvcc tests (pytest -m "gpu or nvcc") and the GPU benchmark. Logs, the JUnit report and the
+# benchmark table go to $OUT (the device tool brings them back), else to bench/device-out/.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+what="${1:-all}"
+out="${OUT:-bench/device-out}"
+mkdir -p "$out"
+site=/tmp/tessera-site
+export PYTHONUNBUFFERED=1
+if [ ! -f "$site/.installed" ]; then
+    python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+        .whl/*.whl || exit 1
+    # TileLang's libraries find libz3 at ../../z3/lib; a bare z3/ also imports (as a namespace package).
+    mkdir -p "$site/z3/lib" && xz -dc .whl/libz3.so.4.15.xz > "$site/z3/lib/libz3.so.4.15" || exit 1
+    # Editable, as tessera.sh installs it: tessera_tvm.transform/.target/.configs map to src/ and configs/.
+    python3 -m pip install --quiet --no-index --no-deps --no-build-isolation -e . || exit 1
+    touch "$site/.installed"
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export TESSERA_CACHE_DIR=/tmp/tessera-cache
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -2
+  python3 -c "import torch, tilelang, tessera; print('torch', torch.__version__, torch.cuda.get_device_name(0)); print('tilelang', tilelang.__version__)"; } \
+    2>&1 | tee "$out/machine.txt"
+rc=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    python3 -m pytest -q -m "gpu or nvcc" -p no:cacheprovider --junitxml="$out/gpu-tests.xml" tests 2>&1 \
+        | tee "$out/gpu-tests.log"
+    rc=${PIPESTATUS[0]}
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    python3 bench/bench.py --only gpu --out "$out/RESULTS-gpu.md" 2>&1 | tee "$out/bench-gpu.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+exit "$rc"
