@@ -12,10 +12,11 @@ Per fused kernel of the Graph IR, tuned separately (each is a separate device ke
    ``autotune:`` lists (or ``space=``). Fields the user fixed (``schedule=``, ``@ts.schedule``) stay fixed.
 2. Pruning, before anything is compiled: every candidate goes through :func:`choose_schedule`, the
    resource model (shared memory, CPU local arrays, threads, the MMA shape). Rejected candidates are
-   listed with the reason (``shared memory 264 KiB > 227 KiB``); candidates that come out as the same
-   schedule (``block_k`` of an element-wise kernel, blocks clamped to a small problem) are measured
-   once. When every candidate of a kernel is pruned, :class:`AutotuneError` lists the reasons and
-   nothing has been compiled.
+   listed with the reason (``shared memory 264 KiB > 227 KiB``); candidates that build the same tile
+   program (equal in the fields :func:`tessera_tvm.tile.program_fields` says it reads: no ``block_k``
+   outside GEMMs, no ``threads`` on the CPU; blocks clamped to a small problem) are measured once.
+   When every candidate of a kernel is pruned, :class:`AutotuneError` lists the reasons and nothing
+   has been compiled.
 3. Compiling, in parallel worker processes: fresh interpreters (``subprocess``, not ``fork``: a
    forked TVM/torch process may hold locks of threads that do not exist in the child; not
    ``multiprocessing`` spawn either, which re-runs the user's ``__main__`` script in every worker).
@@ -64,6 +65,7 @@ import tessera_tvm
 from tessera_tvm.cache import KernelCache, versions
 from tessera_tvm.config import AUTOTUNE_KEYS
 from tessera_tvm.graph import kernel_spec
+from tessera_tvm.tile import program_fields
 
 from .errors import AutotuneError, ScheduleError, ShapeError, user_location
 from .kernel import Kernel
@@ -349,7 +351,7 @@ def _plan(group, binding, config, space: dict[str, tuple[int, ...]], fixed: dict
     try:  # what ts.compile would use
         default = choose_schedule(name, describe, spec, config, fixed)
         candidates = [Candidate(0, (), "planned", schedule=default)]
-        seen = {_program_identity(default): 0}
+        seen = {_program_identity(default, config): 0}
     except ScheduleError as exc:  # the config's defaults may not fit its own resources either
         candidates, seen = [Candidate(0, (), "pruned", exc.reason)], {}
     for values in itertools.product(*space.values()):
@@ -360,7 +362,7 @@ def _plan(group, binding, config, space: dict[str, tuple[int, ...]], fixed: dict
         except ScheduleError as exc:
             candidates.append(Candidate(index, fields, "pruned", exc.reason))
             continue
-        tile = _program_identity(schedule)
+        tile = _program_identity(schedule, config)
         if tile in seen:
             first = seen[tile]
             candidates.append(Candidate(index, fields, "same", f"as #{first}", schedule=schedule))
@@ -380,27 +382,11 @@ def _plan(group, binding, config, space: dict[str, tuple[int, ...]], fixed: dict
     return _Plan(name, describe, spec, tuple(space), candidates)
 
 
-def _program_identity(schedule: Schedule) -> tuple:
-    """The fields the tile program of ``schedule`` is built from; candidates equal here are one program.
-
-    From the tile library (tessera_tvm/tile): only GEMMs read ``block_k`` and the swizzle, only GEMM and
-    attention main loops are pipelined (``stages``), and the CPU GEMM reads neither threads nor stages.
-    """
-    family = schedule.family
-    if family == "gemm":
-        if schedule.device == "cpu":
-            return (schedule.block_m, schedule.block_n, schedule.block_k)
-        return (
-            schedule.block_m,
-            schedule.block_n,
-            schedule.block_k,
-            schedule.stages,
-            schedule.threads,
-            schedule.swizzle,
-        )
-    if family == "attention":
-        return (schedule.block_m, schedule.block_n, schedule.stages, schedule.threads)
-    return (schedule.block_m, schedule.block_n, schedule.threads)
+def _program_identity(schedule: Schedule, config) -> tuple:
+    """The values of the schedule fields its tile program reads (the tile library's
+    :func:`~tessera_tvm.tile.program_fields`); candidates equal here are one program."""
+    tile = schedule.tile_schedule()
+    return tuple(getattr(tile, name) for name in program_fields(schedule.family, config))
 
 
 def _pruned_report(plans: list[_Plan], config) -> str:

@@ -8,7 +8,8 @@
 
 GPU targets (``cuda``, ``hip``) get shared-memory tiles, fragments, a pipelined K loop and
 ``T.gemm``; the CPU target (``c``) gets local accumulators and serial loops. Every kernel masks the
-edges, so sizes need not be multiples of the block.
+edges, so sizes need not be multiples of the block. :func:`program_fields` says which schedule
+fields a family's program reads on a target (schedules equal in those build the same program).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from .spec import (  # noqa: F401
     DTYPES,
+    SPEC_FAMILIES,
     TARGET_KINDS,
     AttentionSpec,
     Binary,
@@ -52,6 +54,46 @@ def target_kind_of(target: Any) -> str:
 
     config = load_config(target)
     return "tt" if config.codegen_kind == "tt" else config.target_kind  # Tenstorrent: TVM kind c
+
+
+#: The TileSchedule fields each family's tile program reads on GPU targets (cuda, hip).
+_GPU_FIELDS: dict[str, tuple[str, ...]] = {
+    "gemm": ("block_m", "block_n", "block_k", "stages", "threads", "rasterize"),
+    "attention": ("block_m", "block_n", "stages", "threads"),  # no K loop, no swizzle
+    "softmax": ("block_m", "block_n", "threads"),  # not pipelined: no stages
+    "norm": ("block_m", "block_n", "threads"),
+    "reduce": ("block_m", "block_n", "threads"),
+    "elementwise": ("block_m", "block_n", "threads"),
+}
+#: The same on the CPU (c): a block's body is serial code, so no program reads threads or stages.
+_CPU_FIELDS: dict[str, tuple[str, ...]] = {
+    "gemm": ("block_m", "block_n", "block_k"),
+    "attention": ("block_m", "block_n"),
+    "softmax": ("block_m",),  # a row at a time, in vector lanes of a fixed width: no block_n
+    "norm": ("block_m",),
+    "reduce": ("block_m",),
+    "elementwise": ("block_m", "block_n"),
+}
+PROGRAM_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "cuda": _GPU_FIELDS,
+    "hip": _GPU_FIELDS,
+    "c": _CPU_FIELDS,
+    "tt": dict.fromkeys(SPEC_FAMILIES, ()),  # one fixed 32x32 schedule (tile/tt.py): nothing to choose
+}
+
+
+def program_fields(family: str | KernelSpec, target_kind: Any) -> tuple[str, ...]:
+    """The :class:`TileSchedule` fields the tile program of ``family`` reads on ``target_kind``.
+
+    ``family`` is a spec family name (``"gemm"``) or a spec; ``target_kind`` is anything
+    :func:`build_tile_program` takes (``"cuda"``, ``"c"``, a config name or TargetConfig). Two
+    schedules equal in these fields build byte-identical programs (``mma`` is never read: it only
+    describes the target's instruction). The autotuner compiles one candidate per program.
+    """
+    name = family.family if isinstance(family, KernelSpec) else family
+    if name not in SPEC_FAMILIES:
+        raise SpecError(f"program_fields: family is {name!r}; expected one of {', '.join(SPEC_FAMILIES)}")
+    return PROGRAM_FIELDS[target_kind_of(target_kind)][name]
 
 
 def build_tile_program(

@@ -1,6 +1,6 @@
-"""ts.autotune: pruning by the resource model before compiling, parallel compiles, measuring on the
-CPU, the tuning cache, ``sched.autotune`` and ``tessera tune``. Shapes and spaces are tiny: a real
-search compiles each candidate with g++ (about a second each)."""
+"""ts.autotune: pruning by the resource model before compiling, the tile programs candidates share,
+parallel compiles, measuring on the CPU, the tuning cache, ``sched.autotune`` and ``tessera tune``.
+Shapes and spaces are tiny: a real search compiles each candidate with g++ (about a second each)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,20 @@ from tessera import Tensor, ops, tuning
 from tessera.cli import main
 from tessera.schedule import Schedule
 from tessera_tvm.cache import KernelCache
+from tessera_tvm.tile import (
+    AttentionSpec,
+    ElementwiseSpec,
+    GemmSpec,
+    Input,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+    SpecError,
+    TileSchedule,
+    Unary,
+    build_tile_program,
+    program_fields,
+)
 
 from .helpers import assert_close, random_array
 
@@ -129,6 +143,52 @@ def test_same_programs_are_measured_once(nothing_compiles):
         ("planned", ""),
         ("same", "as #1"),
     ]
+
+
+def test_cpu_softmax_reads_no_block_n_or_threads(nothing_compiles):
+    # The CPU softmax walks a row at a time in fixed-width vector lanes: only block_m shapes its program.
+    space = {"block_n": [16, 32], "threads": [1, 2]}
+    result = ts.autotune(scores, "cpu", shapes=SHAPES, space=space, measure=False, progress=False)
+    matmul, softmax = result.kernels
+    assert [c.status for c in matmul.candidates] == ["planned", "planned", "same", "planned", "same"]
+    assert [(c.status, c.reason) for c in softmax.candidates[1:]] == [("same", "as #0")] * 4
+
+
+#: One spec of every family (sizes not multiples of the blocks), for programs built by the tile library.
+FAMILY_SPECS = {
+    "gemm": GemmSpec(100, 96, 80, dtype_a="float16"),
+    "attention": AttentionSpec(1, 2, 2, 100, 100, 32, True, dtype_in="float16"),
+    "softmax": SoftmaxSpec((100, 96)),
+    "norm": NormSpec("layer_norm", (100, 96)),
+    "reduce": ReduceSpec((100, 96), -1),
+    "elementwise": ElementwiseSpec((100, 96), (("x", (100, 96), "float32"),), Unary("exp", Input("x")), "float32"),
+}
+BASE = TileSchedule(block_m=32, block_n=32, block_k=16, stages=2, threads=128, rasterize=0)
+#: Another value of every TileSchedule field.
+CHANGED = {"block_m": 16, "block_n": 16, "block_k": 32, "stages": 3, "threads": 256, "rasterize": 4, "mma": (16, 8, 16)}
+
+
+@pytest.mark.parametrize("kind", ["c", "cuda"])
+@pytest.mark.parametrize("family", list(FAMILY_SPECS))
+def test_program_fields_are_the_fields_the_tile_program_reads(family, kind):
+    # What the autotuner trusts to measure a program once: a field said to be read changes the
+    # program; any other field leaves it byte-identical.
+    spec = FAMILY_SPECS[family]
+    reads = program_fields(family, kind)
+    assert set(reads) <= set(CHANGED) - {"mma"}
+    program = build_tile_program(spec, BASE, kind).script()
+    for name, value in CHANGED.items():
+        changed = build_tile_program(spec, BASE.replace(**{name: value}), kind).script()
+        assert (changed != program) == (name in reads), f"{family} on {kind}: {name}={value}, reads {reads}"
+
+
+def test_program_fields_takes_configs_and_specs():
+    assert program_fields("gemm", "cpu") == ("block_m", "block_n", "block_k")
+    assert program_fields(FAMILY_SPECS["gemm"], "c") == program_fields("gemm", "cpu")
+    assert program_fields("attention", "hopper") == ("block_m", "block_n", "stages", "threads")
+    assert program_fields("gemm", "tenstorrent") == ()  # one fixed 32x32 schedule
+    with pytest.raises(SpecError, match="family is 'matmul'; expected one of gemm"):
+        program_fields("matmul", "cpu")
 
 
 def test_max_candidates_keeps_the_default_and_spreads_the_rest(nothing_compiles):
