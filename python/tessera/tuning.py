@@ -20,8 +20,10 @@ Per fused kernel of the Graph IR, tuned separately (each is a separate device ke
 3. Compiling, in parallel worker processes: fresh interpreters (``subprocess``, not ``fork``: a
    forked TVM/torch process may hold locks of threads that do not exist in the child; not
    ``multiprocessing`` spawn either, which re-runs the user's ``__main__`` script in every worker).
-   A candidate that fails to compile, or kills its worker, is reported and the rest go on. Workers
-   leave their builds in the persistent kernel cache, where the measuring process and the final
+   A candidate that fails to compile, kills its worker, or compiles longer than ``compile_timeout``
+   (its worker and compilers are killed, a fresh worker takes the next one) is reported as failed
+   and the rest go on; ``workers=0`` compiles in this process, with no time limit. Workers leave
+   their builds in the persistent kernel cache, where the measuring process and the final
    ``ts.compile`` find them.
 4. Measuring, in this process, after the compiles (timings never overlap them): every candidate is
    run once and its result compared with the default schedule's (one that disagrees is reported as
@@ -29,7 +31,7 @@ Per fused kernel of the Graph IR, tuned separately (each is a separate device ke
    other processes falls on all of them alike. A candidate's time is its fastest sample.
 5. The result of each fused kernel is cached under ``$TESSERA_CACHE_DIR/autotune`` per (fused kernel
    spec with its shapes, fixed fields, space, surviving candidates, config fingerprint, versions of
-   Tessera/TileLang/TVM/compiler, machine, repeats); a hit compiles and measures nothing.
+   Tessera/TileLang/TVM/compiler, machine, repeats, compile_timeout); a hit compiles and measures nothing.
 
 Measuring needs the kernels to run here: CPU configs always; CUDA configs where a GPU and a CUDA
 runtime library exist (see :data:`BENCHES`). Elsewhere ``measure=False`` lists the candidates that
@@ -48,6 +50,7 @@ import pickle
 import platform
 import queue
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -570,11 +573,23 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+#: Seconds one candidate may compile in a worker before the worker, and the compilers it started,
+#: are killed and the candidate fails (``ts.autotune(compile_timeout=...)``).
+COMPILE_TIMEOUT_S = 300.0
+#: Seconds a fresh worker may take to start (import TVM and Tessera); not counted in the compile limit.
+WORKER_START_TIMEOUT_S = 120.0
+_READY = "ready"  # a worker's first message: started, imports done
+
+
 def worker_main() -> None:
     """A compile worker: pickled jobs on stdin, pickled answers on stdout, until stdin closes."""
+    from . import compiler  # noqa: F401  (imported before saying ready: the compile limit counts compiles)
+
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (TVM, g++) go to stderr, never into the answers
     sys.stdout = sys.stderr
+    pickle.dump(_READY, answers)
+    answers.flush()
     jobs = sys.stdin.buffer
     while True:
         try:
@@ -592,21 +607,46 @@ _WORKER_BOOT = (
 )
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """``proc`` and the compilers it started (g++, nvcc): it leads its own process group."""
+    if proc.returncode is not None:  # already reaped: its id may belong to another process now
+        return
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # pragma: no cover - Windows: no process groups
+            proc.kill()
+    except OSError:  # gone already
+        pass
+
+
 class WorkerPool:
-    """``workers`` compile processes fed from one queue; a crash fails one job and the slot restarts."""
+    """``workers`` compile processes fed from one queue. A job that kills its worker, or compiles longer
+    than ``timeout`` seconds (None: no limit), fails alone: its worker is killed with the compilers it
+    started, and a fresh worker takes the slot's next job."""
 
-    def __init__(self, workers: int, env: Mapping[str, str] | None = None):
+    def __init__(self, workers: int, env: Mapping[str, str] | None = None, timeout: float | None = None):
         self.workers = workers
+        self.timeout = timeout
         self.env = {**os.environ, **dict(env or {}), "TESSERA_TUNE_SYS_PATH": json.dumps(sys.path)}
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen] = set()
+        self._stopped = False
 
-    def _start(self, stderr) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-c", _WORKER_BOOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=self.env,
-        )
+    def _start(self, stderr) -> subprocess.Popen | None:
+        with self._lock:
+            if self._stopped:
+                return None
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_BOOT],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=self.env,
+                start_new_session=True,  # a process group of its own: a timeout kills its g++/nvcc too
+            )
+            self._live.add(proc)
+            return proc
 
     def run(self, jobs: list[tuple[Any, dict]], done: Callable[[Any, dict], None]) -> None:
         """Compile every ``(tag, job)``; ``done(tag, answer)`` is called (from a worker thread) for each."""
@@ -616,8 +656,50 @@ class WorkerPool:
         threads = [threading.Thread(target=self._serve, args=(todo, done), daemon=True) for _ in range(self.workers)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        finally:  # interrupted (Ctrl-C does not reach workers in their own process groups): none outlives us
+            with self._lock:
+                self._stopped = True
+                live = list(self._live)
+            for proc in live:
+                _kill(proc)
+
+    def _ask(self, proc: subprocess.Popen, job: dict | None, limit: float | None) -> tuple[Any, bool]:
+        """``job`` sent to ``proc`` (None: nothing, read its ready message) and its answer; past ``limit``
+        seconds ``proc`` is killed. (the answer, None when the worker died or was killed; whether killed)."""
+        expired = threading.Event()
+
+        def expire():
+            expired.set()
+            _kill(proc)
+
+        timer = threading.Timer(limit, expire) if limit is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            if job is not None:
+                pickle.dump(job, proc.stdin)
+                proc.stdin.flush()
+            answer = pickle.load(proc.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            answer = None
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()  # a kill under way has been sent by now
+        return answer, expired.is_set()
+
+    def _reap(self, proc: subprocess.Popen, stderr) -> str:
+        """Wait for a worker that died or was killed: ``(exit code N): <the end of its stderr>``."""
+        code = proc.wait()
+        with self._lock:
+            self._live.discard(proc)
+        stderr.seek(0)
+        tail = " ".join(stderr.read().decode(errors="replace").split())[-300:]
+        return f"(exit code {code}): {tail}"
 
     def _serve(self, todo: queue.Queue, done) -> None:
         with tempfile.TemporaryFile() as stderr:
@@ -632,16 +714,26 @@ class WorkerPool:
                         stderr.seek(0)
                         stderr.truncate()
                         proc = self._start(stderr)
-                    try:
-                        pickle.dump(job, proc.stdin)
-                        proc.stdin.flush()
-                        answer = pickle.load(proc.stdout)
-                    except (EOFError, OSError, pickle.UnpicklingError):
-                        code = proc.wait()
-                        stderr.seek(0)
-                        tail = " ".join(stderr.read().decode(errors="replace").split())[-300:]
-                        answer = {"ok": False, "error": f"the compile worker died (exit code {code}): {tail}"}
+                        if proc is None:  # the pool was stopped
+                            return
+                        ready, expired = self._ask(proc, None, WORKER_START_TIMEOUT_S)
+                        if ready != _READY:
+                            why = f"did not start in {WORKER_START_TIMEOUT_S:g} s" if expired else "died starting"
+                            done(tag, {"ok": False, "error": f"the compile worker {why} {self._reap(proc, stderr)}"})
+                            proc = None
+                            continue
+                    answer, expired = self._ask(proc, job, self.timeout)
+                    if answer is None or expired:  # the worker is gone: the next job starts a fresh one
+                        died = self._reap(proc, stderr)
                         proc = None
+                        if answer is None and expired:
+                            answer = {
+                                "ok": False,
+                                "error": f"compile exceeded {self.timeout:g} s (its worker was killed)",
+                                "seconds": self.timeout,
+                            }
+                        elif answer is None:
+                            answer = {"ok": False, "error": f"the compile worker died {died}"}
                     done(tag, answer)
             finally:
                 if proc is not None:
@@ -649,8 +741,10 @@ class WorkerPool:
                     try:
                         proc.wait(timeout=30)
                     except subprocess.TimeoutExpired:
-                        proc.kill()
+                        _kill(proc)
                         proc.wait()
+                    with self._lock:
+                        self._live.discard(proc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,7 +810,7 @@ def _machine() -> str:
     return f"{platform.system()} {platform.machine()} {model} x{os.cpu_count()}"
 
 
-def _tuning_key(plan: _Plan, config, fixed: dict, space: dict, repeats: int) -> str:
+def _tuning_key(plan: _Plan, config, fixed: dict, space: dict, repeats: int, compile_timeout: float | None) -> str:
     payload = json.dumps(
         {
             "format": _FORMAT,
@@ -729,6 +823,7 @@ def _tuning_key(plan: _Plan, config, fixed: dict, space: dict, repeats: int) -> 
             "versions": versions(config),
             "machine": _machine(),
             "repeats": repeats,
+            "compile_timeout": compile_timeout,  # a longer limit may compile what this one failed
         },
         sort_keys=True,
     )
@@ -781,6 +876,7 @@ def autotune(
     progress: bool = True,
     cache: bool = True,
     measure: bool = True,
+    compile_timeout: float | None = COMPILE_TIMEOUT_S,
 ) -> AutotuneResult:
     """Search the schedule space of every fused kernel of ``kernel`` on ``target`` for the fastest schedule.
 
@@ -791,6 +887,10 @@ def autotune(
     process). ``repeats`` rounds of timed samples (a candidate's fastest sample counts). ``progress`` draws a bar
     and prints the summary on stderr. ``cache=False`` re-tunes without reading or writing the tuning
     cache. ``measure=False`` only prunes: the result lists what would be compiled.
+    ``compile_timeout`` seconds (default :data:`COMPILE_TIMEOUT_S`; None: no limit) bound each
+    candidate's compile in a worker: past it the worker and its compilers are killed, the candidate
+    fails (``compile exceeded 300 s``) and the rest go on. It applies to worker compiles only: with
+    ``workers=0`` candidates compile in this process, where nothing can stop a compile.
 
     Raises :class:`AutotuneError` when every candidate of a fused kernel is pruned (nothing is
     compiled then), when none compiles and runs, or when the target's kernels cannot be timed here.
@@ -816,6 +916,10 @@ def autotune(
         isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or max_candidates < 1
     ):
         raise AutotuneError(f"{where}: max_candidates is {max_candidates!r}; expected an int >= 1")
+    if compile_timeout is not None and (
+        isinstance(compile_timeout, bool) or not isinstance(compile_timeout, int | float) or not compile_timeout > 0
+    ):
+        raise AutotuneError(f"{where}: compile_timeout is {compile_timeout!r}; expected seconds > 0 (None: no limit)")
     searched = normalize_space(dict(config.autotune) if space is None else space, where)
     if not searched:
         raise AutotuneError(
@@ -850,7 +954,8 @@ def autotune(
     show = _Progress(progress)
     tuning_cache = _tuning_cache(KernelCache.from_env()) if cache else KernelCache(None)
     for plan in plans:
-        plan.key = _tuning_key(plan, config, fixed[plan.name], {k: searched[k] for k in plan.space}, repeats)
+        space_searched = {k: searched[k] for k in plan.space}
+        plan.key = _tuning_key(plan, config, fixed[plan.name], space_searched, repeats, compile_timeout)
         entry = tuning_cache.load(plan.key)
         if entry is not None:
             tuned = KernelTuning.from_dict(entry.record["tuning"], plan.key)
@@ -859,7 +964,9 @@ def autotune(
     todo = [p for p in plans if p.tuning is None]
     if todo:
         with _kernel_cache_for_tuning() as worker_env:
-            result.workers, result.compile_seconds = _compile_all(todo, config, workers, worker_env, show)
+            result.workers, result.compile_seconds = _compile_all(
+                todo, config, workers, worker_env, show, compile_timeout
+            )
             start = time.perf_counter()
             _measure_all(todo, config, bench_type, repeats, show)
             result.measure_seconds = time.perf_counter() - start
@@ -874,9 +981,10 @@ def autotune(
 
 
 def _compile_all(
-    plans: list[_Plan], config, workers: int | None, env: dict[str, str], show: _Progress
+    plans: list[_Plan], config, workers: int | None, env: dict[str, str], show: _Progress, timeout: float | None
 ) -> tuple[int, float]:
-    """Every live candidate compiled (in parallel); answers recorded on the plans. (workers, seconds)."""
+    """Every live candidate compiled (in parallel, each within ``timeout`` seconds; workers=0: in this
+    process, unbounded); answers recorded on the plans. (workers, seconds)."""
     start = time.perf_counter()
     jobs = [
         (
@@ -901,7 +1009,7 @@ def _compile_all(
         for tag, job in jobs:
             done(tag, compile_candidate(job))
     else:
-        WorkerPool(workers, env).run(jobs, done)
+        WorkerPool(workers, env, timeout).run(jobs, done)
     failed = sum(not a["ok"] for p in plans for a in p.compiled.values())
     show.finish(f"{failed} failed" if failed else "")
     return workers, time.perf_counter() - start

@@ -1,12 +1,15 @@
 """ts.autotune: pruning by the resource model before compiling, the tile programs candidates share,
-parallel compiles, measuring on the CPU, the tuning cache, ``sched.autotune`` and ``tessera tune``.
-Shapes and spaces are tiny: a real search compiles each candidate with g++ (about a second each)."""
+parallel compiles and their time limit, measuring on the CPU, the tuning cache, ``sched.autotune`` and
+``tessera tune``. Shapes and spaces are tiny: a real search compiles each candidate with g++ (about a
+second each)."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +240,8 @@ def test_bad_autotune_sections_are_config_errors(tmp_path, autotune, words):
         ({"space": {}}, "declares no autotune space"),
         ({"repeats": 0}, "repeats is 0"),
         ({"max_candidates": 0}, "max_candidates is 0"),
+        ({"compile_timeout": 0}, r"compile_timeout is 0; expected seconds > 0 \(None: no limit\)"),
+        ({"compile_timeout": "60"}, "compile_timeout is '60'"),
     ],
 )
 def test_bad_options_are_autotune_errors(options, match, nothing_compiles):
@@ -339,6 +344,50 @@ def test_a_worker_that_dies_fails_its_job_and_the_pool_goes_on():
     assert not answers["dies"]["ok"] and "the compile worker died (exit code 3)" in answers["dies"]["error"]
     assert not answers["bad"]["ok"] and answers["bad"]["error"].startswith("KeyError")
     pickle.dumps(answers)  # plain data
+
+
+class _HangingCompiler:
+    """Unpickled in a compile worker, as part of its job: starts a child (as g++ would be) that hangs,
+    after writing its process id to ``path``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (subprocess.run, (["sh", "-c", f"echo $$ > '{self.path}'; exec sleep 600"],))
+
+
+def test_a_compile_past_the_time_limit_fails_and_the_search_goes_on(tmp_path, monkeypatch):
+    # One worker: #0 compiles, #1 hangs in a child process and is killed at the limit, #2 compiles in
+    # a fresh worker. The hang would last 600 s.
+    pid_file = tmp_path / "hung.pid"
+    real_run = tuning.WorkerPool.run
+
+    def run_with_a_hang(self, jobs, done):
+        assert self.timeout == 15
+        hang = {"hang": _HangingCompiler(pid_file)}  # unpickled by the worker while its compile limit runs
+        jobs = [(tag, {**job, **hang} if job["schedule"].block_m == 16 else job) for tag, job in jobs]
+        return real_run(self, jobs, done)
+
+    monkeypatch.setattr(tuning.WorkerPool, "run", run_with_a_hang)
+    start = time.perf_counter()
+    result = ts.autotune(
+        linear, "cpu", shapes=SHAPES, space=SPACE, workers=1, repeats=1, cache=False, progress=False, compile_timeout=15
+    )
+    took = time.perf_counter() - start
+    (tuned,) = result.kernels
+    assert [(c.status, c.schedule.block_m, c.reason) for c in tuned.candidates][1:] == [
+        ("failed", 16, "compile exceeded 15 s (its worker was killed)"),
+        ("measured", 32, ""),
+    ]
+    assert tuned.default.status == "measured" and tuned.candidates[1].compile_seconds == 15
+    assert tuned.summary.failed == 1 and "1 failed" in tuned.summary.text()
+    assert took < 150, took  # the limit, two worker starts, two g++ compiles: not the 600 s hang
+    # The hung child went with its worker (it was in the worker's process group).
+    pid = int(pid_file.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        assert not stat.exists() or stat.read_text().split()[2] == "Z", stat.read_text()
 
 
 # ---------------------------------------------------------------------------------------------
