@@ -454,44 +454,52 @@ class CpuBench:
 class CudaBench:
     """Runs CUDA kernels where a GPU and the kernel's runtime library exist; CUDA events time them.
 
-    Untested here (no GPU): the hook a GPU run plugs into. It calls ``lowered`` with torch CUDA
-    tensors in the tile program's parameter order (``LoweredModule.__call__`` with a runtime library).
+    Inputs and the output are torch tensors on torch's current CUDA device (where ``run_on_gpu``
+    puts numpy arguments too), passed to ``lowered`` in the tile program's parameter order
+    (``LoweredModule.__call__`` with a runtime library). Tested without a GPU by
+    tests/frontend/test_autotune.py, which emulates the device, the launch and the events on the CPU.
     """
 
     def __init__(self, spec, seed: int = 0):
         import torch
 
-        from .gpu import torch_dtype
+        from .gpu import _default_device, torch_dtype
 
-        gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.device = _default_device()
+        gen = torch.Generator(device=self.device).manual_seed(seed)
         self.spec = spec
         self.arrays = {}
         for p in spec.inputs():
             dtype = torch_dtype(p.dtype)
             if dtype.is_floating_point:
-                data = torch.rand(p.shape, generator=gen, device="cuda", dtype=torch.float32) * 2 - 1
-                self.arrays[p.name] = data.to(dtype)
-            else:
-                self.arrays[p.name] = torch.randint(-3, 4, p.shape, generator=gen, device="cuda", dtype=dtype)
+                data = torch.rand(p.shape, generator=gen, device=self.device, dtype=torch.float32) * 2 - 1
+            else:  # as CpuBench: -3..3, wrapped into the dtype
+                data = torch.randint(-3, 4, p.shape, generator=gen, device=self.device, dtype=torch.int64)
+            self.arrays[p.name] = data.to(dtype)
         (self.out,) = spec.outputs()
 
     def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
+        """A call of ``lowered`` on this bench's tensors, and the output of its first (warm-up) run
+        (floats as float32, integers as they are), copied to the host."""
         import torch
 
         from .gpu import torch_dtype
 
         if "runtime" not in lowered.artifacts:
             raise AutotuneError(f"{lowered.name} has no CUDA runtime library (was nvcc on PATH?)")
-        out = torch.full(self.out.shape, float("nan"), device="cuda").to(torch_dtype(self.out.dtype))
+        dtype = torch_dtype(self.out.dtype)
+        fill = float("nan") if dtype.is_floating_point else 0  # an unwritten output shows
+        out = torch.full(self.out.shape, fill, device=self.device, dtype=torch.float32).to(dtype)
         run = functools.partial(
             lowered, *[out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
         )
         run()
-        torch.cuda.synchronize()
-        return run, out.float().cpu().numpy()
+        torch.cuda.synchronize(self.device)
+        host = torch.float32 if dtype.is_floating_point else dtype
+        return run, out.to("cpu", host, copy=True).numpy()
 
-    @staticmethod
-    def sample(run: Callable[[], Any], number: int) -> float:
+    def sample(self, run: Callable[[], Any], number: int) -> float:
+        """Seconds per call, over ``number`` back-to-back calls, by CUDA events around them."""
         import torch
 
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -499,8 +507,8 @@ class CudaBench:
         for _ in range(number):
             run()
         end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / number
+        torch.cuda.synchronize(self.device)
+        return start.elapsed_time(end) / 1e3 / number  # elapsed_time is in milliseconds
 
     @staticmethod
     def available(config) -> str | None:

@@ -1,7 +1,7 @@
 """ts.autotune: pruning by the resource model before compiling, the tile programs candidates share,
-parallel compiles and their time limit, measuring on the CPU, the tuning cache, ``sched.autotune`` and
-``tessera tune``. Shapes and spaces are tiny: a real search compiles each candidate with g++ (about a
-second each)."""
+parallel compiles and their time limit, measuring on the CPU (and on CUDA with the GPU emulated), the
+tuning cache, ``sched.autotune`` and ``tessera tune``. Shapes and spaces are tiny: a real search
+compiles each candidate with g++ (about a second each)."""
 
 from __future__ import annotations
 
@@ -388,6 +388,75 @@ def test_a_compile_past_the_time_limit_fails_and_the_search_goes_on(tmp_path, mo
     stat = Path(f"/proc/{pid}/stat")
     if Path("/proc/self/stat").exists():
         assert not stat.exists() or stat.read_text().split()[2] == "Z", stat.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring CUDA kernels, with the GPU emulated on the CPU
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_cuda_measuring_runs_with_the_gpu_emulated_on_the_cpu(monkeypatch):
+    """CudaBench and the measuring loop on a CUDA config, without a GPU: the candidates and their
+    runtime libraries are built for real, torch CPU tensors stand in for CUDA ones, each launch runs
+    the CPU target's kernel instead, and CUDA events read an emulated clock on which a launch of
+    candidate #i takes COSTS[i]."""
+    import torch
+
+    import tessera.gpu as gpu
+    from tessera_tvm.target.cuda_runtime import CudaKernel
+
+    (on_cpu,) = ts.compile(linear, "cpu", shapes=SHAPES).device_kernels
+    costs = [2e-3, 3e-3, 0.5e-3]
+    clock = [0.0]
+    libraries: list[Path] = []  # in the order of their first launch: the order candidates are prepared in
+    prepared = []
+
+    def launch(self, *tensors):  # CudaKernel.__call__: what the CUDA kernel would do, by the CPU target's
+        assert all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+        on_cpu.lowered(**{name: t.numpy() for name, t in zip(self.buffers, tensors, strict=True)})  # in place
+        if self.library not in libraries:
+            libraries.append(self.library)
+        clock[0] += costs[libraries.index(self.library)]
+
+    class Event:  # torch.cuda.Event, on the emulated clock
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.time = None
+
+        def record(self, stream=None):
+            self.time = clock[0]
+
+        def elapsed_time(self, end):
+            return (end.time - self.time) * 1e3  # milliseconds, as CUDA events
+
+    real_prepare = tuning.CudaBench.prepare
+
+    def prepare(self, lowered):
+        run, out = real_prepare(self, lowered)
+        prepared.append((self, out))
+        return run, out
+
+    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
+    monkeypatch.setattr(gpu, "_default_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(CudaKernel, "__call__", launch)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(tuning.CudaBench, "prepare", prepare)
+    result = ts.autotune(
+        linear, "ampere", shapes=SHAPES, space={"block_m": [16, 32]}, workers=0, repeats=2, cache=False, progress=False
+    )
+    (tuned,) = result.kernels
+    assert [c.status for c in tuned.candidates] == ["measured"] * 3, tuned.table()
+    assert len(libraries) == 3 and all(lib.name.endswith(".cuda.so") for lib in libraries)
+    assert [c.seconds for c in tuned.candidates] == pytest.approx(costs)  # events / calls, in seconds
+    assert tuned.best_index == 2 and result.best["fused_matmul_cast"].block_m == 32
+    # Each warm-up's output, read back to the host, is A @ W of the bench's inputs (in the parameter order).
+    assert len(prepared) == 3
+    for bench, out in prepared:
+        a, w = (bench.arrays[name].float().numpy() for name in ("A", "W"))
+        assert out.dtype == np.float32 and out.shape == (40, 48)
+        np.testing.assert_allclose(out, a @ w, rtol=2e-2, atol=2e-2)  # f16 output: one rounding, K=24
 
 
 # ---------------------------------------------------------------------------------------------
