@@ -9,7 +9,7 @@
     tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump graph,sched,tile,target]
                     [--out DIR] [--autotune] compile a @tessera.kernel and write its stages
     tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
-                 [--max-candidates N] [--repeats N] [--no-cache] [--dry-run] [--json FILE]
+                 [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
                                             autotune its schedules; prints every candidate and the best
 """
 
@@ -209,7 +209,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         kernel, target=args.target, shapes=shapes, space=_json_arg(args.space, "--space", "tune"),
         schedule=_json_arg(args.schedule, "--schedule", "tune"), max_candidates=args.max_candidates,
         workers=args.workers, repeats=args.repeats, progress=not args.quiet, cache=not args.no_cache,
-        measure=not args.dry_run)
+        measure=not args.dry_run, compile_timeout=args.compile_timeout)
     print(result.table())
     if args.dry_run:
         for tuning in result.kernels:
@@ -267,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-candidates", type=int, help="at most N candidates compiled per fused kernel")
     p.add_argument("--workers", type=int, help="compile processes (default: the CPU count; 0: in this process)")
     p.add_argument("--repeats", type=int, default=5, help="timed samples per candidate (default 5)")
+    p.add_argument("--compile-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="seconds one candidate may compile in a worker before it is killed and counted as failed "
+                   "(default 300)")
     p.add_argument("--no-cache", action="store_true", help="tune again, without reading or writing the tuning cache")
     p.add_argument("--dry-run", action="store_true", help="prune only: list the candidates, compile nothing")
     p.add_argument("--json", help="write the result (every candidate, the best schedules) to this file")

@@ -489,3 +489,24 @@ def test_cli_tune(tmp_path, capsys):
 
     rc = main(["tune", str(source), "--shapes", "M=40", "--quiet"])
     assert rc == 1 and "autotuning is per shape" in capsys.readouterr().err
+
+
+def test_cli_compile_timeout_reaches_autotune(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "mm.py"
+    source.write_text(
+        "import tessera as ts\nfrom tessera import Tensor, ops\n\n"
+        "@ts.kernel\n"
+        'def mm(X: Tensor["M", "K", ts.f32], W: Tensor["K", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:\n'
+        "    return ops.matmul(X, W)\n"
+    )
+    rc = main(["tune", str(source), "--shapes", "M=40,N=48,K=24", "--dry-run", "--compile-timeout", "0"])
+    assert rc == 1 and "compile_timeout" in capsys.readouterr().err
+    seen = {}
+
+    def autotune(*args, **kwargs):
+        seen.update(kwargs)
+        raise ts.AutotuneError("stop here")
+
+    monkeypatch.setattr(ts, "autotune", autotune)
+    main(["tune", str(source), "--shapes", "M=40,N=48,K=24", "--compile-timeout", "42.5"])
+    assert seen["compile_timeout"] == 42.5
