@@ -1,6 +1,6 @@
 """GEMM tile programs in TileLang, the kernels the main job lowers for every target.
 
-    tessera lower examples/gemm.py:gemm --target hopper --arg M=4096 --out build/gemm_hopper
+tessera lower examples/gemm.py:gemm --target hopper --arg M=4096 --out build/gemm_hopper
 """
 
 import tilelang.language as T
@@ -8,8 +8,18 @@ import tilelang.language as T
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
 
-def gemm(M=1024, N=1024, K=1024, block_m=128, block_n=128, block_k=32, stages=3, threads=128,
-         dtype="float16", accum_dtype="float32"):
+def gemm(
+    M=1024,
+    N=1024,
+    K=1024,
+    block_m=128,
+    block_n=128,
+    block_k=32,
+    stages=3,
+    threads=128,
+    dtype="float16",
+    accum_dtype="float32",
+):
     """GPU GEMM: shared-memory tiles, a fragment accumulator, a software-pipelined K loop."""
 
     @T.prim_func

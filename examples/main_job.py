@@ -63,10 +63,13 @@ def language_examples(out: Path, targets: list[str]) -> int:
         for target in targets:
             start = time.perf_counter()
             dump = out / name / target
-            compiled = ts.compile(kernel, target=target, shapes=module.SHAPES,
-                                  dump=["graph", "sched", "tile", "target"], dump_dir=dump)
-            print(f"--- {target}: compiled in {time.perf_counter() - start:.1f} s; "
-                  f"stages and IR after every pass in {dump}/")
+            compiled = ts.compile(
+                kernel, target=target, shapes=module.SHAPES, dump=["graph", "sched", "tile", "target"], dump_dir=dump
+            )
+            print(
+                f"--- {target}: compiled in {time.perf_counter() - start:.1f} s; "
+                f"stages and IR after every pass in {dump}/"
+            )
             print(compiled.inspect_ir("sched"))
             for kernel_name, files in compiled.artifacts.items():
                 print(f"  {kernel_name}: " + ", ".join(f"{k}={Path(v).name}" for k, v in files.items()))
@@ -86,11 +89,17 @@ def tile_gemm_every_config(out: Path) -> None:
     for name in tessera_tvm.available_configs():
         config = tessera_tvm.load_config(name)
         program = {"c": cpu_gemm, "tt": tt_gemm}.get(config.codegen_kind, gemm)()
-        lowered = tessera_tvm.lower(program, config, out_dir=out / "gemm" / name, dump_dir=out / "gemm" / name / "passes")
-        phases = " + ".join(f"{len(config.phase(p))}" for p in ("lower_and_legalize", "optimize_for_target", "codegen_prep"))
+        lowered = tessera_tvm.lower(
+            program, config, out_dir=out / "gemm" / name, dump_dir=out / "gemm" / name / "passes"
+        )
+        phases = " + ".join(
+            f"{len(config.phase(p))}" for p in ("lower_and_legalize", "optimize_for_target", "codegen_prep")
+        )
         seconds = sum(r.seconds for r in lowered.pass_log)
-        print(f"{name:<12} {phases} passes ({seconds:.2f} s; `tessera passes --target {name}` lists them) -> "
-              + ", ".join(sorted(lowered.artifacts)))
+        print(
+            f"{name:<12} {phases} passes ({seconds:.2f} s; `tessera passes --target {name}` lists them) -> "
+            + ", ".join(sorted(lowered.artifacts))
+        )
         for note in lowered.notes:
             print(f"{'':<12} note: {note}")
 

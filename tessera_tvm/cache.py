@@ -94,7 +94,9 @@ def _code_digest() -> str:
     import tessera_tvm.target
     import tessera_tvm.transform
 
-    roots = sorted({Path(m.__file__).resolve().parent for m in (tessera_tvm, tessera_tvm.target, tessera_tvm.transform)})
+    roots = sorted(
+        {Path(m.__file__).resolve().parent for m in (tessera_tvm, tessera_tvm.target, tessera_tvm.transform)}
+    )
     digest = hashlib.sha256()
     for root in roots:
         for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".h", ".hpp", ".cpp") and p.is_file()):
@@ -105,12 +107,15 @@ def _code_digest() -> str:
 
 def cache_key(mod, config: TargetConfig, *, build: bool) -> str:
     """The key of one compile: program IR + config + build flag + versions."""
-    payload = json.dumps({
-        "program": hashlib.sha256(tvm.ir.save_json(mod).encode()).hexdigest(),
-        "config": config.fingerprint(),
-        "build": build,
-        "versions": versions(config),
-    }, sort_keys=True)
+    payload = json.dumps(
+        {
+            "program": hashlib.sha256(tvm.ir.save_json(mod).encode()).hexdigest(),
+            "config": config.fingerprint(),
+            "build": build,
+            "versions": versions(config),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

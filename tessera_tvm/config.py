@@ -234,15 +234,26 @@ _MAX_YAML_NODES = 20_000
 def _to_python(node: yaml.Node, path: str, lines: _Lines, source: str) -> Any:
     lines.nodes += 1
     if lines.nodes > _MAX_YAML_NODES:
-        raise ConfigError(source, None, f"expands to more than {_MAX_YAML_NODES} values (YAML aliases used "
-                          "recursively?); a target config is a few hundred", node.start_mark.line + 1)
+        raise ConfigError(
+            source,
+            None,
+            f"expands to more than {_MAX_YAML_NODES} values (YAML aliases used "
+            "recursively?); a target config is a few hundred",
+            node.start_mark.line + 1,
+        )
     lines.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node)) if not isinstance(key_node, yaml.ScalarNode) else key_node.value
+            key = (
+                yaml.safe_load(yaml.serialize(key_node))
+                if not isinstance(key_node, yaml.ScalarNode)
+                else key_node.value
+            )
             if not isinstance(key, str):
-                raise ConfigError(source, path or None, f"keys must be strings, found {key!r}", key_node.start_mark.line + 1)
+                raise ConfigError(
+                    source, path or None, f"keys must be strings, found {key!r}", key_node.start_mark.line + 1
+                )
             sub = f"{path}.{key}" if path else key
             if key in out:
                 raise ConfigError(source, sub, "appears twice in the same mapping", key_node.start_mark.line + 1)
@@ -259,7 +270,9 @@ def _read_yaml(text: str, source: str) -> tuple[Any, _Lines]:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is None:
-            raise ConfigError(source, None, "is empty; expected a mapping with at least `name`, `target` and `pipeline`")
+            raise ConfigError(
+                source, None, "is empty; expected a mapping with at least `name`, `target` and `pipeline`"
+            )
         return _to_python(node, "", lines, source), lines
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
@@ -297,13 +310,17 @@ def _locate(name_or_path: str | os.PathLike) -> tuple[str, str]:
     if looks_like_path:
         path = Path(text)
         if not path.is_file():
-            raise ConfigError(text, None, "no such file; expected a path to a target config YAML "
-                              f"or one of the names {available_configs()}")
+            raise ConfigError(
+                text,
+                None,
+                f"no such file; expected a path to a target config YAML or one of the names {available_configs()}",
+            )
         try:
             return path.read_bytes().decode("utf-8"), str(path)
         except UnicodeDecodeError as exc:
-            raise ConfigError(text, None, f"is not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                              "expected a target config YAML") from None
+            raise ConfigError(
+                text, None, f"is not UTF-8 text (byte {exc.start}: {exc.reason}); expected a target config YAML"
+            ) from None
         except OSError as exc:
             raise ConfigError(text, None, f"cannot be read: {exc.strerror or exc}") from None
     found = _packaged(f"{text}.yaml")
@@ -380,11 +397,15 @@ def _parse_entry(item: Any, key: str, check: _Checker, pass_args: Mapping[str, A
         param = spec.params.get(arg)
         if param is None:
             allowed = ", ".join(sorted(spec.params)) or "none"
-            raise check.fail(f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
-                             f"pass {name} takes no argument {arg!r}; its arguments: {allowed}")
+            raise check.fail(
+                f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
+                f"pass {name} takes no argument {arg!r}; its arguments: {allowed}",
+            )
         if not param.accepts(value):
-            raise check.fail(f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
-                             f"pass {name} argument {arg!r} expects {param.type_name()}, found {value!r}")
+            raise check.fail(
+                f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
+                f"pass {name} argument {arg!r} expects {param.type_name()}, found {value!r}",
+            )
     if when is not None:
         words = when.split()
         if when.startswith("ir."):
@@ -393,8 +414,11 @@ def _parse_entry(item: Any, key: str, check: _Checker, pass_args: Mapping[str, A
             except PassNotFoundError as exc:
                 raise check.fail(f"{key}.when", f"unknown IR predicate: {exc}") from None
         elif not (len(words) == 1 or (len(words) == 2 and words[0] == "not")) or words[-1] not in FEATURES:
-            raise check.fail(f"{key}.when", f"unknown condition {when!r}; expected `<feature>`, `not <feature>` "
-                             f"or `ir.<predicate>`, with a feature among {sorted(FEATURES)}")
+            raise check.fail(
+                f"{key}.when",
+                f"unknown condition {when!r}; expected `<feature>`, `not <feature>` "
+                f"or `ir.<predicate>`, with a feature among {sorted(FEATURES)}",
+            )
     # Feature conditions are resolved here, so pass lists and golden files show what will run.
     if when is not None and not when.startswith("ir."):
         negate = when.startswith("not ")
@@ -439,7 +463,9 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         raise check.fail("target.kind", "is missing; expected a TVM target kind such as cuda, hip or c")
     kind = check.typed(target["kind"], "target.kind", str, "a TVM target kind (str)")
     if kind not in CODEGENS.values():
-        raise check.fail("target.kind", f"unsupported target kind {kind!r}; expected one of {sorted(set(CODEGENS.values()))}")
+        raise check.fail(
+            "target.kind", f"unsupported target kind {kind!r}; expected one of {sorted(set(CODEGENS.values()))}"
+        )
     if kind == "cuda":
         arch = check.typed(target.get("arch"), "target.arch", str, "a CUDA arch string such as 'sm_90a'")
         if not arch.startswith("sm_"):
@@ -447,14 +473,19 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
     if kind == "hip":
         check.typed(target.get("mcpu"), "target.mcpu", str, "an AMD GPU name such as 'gfx942'")
 
-    codegen = check.mapping(data.get("codegen", {"kind": kind}), "codegen",
-                            {"kind": "cuda | hip | c | tt", "compiler": "nvcc | g++ | none", "flags": "list of flags"})
+    codegen = check.mapping(
+        data.get("codegen", {"kind": kind}),
+        "codegen",
+        {"kind": "cuda | hip | c | tt", "compiler": "nvcc | g++ | none", "flags": "list of flags"},
+    )
     codegen.setdefault("kind", kind)
     if codegen["kind"] not in CODEGENS:
         raise check.fail("codegen.kind", f"unknown codegen {codegen['kind']!r}; expected one of {sorted(CODEGENS)}")
     if CODEGENS[codegen["kind"]] != kind:
-        raise check.fail("codegen.kind", f"codegen {codegen['kind']!r} needs target kind {CODEGENS[codegen['kind']]!r}, "
-                         f"but target.kind is {kind!r}")
+        raise check.fail(
+            "codegen.kind",
+            f"codegen {codegen['kind']!r} needs target kind {CODEGENS[codegen['kind']]!r}, but target.kind is {kind!r}",
+        )
     compiler = codegen.setdefault("compiler", "none")
     if compiler not in ("nvcc", "g++", "none"):
         raise check.fail("codegen.compiler", f"expected nvcc, g++ or none, found {compiler!r}")
@@ -489,8 +520,12 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
             try:
                 entries = _parse_pipeline(shared.get("passes"), "passes", shared_check, pass_args, features)
             except ConfigError as exc:
-                raise ConfigError(source, "pipeline.lower_and_legalize", f"while expanding the shared list: {exc}",
-                                  check.lines.get("pipeline")) from None
+                raise ConfigError(
+                    source,
+                    "pipeline.lower_and_legalize",
+                    f"while expanding the shared list: {exc}",
+                    check.lines.get("pipeline"),
+                ) from None
         else:
             entries = _parse_pipeline(value, f"pipeline.{phase}", check, pass_args, features)
         phases.append((phase, entries))
@@ -537,7 +572,9 @@ def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
         low = 0 if key in ("swizzle", "rasterize") else 1
         for i, item in enumerate(values):
             if isinstance(item, bool) or not isinstance(item, int) or item < low:
-                raise check.fail(f"autotune.{key}[{i}]", f"expected an int >= {low} ({AUTOTUNE_KEYS[key]}), found {item!r}")
+                raise check.fail(
+                    f"autotune.{key}[{i}]", f"expected an int >= {low} ({AUTOTUNE_KEYS[key]}), found {item!r}"
+                )
         if len(set(values)) != len(values):
             raise check.fail(f"autotune.{key}", f"lists a value twice: {values}")
     return space
@@ -547,15 +584,20 @@ def _parse_tt(data, codegen_kind: str, kind: str, target, resources_: dict[str, 
     """Validate the ``tt:`` section and fill the Tenstorrent resources from the arch table."""
     if codegen_kind != "tt":
         if "tt" in data:
-            raise check.fail("tt", f"only Tenstorrent configs (codegen.kind: tt) take a `tt:` section; "
-                             f"codegen.kind is {codegen_kind!r}")
+            raise check.fail(
+                "tt",
+                f"only Tenstorrent configs (codegen.kind: tt) take a `tt:` section; codegen.kind is {codegen_kind!r}",
+            )
         return {}
     from tessera_tvm.target.tt.arch import UnknownArchError, get_arch
 
     keys = target.get("keys", [])
     if not isinstance(keys, list) or "tenstorrent" not in keys:
-        raise check.fail("target.keys", f"codegen tt needs target {{kind: {kind}, keys: [tenstorrent]}} so passes "
-                         f"can tell Tenstorrent functions apart; found keys {keys!r}")
+        raise check.fail(
+            "target.keys",
+            f"codegen tt needs target {{kind: {kind}, keys: [tenstorrent]}} so passes "
+            f"can tell Tenstorrent functions apart; found keys {keys!r}",
+        )
     tt = dict(check.mapping(data.get("tt", {}), "tt", TT_KEYS))
     if "arch" not in tt:
         raise check.fail("tt.arch", "is missing; expected wormhole_b0 (n150) or blackhole (p150)")

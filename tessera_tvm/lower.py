@@ -42,7 +42,8 @@ def _as_module(program) -> tuple[Any, str]:
         return program, names[0] if len(names) == 1 else "module"
     raise TesseraError(
         f"tessera_tvm.lower expects a TileLang PrimFunc (@T.prim_func) or a tvm.IRModule, "
-        f"found {type(program).__name__}")
+        f"found {type(program).__name__}"
+    )
 
 
 @dataclass
@@ -88,7 +89,8 @@ class LoweredModule:
         if self.config.codegen_kind != "c":
             raise TesseraError(
                 f"{self.name!r} was compiled for {self.config.name!r} without a runtime library (it needs nvcc "
-                "and a cubin); only CPU configs and built CUDA kernels run in-process (see .artifacts)")
+                "and a cubin); only CPU configs and built CUDA kernels run in-process (see .artifacts)"
+            )
         if self._cpu_kernel is None:
             build_cpu(self, Path(tempfile.mkdtemp(prefix=f"tessera_{self.name}_")))
         _, params, order = self._cpu_entry
@@ -117,14 +119,22 @@ class LoweredModule:
         from tessera_tvm.target.cuda_runtime import CudaKernel
 
         if "runtime" not in self.artifacts:
-            raise TesseraError(f"{self.name!r} has no CUDA runtime library: compile for a CUDA config with nvcc on PATH")
+            raise TesseraError(
+                f"{self.name!r} has no CUDA runtime library: compile for a CUDA config with nvcc on PATH"
+            )
         if self._cuda_kernel is None:
             self._cuda_kernel = CudaKernel(self.artifacts["runtime"], self.name, self._program_order)
         return self._cuda_kernel
 
 
-def lower(program, config: TargetConfig | str, *, dump_dir: str | Path | None = None,
-          out_dir: str | Path | None = None, build: bool = True) -> LoweredModule:
+def lower(
+    program,
+    config: TargetConfig | str,
+    *,
+    dump_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    build: bool = True,
+) -> LoweredModule:
     """Lower a TileLang tile program through ``config``'s pipelines and generate its device source.
 
     With ``build`` the config's compiler runs (cubin/PTX with nvcc, a shared library with g++).
@@ -195,11 +205,18 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
     if dump is not None:
         (dump / "timing.txt").write_text(timing)
     return LoweredModule(
-        name=name, config=config, source=source, host_mod=host_mod, device_mod=device_mod,
-        metadata=[tt_program.metadata] if tt_program else _metadata(device_mod), pass_log=list(recorder.records),
-        _timing=timing, _tt_program=tt_program,
+        name=name,
+        config=config,
+        source=source,
+        host_mod=host_mod,
+        device_mod=device_mod,
+        metadata=[tt_program.metadata] if tt_program else _metadata(device_mod),
+        pass_log=list(recorder.records),
+        _timing=timing,
+        _tt_program=tt_program,
         _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_kind == "c" else None,
-        _program_order=buffer_order)
+        _program_order=buffer_order,
+    )
 
 
 def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
@@ -207,10 +224,17 @@ def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
     if lowered._cpu_entry is not None:
         symbol, params, order = lowered._cpu_entry
         entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape)] for p in params], order]
-    return {"name": lowered.name, "source": lowered.source, "metadata": lowered.metadata,
-            "pass_log": [r.as_dict() for r in lowered.pass_log], "notes": lowered.notes,
-            "timing": lowered._timing, "artifacts": sorted(lowered.artifacts), "cpu_entry": entry,
-            "program_order": lowered._program_order}
+    return {
+        "name": lowered.name,
+        "source": lowered.source,
+        "metadata": lowered.metadata,
+        "pass_log": [r.as_dict() for r in lowered.pass_log],
+        "notes": lowered.notes,
+        "timing": lowered._timing,
+        "artifacts": sorted(lowered.artifacts),
+        "cpu_entry": entry,
+        "program_order": lowered._program_order,
+    }
 
 
 def _cache_files(lowered: LoweredModule, scratch: Path) -> dict[str, Path]:
@@ -237,12 +261,20 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         symbol, params, order = record["cpu_entry"]
         cpu_entry = (symbol, [KernelParam(n, k, d, tuple(shape)) for n, k, d, shape in params], order)
     lowered = LoweredModule(
-        name=record["name"], config=config, source=record["source"],
+        name=record["name"],
+        config=config,
+        source=record["source"],
         host_mod=tvm.ir.load_json(entry.files["host_mod.json"].read_text()),
         device_mod=tvm.ir.load_json(entry.files["device_mod.json"].read_text()),
-        metadata=record["metadata"], pass_log=[PassRecord(**r) for r in record["pass_log"]],
-        artifacts=artifacts, notes=list(record["notes"]), from_cache=True, _timing=record["timing"],
-        _cpu_entry=cpu_entry, _program_order=list(record.get("program_order", [])))
+        metadata=record["metadata"],
+        pass_log=[PassRecord(**r) for r in record["pass_log"]],
+        artifacts=artifacts,
+        notes=list(record["notes"]),
+        from_cache=True,
+        _timing=record["timing"],
+        _cpu_entry=cpu_entry,
+        _program_order=list(record.get("program_order", [])),
+    )
     if "library" in artifacts:
         _load_cpu(lowered)
     return lowered
@@ -310,7 +342,9 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
         elif codegen["compiler"] == "g++":
             build_cpu(lowered, out_dir)
         else:
-            lowered.notes.append(f"{lowered.config.name}: no compiler runs for this target here; the generated sources are the artifacts")
+            lowered.notes.append(
+                f"{lowered.config.name}: no compiler runs for this target here; the generated sources are the artifacts"
+            )
     return lowered.artifacts
 
 
@@ -320,35 +354,52 @@ def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
     from tessera_tvm.transform.verify_resources import check_registers
 
     if not nvcc_available():
-        lowered.notes.append("nvcc not on PATH: CUDA source written, cubin/PTX skipped "
-                             "(install the CUDA toolkit or set TESSERA_NVCC)")
+        lowered.notes.append(
+            "nvcc not on PATH: CUDA source written, cubin/PTX skipped (install the CUDA toolkit or set TESSERA_NVCC)"
+        )
         return
     arch = lowered.config.target_dict["arch"]
-    built = compile_cuda(lowered.source, arch=arch, out_dir=out_dir, name=lowered.name,
-                         extra_flags=tuple(lowered.config.codegen_dict["flags"]))
+    built = compile_cuda(
+        lowered.source,
+        arch=arch,
+        out_dir=out_dir,
+        name=lowered.name,
+        extra_flags=tuple(lowered.config.codegen_dict["flags"]),
+    )
     lowered.artifacts.update(cubin=built.cubin_path, ptx=built.ptx_path)
     for kernel in lowered.metadata:
         usage = built.resource_usage.get(kernel["name"])
         if usage:
             kernel["resources"]["regs_per_thread"] = usage["registers"]
-            check_registers(kernel["name"], usage["registers"], lowered.config,
-                            threads_per_block=kernel["resources"].get("threads_per_block"))
+            check_registers(
+                kernel["name"],
+                usage["registers"],
+                lowered.config,
+                threads_per_block=kernel["resources"].get("threads_per_block"),
+            )
     if built.resource_usage:
         _write_metadata(lowered)
     if built.cubin_path is not None:  # host launcher + cubin in one library that runs where a GPU is
         from tessera_tvm.target.cuda_runtime import build_cuda_runtime
 
         lowered.artifacts["runtime"] = build_cuda_runtime(
-            lowered.host_mod, lowered.device_mod, lowered.config.tvm_target(), cubin_path=built.cubin_path,
-            source=lowered.source, out_dir=out_dir, name=lowered.name)
+            lowered.host_mod,
+            lowered.device_mod,
+            lowered.config.tvm_target(),
+            cubin_path=built.cubin_path,
+            source=lowered.source,
+            out_dir=out_dir,
+            name=lowered.name,
+        )
 
 
 def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:
     """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
     from tessera_tvm.target.cpu import compile_cpu
 
-    lowered.artifacts["library"] = compile_cpu(lowered.source, out_dir=out_dir, name=lowered.name,
-                                               flags=tuple(lowered.config.codegen_dict["flags"]))
+    lowered.artifacts["library"] = compile_cpu(
+        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(lowered.config.codegen_dict["flags"])
+    )
     _load_cpu(lowered)
 
 

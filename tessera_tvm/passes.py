@@ -37,30 +37,95 @@ def _register_plain(prefix: str, module_key: str, names: list[str], doc: str) ->
 
 
 # Passes that take no arguments. ------------------------------------------------------------------
-_register_plain("tl", "tl", [
-    "AddWrapperForSingleBufStore", "LegalizeNegativeIndex", "VerifyParallelLoop", "InjectAssumes",
-    "LetInline", "CanonicalizeLegacyReducer", "VerifyReducerEpoch", "VerifyBufferInit", "IfStmtBinding",
-    "UnrollLoop", "PipelinePlanning", "InjectSoftwarePipeline", "LayoutInference",
-    "ReducerPlanAndMaterialize", "LowerTileOp", "VerifyReducerConsumed", "DecoupleTypeCast",
-    "LegalizeVectorizedLoop", "LegalizeSafeMemoryAccess", "LowerAccessPtr", "HoistNonRestrictParams",
-    "PlanAndUpdateBufferAllocationLocation", "HoistGlobalBufferAllocations", "LowerOpaqueBlock",
-    "FlattenBuffer", "ConfigIndexBitwidth", "StorageRewrite", "LoopUnswitching", "LowerThreadAllreduce",
-    "AnnotateDeviceRegions", "SplitHostDevice", "AnnotateReadOnlyParams", "MergeIfStmt", "MakePackedAPI",
-    "LowerDeviceKernelLaunch", "LowerIntrin", "HoistBroadcastValues",
-], "TileLang pass")
-_register_plain("tl", "tl.cuda", [
-    "AnnotateDeviceBoundTmaCopies", "AutoWarpSpecialization", "MaterializeWSSchedule",
-    "ProducerConsumerWarpSpecialized", "LowerBlackwell2SM", "LowerL2Persistent", "LowerSharedTmem",
-    "LowerSharedBarrier", "FuseMBarrierArriveExpectTx", "LowerLDGSTG", "LowerHopperIntrin",
-    "InjectFenceProxy", "InjectTcgen05Fence", "AnnotateWarpGroupRegAlloc", "PersistThreadblock",
-], "TileLang CUDA pass")
+_register_plain(
+    "tl",
+    "tl",
+    [
+        "AddWrapperForSingleBufStore",
+        "LegalizeNegativeIndex",
+        "VerifyParallelLoop",
+        "InjectAssumes",
+        "LetInline",
+        "CanonicalizeLegacyReducer",
+        "VerifyReducerEpoch",
+        "VerifyBufferInit",
+        "IfStmtBinding",
+        "UnrollLoop",
+        "PipelinePlanning",
+        "InjectSoftwarePipeline",
+        "LayoutInference",
+        "ReducerPlanAndMaterialize",
+        "LowerTileOp",
+        "VerifyReducerConsumed",
+        "DecoupleTypeCast",
+        "LegalizeVectorizedLoop",
+        "LegalizeSafeMemoryAccess",
+        "LowerAccessPtr",
+        "HoistNonRestrictParams",
+        "PlanAndUpdateBufferAllocationLocation",
+        "HoistGlobalBufferAllocations",
+        "LowerOpaqueBlock",
+        "FlattenBuffer",
+        "ConfigIndexBitwidth",
+        "StorageRewrite",
+        "LoopUnswitching",
+        "LowerThreadAllreduce",
+        "AnnotateDeviceRegions",
+        "SplitHostDevice",
+        "AnnotateReadOnlyParams",
+        "MergeIfStmt",
+        "MakePackedAPI",
+        "LowerDeviceKernelLaunch",
+        "LowerIntrin",
+        "HoistBroadcastValues",
+    ],
+    "TileLang pass",
+)
+_register_plain(
+    "tl",
+    "tl.cuda",
+    [
+        "AnnotateDeviceBoundTmaCopies",
+        "AutoWarpSpecialization",
+        "MaterializeWSSchedule",
+        "ProducerConsumerWarpSpecialized",
+        "LowerBlackwell2SM",
+        "LowerL2Persistent",
+        "LowerSharedTmem",
+        "LowerSharedBarrier",
+        "FuseMBarrierArriveExpectTx",
+        "LowerLDGSTG",
+        "LowerHopperIntrin",
+        "InjectFenceProxy",
+        "InjectTcgen05Fence",
+        "AnnotateWarpGroupRegAlloc",
+        "PersistThreadblock",
+    ],
+    "TileLang CUDA pass",
+)
 _register_plain("tl", "tl.cpu", ["LowerCPUAtomics"], "TileLang CPU pass")
-_register_plain("tl", "tl.analysis", [
-    "NestedLoopChecker", "ParallelLocalIndexChecker", "FragmentLoopChecker",
-], "TileLang semantic check (analysis; leaves the IR unchanged)")
-_register_plain("tirx", "tirx", [
-    "RemoveNoOp", "VerifyMemory", "AnnotateEntryFunc", "BF16ComputeLegalize", "BF16StorageLegalize",
-], "TVM TIR pass")
+_register_plain(
+    "tl",
+    "tl.analysis",
+    [
+        "NestedLoopChecker",
+        "ParallelLocalIndexChecker",
+        "FragmentLoopChecker",
+    ],
+    "TileLang semantic check (analysis; leaves the IR unchanged)",
+)
+_register_plain(
+    "tirx",
+    "tirx",
+    [
+        "RemoveNoOp",
+        "VerifyMemory",
+        "AnnotateEntryFunc",
+        "BF16ComputeLegalize",
+        "BF16StorageLegalize",
+    ],
+    "TVM TIR pass",
+)
 _register_plain("s_tir", "s_tir", ["RenormalizeSplitPattern", "HoistIfThenElse", "InferFragment"], "TVM s_tir pass")
 
 
@@ -75,20 +140,32 @@ def _tirx_simplify(ctx: BuildContext):
     return _constructor("tirx", "Simplify")()
 
 
-@register_pass("tl.Simplify", params={"simplify_arguments": Param(bool, False)},
-               doc="TileLang simplification (symbolic-bound aware)")
+@register_pass(
+    "tl.Simplify",
+    params={"simplify_arguments": Param(bool, False)},
+    doc="TileLang simplification (symbolic-bound aware)",
+)
 def _tl_simplify(ctx: BuildContext, simplify_arguments: bool = False):
     return _constructor("tl", "Simplify")(simplify_arguments=simplify_arguments)
 
 
-@register_pass("tl.MaterializeKernelLaunch", params={
-    "lower_thread_binding": Param(bool, True),
-    "default_threads": Param(int, 128),
-    "unsupported_annotations": Param(list, None),
-    "lower_grid_binding": Param(bool, None),
-}, doc="turn T.Kernel launch frames into grid/thread bindings (or serial loops on CPU)")
-def _materialize_kernel_launch(ctx: BuildContext, lower_thread_binding=True, default_threads=128,
-                               unsupported_annotations=None, lower_grid_binding=None):
+@register_pass(
+    "tl.MaterializeKernelLaunch",
+    params={
+        "lower_thread_binding": Param(bool, True),
+        "default_threads": Param(int, 128),
+        "unsupported_annotations": Param(list, None),
+        "lower_grid_binding": Param(bool, None),
+    },
+    doc="turn T.Kernel launch frames into grid/thread bindings (or serial loops on CPU)",
+)
+def _materialize_kernel_launch(
+    ctx: BuildContext,
+    lower_thread_binding=True,
+    default_threads=128,
+    unsupported_annotations=None,
+    lower_grid_binding=None,
+):
     kwargs = {}
     if lower_grid_binding is not None:
         kwargs["lower_grid_binding"] = lower_grid_binding
@@ -110,14 +187,19 @@ def _vectorize(ctx: BuildContext, enable_vectorize: bool = True):
     return _constructor("tl", "VectorizeLoop")(enable_vectorize=enable_vectorize)
 
 
-@register_pass("tl.MergeSharedMemoryAllocations", params={
-    "enable_aggressive_merge": Param(bool, False),
-    "disable_reuse": Param(bool, False),
-    "align_bytes": Param(int, 16),
-}, doc="merge shared allocations of a device kernel into one dynamic buffer")
+@register_pass(
+    "tl.MergeSharedMemoryAllocations",
+    params={
+        "enable_aggressive_merge": Param(bool, False),
+        "disable_reuse": Param(bool, False),
+        "align_bytes": Param(int, 16),
+    },
+    doc="merge shared allocations of a device kernel into one dynamic buffer",
+)
 def _merge_smem(ctx: BuildContext, enable_aggressive_merge=False, disable_reuse=False, align_bytes=16):
     return _constructor("tl", "MergeSharedMemoryAllocations")(
-        enable_aggressive_merge=enable_aggressive_merge, align_bytes=align_bytes, disable_reuse=disable_reuse)
+        enable_aggressive_merge=enable_aggressive_merge, align_bytes=align_bytes, disable_reuse=disable_reuse
+    )
 
 
 @register_pass("tl.ThreadSync", params={"storage_scope": Param(str, "shared")}, doc="insert barriers")
@@ -125,8 +207,11 @@ def _thread_sync(ctx: BuildContext, storage_scope: str = "shared"):
     return _constructor("tl", "ThreadSync")(storage_scope)
 
 
-@register_pass("tl.MarkCudaSyncCalls", params={"have_pdl": Param((bool, str), "auto")},
-               doc="mark kernels that use programmatic dependent launch; 'auto' asks the target")
+@register_pass(
+    "tl.MarkCudaSyncCalls",
+    params={"have_pdl": Param((bool, str), "auto")},
+    doc="mark kernels that use programmatic dependent launch; 'auto' asks the target",
+)
 def _mark_cuda_sync(ctx: BuildContext, have_pdl="auto"):
     if have_pdl == "auto":
         from tilelang.contrib.nvcc import have_pdl as _have_pdl

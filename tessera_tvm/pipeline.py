@@ -57,8 +57,13 @@ class PassRecord:
     status: str = "ran"  # "ran" or "skipped (ir.<predicate> is false)"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "phase": self.phase, "name": self.name,
-                "seconds": round(self.seconds, 6), "status": self.status}
+        return {
+            "index": self.index,
+            "phase": self.phase,
+            "name": self.name,
+            "seconds": round(self.seconds, 6),
+            "status": self.status,
+        }
 
 
 @dataclass
@@ -126,8 +131,9 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
         recorder = _RECORDER.get()
         if predicate is not None and not predicate(mod):
             if recorder is not None:
-                recorder.records.append(PassRecord(len(recorder.records) + 1, phase, entry.name, 0.0,
-                                                   f"skipped ({entry.when} is false)"))
+                recorder.records.append(
+                    PassRecord(len(recorder.records) + 1, phase, entry.name, 0.0, f"skipped ({entry.when} is false)")
+                )
             return mod
         start = time.perf_counter()
         try:
@@ -140,12 +146,14 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
                 else:
                     recorder.error = LoweringError(
                         f"pass {entry.name} ({_PHASE_TITLES[phase]}, config {ctx.config.name!r}) failed on "
-                        f"kernel(s) {_kernel_names(mod)}:\n{_short_tvm_message(exc)}")
+                        f"kernel(s) {_kernel_names(mod)}:\n{_short_tvm_message(exc)}"
+                    )
                     recorder.error.__cause__ = exc
             raise
         if recorder is not None:
-            recorder.records.append(PassRecord(len(recorder.records) + 1, phase, entry.name,
-                                               time.perf_counter() - start))
+            recorder.records.append(
+                PassRecord(len(recorder.records) + 1, phase, entry.name, time.perf_counter() - start)
+            )
             recorder.dump(entry.name, out)
         return out
 

@@ -15,8 +15,23 @@ from tests.conftest import REPO
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(REPO)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     (path,) = out.glob("tessera-*.whl")
     return path
 
@@ -30,10 +45,13 @@ def test_wheel_holds_every_source_package(wheel):
     packaged = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("__init__.py")}
     expected = {"tessera." + p if p != "." else "tessera" for p in _python_packages(REPO / "python/tessera")}
     expected |= {"tessera_tvm." + p if p != "." else "tessera_tvm" for p in _python_packages(REPO / "tessera_tvm")}
-    expected |= {"tessera_tvm.transform." + p if p != "." else "tessera_tvm.transform"
-                 for p in _python_packages(REPO / "src/transform")}
-    expected |= {"tessera_tvm.target." + p if p != "." else "tessera_tvm.target"
-                 for p in _python_packages(REPO / "src/target")}
+    expected |= {
+        "tessera_tvm.transform." + p if p != "." else "tessera_tvm.transform"
+        for p in _python_packages(REPO / "src/transform")
+    }
+    expected |= {
+        "tessera_tvm.target." + p if p != "." else "tessera_tvm.target" for p in _python_packages(REPO / "src/target")
+    }
     expected = {e.replace("..", ".").rstrip(".") for e in expected}
     missing = expected - packaged
     assert not missing, f"packages missing from the wheel (add them to pyproject.toml): {sorted(missing)}"
@@ -45,12 +63,19 @@ def test_wheel_holds_every_source_package(wheel):
 
 def test_installed_wheel_loads_configs_and_pass_lists(wheel, tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                    str(wheel)], check=True, timeout=300, capture_output=True)
-    code = ("import tessera_tvm, sys; assert tessera_tvm.__file__.startswith(sys.argv[1]), tessera_tvm.__file__; "
-            "print(len(tessera_tvm.pass_names('hopper')), tessera_tvm.available_configs())")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    code = (
+        "import tessera_tvm, sys; assert tessera_tvm.__file__.startswith(sys.argv[1]), tessera_tvm.__file__; "
+        "print(len(tessera_tvm.pass_names('hopper')), tessera_tvm.available_configs())"
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "'hopper'" in out.stdout and "'cpu'" in out.stdout

@@ -1,16 +1,16 @@
 """The ``tessera`` command line.
 
-    tessera passes --target hopper          print a config's expanded pass list
-    tessera passes --check                  compare every config with tests/golden/passes/<name>.txt
-    tessera passes --update                 rewrite the golden files (commit the diff on purpose)
-    tessera passes --list                   every registered pass with its arguments
-    tessera lower FILE.py:FACTORY --target T [--arg N=V ...] [--out DIR] [--dump DIR]
-                                            lower a TileLang tile program and write its artifacts
-    tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump graph,sched,tile,target]
-                    [--out DIR] [--autotune] compile a @tessera.kernel and write its stages
-    tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
-                 [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
-                                            autotune its schedules; prints every candidate and the best
+tessera passes --target hopper          print a config's expanded pass list
+tessera passes --check                  compare every config with tests/golden/passes/<name>.txt
+tessera passes --update                 rewrite the golden files (commit the diff on purpose)
+tessera passes --list                   every registered pass with its arguments
+tessera lower FILE.py:FACTORY --target T [--arg N=V ...] [--out DIR] [--dump DIR]
+                                        lower a TileLang tile program and write its artifacts
+tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump graph,sched,tile,target]
+                [--out DIR] [--autotune] compile a @tessera.kernel and write its stages
+tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
+             [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
+                                        autotune its schedules; prints every candidate and the best
 """
 
 from __future__ import annotations
@@ -59,14 +59,18 @@ def _cmd_passes(args: argparse.Namespace) -> int:
             expected = path.read_text() if path.is_file() else ""
             if expected != text:
                 failed.append(name)
-                diff = difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            fromfile=str(path), tofile=f"{name} (current)")
+                diff = difflib.unified_diff(
+                    expected.splitlines(True), text.splitlines(True), fromfile=str(path), tofile=f"{name} (current)"
+                )
                 sys.stdout.writelines(diff)
             else:
                 print(f"ok      {name}")
         if failed:
-            print(f"\npass lists changed for: {', '.join(failed)}.\nIf the change is deliberate, run "
-                  "`tessera passes --update` and commit the golden files.", file=sys.stderr)
+            print(
+                f"\npass lists changed for: {', '.join(failed)}.\nIf the change is deliberate, run "
+                "`tessera passes --update` and commit the golden files.",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if not args.target:
@@ -107,8 +111,10 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     kwargs = dict(item.split("=", 1) for item in args.arg)
     program = factory(**{k: _parse_value(v) for k, v in kwargs.items()})
     lowered = tessera_tvm.lower(program, args.target, out_dir=args.out, dump_dir=args.dump)
-    print(f"{lowered.name}: {len(lowered.pass_log)} passes for {lowered.config.name} "
-          f"in {sum(r.seconds for r in lowered.pass_log):.2f} s")
+    print(
+        f"{lowered.name}: {len(lowered.pass_log)} passes for {lowered.config.name} "
+        f"in {sum(r.seconds for r in lowered.pass_log):.2f} s"
+    )
     for key, file in lowered.artifacts.items():
         print(f"  {key:<9} {file}")
     for note in lowered.notes:
@@ -135,12 +141,16 @@ def _load_kernel(program: str, command: str):
     kernels = {name: obj for name, obj in vars(module).items() if isinstance(obj, ts.Kernel)}
     if kernel_name:
         if kernel_name not in kernels:
-            raise _Usage(f"tessera {command}: {path} has no kernel {kernel_name!r}; kernels: {', '.join(kernels) or 'none'}")
+            raise _Usage(
+                f"tessera {command}: {path} has no kernel {kernel_name!r}; kernels: {', '.join(kernels) or 'none'}"
+            )
         return kernels[kernel_name], module
     if len(kernels) == 1:
         return next(iter(kernels.values())), module
-    raise _Usage(f"tessera {command}: {path} defines {len(kernels)} kernels ({', '.join(kernels) or 'none'}); "
-                 "name one as FILE.py:KERNEL")
+    raise _Usage(
+        f"tessera {command}: {path} defines {len(kernels)} kernels ({', '.join(kernels) or 'none'}); "
+        "name one as FILE.py:KERNEL"
+    )
 
 
 def _shapes(args: argparse.Namespace, kernel, module, command: str) -> dict[str, int]:
@@ -178,8 +188,16 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     targets = [t for t in args.target.split(",") if t]
     for target in targets:
         out = Path(args.out) / target if args.out and len(targets) > 1 else (Path(args.out) if args.out else None)
-        compiled = ts.compile(kernel, target=target, shapes=shapes, schedule=schedule, dump=dump, dump_dir=out,
-                              build=not args.no_build, autotune=args.autotune)
+        compiled = ts.compile(
+            kernel,
+            target=target,
+            shapes=shapes,
+            schedule=schedule,
+            dump=dump,
+            dump_dir=out,
+            build=not args.no_build,
+            autotune=args.autotune,
+        )
         bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
         print(f"{kernel.name} for {compiled.target} ({bound}): {len(compiled.graph.groups)} device kernel(s)")
         if compiled._instance is None:
@@ -206,10 +224,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     kernel, module = _load_kernel(args.program, "tune")
     shapes = _shapes(args, kernel, module, "tune")
     result = ts.autotune(
-        kernel, target=args.target, shapes=shapes, space=_json_arg(args.space, "--space", "tune"),
-        schedule=_json_arg(args.schedule, "--schedule", "tune"), max_candidates=args.max_candidates,
-        workers=args.workers, repeats=args.repeats, progress=not args.quiet, cache=not args.no_cache,
-        measure=not args.dry_run, compile_timeout=args.compile_timeout)
+        kernel,
+        target=args.target,
+        shapes=shapes,
+        space=_json_arg(args.space, "--space", "tune"),
+        schedule=_json_arg(args.schedule, "--schedule", "tune"),
+        max_candidates=args.max_candidates,
+        workers=args.workers,
+        repeats=args.repeats,
+        progress=not args.quiet,
+        cache=not args.no_cache,
+        measure=not args.dry_run,
+        compile_timeout=args.compile_timeout,
+    )
     print(result.table())
     if args.dry_run:
         for tuning in result.kernels:
@@ -254,8 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="directory for the stages, per-pass IR and build outputs")
     p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
     p.add_argument("--no-build", action="store_true", help="write sources only (skip nvcc/g++)")
-    p.add_argument("--autotune", action="store_true", help="use tuned schedules (tunes first unless the tuning "
-                   "cache has them; see `tessera tune`)")
+    p.add_argument(
+        "--autotune",
+        action="store_true",
+        help="use tuned schedules (tunes first unless the tuning cache has them; see `tessera tune`)",
+    )
     p.set_defaults(run=_cmd_compile)
 
     p = sub.add_parser("tune", help="autotune the schedules of a @tessera.kernel on a target")
@@ -267,9 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-candidates", type=int, help="at most N candidates compiled per fused kernel")
     p.add_argument("--workers", type=int, help="compile processes (default: the CPU count; 0: in this process)")
     p.add_argument("--repeats", type=int, default=5, help="timed samples per candidate (default 5)")
-    p.add_argument("--compile-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="seconds one candidate may compile in a worker before it is killed and counted as failed "
-                   "(default 300)")
+    p.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds one candidate may compile in a worker before it is killed and counted as failed (default 300)",
+    )
     p.add_argument("--no-cache", action="store_true", help="tune again, without reading or writing the tuning cache")
     p.add_argument("--dry-run", action="store_true", help="prune only: list the candidates, compile nothing")
     p.add_argument("--json", help="write the result (every candidate, the best schedules) to this file")

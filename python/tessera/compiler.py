@@ -128,7 +128,11 @@ class Instance:
                 (var, p.name, p.dtype, tuple(p.shape)) for p, var in zip(spec.inputs(), dk.binding.inputs, strict=True)
             )
             (out,) = spec.outputs()
-            result = (dk.binding.output, dk.spec.outputs()[0].dtype, static_shape(dk.binding.output, self.env, "output"))
+            result = (
+                dk.binding.output,
+                dk.spec.outputs()[0].dtype,
+                static_shape(dk.binding.output, self.env, "output"),
+            )
             launches.append(Launch(dk, inputs, (out.name, out.dtype, tuple(out.shape)), result))
         return tuple(launches)
 

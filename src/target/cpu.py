@@ -283,25 +283,17 @@ class CpuKernel:
         self.params = tuple(params)
         self._lib = lib  # keep the library loaded as long as the kernel lives
         # Prebuilt once: (position, param, numpy dtype) for buffers, (position, param, ctype) for scalars.
-        self._buffers = [
-            (i, p, numpy_dtype(p.dtype)) for i, p in enumerate(self.params) if p.kind == "buffer"
-        ]
-        self._scalars = [
-            (i, p, _SCALAR_CTYPES[p.dtype]) for i, p in enumerate(self.params) if p.kind == "scalar"
-        ]
+        self._buffers = [(i, p, numpy_dtype(p.dtype)) for i, p in enumerate(self.params) if p.kind == "buffer"]
+        self._scalars = [(i, p, _SCALAR_CTYPES[p.dtype]) for i, p in enumerate(self.params) if p.kind == "scalar"]
         self._nargs = len(self.params)
         self._buffer_names = ", ".join(p.name for _, p, _ in self._buffers)
-        fn.argtypes = [
-            ctypes.c_void_p if p.kind == "buffer" else _SCALAR_CTYPES[p.dtype] for p in self.params
-        ]
+        fn.argtypes = [ctypes.c_void_p if p.kind == "buffer" else _SCALAR_CTYPES[p.dtype] for p in self.params]
         fn.restype = ctypes.c_int32
         self._fn = fn
 
     def __repr__(self) -> str:
         sig = ", ".join(
-            f"{p.name}: {p.dtype}[{', '.join(map(str, p.shape))}]"
-            if p.kind == "buffer"
-            else f"{p.name}: {p.dtype}"
+            f"{p.name}: {p.dtype}[{', '.join(map(str, p.shape))}]" if p.kind == "buffer" else f"{p.name}: {p.dtype}"
             for p in self.params
         )
         return f"<CpuKernel {self.name}({sig}) from {os.fspath(self.path)}>"
@@ -363,9 +355,7 @@ class CpuKernel:
             self._fill_scalars(args, scalars, bound, bound_at)
         rc = self._fn(*args)
         if rc != 0:
-            raise KernelRuntimeError(
-                f"kernel {kname!r} ({os.fspath(self.path)}) returned error code {rc}, expected 0"
-            )
+            raise KernelRuntimeError(f"kernel {kname!r} ({os.fspath(self.path)}) returned error code {rc}, expected 0")
 
     def _fill_scalars(
         self, args: list[Any], given: dict[str, Any], bound: dict[str, int], bound_at: dict[str, str]
@@ -409,9 +399,7 @@ def _check_scalar(kname: str, p: KernelParam, value: Any) -> Any:
         return bool(value)
     if p.dtype in _INT_RANGES:
         if isinstance(value, (bool, np.bool_)):
-            raise ArgumentError(
-                f"kernel {kname!r}: scalar {p.name!r} is {value!r}, expected an int ({p.dtype})"
-            )
+            raise ArgumentError(f"kernel {kname!r}: scalar {p.name!r} is {value!r}, expected an int ({p.dtype})")
         try:
             ivalue = operator.index(value)
         except TypeError:

@@ -254,9 +254,7 @@ def untouched_on_failure(final_dir: str | os.PathLike[str]) -> Iterator[None]:
     try:
         yield
     except ToolchainError as exc:
-        note = (
-            f"\n  (the build ran in a temporary directory, now removed; nothing was written to {final_dir})"
-        )
+        note = f"\n  (the build ran in a temporary directory, now removed; nothing was written to {final_dir})"
         raise type(exc)(exc.command, exc.output, f"{exc}{note}") from None
 
 

@@ -68,8 +68,11 @@ def _launch_thread_extents(func) -> dict[str, int]:
     extents: dict[str, int] = {}
 
     def visit(node):
-        if (isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent"
-                and isinstance(node.value, tvm.tirx.IntImm)):
+        if (
+            isinstance(node, tvm.tirx.AttrStmt)
+            and node.attr_key == "thread_extent"
+            and isinstance(node.value, tvm.tirx.IntImm)
+        ):
             extents[str(node.node.thread_tag)] = int(node.value)
 
     tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
@@ -147,8 +150,11 @@ def shared_memory_bytes(func) -> int:
     """Shared memory one thread block uses: dynamic + static (see the module docstring)."""
     if is_cpu_kernel(func):
         return 0
-    static = sum(buffer_bytes(b) for b in allocations(func)
-                 if b.scope().startswith("shared") and b.scope() not in _NOT_SHARED_MEMORY)
+    static = sum(
+        buffer_bytes(b)
+        for b in allocations(func)
+        if b.scope().startswith("shared") and b.scope() not in _NOT_SHARED_MEMORY
+    )
     return dynamic_shared_memory_bytes(func) + static
 
 
@@ -178,8 +184,11 @@ def launching_function(mod, kernel_gv) -> tuple[object, object] | None:
     ``<host>_kernel`` (``tl.SplitHostDevice`` names kernels after the function they come from)."""
     kernel = mod[kernel_gv]
     names = {str(kernel_gv.name_hint), kernel_name(kernel_gv, kernel)}
-    hosts = [(gv, func) for gv, func in mod.functions.items()
-             if isinstance(func, tvm.tirx.PrimFunc) and not is_device_kernel(func)]
+    hosts = [
+        (gv, func)
+        for gv, func in mod.functions.items()
+        if isinstance(func, tvm.tirx.PrimFunc) and not is_device_kernel(func)
+    ]
     for gv, func in hosts:
         if names & _called_kernels(func):
             return gv, func

@@ -100,8 +100,10 @@ def metadata_json(metadata: list[dict]) -> str:
     return json.dumps(metadata, indent=2) + "\n"
 
 
-@register_pass("tessera.AnnotateKernelMetadata",
-               doc="attach tile, fragment, resource, launch and epilogue metadata to each device kernel")
+@register_pass(
+    "tessera.AnnotateKernelMetadata",
+    doc="attach tile, fragment, resource, launch and epilogue metadata to each device kernel",
+)
 def annotate_kernel_metadata(ctx: BuildContext):
     def annotate(mod, _pass_ctx):
         out = mod.clone()  # the caller's module must not change under it

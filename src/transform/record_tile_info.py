@@ -33,8 +33,13 @@ ATTR = "tessera.tile_info"
 EPILOGUE_ATTR = "tessera.epilogue"
 
 # Gemm tile ops whose first slots are (A, B, C, transpose_A, transpose_B, M, N, K, ...).
-_DENSE_GEMMS = ("tl.tileop.gemm", "tl.tileop.wgmma_gemm", "tl.tileop.tcgen05_gemm",
-                "tl.tileop.gemm_blockscaled", "tl.tileop.tcgen05_gemm_blockscaled")
+_DENSE_GEMMS = (
+    "tl.tileop.gemm",
+    "tl.tileop.wgmma_gemm",
+    "tl.tileop.tcgen05_gemm",
+    "tl.tileop.gemm_blockscaled",
+    "tl.tileop.tcgen05_gemm_blockscaled",
+)
 _GELU_CALLS = ("tirx.erf", "tirx.tanh")
 
 
@@ -198,8 +203,9 @@ def _loop_epilogue(nest) -> list[str]:
     kinds: list[str] = []
 
     def visit(node):
-        if isinstance(node, tvm.tirx.Add) and (_is_column_bias(node.a, rows, column)
-                                               or _is_column_bias(node.b, rows, column)):
+        if isinstance(node, tvm.tirx.Add) and (
+            _is_column_bias(node.a, rows, column) or _is_column_bias(node.b, rows, column)
+        ):
             kinds.append("bias")
         elif _op_name(node) in _GELU_CALLS:
             kinds.append("gelu")
@@ -217,7 +223,7 @@ def _epilogue(units, gemm_index: int, accumulator) -> list[str]:
     """Kinds of the loops after the K loop that read the accumulator or a buffer computed from it."""
     derived = {accumulator}
     kinds: list[str] = []
-    for nest in units[gemm_index + 1:]:
+    for nest in units[gemm_index + 1 :]:
         if not isinstance(nest, tvm.tirx.For):
             continue
         loads = _find(nest, lambda n: isinstance(n, tvm.tirx.BufferLoad))
@@ -262,8 +268,9 @@ def tile_info(func) -> dict:
     return {key: info[key] for key in order if key in info}
 
 
-@register_pass("tessera.RecordTileInfo",
-               doc="record tile shape, stages, dtypes, threads and epilogue of each tile program")
+@register_pass(
+    "tessera.RecordTileInfo", doc="record tile shape, stages, dtypes, threads and epilogue of each tile program"
+)
 def record_tile_info(ctx: BuildContext):
     def record(mod, _pass_ctx):
         out = mod.clone()  # the caller's module must not change under it

@@ -45,7 +45,8 @@ def verify_barrier_support(ctx: BuildContext):
                     raise LoweringError(
                         f"kernel {gv.name_hint!r} allocates hardware barriers ({', '.join(names)}) with "
                         f"T.alloc_barrier, which needs sm_90 or later, but target {ctx.config.name!r} is "
-                        f"sm_{capability}; use T.sync_threads() or named barriers on this target")
+                        f"sm_{capability}; use T.sync_threads() or named barriers on this target"
+                    )
         return mod
 
     return tessera_module_pass(check, name="tessera.VerifyBarrierSupport")

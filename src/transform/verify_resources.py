@@ -33,13 +33,24 @@ class _Check:
 
 
 _CHECKS = (
-    _Check("shared_memory_per_block", "bytes of shared memory per block", analysis.shared_memory_bytes,
-           "reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)"),
-    _Check("threads_per_block", "threads per block", analysis.threads_per_block,
-           "use fewer threads in T.Kernel(..., threads=...) "
-           "(warp specialisation adds a producer warp group)"),
-    _Check("local_memory_per_kernel", "bytes of local (stack) memory", analysis.local_memory_bytes,
-           "reduce block_m/block_n/block_k: the CPU kernel keeps its tiles in stack arrays"),
+    _Check(
+        "shared_memory_per_block",
+        "bytes of shared memory per block",
+        analysis.shared_memory_bytes,
+        "reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)",
+    ),
+    _Check(
+        "threads_per_block",
+        "threads per block",
+        analysis.threads_per_block,
+        "use fewer threads in T.Kernel(..., threads=...) (warp specialisation adds a producer warp group)",
+    ),
+    _Check(
+        "local_memory_per_kernel",
+        "bytes of local (stack) memory",
+        analysis.local_memory_bytes,
+        "reduce block_m/block_n/block_k: the CPU kernel keeps its tiles in stack arrays",
+    ),
 )
 
 _REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or use more threads per block"
@@ -56,18 +67,26 @@ def verify_kernel(name: str, func, config: TargetConfig) -> None:
                 raise ResourceError(name, check.resource, amount, limit, config.name, check.hint)
 
 
-def check_registers(kernel_name: str, registers: int, config: TargetConfig,
-                    threads_per_block: int | None = None) -> None:
+def check_registers(
+    kernel_name: str, registers: int, config: TargetConfig, threads_per_block: int | None = None
+) -> None:
     """Check ptxas's register count of a kernel (per thread, and per block when threads are given)."""
     limits = config.resource_limits
     if "registers_per_thread" in limits and registers > limits["registers_per_thread"]:
-        raise ResourceError(kernel_name, "registers per thread", registers, limits["registers_per_thread"],
-                            config.name, _REGISTER_HINT)
+        raise ResourceError(
+            kernel_name, "registers per thread", registers, limits["registers_per_thread"], config.name, _REGISTER_HINT
+        )
     if threads_per_block is not None and "registers_per_block" in limits:
         per_block = registers * threads_per_block
         if per_block > limits["registers_per_block"]:
-            raise ResourceError(kernel_name, "registers per block", per_block, limits["registers_per_block"],
-                                config.name, _REGISTER_HINT)
+            raise ResourceError(
+                kernel_name,
+                "registers per block",
+                per_block,
+                limits["registers_per_block"],
+                config.name,
+                _REGISTER_HINT,
+            )
 
 
 @register_pass("tessera.VerifyResources", doc="check each device kernel against the config's resource limits")

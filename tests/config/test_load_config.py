@@ -20,8 +20,12 @@ def test_available_configs_lists_the_shipped_targets():
 
 @pytest.mark.parametrize(
     "name, kind, key, value",
-    [("hopper", "cuda", "arch", "sm_90a"), ("ampere", "cuda", "arch", "sm_80"),
-     ("rocm", "hip", "mcpu", "gfx942"), ("cpu", "c", None, None)],
+    [
+        ("hopper", "cuda", "arch", "sm_90a"),
+        ("ampere", "cuda", "arch", "sm_80"),
+        ("rocm", "hip", "mcpu", "gfx942"),
+        ("cpu", "c", None, None),
+    ],
 )
 def test_shipped_config_names_its_target(name, kind, key, value):
     cfg = load_config(name)
@@ -74,12 +78,15 @@ def test_user_config_by_path_without_warp_specialisation(tmp_path):
 
 
 def test_unknown_top_level_key_names_file_key_and_line(tmp_path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         name: x
         target: {kind: cuda, arch: sm_90a}
         pipline: {}
         pipeline: {optimize_for_target: [tl.Simplify]}
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as err:
         load_config(path)
     msg = str(err.value)
@@ -90,7 +97,9 @@ def test_unknown_top_level_key_names_file_key_and_line(tmp_path):
 def test_wrong_type_is_reported_with_expected_type(tmp_path):
     data = _hopper_data()
     data["resources"]["shared_memory_per_block"] = "lots"
-    with pytest.raises(ConfigError, match=r"resources.shared_memory_per_block: expected a positive integer .*found str 'lots'"):
+    with pytest.raises(
+        ConfigError, match=r"resources.shared_memory_per_block: expected a positive integer .*found str 'lots'"
+    ):
         load_config(_write_data(tmp_path, data))
 
 
@@ -102,14 +111,17 @@ def test_boolean_is_not_accepted_as_an_integer(tmp_path):
 
 
 def test_unknown_pass_name_suggests_closest(tmp_path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         name: x
         target: {kind: cuda, arch: sm_90a}
         pipeline:
           optimize_for_target:
             - tl.Simplify
             - tl.LayoutInferense
-        """)
+        """,
+    )
     with pytest.raises(ConfigError) as err:
         load_config(path)
     msg = str(err.value)
@@ -118,10 +130,13 @@ def test_unknown_pass_name_suggests_closest(tmp_path):
 
 
 def test_missing_target_is_an_error(tmp_path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         name: x
         pipeline: {optimize_for_target: [tl.Simplify]}
-        """)
+        """,
+    )
     with pytest.raises(ConfigError, match=r"target: is missing; every config needs `target`"):
         load_config(path)
 
@@ -156,7 +171,9 @@ def test_empty_file_and_empty_pipeline(tmp_path):
 def test_unknown_feature_and_condition(tmp_path):
     data = _hopper_data()
     data["features"]["warp_specialisation"] = True
-    with pytest.raises(ConfigError, match=r"features.warp_specialisation: unknown key \(did you mean 'warp_specialization'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"features.warp_specialisation: unknown key \(did you mean 'warp_specialization'\?\)"
+    ):
         load_config(_write_data(tmp_path, data))
     data = _hopper_data()
     data["pipeline"]["optimize_for_target"][0] = {"pass": "tl.LowerSharedTmem", "when": "sometimes"}
@@ -170,7 +187,10 @@ def test_unknown_feature_and_condition(tmp_path):
 def test_pass_arguments_are_checked(tmp_path):
     data = _hopper_data()
     data["pass_args"]["tl.VectorizeLoop"] = {"enable": True}
-    with pytest.raises(ConfigError, match=r"pass_args.tl.VectorizeLoop.enable: pass tl.VectorizeLoop takes no argument 'enable'; its arguments: enable_vectorize"):
+    with pytest.raises(
+        ConfigError,
+        match=r"pass_args.tl.VectorizeLoop.enable: pass tl.VectorizeLoop takes no argument 'enable'; its arguments: enable_vectorize",
+    ):
         load_config(_write_data(tmp_path, data))
     data = _hopper_data()
     data["pass_args"]["tl.VectorizeLoop"] = {"enable_vectorize": "yes"}
@@ -195,7 +215,9 @@ def test_unknown_config_name_suggests(tmp_path):
 def test_codegen_must_match_target_kind(tmp_path):
     data = _hopper_data()
     data["codegen"]["kind"] = "hip"
-    with pytest.raises(ConfigError, match=r"codegen.kind: codegen 'hip' needs target kind 'hip', but target.kind is 'cuda'"):
+    with pytest.raises(
+        ConfigError, match=r"codegen.kind: codegen 'hip' needs target kind 'hip', but target.kind is 'cuda'"
+    ):
         load_config(_write_data(tmp_path, data))
 
 

@@ -36,8 +36,9 @@ def fingerprints(names: list[str]) -> dict:
 
 def _fresh_process() -> dict:
     env = {**os.environ, "PYTHONHASHSEED": "random", "TESSERA_DISABLE_CACHE": "1"}
-    result = subprocess.run([sys.executable, "-c", _SCRIPT, *CONFIGS], capture_output=True, text=True,
-                            cwd=REPO, env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, *CONFIGS], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

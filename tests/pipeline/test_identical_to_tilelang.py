@@ -35,8 +35,13 @@ CPU_PROGRAMS = {
 
 def _assert_same(ours: str, theirs: str, what: str) -> None:
     if ours != theirs:
-        diff = "".join(list(difflib.unified_diff(theirs.splitlines(True), ours.splitlines(True),
-                                                 "tilelang.lower", "tessera_tvm.lower"))[:60])
+        diff = "".join(
+            list(
+                difflib.unified_diff(
+                    theirs.splitlines(True), ours.splitlines(True), "tilelang.lower", "tessera_tvm.lower"
+                )
+            )[:60]
+        )
         pytest.fail(f"{what}: source differs from tilelang.lower\n{diff}")
 
 

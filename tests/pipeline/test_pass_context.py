@@ -72,7 +72,10 @@ def test_lowering_error_names_the_pass_and_kernel():
 
     # A fragment shape that cannot be laid out over 128 threads makes layout inference fail.
     func = programs.softmax_rows(64, 100, block_m=3)
-    with pytest.raises(LoweringError, match=r"pass tl\.\w+ \((LowerAndLegalize|OptimizeForTarget), config 'hopper'\) failed on kernel\(s\) main"):
+    with pytest.raises(
+        LoweringError,
+        match=r"pass tl\.\w+ \((LowerAndLegalize|OptimizeForTarget), config 'hopper'\) failed on kernel\(s\) main",
+    ):
         tessera_tvm.lower(func, "hopper")
 
 

@@ -5,8 +5,7 @@ import tilelang.language as T
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
 
-def gemm(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32",
-         stages=3, threads=128):
+def gemm(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32", stages=3, threads=128):
     """C = A @ B with shared-memory tiles, a fragment accumulator and a pipelined K loop."""
 
     @T.prim_func
@@ -25,13 +24,15 @@ def gemm(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_d
     return main
 
 
-def gemm_bias_relu(M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32",
-                   stages=2, threads=128):
+def gemm_bias_relu(
+    M, N, K, block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32", stages=2, threads=128
+):
     """C = relu(A @ B^T + bias): transposed B operand and an element-wise epilogue on the fragment."""
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), bias: T.Tensor((N,), dtype),
-             C: T.Tensor((M, N), dtype)):
+    def main(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), bias: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_m, block_k), dtype)
             B_s = T.alloc_shared((block_n, block_k), dtype)
@@ -76,7 +77,9 @@ def elementwise_add(M, N, block_m=64, block_n=64, dtype="float32", threads=128):
     def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
             for i, j in T.Parallel(block_m, block_n):
-                C[by * block_m + i, bx * block_n + j] = A[by * block_m + i, bx * block_n + j] + B[by * block_m + i, bx * block_n + j]
+                C[by * block_m + i, bx * block_n + j] = (
+                    A[by * block_m + i, bx * block_n + j] + B[by * block_m + i, bx * block_n + j]
+                )
 
     return main
 
@@ -101,8 +104,9 @@ def cpu_gemm_bias(M, N, K, block_m=32, block_n=32, block_k=16, dtype="float32"):
     """CPU GEMM with a bias vector: the bias parameter sorts after C in the C kernel's signature."""
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
-             C: T.Tensor((M, N), dtype)):
+    def main(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m)) as (bx, by):
             C_l = T.alloc_local((block_m, block_n), dtype)
             T.clear(C_l)

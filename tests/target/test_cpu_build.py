@@ -140,9 +140,7 @@ def test_symbolic_scalar_may_be_passed_if_consistent(symbolic_gemm):
     A, B, C = np.ones((3, 128), np.float32), np.ones((128, 128), np.float32), np.zeros((3, 128), np.float32)
     symbolic_gemm(A, B, C, M=3)
     assert (C == 128).all()
-    with pytest.raises(
-        ArgumentError, match=r"scalar 'M' is 4 but the arrays give M = 3 \(from A.shape\[0\]\)"
-    ):
+    with pytest.raises(ArgumentError, match=r"scalar 'M' is 4 but the arrays give M = 3 \(from A.shape\[0\]\)"):
         symbolic_gemm(A, B, C, M=4)
 
 
@@ -162,13 +160,9 @@ def test_handwritten_scalars(handwritten_so):
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(5))
     with pytest.raises(ArgumentError, match=r"kernel 'axpy': missing scalar argument 'alpha' \(float32\)"):
         axpy(x, y)
-    with pytest.raises(
-        ArgumentError, match=r"unexpected keyword argument\(s\) 'beta'; scalar parameters: alpha, n"
-    ):
+    with pytest.raises(ArgumentError, match=r"unexpected keyword argument\(s\) 'beta'; scalar parameters: alpha, n"):
         axpy(x, y, alpha=1.0, beta=2.0)
-    with pytest.raises(
-        ArgumentError, match=r"scalar 'alpha' is a str \('2'\), expected a number \(float32\)"
-    ):
+    with pytest.raises(ArgumentError, match=r"scalar 'alpha' is a str \('2'\), expected a number \(float32\)"):
         axpy(x, y, alpha="2")
     with pytest.raises(ArgumentError, match=r"symbolic dim 'n' is 4 in y.shape\[0\] but 5 in x.shape\[0\]"):
         axpy(x, np.ones(4, np.float32), alpha=1.0)
@@ -189,9 +183,7 @@ def test_bfloat16_buffers_use_ml_dtypes(handwritten_so):
     x = np.array([1.0, 2.5, -3.0], dtype=ml_dtypes.bfloat16)
     k(x)
     np.testing.assert_array_equal(x.astype(np.float32), [2.0, 3.5, -2.0])
-    with pytest.raises(
-        ArgumentError, match=r"'x' has dtype float32, expected bfloat16 \(use x.astype\(ml_dtypes"
-    ):
+    with pytest.raises(ArgumentError, match=r"'x' has dtype float32, expected bfloat16 \(use x.astype\(ml_dtypes"):
         k(np.zeros(3, np.float32))
 
 
@@ -280,11 +272,7 @@ def test_gxx_failure_raises_and_leaves_nothing(tmp_path):
     with pytest.raises(ToolchainError) as info:
         compile_cpu('extern "C" int32_t k(float* x) { return x[0] +; }', out_dir=out, name="bad")
     msg = str(info.value)
-    assert (
-        "failed (exit code 1)" in msg
-        and "-std=c++17 -shared -fPIC -O3 -march=native" in msg
-        and "bad.cpp" in msg
-    )
+    assert "failed (exit code 1)" in msg and "-std=c++17 -shared -fPIC -O3 -march=native" in msg and "bad.cpp" in msg
     assert "bad.cpp:1:" in msg and "error" in msg  # the compiler's first error
     assert not out.exists() and list(tmp_path.iterdir()) == []  # no .so/.cpp, no staging dir
 

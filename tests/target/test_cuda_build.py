@@ -151,9 +151,7 @@ def test_failed_rebuild_keeps_previous_artifacts(tmp_path):
 @needs_nvcc
 def test_formats_and_extra_flags(tmp_path):
     src = "__global__ void scale(float* x) { x[threadIdx.x] *= SCALE; }\n"
-    b = compile_cuda(
-        src, arch="sm_80", out_dir=tmp_path, name="k", formats=("cubin",), extra_flags=["-DSCALE=3.0f"]
-    )
+    b = compile_cuda(src, arch="sm_80", out_dir=tmp_path, name="k", formats=("cubin",), extra_flags=["-DSCALE=3.0f"])
     assert b.ptx_path is None and b.cubin_path.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "k.cubin"]
     assert b.resource_usage["_Z5scalePf"]["registers"] > 0  # C++ kernels keep their mangled names

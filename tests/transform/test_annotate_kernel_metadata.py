@@ -31,17 +31,34 @@ def annotate(mod, config="hopper"):
 class Before:
     @T.prim_func
     def main(A: T.handle("float16", "global")):
-        T.func_attr({"calling_conv": 1, "global_symbol": "__tvm_ffi_main", "target": T.target("c"),
-                     "tessera.tile_info": {"tile": {"M": 64, "N": 64, "K": 32}, "stages": 2,
-                                           "dtype_in": "float16", "dtype_acc": "float32", "threads": 128,
-                                           "epilogue": ["bias", "relu"]}})
+        T.func_attr(
+            {
+                "calling_conv": 1,
+                "global_symbol": "__tvm_ffi_main",
+                "target": T.target("c"),
+                "tessera.tile_info": {
+                    "tile": {"M": 64, "N": 64, "K": 32},
+                    "stages": 2,
+                    "dtype_in": "float16",
+                    "dtype_acc": "float32",
+                    "threads": 128,
+                    "epilogue": ["bias", "relu"],
+                },
+            }
+        )
         T.call_packed("main_kernel", A, 4, 2, 128, 1, 1, 8192)
 
     @T.prim_func
     def main_kernel(A: T.handle("float16", "global")):
-        T.func_attr({"calling_conv": 2, "global_symbol": "main_kernel",
-                     "target": T.target({"kind": "cuda", "arch": "sm_90a"}), "dyn_shared_memory_buf": 8192,
-                     "thread_extent": {"blockIdx.x": 4, "blockIdx.y": 2, "threadIdx.x": 128}})
+        T.func_attr(
+            {
+                "calling_conv": 2,
+                "global_symbol": "main_kernel",
+                "target": T.target({"kind": "cuda", "arch": "sm_90a"}),
+                "dyn_shared_memory_buf": 8192,
+                "thread_extent": {"blockIdx.x": 4, "blockIdx.y": 2, "threadIdx.x": 128},
+            }
+        )
         A_1 = T.decl_buffer((1024,), "float16", data=A)
         bx = T.launch_thread("blockIdx.x", 4)
         buf_dyn_shmem = T.alloc_buffer((8192,), "uint8", scope="shared.dyn")  # noqa: F841
@@ -55,24 +72,42 @@ class Before:
 class Expected:
     @T.prim_func
     def main(A: T.handle("float16", "global")):
-        T.func_attr({"calling_conv": 1, "global_symbol": "__tvm_ffi_main", "target": T.target("c"),
-                     "tessera.tile_info": {"tile": {"M": 64, "N": 64, "K": 32}, "stages": 2,
-                                           "dtype_in": "float16", "dtype_acc": "float32", "threads": 128,
-                                           "epilogue": ["bias", "relu"]}})
+        T.func_attr(
+            {
+                "calling_conv": 1,
+                "global_symbol": "__tvm_ffi_main",
+                "target": T.target("c"),
+                "tessera.tile_info": {
+                    "tile": {"M": 64, "N": 64, "K": 32},
+                    "stages": 2,
+                    "dtype_in": "float16",
+                    "dtype_acc": "float32",
+                    "threads": 128,
+                    "epilogue": ["bias", "relu"],
+                },
+            }
+        )
         T.call_packed("main_kernel", A, 4, 2, 128, 1, 1, 8192)
 
     @T.prim_func
     def main_kernel(A: T.handle("float16", "global")):
-        T.func_attr({"calling_conv": 2, "global_symbol": "main_kernel",
-                     "target": T.target({"kind": "cuda", "arch": "sm_90a"}), "dyn_shared_memory_buf": 8192,
-                     "thread_extent": {"blockIdx.x": 4, "blockIdx.y": 2, "threadIdx.x": 128},
-                     "tessera.metadata": {
-                         "name": "main_kernel",
-                         "tile": {"M": 64, "N": 64, "K": 32, "stages": 2},
-                         "fragments": {"dtype_in": "float16", "dtype_acc": "float32"},
-                         "resources": {"smem_per_cta": 8192 + 16, "threads_per_block": 128, "local_bytes": 0},
-                         "launch": {"grid": [4, 2, 1], "block": [128, 1, 1], "smem_bytes": 8192},
-                         "epilogue": ["bias", "relu"]}})
+        T.func_attr(
+            {
+                "calling_conv": 2,
+                "global_symbol": "main_kernel",
+                "target": T.target({"kind": "cuda", "arch": "sm_90a"}),
+                "dyn_shared_memory_buf": 8192,
+                "thread_extent": {"blockIdx.x": 4, "blockIdx.y": 2, "threadIdx.x": 128},
+                "tessera.metadata": {
+                    "name": "main_kernel",
+                    "tile": {"M": 64, "N": 64, "K": 32, "stages": 2},
+                    "fragments": {"dtype_in": "float16", "dtype_acc": "float32"},
+                    "resources": {"smem_per_cta": 8192 + 16, "threads_per_block": 128, "local_bytes": 0},
+                    "launch": {"grid": [4, 2, 1], "block": [128, 1, 1], "smem_bytes": 8192},
+                    "epilogue": ["bias", "relu"],
+                },
+            }
+        )
         A_1 = T.decl_buffer((1024,), "float16", data=A)
         bx = T.launch_thread("blockIdx.x", 4)
         buf_dyn_shmem = T.alloc_buffer((8192,), "uint8", scope="shared.dyn")  # noqa: F841
@@ -98,7 +133,9 @@ def test_kernel_without_tile_info_gets_measured_fields_only():
     mod[gv] = mod[gv].without_attr("tessera.tile_info")
     (metadata,) = kernel_metadata(annotate(mod))
     assert metadata == {
-        "name": "main_kernel", "tile": {}, "fragments": {},
+        "name": "main_kernel",
+        "tile": {},
+        "fragments": {},
         "resources": {"smem_per_cta": 8208, "threads_per_block": 128, "local_bytes": 0},
         "launch": {"grid": [4, 2, 1], "block": [128, 1, 1], "smem_bytes": 8192},
         "epilogue": [],
@@ -182,8 +219,7 @@ def test_metadata_does_not_change_device_source(config):
     with_attr = tvm.IRModule(dict(kernels))
     without_attr = tvm.IRModule({gv: func.without_attr(ATTR) for gv, func in kernels})
     cfg = load_config(config)
-    assert (device_source(CodegenPrep(with_attr, cfg), cfg)
-            == device_source(CodegenPrep(without_attr, cfg), cfg))
+    assert device_source(CodegenPrep(with_attr, cfg), cfg) == device_source(CodegenPrep(without_attr, cfg), cfg)
 
 
 def test_launch_read_from_the_body_when_the_attr_is_missing():

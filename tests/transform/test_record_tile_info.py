@@ -50,12 +50,15 @@ def test_transposed_a_takes_k_from_its_first_axis():
     assert (info["stages"], info["threads"]) == (4, 256)
 
 
-@pytest.mark.parametrize(("activation", "epilogue"), [
-    ("gelu", ["bias", "gelu", "cast"]),
-    ("gelu_tanh", ["bias", "gelu", "cast"]),
-    ("relu", ["bias", "relu", "cast"]),
-    (None, ["bias", "cast"]),
-])
+@pytest.mark.parametrize(
+    ("activation", "epilogue"),
+    [
+        ("gelu", ["bias", "gelu", "cast"]),
+        ("gelu_tanh", ["bias", "gelu", "cast"]),
+        ("relu", ["bias", "relu", "cast"]),
+        (None, ["bias", "cast"]),
+    ],
+)
 def test_detects_epilogue(activation, epilogue):
     func = programs.linear(256, 256, 256, 128, 128, 32, activation=activation)
     assert tile_info(func)["epilogue"] == epilogue
@@ -63,7 +66,10 @@ def test_detects_epilogue(activation, epilogue):
 
 def test_gemm_outside_any_loop():
     assert tile_info(programs.matmul_one_k_tile()) == {
-        "tile": {"M": 64, "N": 64, "K": 32}, "dtype_in": "bfloat16", "dtype_acc": "float32", "threads": 128,
+        "tile": {"M": 64, "N": 64, "K": 32},
+        "dtype_in": "bfloat16",
+        "dtype_acc": "float32",
+        "threads": 128,
         "epilogue": ["relu"],
     }
 

@@ -47,7 +47,11 @@ def test_barrier_on_hopper_passes_unchanged():
 def test_barrier_on_ampere_is_rejected_with_the_fix():
     mod = tvm.IRModule({"main": programs.copy_with_barrier(1024)})
     lowered = LowerAndLegalize(mod, "ampere")
-    with pytest.raises(LoweringError, match=re.escape(
+    with pytest.raises(
+        LoweringError,
+        match=re.escape(
             "kernel 'main' allocates hardware barriers (bar) with T.alloc_barrier, which needs sm_90 or "
-            "later, but target 'ampere' is sm_80; use T.sync_threads() or named barriers on this target")):
+            "later, but target 'ampere' is sm_80; use T.sync_threads() or named barriers on this target"
+        ),
+    ):
         OptimizeForTarget(lowered, "ampere")

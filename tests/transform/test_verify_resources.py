@@ -26,9 +26,15 @@ def verify(mod, config):
 class GpuKernel:
     @T.prim_func
     def main_kernel(A: T.handle("float16", "global")):
-        T.func_attr({"calling_conv": 2, "global_symbol": "main_kernel",
-                     "target": T.target({"kind": "cuda", "arch": "sm_90a"}), "dyn_shared_memory_buf": 8192,
-                     "thread_extent": {"blockIdx.x": 4, "threadIdx.x": 128}})
+        T.func_attr(
+            {
+                "calling_conv": 2,
+                "global_symbol": "main_kernel",
+                "target": T.target({"kind": "cuda", "arch": "sm_90a"}),
+                "dyn_shared_memory_buf": 8192,
+                "thread_extent": {"blockIdx.x": 4, "threadIdx.x": 128},
+            }
+        )
         A_1 = T.decl_buffer((512,), "float16", data=A)
         bx = T.launch_thread("blockIdx.x", 4)
         buf_dyn_shmem = T.alloc_buffer((8192,), "uint8", scope="shared.dyn")  # noqa: F841
@@ -61,11 +67,15 @@ def test_shared_memory_over_the_limit():
     config = with_tessera_passes("hopper", shared_memory_per_block=8192)
     with pytest.raises(ResourceError) as info:
         verify_kernel("main_kernel", GpuKernel["main_kernel"], config)
-    assert (info.value.resource, info.value.amount, info.value.limit) == ("bytes of shared memory per block",
-                                                                         8192 + 16, 8192)
+    assert (info.value.resource, info.value.amount, info.value.limit) == (
+        "bytes of shared memory per block",
+        8192 + 16,
+        8192,
+    )
     assert str(info.value) == (
         "kernel 'main_kernel' needs 8208 bytes of shared memory per block but target 'hopper' allows at most "
-        "8192; reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)")
+        "8192; reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)"
+    )
 
 
 def test_threads_over_the_limit():
@@ -76,9 +86,13 @@ def test_threads_over_the_limit():
 
 def test_cpu_local_memory_over_the_limit():
     config = with_tessera_passes("cpu", local_memory_per_kernel=16384)
-    with pytest.raises(ResourceError, match=re.escape(
+    with pytest.raises(
+        ResourceError,
+        match=re.escape(
             "kernel 'main_kernel' needs 24576 bytes of local (stack) memory but target 'cpu' allows at most "
-            "16384; reduce block_m/block_n/block_k")):
+            "16384; reduce block_m/block_n/block_k"
+        ),
+    ):
         verify_kernel("main_kernel", CpuKernel["main_kernel"], config)
 
 
@@ -113,9 +127,13 @@ def test_gemm_fits_every_shipped_config():
 
 def test_pipeline_rejects_gemm_over_the_shared_memory_limit():
     # 3 stages of 128x32 + 32x128 fp16 tiles (49152 bytes) + 6 mbarriers (48 bytes) > 32 KiB
-    with pytest.raises(TesseraError, match=re.escape(
+    with pytest.raises(
+        TesseraError,
+        match=re.escape(
             "kernel 'main_kernel' needs 49200 bytes of shared memory per block but target 'hopper' allows at "
-            "most 32768; reduce block_m/block_n/block_k or stages")):
+            "most 32768; reduce block_m/block_n/block_k or stages"
+        ),
+    ):
         lower("matmul", "hopper", shared_memory_per_block=32768)
 
 

@@ -62,8 +62,9 @@ def _lower(program: str, config: str, resource_limits: tuple):
 
 def matmul(M, N, K, block_m, block_n, block_k, dtype="float16", accum="float32", stages=3, threads=128):
     """C = A @ B with one shared-memory tile per operand and an fp32 fragment accumulator."""
-    return programs.gemm(M, N, K, block_m, block_n, block_k, dtype=dtype, accum_dtype=accum, stages=stages,
-                         threads=threads)
+    return programs.gemm(
+        M, N, K, block_m, block_n, block_k, dtype=dtype, accum_dtype=accum, stages=stages, threads=threads
+    )
 
 
 def matmul_cpu(M, N, K, block_m, block_n, block_k, dtype="float32", accum="float32"):
@@ -85,8 +86,9 @@ def matmul_cpu(M, N, K, block_m, block_n, block_k, dtype="float32", accum="float
     return main
 
 
-def linear(M, N, K, block_m, block_n, block_k, activation="gelu", dtype="float16", accum="float32", stages=3,
-           threads=128):
+def linear(
+    M, N, K, block_m, block_n, block_k, activation="gelu", dtype="float16", accum="float32", stages=3, threads=128
+):
     """D = activation(A @ B + bias): the GEMM with an element-wise epilogue on the accumulator.
 
     ``activation`` is ``"gelu"`` (erf form), ``"gelu_tanh"``, ``"relu"`` or ``None``. The result is
@@ -94,8 +96,9 @@ def linear(M, N, K, block_m, block_n, block_k, activation="gelu", dtype="float16
     """
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype),
-             D: T.Tensor((M, N), dtype)):
+    def main(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), bias: T.Tensor((N,), dtype), D: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
             A_s = T.alloc_shared((block_m, block_k), dtype)
             B_s = T.alloc_shared((block_k, block_n), dtype)
@@ -147,14 +150,27 @@ def matmul_bias_relu_transposed(with_tile_info=False, epilogue=None):
     M, N, K = 256, 256, 128
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), bias: T.Tensor((N,), "float16"),
-             C: T.Tensor((M, N), "float16")):
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((N, K), "float16"),
+        bias: T.Tensor((N,), "float16"),
+        C: T.Tensor((M, N), "float16"),
+    ):
         if epilogue is not None:
             T.func_attr({"tessera.epilogue": epilogue})
         if with_tile_info:
-            T.func_attr({"tessera.tile_info": {"tile": {"M": 64, "N": 64, "K": 32}, "stages": 2,
-                                               "dtype_in": "float16", "dtype_acc": "float32",
-                                               "threads": 128, "epilogue": ["bias", "relu"]}})
+            T.func_attr(
+                {
+                    "tessera.tile_info": {
+                        "tile": {"M": 64, "N": 64, "K": 32},
+                        "stages": 2,
+                        "dtype_in": "float16",
+                        "dtype_acc": "float32",
+                        "threads": 128,
+                        "epilogue": ["bias", "relu"],
+                    }
+                }
+            )
         with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
             A_s = T.alloc_shared((64, 32), "float16")
             B_s = T.alloc_shared((64, 32), "float16")
@@ -194,8 +210,12 @@ def matmul_residual(M=256, N=256, K=128):
     """C = A @ B + R: R is global but indexed by row and column, a residual and not a bias."""
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), R: T.Tensor((M, N), "float32"),
-             C: T.Tensor((M, N), "float32")):
+    def main(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        R: T.Tensor((M, N), "float32"),
+        C: T.Tensor((M, N), "float32"),
+    ):
         with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
             A_s = T.alloc_shared((64, 32), "float16")
             B_s = T.alloc_shared((32, 64), "float16")
