@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._tvm import tvm
+from ._tvm import load_json, tvm
 from .config import TargetConfig, load_config
 from .errors import TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
@@ -264,8 +264,8 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         name=record["name"],
         config=config,
         source=record["source"],
-        host_mod=tvm.ir.load_json(entry.files["host_mod.json"].read_text()),
-        device_mod=tvm.ir.load_json(entry.files["device_mod.json"].read_text()),
+        host_mod=load_json(entry.files["host_mod.json"].read_text()),  # the key holds this TVM's version
+        device_mod=load_json(entry.files["device_mod.json"].read_text()),
         metadata=record["metadata"],
         pass_log=[PassRecord(**r) for r in record["pass_log"]],
         artifacts=artifacts,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._tvm import tvm
+from ._tvm import copy_module, tvm
 from .config import PHASES, PipelineEntry, TargetConfig, load_config
 from .errors import LoweringError, TesseraError
 from .registry import BuildContext, get_pass, get_predicate, take_pending_error
@@ -178,7 +178,7 @@ def run_phase(mod, config: TargetConfig | str, phase: str):
         name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
         mod = tvm.IRModule({name: mod})
     # Some TileLang passes rename Vars in place; work on a copy so the caller's module never changes.
-    mod = tvm.ir.load_json(tvm.ir.save_json(mod))
+    mod = copy_module(mod)
     seq = build_phase(config, phase)
     with recording(_RECORDER.get()) as rec, config.tvm_target():
         try:
