@@ -80,7 +80,7 @@ class DeviceKernel:
     schedule: Schedule
     tile: Any  # TileLang PrimFunc
     lowered: Any  # tessera_tvm.LoweredModule
-    tile_spec: Any = None  # the spec the tile program was built from (CPU: bf16/fp8 held as f32)
+    tile_spec: Any = None  # the spec the tile program was built from (CPU: fp8 held as f32)
 
     @property
     def spec(self):
@@ -123,7 +123,7 @@ class Instance:
 
         launches = []
         for dk in self.devices:
-            spec = dk.tile_spec or dk.spec  # what the tile program takes (CPU: bf16/fp8 held as f32)
+            spec = dk.tile_spec or dk.spec  # what the tile program takes (CPU: fp8 held as f32)
             inputs = tuple(
                 (var, p.name, p.dtype, tuple(p.shape)) for p, var in zip(spec.inputs(), dk.binding.inputs, strict=True)
             )
@@ -154,7 +154,7 @@ class Instance:
 
 
 class Memory:
-    """Where :meth:`Instance.run` keeps arrays. The host's, numpy: bf16/fp8 travel as float32 (what the
+    """Where :meth:`Instance.run` keeps arrays. The host's, numpy: fp8 travels as float32 (what the
     CPU tile programs take) and each result is rounded to its graph dtype, as the kernel's store would."""
 
     def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
@@ -548,7 +548,7 @@ def _compile_instance(
 
 def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> tuple[Any, Any]:
     """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
-    (on the CPU bf16/fp8 are held as f32). The autotuner's workers build programs here too, so the
+    (on the CPU fp8 is held as f32). The autotuner's workers build programs here too, so the
     kernel cache entries they leave are the ones ``ts.compile`` finds."""
     tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
     try:
@@ -561,14 +561,15 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
     return tile.with_attr("global_symbol", name), tile_spec
 
 
-#: Dtypes the C target cannot hold in a kernel signature; on the CPU they are passed as float32.
-#: Exact: every bf16/fp8 value is a float32, and the kernel computes in float32 anyway; results are
-#: rounded to the graph's dtype here, as the kernel's own store would.
-CPU_WIDENED = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+#: Dtypes the CPU kernels take as float32: TVM's C legalisation decodes fp8 wrongly. Exact: every fp8
+#: value is a float32, and the kernel computes in float32 anyway; results are rounded to the graph's
+#: dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen passes it as
+#: uint16_t, and the GEMM packs convert it; 1.2x faster than widening it here, bench/RESULTS.md.)
+CPU_WIDENED = ("float8_e4m3fn", "float8_e5m2")
 
 
 def cpu_storage(spec):
-    """``spec`` with bf16/fp8 parameters held as float32 (the C codegen has no such C types)."""
+    """``spec`` with fp8 parameters held as float32 (:data:`CPU_WIDENED`)."""
 
     def widen(dtype):
         return "float32" if dtype in CPU_WIDENED else dtype
