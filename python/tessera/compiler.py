@@ -564,7 +564,7 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
 #: Dtypes the CPU kernels take as float32: TVM's C legalisation decodes fp8 wrongly. Exact: every fp8
 #: value is a float32, and the kernel computes in float32 anyway; results are rounded to the graph's
 #: dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen passes it as
-#: uint16_t, and the GEMM packs convert it; 1.2x faster than widening it here, bench/RESULTS.md.)
+#: uint16_t, and the CPU GEMM packs it for the CPU's bf16 dot products, tessera/cpu_gemm.h.)
 CPU_WIDENED = ("float8_e4m3fn", "float8_e5m2")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tilelang.language as T
 
 from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
-from .gemm import cpu_gemm_f32, cpu_pack, cpu_pack_elements, cpu_pack_suffix
+from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .spec import AttentionSpec, TileSchedule
 
 ACC = "float32"
@@ -185,7 +185,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     D,
                 )
                 T.clear(scores)
-                cpu_gemm_f32(scores, block_m, k_pack, q_pack, keys, rows, D)
+                cpu_gemm(scores, block_m, k_pack, q_pack, keys, rows, D)
                 for i in T.serial(block_m):
                     new_max[i] = row_max[i]
                 for j in T.serial(keys):
@@ -217,7 +217,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     D,
                     keys,
                 )
-                cpu_gemm_f32(acc, D, p_pack, v_pack, rows, D, keys)
+                cpu_gemm(acc, D, p_pack, v_pack, rows, D, keys)
             for i in T.serial(rows):
                 for d in T.serial(D):
                     io.out[batch, head, bx * block_m + i, d] = T.cast(

@@ -148,7 +148,7 @@ def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, in
 def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stride_k, count, depth):
     """``tessera_cpu_pack_<operand>_<dtype>`` (tessera/cpu_gemm.h): ``count`` rows (A) or columns (B)
     of ``depth`` elements, read from ``source`` + ``offset`` through the two element strides, into the
-    fp32 ``panel`` that :func:`cpu_gemm_f32` reads."""
+    fp32 ``panel`` that :func:`cpu_gemm` reads."""
     return T.call_extern(
         "int32",
         f"tessera_cpu_pack_{operand}_{dtype}",
@@ -162,12 +162,13 @@ def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stri
     )
 
 
-def cpu_gemm_f32(acc, row_stride, a_panel, b_panel, rows, cols, depth):
+def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False):
     """``tessera_cpu_gemm_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``, from
-    panels packed by :func:`cpu_pack`; ``acc`` rows are ``row_stride`` elements apart."""
+    panels packed by :func:`cpu_pack`; ``acc`` rows are ``row_stride`` elements apart. ``pairs``:
+    ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``)."""
     return T.call_extern(
         "int32",
-        "tessera_cpu_gemm_f32",
+        "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_f32",
         T.address_of(acc[0, 0]),
         row_stride,
         T.address_of(a_panel[0]),
@@ -193,6 +194,10 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
     dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
+    # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none).
+    pairs = dtype_a == dtype_b == "bf16"
+    if pairs:
+        dtype_a = dtype_b = "bf16x2"
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
     # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
     a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
@@ -241,7 +246,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     cols,
                     depth,
                 )
-                cpu_gemm_f32(acc, block_n, a_pack, b_pack, rows, cols, depth)
+                cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
             for i in T.serial(rows):
                 for j in T.serial(cols):
                     io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(

@@ -92,6 +92,18 @@ def test_tile_ir_and_c_source_show_the_micro_kernel():
     assert re.search(r"tessera_cpu_pack_b_f16\(\(&\(b_pack\[0\]\)\), B, [^;]*, 1, 33, ", kernel)
 
 
+def test_bf16_gemm_packs_k_pairs_for_the_bf16_dot_products():
+    # bf16 x bf16 runs on bf16 k-pairs (vdpbf16ps with AVX512-BF16, fp32 packing without it);
+    # bf16 x f16 mixes dtypes and keeps the fp32 panels.
+    pairs = build_tile_program(GemmSpec(64, 64, 31, dtype_a="bfloat16"), SCHEDULES["ragged_blocks"], "c").script()
+    assert '"tessera_cpu_pack_a_bf16x2"' in pairs and '"tessera_cpu_pack_b_bf16x2"' in pairs
+    assert '"tessera_cpu_gemm_bf16x2"' in pairs and "tessera_cpu_gemm_f32" not in pairs
+    mixed = build_tile_program(
+        GemmSpec(64, 64, 31, dtype_a="bfloat16", dtype_b="float16"), SCHEDULES["ragged_blocks"], "c"
+    ).script()
+    assert '"tessera_cpu_pack_a_bf16"' in mixed and '"tessera_cpu_gemm_f32"' in mixed and "bf16x2" not in mixed
+
+
 def test_integer_gemm_keeps_serial_loops():
     spec = GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32")
     assert not cpu_gemm_packs(spec)

@@ -15,7 +15,8 @@
 // (block + TESSERA_GEMM_PAD) * block_k). The micro-kernel keeps an MR x NR tile of the accumulator in
 // vector registers for the whole depth: per k it loads NR/VEC vectors of B and broadcasts MR
 // elements of A, MR * NR/VEC fused multiply-adds. Edge tiles compute the full register tile and
-// add only the rows/columns inside the block.
+// add only the rows/columns inside the block. bf16 x bf16 GEMMs use the `bf16x2` entries at the end
+// of this file instead: k-pairs for the CPU's bf16 dot products.
 #pragma once
 
 #include <stdint.h>
@@ -270,3 +271,153 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_str
   tessera_gemm_packed(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
 }
+
+// ------------------------------------------------------------------------------------ bf16 pairs
+// bf16 x bf16 GEMMs: with AVX512-BF16, A and B are packed as pairs of consecutive k (element pair
+// (p, r) of an A strip at p * MR + r holds A[r, 2p] in its low and A[r, 2p + 1] in its high 16 bits;
+// B likewise per column) and the micro-kernel runs vdpbf16ps: per pair, MR x NV dot products of
+// pairs accumulated in fp32 (the CPU's rounding: round to nearest even, bf16 denormals read as zero).
+// An odd depth pads the last pair with zero. The panels take half the floats of the fp32 packing,
+// so the tile program's buffers hold them. Without AVX512-BF16 the same entries pack to fp32.
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && TESSERA_GEMM_VEC == 16
+
+static inline uint32_t tessera_bf16_pair(const uint16_t *p, int64_t stride, int32_t k, int32_t depth) {
+  const uint32_t lo = p[(int64_t)k * stride];
+  const uint32_t hi = k + 1 < depth ? p[(int64_t)(k + 1) * stride] : 0u;
+  return lo | (hi << 16);
+}
+
+static inline void tessera_pack_a_pairs(uint32_t *__restrict pack, const uint16_t *__restrict a, int64_t row_stride,
+                                        int64_t k_stride, int32_t rows, int32_t depth) {
+  const int MR = TESSERA_GEMM_MR;
+  const int32_t pairs = (depth + 1) / 2;
+  for (int32_t r0 = 0; r0 < rows; r0 += MR) {
+    uint32_t *strip = pack + (int64_t)r0 * pairs;
+    const int32_t live = rows - r0 < MR ? rows - r0 : MR;
+    for (int32_t p = 0; p < pairs; ++p) {
+      uint32_t *dst = strip + (int64_t)p * MR;
+      int r = 0;
+      for (; r < live; ++r) {
+        dst[r] = tessera_bf16_pair(a + (int64_t)(r0 + r) * row_stride, k_stride, 2 * p, depth);
+      }
+      for (; r < MR; ++r) {
+        dst[r] = 0u;
+      }
+    }
+  }
+}
+
+static inline void tessera_pack_b_pairs(uint32_t *__restrict pack, const uint16_t *__restrict b, int64_t k_stride,
+                                        int64_t col_stride, int32_t cols, int32_t depth) {
+  const int NR = TESSERA_GEMM_NR;
+  const int32_t pairs = (depth + 1) / 2;
+  for (int32_t c0 = 0; c0 < cols; c0 += NR) {
+    uint32_t *strip = pack + (int64_t)c0 * pairs;
+    const int32_t live = cols - c0 < NR ? cols - c0 : NR;
+    for (int32_t p = 0; p < pairs; ++p) {
+      uint32_t *dst = strip + (int64_t)p * NR;
+      int c = 0;
+      for (; c < live; ++c) {
+        dst[c] = tessera_bf16_pair(b + (int64_t)(c0 + c) * col_stride, k_stride, 2 * p, depth);
+      }
+      for (; c < NR; ++c) {
+        dst[c] = 0u;
+      }
+    }
+  }
+}
+
+static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const uint32_t *__restrict b,
+                                            int32_t pairs, float *__restrict c, int64_t ldc, int32_t rows,
+                                            int32_t cols) {
+  const int MR = TESSERA_GEMM_MR, NV = TESSERA_GEMM_NV, VEC = TESSERA_GEMM_VEC;
+  __m512 sum[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      sum[r][v] = _mm512_setzero_ps();
+    }
+  }
+  for (int32_t p = 0; p < pairs; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = (__m512bh)_mm512_loadu_si512((const void *)(b + (int64_t)p * NV * VEC + v * VEC));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(int64_t)p * MR + r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        sum[r][v] = _mm512_dpbf16_ps(sum[r][v], x, bv[v]);
+      }
+    }
+  }
+  if (rows == MR && cols == NV * VEC) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float *dst = c + r * ldc + v * VEC;
+        _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), sum[r][v]));
+      }
+    }
+    return;
+  }
+  float tile[MR][NV * VEC];
+  memcpy(tile, sum, sizeof tile);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      c[r * ldc + j] += tile[r][j];
+    }
+  }
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
+                                                          int32_t k_stride, int32_t rows, int32_t depth) {
+  tessera_pack_a_pairs((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
+  return 0;
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int32_t offset, int32_t k_stride,
+                                                          int32_t col_stride, int32_t cols, int32_t depth) {
+  tessera_pack_b_pairs((uint32_t *)pack, (const uint16_t *)b + offset, k_stride, col_stride, cols, depth);
+  return 0;
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+                                                        int32_t rows, int32_t cols, int32_t depth) {
+  const int MR = TESSERA_GEMM_MR, NR = TESSERA_GEMM_NR;
+  const int32_t pairs = (depth + 1) / 2;
+  const uint32_t *a = (const uint32_t *)a_pack, *b = (const uint32_t *)b_pack;
+  for (int32_t j = 0; j < cols; j += NR) {
+    const int32_t live_cols = cols - j < NR ? cols - j : NR;
+    for (int32_t i = 0; i < rows; i += MR) {
+      const int32_t live_rows = rows - i < MR ? rows - i : MR;
+      tessera_gemm_micro_pairs(a + (int64_t)i * pairs, b + (int64_t)j * pairs, pairs, acc + i * acc_stride + j,
+                               acc_stride, live_rows, live_cols);
+    }
+  }
+  return 0;
+}
+
+#else  // no bf16 dot products: the fp32 packing and micro-kernel
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
+                                                          int32_t k_stride, int32_t rows, int32_t depth) {
+  return tessera_cpu_pack_a_bf16(pack, a, offset, row_stride, k_stride, rows, depth);
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int32_t offset, int32_t k_stride,
+                                                          int32_t col_stride, int32_t cols, int32_t depth) {
+  return tessera_cpu_pack_b_bf16(pack, b, offset, k_stride, col_stride, cols, depth);
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+                                                        int32_t rows, int32_t cols, int32_t depth) {
+  return tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+}
+
+#endif
