@@ -104,81 +104,59 @@ static inline float tessera_to_float(tessera_half_bits h) {
 
 // ------------------------------------------------------------------------------------ packing
 
-// pack[strip][k][r] = A[row r of the strip, k]; element (i, k) of A is at a[i * row_stride + k * k_stride].
-template <typename T>
-static inline void tessera_pack_a(float *__restrict pack, const T *__restrict a, int64_t row_stride,
-                                  int64_t k_stride, int32_t rows, int32_t depth) {
-  const int MR = TESSERA_GEMM_MR;
-  for (int32_t r0 = 0; r0 < rows; r0 += MR) {
-    float *strip = pack + (int64_t)r0 * depth;
-    const int32_t live = rows - r0 < MR ? rows - r0 : MR;
-    if (live == MR && k_stride == 1) {
-      // Rows are contiguous in k: read MR rows side by side, write k-major.
-      const T *src = a + r0 * row_stride;
+// pack[strip][k][i] = element (i of the strip, k) of an operand whose element (i, k) is at
+// src[i * stride + k * k_stride]: A in strips of W = MR rows, B in strips of W = NR columns.
+template <int W, typename T>
+static inline void tessera_pack_strips(float *__restrict pack, const T *__restrict src, int64_t stride,
+                                       int64_t k_stride, int32_t count, int32_t depth) {
+  for (int32_t i0 = 0; i0 < count; i0 += W) {
+    float *strip = pack + (int64_t)i0 * depth;
+    const T *base = src + i0 * stride;
+    const int32_t live = count - i0 < W ? count - i0 : W;
+    if (live == W && stride == 1) {
+      // The strip is contiguous: one straight copy per k.
       for (int32_t k = 0; k < depth; ++k) {
-        for (int r = 0; r < MR; ++r) {
-          strip[(int64_t)k * MR + r] = tessera_to_float(src[r * row_stride + k]);
+        for (int i = 0; i < W; ++i) {
+          strip[(int64_t)k * W + i] = tessera_to_float(base[k * k_stride + i]);
+        }
+      }
+      continue;
+    }
+    if (live == W && k_stride == 1) {
+      // Each row (A) or column (B) is contiguous in k: read W of them side by side, write k-major.
+      for (int32_t k = 0; k < depth; ++k) {
+        for (int i = 0; i < W; ++i) {
+          strip[(int64_t)k * W + i] = tessera_to_float(base[i * stride + k]);
         }
       }
       continue;
     }
     for (int32_t k = 0; k < depth; ++k) {
-      const T *src = a + r0 * row_stride + k * k_stride;
-      float *dst = strip + (int64_t)k * MR;
-      int r = 0;
-      for (; r < live; ++r) {
-        dst[r] = tessera_to_float(src[r * row_stride]);
+      float *dst = strip + (int64_t)k * W;
+      int i = 0;
+      for (; i < live; ++i) {
+        dst[i] = tessera_to_float(base[i * stride + k * k_stride]);
       }
-      for (; r < MR; ++r) {
-        dst[r] = 0.0f;
-      }
-    }
-  }
-}
-
-// pack[strip][k][c] = B[k, column c of the strip]; element (k, j) of B is at b[k * k_stride + j * col_stride].
-template <typename T>
-static inline void tessera_pack_b(float *__restrict pack, const T *__restrict b, int64_t k_stride,
-                                  int64_t col_stride, int32_t cols, int32_t depth) {
-  const int NR = TESSERA_GEMM_NR;
-  for (int32_t c0 = 0; c0 < cols; c0 += NR) {
-    float *strip = pack + (int64_t)c0 * depth;
-    const int32_t live = cols - c0 < NR ? cols - c0 : NR;
-    if (live == NR && col_stride == 1) {
-      for (int32_t k = 0; k < depth; ++k) {
-        const T *src = b + k * k_stride + c0;
-        float *dst = strip + (int64_t)k * NR;
-        for (int c = 0; c < NR; ++c) {
-          dst[c] = tessera_to_float(src[c]);
-        }
-      }
-      continue;
-    }
-    if (live == NR && k_stride == 1) {
-      // Transposed B: columns are contiguous in k.
-      const T *src = b + c0 * col_stride;
-      for (int32_t k = 0; k < depth; ++k) {
-        for (int c = 0; c < NR; ++c) {
-          strip[(int64_t)k * NR + c] = tessera_to_float(src[c * col_stride + k]);
-        }
-      }
-      continue;
-    }
-    for (int32_t k = 0; k < depth; ++k) {
-      const T *src = b + k * k_stride + c0 * col_stride;
-      float *dst = strip + (int64_t)k * NR;
-      int c = 0;
-      for (; c < live; ++c) {
-        dst[c] = tessera_to_float(src[c * col_stride]);
-      }
-      for (; c < NR; ++c) {
-        dst[c] = 0.0f;
+      for (; i < W; ++i) {
+        dst[i] = 0.0f;
       }
     }
   }
 }
 
 // ------------------------------------------------------------------------------------ micro-kernel
+
+// c[0:rows, 0:cols] += the first rows x cols of an MR x NR register tile `sum` (an edge tile).
+static inline void tessera_add_edge_tile(float *__restrict c, int64_t ldc, const void *sum, int32_t rows,
+                                         int32_t cols) {
+  float tile[TESSERA_GEMM_MR][TESSERA_GEMM_NR];
+  memcpy(tile, sum, sizeof tile);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      c[r * ldc + j] += tile[r][j];
+    }
+  }
+}
 
 // c[0:rows, 0:cols] += a_strip * b_strip over `depth`, c with row stride `ldc` (rows <= MR, cols <= NR).
 static inline void tessera_gemm_micro(const float *__restrict a, const float *__restrict b, int32_t depth,
@@ -218,25 +196,21 @@ static inline void tessera_gemm_micro(const float *__restrict a, const float *__
     }
     return;
   }
-  float tile[MR][NV * VEC];
-  memcpy(tile, sum, sizeof tile);
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) {
-      c[r * ldc + j] += tile[r][j];
-    }
-  }
+  tessera_add_edge_tile(c, ldc, sum, rows, cols);
 }
 
-// acc[0:rows, 0:cols] += A * B from packed strips (the packing above) over `depth`.
-static inline void tessera_gemm_packed(float *acc, int64_t acc_stride, const float *a_pack, const float *b_pack,
-                                       int32_t rows, int32_t cols, int32_t depth) {
+// acc[0:rows, 0:cols] += A * B from packed strips, `steps` k steps deep (k, or k-pairs for bf16x2):
+// Micro over every MR x NR tile. P is the packed element (float, or uint32_t for a bf16 pair).
+template <typename P, void (*Micro)(const P *, const P *, int32_t, float *, int64_t, int32_t, int32_t)>
+static inline void tessera_gemm_strips(float *acc, int64_t acc_stride, const P *a_pack, const P *b_pack, int32_t rows,
+                                       int32_t cols, int32_t steps) {
   const int MR = TESSERA_GEMM_MR, NR = TESSERA_GEMM_NR;
   for (int32_t j = 0; j < cols; j += NR) {
     const int32_t live_cols = cols - j < NR ? cols - j : NR;
     for (int32_t i = 0; i < rows; i += MR) {
       const int32_t live_rows = rows - i < MR ? rows - i : MR;
-      tessera_gemm_micro(a_pack + (int64_t)i * depth, b_pack + (int64_t)j * depth, depth, acc + i * acc_stride + j,
-                         acc_stride, live_rows, live_cols);
+      Micro(a_pack + (int64_t)i * steps, b_pack + (int64_t)j * steps, steps, acc + i * acc_stride + j, acc_stride,
+            live_rows, live_cols);
     }
   }
 }
@@ -251,13 +225,13 @@ static inline void tessera_gemm_packed(float *acc, int64_t acc_stride, const flo
   TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int32_t offset,                \
                                                               int32_t row_stride, int32_t k_stride, int32_t rows, \
                                                               int32_t depth) {                                   \
-    tessera_pack_a(pack, (const STORAGE *)a + offset, row_stride, k_stride, rows, depth);                       \
+    tessera_pack_strips<TESSERA_GEMM_MR>(pack, (const STORAGE *)a + offset, row_stride, k_stride, rows, depth);                       \
     return 0;                                                                                                    \
   }                                                                                                              \
   TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int32_t offset,                \
                                                               int32_t k_stride, int32_t col_stride, int32_t cols, \
                                                               int32_t depth) {                                   \
-    tessera_pack_b(pack, (const STORAGE *)b + offset, k_stride, col_stride, cols, depth);                       \
+    tessera_pack_strips<TESSERA_GEMM_NR>(pack, (const STORAGE *)b + offset, col_stride, k_stride, cols, depth);                       \
     return 0;                                                                                                    \
   }
 
@@ -268,7 +242,7 @@ TESSERA_DEFINE_PACK(bf16, uint16_t, uint16_t)      // bf16 storage after tirx.BF
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                      int32_t rows, int32_t cols, int32_t depth) {
-  tessera_gemm_packed(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  tessera_gemm_strips<float, tessera_gemm_micro>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
 }
 
@@ -288,41 +262,23 @@ static inline uint32_t tessera_bf16_pair(const uint16_t *p, int64_t stride, int3
   return lo | (hi << 16);
 }
 
-static inline void tessera_pack_a_pairs(uint32_t *__restrict pack, const uint16_t *__restrict a, int64_t row_stride,
-                                        int64_t k_stride, int32_t rows, int32_t depth) {
-  const int MR = TESSERA_GEMM_MR;
+// pack[strip][p][i] = the k-pair (2p, 2p + 1) of element i of the strip, the operand laid out as for
+// tessera_pack_strips.
+template <int W>
+static inline void tessera_pack_pairs(uint32_t *__restrict pack, const uint16_t *__restrict src, int64_t stride,
+                                      int64_t k_stride, int32_t count, int32_t depth) {
   const int32_t pairs = (depth + 1) / 2;
-  for (int32_t r0 = 0; r0 < rows; r0 += MR) {
-    uint32_t *strip = pack + (int64_t)r0 * pairs;
-    const int32_t live = rows - r0 < MR ? rows - r0 : MR;
+  for (int32_t i0 = 0; i0 < count; i0 += W) {
+    uint32_t *strip = pack + (int64_t)i0 * pairs;
+    const int32_t live = count - i0 < W ? count - i0 : W;
     for (int32_t p = 0; p < pairs; ++p) {
-      uint32_t *dst = strip + (int64_t)p * MR;
-      int r = 0;
-      for (; r < live; ++r) {
-        dst[r] = tessera_bf16_pair(a + (int64_t)(r0 + r) * row_stride, k_stride, 2 * p, depth);
+      uint32_t *dst = strip + (int64_t)p * W;
+      int i = 0;
+      for (; i < live; ++i) {
+        dst[i] = tessera_bf16_pair(src + (int64_t)(i0 + i) * stride, k_stride, 2 * p, depth);
       }
-      for (; r < MR; ++r) {
-        dst[r] = 0u;
-      }
-    }
-  }
-}
-
-static inline void tessera_pack_b_pairs(uint32_t *__restrict pack, const uint16_t *__restrict b, int64_t k_stride,
-                                        int64_t col_stride, int32_t cols, int32_t depth) {
-  const int NR = TESSERA_GEMM_NR;
-  const int32_t pairs = (depth + 1) / 2;
-  for (int32_t c0 = 0; c0 < cols; c0 += NR) {
-    uint32_t *strip = pack + (int64_t)c0 * pairs;
-    const int32_t live = cols - c0 < NR ? cols - c0 : NR;
-    for (int32_t p = 0; p < pairs; ++p) {
-      uint32_t *dst = strip + (int64_t)p * NR;
-      int c = 0;
-      for (; c < live; ++c) {
-        dst[c] = tessera_bf16_pair(b + (int64_t)(c0 + c) * col_stride, k_stride, 2 * p, depth);
-      }
-      for (; c < NR; ++c) {
-        dst[c] = 0u;
+      for (; i < W; ++i) {
+        dst[i] = 0u;
       }
     }
   }
@@ -366,40 +322,25 @@ static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const 
     }
     return;
   }
-  float tile[MR][NV * VEC];
-  memcpy(tile, sum, sizeof tile);
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) {
-      c[r * ldc + j] += tile[r][j];
-    }
-  }
+  tessera_add_edge_tile(c, ldc, sum, rows, cols);
 }
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
                                                           int32_t k_stride, int32_t rows, int32_t depth) {
-  tessera_pack_a_pairs((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
+  tessera_pack_pairs<TESSERA_GEMM_MR>((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
   return 0;
 }
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int32_t offset, int32_t k_stride,
                                                           int32_t col_stride, int32_t cols, int32_t depth) {
-  tessera_pack_b_pairs((uint32_t *)pack, (const uint16_t *)b + offset, k_stride, col_stride, cols, depth);
+  tessera_pack_pairs<TESSERA_GEMM_NR>((uint32_t *)pack, (const uint16_t *)b + offset, col_stride, k_stride, cols, depth);
   return 0;
 }
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                         int32_t rows, int32_t cols, int32_t depth) {
-  const int MR = TESSERA_GEMM_MR, NR = TESSERA_GEMM_NR;
-  const int32_t pairs = (depth + 1) / 2;
-  const uint32_t *a = (const uint32_t *)a_pack, *b = (const uint32_t *)b_pack;
-  for (int32_t j = 0; j < cols; j += NR) {
-    const int32_t live_cols = cols - j < NR ? cols - j : NR;
-    for (int32_t i = 0; i < rows; i += MR) {
-      const int32_t live_rows = rows - i < MR ? rows - i : MR;
-      tessera_gemm_micro_pairs(a + (int64_t)i * pairs, b + (int64_t)j * pairs, pairs, acc + i * acc_stride + j,
-                               acc_stride, live_rows, live_cols);
-    }
-  }
+  tessera_gemm_strips<uint32_t, tessera_gemm_micro_pairs>(acc, acc_stride, (const uint32_t *)a_pack,
+                                                         (const uint32_t *)b_pack, rows, cols, (depth + 1) / 2);
   return 0;
 }
 
