@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tilelang.language as T
 
+from .._tvm import prim_func
 from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .spec import AttentionSpec, TileSchedule
@@ -71,7 +72,7 @@ def _attention_gpu(spec: AttentionSpec, s: TileSchedule):
     dtype = spec.dtype_in
     params = spec.params()
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params, ("q", "k", "v", "out"))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
@@ -149,7 +150,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
     k_elems, q_elems = cpu_pack_elements(block_n, block_m, D)  # S^T = K Q^T: A = K block, B = Q^T
     p_elems, v_elems = cpu_pack_elements(block_m, D, block_n)  # O += P V: A = P, B = V block
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params, ("q", "k", "v", "out"))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
@@ -234,7 +235,7 @@ def _attention_cpu_loops(spec: AttentionSpec, s: TileSchedule):
     groups = spec.groups
     params = spec.params()
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params, ("q", "k", "v", "out"))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):

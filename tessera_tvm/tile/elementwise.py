@@ -14,6 +14,7 @@ import math
 
 import tilelang.language as T
 
+from .._tvm import prim_func
 from .common import binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
 from .spec import Binary, Const, ElementwiseSpec, Input, TileSchedule, Unary
 
@@ -55,7 +56,7 @@ def elementwise_program(spec: ElementwiseSpec, schedule: TileSchedule, target_ki
 
     if target_kind == "c":
 
-        @T.prim_func
+        @prim_func
         def main():
             io = declare_params(params)
             with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m)) as (bx, by):
@@ -67,7 +68,7 @@ def elementwise_program(spec: ElementwiseSpec, schedule: TileSchedule, target_ki
 
         return main
 
-    @T.prim_func
+    @prim_func
     def main():  # noqa: F811
         io = declare_params(params)
         with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m), threads=schedule.threads) as (bx, by):

@@ -19,6 +19,7 @@ import math
 
 import tilelang.language as T
 
+from .._tvm import prim_func
 from .common import (
     all_of,
     broadcast_coords,
@@ -87,7 +88,7 @@ def _gemm_gpu(spec: GemmSpec, s: TileSchedule):
     b_tile = (block_n, block_k) if spec.transpose_b else (block_k, block_n)
     n_batch = math.prod(spec.batch)
 
-    @T.prim_func
+    @prim_func
     def main():
         io = _declare(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch, threads=s.threads) as (bx, by, bz):
@@ -205,7 +206,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
     a_row_stride, a_k_stride = a_strides[::-1] if spec.transpose_a else a_strides
     b_k_stride, b_col_stride = b_strides[::-1] if spec.transpose_b else b_strides
 
-    @T.prim_func
+    @prim_func
     def main():
         io = _declare(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
@@ -273,7 +274,7 @@ def _gemm_cpu_loops(spec: GemmSpec, s: TileSchedule):
         index = (*batch, col, kk) if spec.transpose_b else (*batch, kk, col)
         return to_compute(b[index], compute)
 
-    @T.prim_func
+    @prim_func
     def main():
         io = _declare(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):

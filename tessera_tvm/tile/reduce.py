@@ -20,6 +20,7 @@ import math
 
 import tilelang.language as T
 
+from .._tvm import prim_func
 from .common import CPU_LANES, all_of, cpu_exp, declare_params, guard, lane_reduce, lowest, to_compute, unravel
 from .spec import NormSpec, ReduceSpec, SoftmaxSpec, TileSchedule
 
@@ -85,7 +86,7 @@ def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
 
     if target_kind == "c":
 
-        @T.prim_func
+        @prim_func
         def main():
             io = declare_params(params, ("x", "out"))
             with T.Kernel(T.ceildiv(rows, block_m)) as bx:
@@ -98,7 +99,7 @@ def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
 
         return main
 
-    @T.prim_func
+    @prim_func
     def main():  # noqa: F811
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
@@ -151,7 +152,7 @@ def softmax_program(spec: SoftmaxSpec, schedule: TileSchedule, target_kind: str)
     if target_kind == "c":
         return _softmax_cpu(spec, view, block_m)
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
@@ -208,7 +209,7 @@ def _softmax_cpu(spec: SoftmaxSpec, view: RowView, block_m: int):
     full, tail = divmod(length, CPU_LANES)
     params = spec.params()
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m)) as bx:
@@ -295,7 +296,7 @@ def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
 
     if target_kind == "c":
 
-        @T.prim_func
+        @prim_func
         def main():
             io = _declare_norm(spec)
             with T.Kernel(T.ceildiv(rows, block_m)) as bx:
@@ -327,7 +328,7 @@ def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
 
         return main
 
-    @T.prim_func
+    @prim_func
     def main():  # noqa: F811
         io = _declare_norm(spec)
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:

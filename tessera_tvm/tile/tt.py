@@ -26,6 +26,7 @@ import tilelang.language as T
 
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
+from .._tvm import prim_func
 from .common import binary, declare_params, unary
 from .spec import (
     AttentionSpec,
@@ -163,7 +164,7 @@ def _gemm_program(spec: GemmSpec):
     tb = spec.transpose_b
     compute = any(op.kind != "cast" for op in spec.epilogue)
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(params)
         bias = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
@@ -240,7 +241,7 @@ def _elementwise_program(spec: ElementwiseSpec):
         loaded = {p.name: T.cast(buf[r, c], "float32") for p, buf in zip(spec.operands, buffers, strict=False)}
         return T.cast(_evaluate(spec.expr, loaded), spec.dtype_out)
 
-    @T.prim_func
+    @prim_func
     def main():
         io = declare_params(view)
         with T.Kernel(T.ceildiv(cols, TILE), T.ceildiv(rows, TILE)) as (bx, by):
