@@ -31,17 +31,10 @@ from typing import Any
 
 from ._tvm import tilelang, tvm
 from .config import TargetConfig
+from .target.toolchain import sha256_file
 
 MANIFEST = "manifest.json"
 _FORMAT = 2  # 2: CUDA entries carry the runtime library and the program's buffer order
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _compiler_version(compiler: str) -> str:
@@ -162,7 +155,7 @@ class KernelCache:
             files = {}
             for name, info in record["files"].items():
                 file = path / info["file"]
-                if _sha256_file(file) != info["sha256"]:
+                if sha256_file(file) != info["sha256"]:
                     raise ValueError(f"{file} does not match its checksum")
                 files[name] = file
             if record.get("key") != key:
@@ -184,7 +177,7 @@ class KernelCache:
             for name, src in files.items():
                 dest = staging / Path(src).name
                 shutil.copy2(src, dest)
-                manifest_files[name] = {"file": dest.name, "sha256": _sha256_file(dest)}
+                manifest_files[name] = {"file": dest.name, "sha256": sha256_file(dest)}
             (staging / MANIFEST).write_text(json.dumps({**record, "key": key, "files": manifest_files}, indent=1))
             try:
                 os.rename(staging, final)

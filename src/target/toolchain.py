@@ -12,7 +12,9 @@ Every target driver in ``tessera_tvm.target`` goes through this module, so that 
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import hashlib
 import os
 import re
 import secrets
@@ -33,9 +35,11 @@ __all__ = [
     "BuildOptionError",
     "CompletedRun",
     "atomic_output_dir",
+    "file_lock",
     "find_tool",
     "require_tool",
     "run_tool",
+    "sha256_file",
     "summarize_output",
     "tilelang_include_dirs",
     "untouched_on_failure",
@@ -245,6 +249,20 @@ def atomic_output_dir(final_dir: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 @contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the block: processes that build the
+    same shared file (a runner, a precompiled header) wait for the first instead of all building it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextmanager
 def untouched_on_failure(final_dir: str | os.PathLike[str]) -> Iterator[None]:
     """Add to a :class:`ToolchainError` raised inside the block that ``final_dir`` was not changed.
 
@@ -256,6 +274,15 @@ def untouched_on_failure(final_dir: str | os.PathLike[str]) -> Iterator[None]:
     except ToolchainError as exc:
         note = f"\n  (the build ran in a temporary directory, now removed; nothing was written to {final_dir})"
         raise type(exc)(exc.command, exc.output, f"{exc}{note}") from None
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:

@@ -14,16 +14,21 @@ import pytest
 from tessera_tvm._tvm import tilelang, tvm  # TileLang and its TVM, the one-TVM way
 from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 from tessera_tvm.target.cpu import (
+    DEFAULT_CPU_FLAGS,
+    PRELUDE,
+    PRELUDE_INCLUDE,
     ArgumentError,
     CpuKernel,
     KernelParam,
     KernelRuntimeError,
     ParamSpecError,
     compile_cpu,
+    cpu_build_command,
     load_cpu_kernel,
     numpy_dtype,
+    precompiled_prelude,
 )
-from tessera_tvm.target.toolchain import BuildOptionError
+from tessera_tvm.target.toolchain import BuildOptionError, find_tool, run_tool
 
 T = tilelang.language
 Target = tvm.target.Target
@@ -333,3 +338,62 @@ def test_numpy_dtypes():
 def test_flags_must_be_a_sequence(tmp_path):
     with pytest.raises(BuildOptionError, match="not a string"):
         compile_cpu("int x;", out_dir=tmp_path, name="k", flags="-O3")
+
+
+# ------------------------------------------------------------------------------- precompiled prelude
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch, tmp_path) -> Path:
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def test_prelude_is_precompiled_once_and_gcc_uses_it(fresh_cache, tmp_path):
+    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+    assert src.lstrip().splitlines()[1] == PRELUDE_INCLUDE  # first after TileLang's comment: precompilable
+    compile_cpu(src, out_dir=tmp_path / "a", name="gemm")
+    (gch,) = fresh_cache.glob(f"pch/*/{PRELUDE}.gch")
+    built = gch.stat().st_mtime_ns
+    compile_cpu(src, out_dir=tmp_path / "b", name="gemm")
+    assert gch.stat().st_mtime_ns == built  # reused, not rebuilt
+    # g++ -H marks a precompiled header it read with "!" (and one it rejected with "x").
+    prelude = precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS)
+    command = cpu_build_command(find_tool("g++"), DEFAULT_CPU_FLAGS, "h.so", "gemm.cpp", prelude)
+    shown = run_tool([*command, "-H"], cwd=tmp_path / "b").stderr.splitlines()
+    assert f"! {gch}" in shown
+
+
+def test_prelude_gives_the_same_library(fresh_cache, tmp_path, monkeypatch):
+    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+    with_prelude = compile_cpu(src, out_dir=tmp_path / "with", name="gemm").read_bytes()
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    assert precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS) is None  # no cache, no prelude
+    assert compile_cpu(src, out_dir=tmp_path / "without", name="gemm").read_bytes() == with_prelude
+
+
+def test_damaged_prelude_is_rebuilt_not_used(fresh_cache, tmp_path):
+    import tessera_tvm.target.cpu as cpu
+
+    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+    compile_cpu(src, out_dir=tmp_path / "a", name="gemm")
+    (gch,) = fresh_cache.glob(f"pch/*/{PRELUDE}.gch")
+    # Flip bytes inside a GCC-valid header: GCC would crash on it (internal compiler error).
+    data = bytearray(gch.read_bytes())
+    for offset in range(len(data) // 2, len(data), 4099):
+        data[offset] ^= 0x5A
+    gch.write_bytes(bytes(data))
+    cpu._intact_preludes.clear()  # a new process: nothing verified yet
+    so = compile_cpu(src, out_dir=tmp_path / "b", name="gemm")
+    assert gch.read_bytes() != bytes(data)  # rebuilt
+    kernel = load_cpu_kernel(so, "main_kernel", [KernelParam(n, "buffer", "float32", (64, 64)) for n in "ABC"])
+    A, B = RNG.standard_normal((64, 64), np.float32), RNG.standard_normal((64, 64), np.float32)
+    C = np.zeros((64, 64), np.float32)
+    kernel(A, B, C)
+    assert_matmul_close(C, A, B)
+
+
+def test_sources_without_the_prelude_do_not_build_it(fresh_cache, tmp_path):
+    compile_cpu('extern "C" int f(int* x) { return 0; }', out_dir=tmp_path, name="k")
+    assert not (fresh_cache / "pch").exists()

@@ -20,7 +20,6 @@ not written exactly once).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ import numpy as np
 
 from tessera_tvm.errors import TesseraError, ToolchainError, ToolchainMissingError
 
+from ..toolchain import file_lock
 from . import (
     DATA_FORMATS,
     DTYPE_TO_FORMAT,
@@ -450,21 +450,6 @@ def _tree_digest(*roots: Path) -> str:
     return h.hexdigest()
 
 
-class _FileLock:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-
-
 def _compile(cmd: list[str], out: Path, what: str) -> None:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}.{threading.get_ident()}")
     proc = subprocess.run([*cmd, "-o", str(tmp)], capture_output=True, text=True, check=False)
@@ -489,7 +474,7 @@ def build_runner(cache_dir: Path | None = None) -> Path:
             return _runner_memo[memo_key]
         out = cache / f"runner-{key}" / "ttemu_runner"
         if not out.exists():
-            with _FileLock(cache / "runner.lock"):
+            with file_lock(cache / "runner.lock"):
                 if not out.exists():
                     out.parent.mkdir(parents=True, exist_ok=True)
                     sources = [str(EMULATOR_SRC_DIR / "runtime.cpp"), str(EMULATOR_SRC_DIR / "runner.cpp")]
