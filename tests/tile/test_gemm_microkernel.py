@@ -3,13 +3,15 @@ transposed and batched operands, and what the Tile IR and the C source show."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import tessera_tvm
-from tessera_tvm.target.cpu import RUNTIME_INCLUDE_DIR
+from tessera_tvm.target.cpu import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR, compile_cpu
 from tessera_tvm.tile import EpilogueOp, GemmSpec, TileSchedule, build_tile_program
 from tessera_tvm.tile.gemm import CPU_MICRO_TILE, CPU_PACK_PAD, cpu_gemm_packs
 
@@ -118,3 +120,132 @@ def test_header_and_tile_program_agree_on_the_padding_and_tile():
     rows = int(re.search(r"#define TESSERA_GEMM_MR (\d+)", avx512).group(1))
     vectors = int(re.search(r"#define TESSERA_GEMM_NV (\d+)", avx512).group(1))
     assert (rows, lanes * vectors) == CPU_MICRO_TILE
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 x bf16: k-pair packing (vector paths for stride-1 rows and k) and vdpbf16ps
+# ---------------------------------------------------------------------------------------------
+
+# Blocks over several 16-pair chunks of the transposing packer and 16/32-lane groups of the row
+# packer, each with a ragged edge: odd block_k (the last pair of every K step padded with zero),
+# blocks that are not multiples of the register tile.
+PAIR_SCHEDULES = {
+    "odd_block_k": TileSchedule(block_m=3 * MR, block_n=2 * NR, block_k=67),
+    "ragged_blocks": TileSchedule(block_m=2 * MR + 5, block_n=NR + 9, block_k=33),
+}
+PAIR_SHAPES = [(2 * MR + 3, 3 * NR + 7, 141), (16, 16, 32), (MR + 1, 17, 1)]
+
+
+@pytest.mark.parametrize("schedule", sorted(PAIR_SCHEDULES))
+@pytest.mark.parametrize("transpose", [(False, False), (True, False), (False, True), (True, True)], ids=str)
+@pytest.mark.parametrize("shape", PAIR_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_bf16_pairs_edges_and_transposes(shape, transpose, schedule, cpu_config, tmp_path):
+    M, N, K = shape
+    transpose_a, transpose_b = transpose
+    spec = GemmSpec(M, N, K, dtype_a="bfloat16", dtype_out="float32", transpose_a=transpose_a, transpose_b=transpose_b)
+    arrays = random_inputs(spec, seed=M * N + K)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=PAIR_SCHEDULES[schedule])["C"]
+    # bf16 products are exact in fp32; vdpbf16ps sums them in fp32 (a different order than numpy).
+    assert_close(out, reference(spec, arrays), "float32", atol_scale=np.sqrt(K))
+
+
+# The bf16 entry points of tessera/cpu_gemm.h behind plain C functions, for ctypes.
+PAIRS_SHIM = """
+#include <tessera/cpu_gemm.h>
+extern "C" int32_t has_bf16_pairs() {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+extern "C" int32_t pack(int32_t operand, float *panel, uint16_t *src, int32_t offset, int32_t stride, int32_t k_stride,
+                        int32_t count, int32_t depth) {
+  return operand == 0 ? tessera_cpu_pack_a_bf16x2(panel, src, offset, stride, k_stride, count, depth)
+                      : tessera_cpu_pack_b_bf16x2(panel, src, offset, k_stride, stride, count, depth);
+}
+extern "C" int32_t gemm(float *acc, int32_t acc_stride, float *a_panel, float *b_panel, int32_t rows, int32_t cols,
+                        int32_t depth) {
+  return tessera_cpu_gemm_bf16x2(acc, acc_stride, a_panel, b_panel, rows, cols, depth);
+}
+"""
+
+
+def _pairs_shim(out_dir, flags=DEFAULT_CPU_FLAGS):
+    lib = ctypes.CDLL(str(compile_cpu(PAIRS_SHIM, out_dir=out_dir, name="pairs", flags=flags)))
+    p, i = ctypes.c_void_p, ctypes.c_int32
+    lib.pack.argtypes = [i, p, p, i, i, i, i, i]
+    lib.gemm.argtypes = [p, i, p, p, i, i, i]
+    return lib
+
+
+@pytest.fixture(scope="module")
+def pairs_shim(tmp_path_factory):
+    return _pairs_shim(tmp_path_factory.mktemp("pairs"))
+
+
+def _pack(lib, operand: str, bits: np.ndarray, offset: int, stride: int, k_stride: int, count: int, depth: int):
+    width = MR if operand == "a" else NR
+    panel = np.full(-(-count // width) * width * depth + 64, 0xDEADBEEF, dtype=np.uint32)
+    lib.pack(0 if operand == "a" else 1, panel.ctypes.data, bits.ctypes.data, offset, stride, k_stride, count, depth)
+    return panel
+
+
+def _expected_pairs(width: int, element, count: int, depth: int) -> np.ndarray:
+    """pack[strip][p][i] = element(i, 2p) | element(i, 2p + 1) << 16, zero past count and depth."""
+    pairs = (depth + 1) // 2
+    grid = np.zeros((-(-count // width) * width, 2 * pairs), dtype=np.uint32)
+    for i in range(count):
+        for k in range(depth):
+            grid[i, k] = element(i, k)
+    words = grid[:, 0::2] | (grid[:, 1::2] << 16)  # [element, pair]
+    return words.reshape(-1, width, pairs).transpose(0, 2, 1).reshape(-1)
+
+
+# (count, depth) inside a larger operand, so a read past either edge would show: one short of and
+# past a 16-lane group and a 16-pair chunk, odd depths.
+PACK_CASES = [(1, 1), (MR, 32), (MR + 3, 33), (NR - 1, 31), (NR + 5, 67), (45, 2)]
+
+
+@pytest.mark.parametrize("layout", ["k_contiguous", "elements_contiguous", "strided"])
+@pytest.mark.parametrize("operand", ["a", "b"])
+@pytest.mark.parametrize("case", PACK_CASES, ids=lambda c: f"{c[0]}x{c[1]}")
+def test_bf16_pair_packing_matches_its_definition(case, operand, layout, pairs_shim):
+    if not pairs_shim.has_bf16_pairs():
+        pytest.skip("no AVX512-BF16: the bf16x2 entries pack fp32 panels")
+    count, depth = case
+    rng = np.random.default_rng(count * 100 + depth)
+    # Any 16-bit pattern (NaNs and denormals included) is moved, never converted.
+    outer, inner = count + 3, depth + 5
+    bits = rng.integers(0, 1 << 16, size=outer * inner * 2 + 7, dtype=np.uint16)
+    offset = 5
+    stride, k_stride = {
+        "k_contiguous": (inner, 1),  # A row-major, B transposed: a pair is one 32-bit word
+        "elements_contiguous": (1, outer),  # A transposed, B row-major: pairs from two k rows
+        "strided": (2 * inner, 2),  # neither: the element-wise path
+    }[layout]
+    panel = _pack(pairs_shim, operand, bits, offset, stride, k_stride, count, depth)
+    expected = _expected_pairs(
+        MR if operand == "a" else NR, lambda i, k: bits[offset + i * stride + k * k_stride], count, depth
+    )
+    np.testing.assert_array_equal(panel[: expected.size], expected)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "no_avx512bf16"])
+def test_bf16_pair_entries_with_and_without_bf16_dot_products(native, pairs_shim, tmp_path):
+    """pack + gemm through the bf16x2 entries, built as the kernels are and without AVX512-BF16
+    (the fp32 fallback), against numpy."""
+    lib = pairs_shim if native else _pairs_shim(tmp_path, (*DEFAULT_CPU_FLAGS, "-mno-avx512bf16"))
+    M, N, K = MR + 5, NR + 3, 37
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    a_panel = np.zeros((M + CPU_PACK_PAD) * K, dtype=np.float32)
+    b_panel = np.zeros((N + CPU_PACK_PAD) * K, dtype=np.float32)
+    a_bits, b_bits = a.view(np.uint16), b.view(np.uint16)
+    lib.pack(0, a_panel.ctypes.data, a_bits.ctypes.data, 0, K, 1, M, K)  # row stride K, k stride 1
+    lib.pack(1, b_panel.ctypes.data, b_bits.ctypes.data, 0, 1, N, N, K)  # column stride 1, k stride N
+    acc = np.zeros((M, N), dtype=np.float32)
+    lib.gemm(acc.ctypes.data, N, a_panel.ctypes.data, b_panel.ctypes.data, M, N, K)
+    # Exact products, fp32 sums in another order than numpy's.
+    assert_close(acc, a.astype(np.float64) @ b.astype(np.float64), "float32", atol_scale=np.sqrt(K))

@@ -262,15 +262,135 @@ static inline uint32_t tessera_bf16_pair(const uint16_t *p, int64_t stride, int3
   return lo | (hi << 16);
 }
 
+#define TESSERA_PACK_AHEAD 4  // k-pairs the row packer prefetches ahead (best of 1, 2, 4, 8 at 2048^3)
+
+// The lanes [0, n) of a mask (n <= 32).
+static inline uint32_t tessera_lanes(int32_t n) { return n >= 32 ? 0xffffffffu : (1u << n) - 1u; }
+
+// Prefetch `bytes` from `p` into L1: the packers read operand rows that are a page or more apart
+// (a cache and TLB miss each), so they ask for the rows they read next while packing these.
+static inline void tessera_prefetch_row(const uint16_t *p, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes + 63; offset += 64) {
+    _mm_prefetch((const char *)p + offset, _MM_HINT_T0);
+  }
+}
+
+// Strip elements contiguous in memory (stride 1), k-pairs from two k rows: element i of pair p holds
+// src[i + 2p * k_stride] low and src[i + (2p + 1) * k_stride] high. The rows are read left to right
+// across all strips (one stream per k row for the prefetcher); masked loads read only the `count`
+// elements and the k rows inside `depth` (the rest reads as zero), so nothing past the block is touched.
+template <int W>
+static inline void tessera_pack_pairs_rows(uint32_t *__restrict pack, const uint16_t *__restrict src, int64_t k_stride,
+                                           int32_t count, int32_t depth) {
+  // vpermt2w picks lane i of the low row, then lane i of the high row: 32 pairs per two loads.
+  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+  const int32_t pairs = (depth + 1) / 2;
+  for (int32_t p = 0; p < pairs; ++p) {
+    const uint16_t *lo_row = src + (int64_t)2 * p * k_stride;
+    const bool has_hi = 2 * p + 1 < depth;
+    for (int32_t ahead = 2 * (p + TESSERA_PACK_AHEAD); ahead < 2 * (p + TESSERA_PACK_AHEAD + 1) && ahead < depth;
+         ++ahead) {
+      tessera_prefetch_row(src + ahead * k_stride, (int64_t)count * 2);
+    }
+    for (int32_t i0 = 0; i0 < count; i0 += W) {
+      uint32_t *dst = pack + (int64_t)i0 * pairs + (int64_t)p * W;
+#pragma GCC unroll 2
+      for (int g = 0; g < W; g += 32) {
+        const int lanes = W - g < 32 ? W - g : 32;
+        const __mmask32 load = (__mmask32)tessera_lanes(count - i0 - g > 0 ? count - i0 - g : 0);
+        const __m512i lo = _mm512_maskz_loadu_epi16(load, lo_row + i0 + g);
+        const __m512i hi = has_hi ? _mm512_maskz_loadu_epi16(load, lo_row + k_stride + i0 + g) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(dst + g, (__mmask16)tessera_lanes(lanes), _mm512_permutex2var_epi16(lo, first, hi));
+        if (lanes > 16) {
+          _mm512_mask_storeu_epi32(dst + g + 16, (__mmask16)tessera_lanes(lanes - 16),
+                                   _mm512_permutex2var_epi16(lo, second, hi));
+        }
+      }
+    }
+  }
+}
+
+// 16 x 16 transpose of 32-bit lanes: row r of `m` becomes lane r of every row.
+static inline void tessera_transpose_16x16(__m512i m[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(m[i], m[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(m[i], m[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    m[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    m[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    m[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    m[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // m[4q + j], 128-bit lane l: element 4l + j of rows 4q..4q+3; gather each element's four lanes.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    m[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    m[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    m[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    m[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// Strip elements contiguous in k (k_stride 1): a k-pair is one 32-bit word of the element's row.
+// 16 elements x 16 pairs are loaded as rows (masked to `live` elements and `depth`), transposed,
+// and stored pair-major.
+template <int W>
+static inline void tessera_pack_pairs_transpose(uint32_t *__restrict strip, const uint16_t *__restrict base,
+                                                int64_t stride, int32_t live, int32_t depth) {
+  const int32_t pairs = (depth + 1) / 2;
+  for (int32_t p0 = 0; p0 < pairs; p0 += 16) {
+    const __mmask32 load = (__mmask32)tessera_lanes(depth - 2 * p0);
+    const int32_t count = pairs - p0 < 16 ? pairs - p0 : 16;
+#pragma GCC unroll 2
+    for (int g = 0; g < W; g += 16) {
+      const int lanes = W - g < 16 ? W - g : 16;
+      __m512i m[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        m[r] = r < lanes && g + r < live ? _mm512_maskz_loadu_epi16(load, base + (g + r) * stride + 2 * p0)
+                                         : _mm512_setzero_si512();
+      }
+      tessera_transpose_16x16(m);
+      for (int32_t q = 0; q < count; ++q) {
+        _mm512_mask_storeu_epi32(strip + (int64_t)(p0 + q) * W + g, (__mmask16)tessera_lanes(lanes), m[q]);
+      }
+    }
+  }
+}
+
 // pack[strip][p][i] = the k-pair (2p, 2p + 1) of element i of the strip, the operand laid out as for
 // tessera_pack_strips.
 template <int W>
 static inline void tessera_pack_pairs(uint32_t *__restrict pack, const uint16_t *__restrict src, int64_t stride,
                                       int64_t k_stride, int32_t count, int32_t depth) {
+  if (stride == 1) {
+    tessera_pack_pairs_rows<W>(pack, src, k_stride, count, depth);
+    return;
+  }
   const int32_t pairs = (depth + 1) / 2;
   for (int32_t i0 = 0; i0 < count; i0 += W) {
     uint32_t *strip = pack + (int64_t)i0 * pairs;
     const int32_t live = count - i0 < W ? count - i0 : W;
+    if (k_stride == 1) {
+      for (int32_t ahead = i0 + W; ahead < i0 + 2 * W && ahead < count; ++ahead) {  // the next strip's rows
+        tessera_prefetch_row(src + ahead * stride, (int64_t)depth * 2);
+      }
+      tessera_pack_pairs_transpose<W>(strip, src + (int64_t)i0 * stride, stride, live, depth);
+      continue;
+    }
     for (int32_t p = 0; p < pairs; ++p) {
       uint32_t *dst = strip + (int64_t)p * W;
       int i = 0;
