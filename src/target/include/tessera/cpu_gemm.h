@@ -442,7 +442,23 @@ static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const 
     }
     return;
   }
-  tessera_add_edge_tile(c, ldc, sum, rows, cols);
+  // An edge tile: masked vector adds of its live rows and columns (skinny GEMMs have many of them).
+  __mmask16 live[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const int32_t lanes = cols - v * VEC;
+    live[v] = (__mmask16)tessera_lanes(lanes < 0 ? 0 : lanes);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r < rows) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float *dst = c + r * ldc + v * VEC;
+        _mm512_mask_storeu_ps(dst, live[v], _mm512_add_ps(_mm512_maskz_loadu_ps(live[v], dst), sum[r][v]));
+      }
+    }
+  }
 }
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
