@@ -134,6 +134,19 @@ def _masked(spec: AttentionSpec, score, query, key):
     return score
 
 
+@T.macro
+def _scale_and_max(scores, new_max, keys, block_m, scale, mask):
+    """``scores`` (S^T, keys x queries) times ``scale``, and each query's running max over them;
+    ``mask``: (spec, first query, first key) of a block that needs the causal mask, else None."""
+    for j in T.serial(keys):
+        for i in T.serial(block_m):
+            if mask is None:
+                scores[j, i] = scores[j, i] * scale
+            else:
+                scores[j, i] = _masked(mask[0], scores[j, i] * scale, mask[1] + i, mask[2] + j)
+            new_max[i] = T.max(new_max[i], scores[j, i])
+
+
 def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
     """CPU flash attention on the packed GEMM micro-kernel (tessera/cpu_gemm.h).
 
@@ -189,10 +202,15 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                 cpu_gemm(scores, block_m, k_pack, q_pack, keys, rows, D)
                 for i in T.serial(block_m):
                     new_max[i] = row_max[i]
-                for j in T.serial(keys):
-                    for i in T.serial(block_m):
-                        scores[j, i] = _masked(spec, scores[j, i] * scale, bx * block_m + i, kb * block_n + j)
-                        new_max[i] = T.max(new_max[i], scores[j, i])
+                if spec.causal:
+                    # Only key blocks that reach past the block's first query need the mask; a select
+                    # in the loop stops g++ vectorising it (causal ran at 86% of full attention's time).
+                    if (kb + 1) * block_n - 1 <= bx * block_m + spec.causal_offset:
+                        _scale_and_max(scores, new_max, keys, block_m, scale, None)
+                    else:
+                        _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n))
+                else:
+                    _scale_and_max(scores, new_max, keys, block_m, scale, None)
                 for i in T.serial(block_m):
                     rescale[i] = cpu_exp(row_max[i] - _safe_max(new_max[i]))
                     row_max[i] = new_max[i]

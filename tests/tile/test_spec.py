@@ -192,6 +192,23 @@ def test_cpu_gemm_blocks_are_even_and_spread_over_the_cores(monkeypatch):
     assert blocks(64, 48, 32) == (64, 64)
 
 
+def test_cpu_attention_query_blocks_are_spread_over_the_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+
+    def block_m(B, H, S):
+        return TileSchedule.from_config(
+            "cpu", AttentionSpec(B, H, H, S, S, 64, causal=False, dtype_in="float32")
+        ).block_m
+
+    assert block_m(1, 8, 2048) == 192  # 11 x 8 blocks: enough for 8 cores
+    # One head of 1024 queries: 6 blocks of 192 would leave 2 cores idle; 8 blocks of 128.
+    assert block_m(1, 1, 1024) == 128
+    # 1000 queries in 8 nearly equal blocks (a multiple of the micro-kernel's 32 columns), not 5 x 192 + 40.
+    assert block_m(1, 1, 1000) == 128
+    # Too few queries for 8 blocks of 32: as many as there are.
+    assert block_m(1, 1, 100) == 32
+
+
 def test_from_config_with_a_spec_shrinks_blocks_to_the_problem():
     small = TileSchedule.from_config("ampere", GemmSpec(20, 20, 20, dtype_a="float16"))
     assert (small.block_m, small.block_n, small.block_k) == (32, 32, 32)
