@@ -5,6 +5,8 @@ source with inspect.getsource. Each kernel is lowered and built once per module.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the T.Tensor annotations of prim_funcs.
+import multiprocessing
+import os
 from pathlib import Path
 
 import ml_dtypes
@@ -397,3 +399,21 @@ def test_damaged_prelude_is_rebuilt_not_used(fresh_cache, tmp_path):
 def test_sources_without_the_prelude_do_not_build_it(fresh_cache, tmp_path):
     compile_cpu('extern "C" int f(int* x) { return 0; }', out_dir=tmp_path, name="k")
     assert not (fresh_cache / "pch").exists()
+
+
+def _prelude_worker(cache_dir: str) -> str:
+    os.environ["TESSERA_CACHE_DIR"] = cache_dir
+    os.environ.pop("TESSERA_DISABLE_CACHE", None)
+    return str(precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS))
+
+
+def test_two_processes_share_one_prelude(tmp_path):
+    """Autotuning workers start together: one builds the prelude under the lock, the other waits."""
+    cache = tmp_path / "cache"
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        first, second = pool.map(_prelude_worker, [str(cache)] * 2)
+    assert first == second != "None"
+    (gch,) = cache.glob(f"pch/*/{PRELUDE}.gch")
+    assert str(gch).startswith(first)
+    leftovers = [p.name for p in gch.parent.iterdir() if p.name not in (gch.name, gch.name + ".sha256")]
+    assert leftovers == [], f"staging files left behind: {leftovers}"
