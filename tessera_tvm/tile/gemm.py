@@ -188,6 +188,18 @@ def _row_major_strides(shape) -> list[int]:
     return strides[::-1]
 
 
+@T.macro
+def _store_cpu_block(spec, io, acc, rows, cols, row0, col0, out_batch):
+    """The CPU block's ``rows x cols`` accumulator tile through the epilogue into the output at
+    (``row0``, ``col0``) (no masks: the loops stop at the matrix edge)."""
+    for i in T.serial(rows):
+        for j in T.serial(cols):
+            io.out[(*out_batch, row0 + i, col0 + j)] = T.cast(
+                apply_epilogue(spec, acc[i, j], row0 + i, col0 + j, out_batch, io.operands, masked=False),
+                spec.dtype_out,
+            )
+
+
 def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
     if not cpu_gemm_packs(spec):
         return _gemm_cpu_loops(spec, s)
@@ -248,14 +260,7 @@ def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
                     depth,
                 )
                 cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
-            for i in T.serial(rows):
-                for j in T.serial(cols):
-                    io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(
-                        apply_epilogue(
-                            spec, acc[i, j], by * block_m + i, bx * block_n + j, out_batch, io.operands, masked=False
-                        ),
-                        spec.dtype_out,
-                    )
+            _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main
 
@@ -292,13 +297,6 @@ def _gemm_cpu_loops(spec: GemmSpec, s: TileSchedule):
                             acc[i, j] += load_a(io.a, a_batch, by * block_m + i, k * block_k + kk) * load_b(
                                 io.b, b_batch, k * block_k + kk, bx * block_n + j
                             )
-            for i in T.serial(rows):
-                for j in T.serial(cols):
-                    io.out[(*out_batch, by * block_m + i, bx * block_n + j)] = T.cast(
-                        apply_epilogue(
-                            spec, acc[i, j], by * block_m + i, bx * block_n + j, out_batch, io.operands, masked=False
-                        ),
-                        spec.dtype_out,
-                    )
+            _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main
