@@ -291,15 +291,19 @@ def _build_prelude(cxx: str, flags: tuple[str, ...], gch: Path) -> None:
 
 @functools.cache
 def _prelude_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
-    """What the precompiled prelude depends on (GCC's version, the flags, TileLang's C headers), hashed;
-    None for a compiler that is not GCC (clang does not look for ``.gch`` files next to headers)."""
+    """What the precompiled prelude depends on, hashed: GCC's version, the flags, the macros they
+    define on this machine (``-march=native`` differs from CPU to CPU, and GCC would ignore a prelude
+    built for another one) and TileLang's C headers. None for a compiler that is not GCC (clang
+    does not look for ``.gch`` files next to headers)."""
     try:
         version = run_tool([cxx, "--version"], timeout=60).output
+        if "Free Software Foundation" not in version:
+            return None
+        macros = run_tool([cxx, "-std=c++17", "-fPIC", *flags, "-E", "-dM", "-x", "c++-header", os.devnull], timeout=60)
     except TesseraError:
         return None
-    if "Free Software Foundation" not in version:
-        return None
-    digest = hashlib.sha256(f"{cxx}\0{version}\0{flags}".encode())
+    macro_lines = "\n".join(sorted(macros.stdout.splitlines()))
+    digest = hashlib.sha256(f"{cxx}\0{version}\0{flags}\0{macro_lines}".encode())
     templates = Path(tilelang_include_dirs()[0]) / Path(PRELUDE).parent
     for path in sorted(templates.glob("*.h*")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

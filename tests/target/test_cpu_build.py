@@ -417,3 +417,25 @@ def test_two_processes_share_one_prelude(tmp_path):
     assert str(gch).startswith(first)
     leftovers = [p.name for p in gch.parent.iterdir() if p.name not in (gch.name, gch.name + ".sha256")]
     assert leftovers == [], f"staging files left behind: {leftovers}"
+
+
+def test_prelude_identity_follows_the_machine(tmp_path, monkeypatch):
+    """-march=native means other code on another CPU: a shared cache keeps one prelude per CPU."""
+    from tessera_tvm.target.cpu import _prelude_identity
+
+    fake = tmp_path / "g++"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "g++ (fake) 12.2"; echo "Free Software Foundation"; exit 0; fi\n'
+        'echo "#define __GNUC__ 12"; echo "#define $FAKE_CPU_FEATURE 1"\n'
+    )
+    fake.chmod(0o755)
+    identities = set()
+    for feature in ("__AVX512F__", "__AVX2__", "__AVX2__"):
+        monkeypatch.setenv("FAKE_CPU_FEATURE", feature)
+        identities.add(_prelude_identity.__wrapped__(str(fake), DEFAULT_CPU_FLAGS))
+    assert len(identities) == 2 and None not in identities
+    clang = tmp_path / "clang++"
+    clang.write_text('#!/bin/sh\necho "clang version 17"\n')
+    clang.chmod(0o755)
+    assert _prelude_identity.__wrapped__(str(clang), DEFAULT_CPU_FLAGS) is None
