@@ -136,6 +136,12 @@ def build_tile_program(
             f"build_tile_program: {type(spec).__name__} is not a kernel spec; expected one of "
             "GemmSpec, ElementwiseSpec, ReduceSpec, SoftmaxSpec, NormSpec, AttentionSpec"
         )
+    fp8 = [p for p in spec.params() if p.dtype.startswith("float8")] if kind == "c" else []
+    if fp8:  # else TVM's C codegen fails later with "Cannot convert type float8_e4m3fn to C type"
+        raise SpecError(
+            f"build_tile_program: parameter {fp8[0].name} is {fp8[0].dtype}, which the CPU's C code cannot "
+            "hold; pass fp8 data as float32 on the CPU (every fp8 value is exact in float32; ts.compile does this)"
+        )
     func = generate(spec, schedule, kind)
     symbol = name or spec.family
     if not symbol.isidentifier():

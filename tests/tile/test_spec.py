@@ -294,3 +294,18 @@ def test_validate_schedule_rejects_attention_rows_the_warps_cannot_share():
     spec = AttentionSpec(1, 2, 1, 1, 513, 128, False, dtype_in="bfloat16")
     with pytest.raises(SpecError, match=r"block_m is 32; attention gives each of the 4 warps whole rows of 16"):
         validate_schedule(spec, TileSchedule(block_m=32, block_n=64, threads=128), "ampere")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        AttentionSpec(1, 2, 2, 40, 40, 16, False, dtype_in="float8_e4m3fn", dtype_out="float32"),
+        GemmSpec(40, 30, 20, dtype_a="float8_e5m2", dtype_out="float32"),
+    ],
+    ids=["attention", "gemm"],
+)
+def test_fp8_on_the_cpu_is_refused_with_the_way_out(spec):
+    # TVM's C codegen would fail later with "Cannot convert type float8_e4m3fn to C type".
+    with pytest.raises(SpecError, match=r"parameter \w+ is float8_e\w+, which the CPU's C code cannot hold; pass fp8"):
+        build_tile_program(spec, None, "c")
+    assert build_tile_program(spec, None, "cuda") is not None  # GPUs take fp8 as it is
