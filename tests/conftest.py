@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,10 +21,20 @@ def _has_gpu() -> bool:
         return False
 
 
+_OWN_CACHE: list[str] = []
+
+
 def pytest_configure(config):
     # Tests start from an empty kernel cache of their own, never the user's ~/.cache.
     if "TESSERA_CACHE_DIR" not in os.environ:
         os.environ["TESSERA_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessera_test_cache_")
+        _OWN_CACHE.append(os.environ["TESSERA_CACHE_DIR"])
+
+
+def pytest_unconfigure(config):
+    # The cache holds ~70 MB of precompiled prelude (tessera_tvm.target.cpu) besides the kernels.
+    for path in _OWN_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
