@@ -72,7 +72,7 @@ def prim_func(func):
     if body is None:
         body = _rewritten[func.__code__] = eager_ast.mutate(func).gen
     cells = dict(zip(func.__code__.co_freevars, func.__closure__ or (), strict=True))
-    closure = tuple(types.CellType(cells[name].cell_contents) for name in body.__code__.co_freevars)
+    closure = tuple(cells[name] for name in body.__code__.co_freevars)  # this call's own cells
     gen = types.FunctionType(body.__code__, body.__globals__, body.__name__, body.__defaults__, closure)
     builder = eager_builder.Builder()
     with builder.prim_func(func.__name__):
