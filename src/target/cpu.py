@@ -210,13 +210,18 @@ def compile_cpu(
     return final_dir / so
 
 
+#: Options of every CPU compile. The precompiled prelude is built with the same ones (GCC ignores
+#: a prelude built with others), so they are spelled once; ``-shared`` only matters when linking.
+_COMPILE_OPTIONS = ("-std=c++17", "-shared", "-fPIC")
+
+
 def cpu_build_command(cxx: str, flags: Sequence[str], so: str, cpp: str, prelude: Path | None = None) -> list[str]:
     """The g++ command line that builds ``cpp`` into ``so``; ``prelude``: a directory from
     :func:`precompiled_prelude`, searched first so that g++ finds the precompiled header there."""
     includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # tessera/cpu.h, tl_templates
     if prelude is not None:
         includes.insert(0, f"-I{prelude}")
-    return [cxx, "-std=c++17", "-shared", "-fPIC", *flags, *includes, "-o", so, cpp]
+    return [cxx, *_COMPILE_OPTIONS, *flags, *includes, "-o", so, cpp]
 
 
 # ---------------------------------------------------------------------------------------------- prelude
@@ -239,7 +244,8 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     from tessera_tvm.cache import KernelCache
 
     root = KernelCache.from_env().root
-    identity = _prelude_identity(cxx, tuple(flags))
+    flags = tuple(flags)
+    identity = _prelude_identity(cxx, flags)
     if root is None or identity is None:
         return None
     directory = Path(root) / "pch" / identity
@@ -249,7 +255,7 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     try:
         with file_lock(Path(root) / "pch" / f"{identity}.lock"):  # one process builds it, the others wait
             if not _prelude_intact(gch):
-                _build_prelude(cxx, tuple(flags), gch)
+                _build_prelude(cxx, flags, gch)
     except (OSError, TesseraError):  # an unwritable cache or flags the header rejects: build without it
         return None
     return directory
@@ -258,11 +264,16 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
 _intact_preludes: dict[Path, tuple[int, int, int]] = {}
 
 
+def _checksum_of(gch: Path) -> Path:
+    """The file holding ``gch``'s SHA-256, next to it."""
+    return gch.with_name(gch.name + ".sha256")
+
+
 def _prelude_intact(gch: Path) -> bool:
     """Whether ``gch`` matches the SHA-256 recorded next to it (hashed once per process per file)."""
     try:
         st = gch.stat()
-        recorded = gch.with_name(gch.name + ".sha256").read_text().strip()
+        recorded = _checksum_of(gch).read_text().strip()
     except OSError:
         return False
     identity = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -277,16 +288,16 @@ def _prelude_intact(gch: Path) -> bool:
 def _build_prelude(cxx: str, flags: tuple[str, ...], gch: Path) -> None:
     """Precompile :data:`PRELUDE` into ``gch``, then record its SHA-256 (readers wait for both)."""
     gch.parent.mkdir(parents=True, exist_ok=True)
-    gch.with_name(gch.name + ".sha256").unlink(missing_ok=True)
+    _checksum_of(gch).unlink(missing_ok=True)
     header = Path(tilelang_include_dirs()[0]) / PRELUDE
     staging = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
     try:
-        run_tool([cxx, "-std=c++17", "-fPIC", *flags, "-x", "c++-header", str(header), "-o", str(staging)], timeout=600)
+        run_tool([cxx, *_COMPILE_OPTIONS, *flags, "-x", "c++-header", str(header), "-o", str(staging)], timeout=600)
         digest = sha256_file(staging)
         os.replace(staging, gch)
     finally:
         staging.unlink(missing_ok=True)
-    write_text_atomic(gch.with_name(gch.name + ".sha256"), digest + "\n")
+    write_text_atomic(_checksum_of(gch), digest + "\n")
 
 
 @functools.cache
@@ -299,7 +310,7 @@ def _prelude_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
         version = run_tool([cxx, "--version"], timeout=60).output
         if "Free Software Foundation" not in version:
             return None
-        macros = run_tool([cxx, "-std=c++17", "-fPIC", *flags, "-E", "-dM", "-x", "c++-header", os.devnull], timeout=60)
+        macros = run_tool([cxx, *_COMPILE_OPTIONS, *flags, "-E", "-dM", "-x", "c++-header", os.devnull], timeout=60)
     except TesseraError:
         return None
     macro_lines = "\n".join(sorted(macros.stdout.splitlines()))
