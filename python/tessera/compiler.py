@@ -35,7 +35,7 @@ import numpy as np
 
 import tessera_tvm
 from tessera_tvm.graph import GraphIR, KernelBinding, kernel_spec
-from tessera_tvm.tile import ElementwiseSpec, GemmSpec, SpecError, build_tile_program
+from tessera_tvm.tile import CPU_WIDENED, ElementwiseSpec, GemmSpec, SpecError, build_tile_program
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
 from .errors import ArgumentError, KernelError, NotRunnableError, ScheduleError, ShapeError, user_location
@@ -561,15 +561,11 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
     return tile.with_attr("global_symbol", name), tile_spec
 
 
-#: Dtypes the CPU kernels take as float32: TVM's C legalisation decodes fp8 wrongly. Exact: every fp8
-#: value is a float32, and the kernel computes in float32 anyway; results are rounded to the graph's
-#: dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen passes it as
-#: uint16_t, and the CPU GEMM packs it for the CPU's bf16 dot products, tessera/cpu_gemm.h.)
-CPU_WIDENED = ("float8_e4m3fn", "float8_e5m2")
-
-
 def cpu_storage(spec):
-    """``spec`` with fp8 parameters held as float32 (:data:`CPU_WIDENED`)."""
+    """``spec`` with fp8 parameters held as float32 (``tessera_tvm.tile.CPU_WIDENED``). Exact: every
+    fp8 value is a float32, and the kernel computes in float32 anyway; results are rounded to the
+    graph's dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen
+    passes it as uint16_t, and the CPU GEMM packs it for the CPU's bf16 dot products, tessera/cpu_gemm.h.)"""
 
     def widen(dtype):
         return "float32" if dtype in CPU_WIDENED else dtype

@@ -45,6 +45,10 @@ from .spec import (  # noqa: F401
 
 _DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu", "tt": "tenstorrent"}
 
+#: Dtypes the CPU's C code cannot hold (TVM's C codegen has no fp8 type, and its C legalisation
+#: decodes fp8 wrongly): CPU programs take them as float32, which holds every fp8 value exactly.
+CPU_WIDENED = ("float8_e4m3fn", "float8_e5m2")
+
 
 def target_kind_of(target: Any) -> str:
     """``cuda`` / ``hip`` / ``c`` / ``tt`` from a target kind, a config name or a TargetConfig."""
@@ -136,7 +140,7 @@ def build_tile_program(
             f"build_tile_program: {type(spec).__name__} is not a kernel spec; expected one of "
             "GemmSpec, ElementwiseSpec, ReduceSpec, SoftmaxSpec, NormSpec, AttentionSpec"
         )
-    fp8 = [p for p in spec.params() if p.dtype.startswith("float8")] if kind == "c" else []
+    fp8 = [p for p in spec.params() if p.dtype in CPU_WIDENED] if kind == "c" else []
     if fp8:  # else TVM's C codegen fails later with "Cannot convert type float8_e4m3fn to C type"
         raise SpecError(
             f"build_tile_program: parameter {fp8[0].name} is {fp8[0].dtype}, which the CPU's C code cannot "
