@@ -345,6 +345,12 @@ def test_flags_must_be_a_sequence(tmp_path):
 # ------------------------------------------------------------------------------- precompiled prelude
 
 
+@pytest.fixture(scope="module")
+def small_gemm_source() -> str:
+    """TileLang's C source of a 64^3 GEMM: it includes the prelude first."""
+    return lower_c(matmul(64, 64, 64, 32, 32, 32))
+
+
 @pytest.fixture
 def fresh_cache(monkeypatch, tmp_path) -> Path:
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
@@ -352,8 +358,8 @@ def fresh_cache(monkeypatch, tmp_path) -> Path:
     return tmp_path / "cache"
 
 
-def test_prelude_is_precompiled_once_and_gcc_uses_it(fresh_cache, tmp_path):
-    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+def test_prelude_is_precompiled_once_and_gcc_uses_it(fresh_cache, tmp_path, small_gemm_source):
+    src = small_gemm_source
     assert src.lstrip().splitlines()[1] == PRELUDE_INCLUDE  # first after TileLang's comment: precompilable
     compile_cpu(src, out_dir=tmp_path / "a", name="gemm")
     (gch,) = fresh_cache.glob(f"pch/*/{PRELUDE}.gch")
@@ -367,18 +373,18 @@ def test_prelude_is_precompiled_once_and_gcc_uses_it(fresh_cache, tmp_path):
     assert f"! {gch}" in shown
 
 
-def test_prelude_gives_the_same_library(fresh_cache, tmp_path, monkeypatch):
-    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+def test_prelude_gives_the_same_library(fresh_cache, tmp_path, monkeypatch, small_gemm_source):
+    src = small_gemm_source
     with_prelude = compile_cpu(src, out_dir=tmp_path / "with", name="gemm").read_bytes()
     monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     assert precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS) is None  # no cache, no prelude
     assert compile_cpu(src, out_dir=tmp_path / "without", name="gemm").read_bytes() == with_prelude
 
 
-def test_damaged_prelude_is_rebuilt_not_used(fresh_cache, tmp_path):
+def test_damaged_prelude_is_rebuilt_not_used(fresh_cache, tmp_path, small_gemm_source):
     import tessera_tvm.target.cpu as cpu
 
-    src = lower_c(matmul(64, 64, 64, 32, 32, 32))
+    src = small_gemm_source
     compile_cpu(src, out_dir=tmp_path / "a", name="gemm")
     (gch,) = fresh_cache.glob(f"pch/*/{PRELUDE}.gch")
     # Flip bytes inside a GCC-valid header: GCC would crash on it (internal compiler error).
