@@ -45,8 +45,124 @@ def load_json(text: str):
 
 
 def copy_module(mod):
-    """A deep copy of ``mod`` (or any TVM object), through TVM's JSON."""
-    return _load_json(_save_json(mod))
+    """A deep copy of ``mod`` (or any TVM object) through TVM's JSON, TileLang's layouts kept.
+
+    A layout (``T.annotate_layout``, ``T.Parallel(loop_layout=...)``, a tile op's annotations)
+    is written over TileLang's process-wide placeholder variables ``_i, _j, ..., _rep``, which its
+    C++ compares by identity; a JSON copy would give it fresh ones, and layout inference would then
+    misread it (an annotated layout found "not injective", placeholders left as free variables).
+    Layouts are immutable and hold no variable of the program, so the copy shares the caller's.
+    """
+    copied = _load_json(_save_json(mod))
+    layouts = _annotated_layouts(mod)
+    return _share_layouts(copied, layouts) if layouts else copied
+
+
+# IR nodes whose annotations TileLang's frontend fills with layouts.
+_ANNOTATED = ("tirx.SBlock", "tirx.For", "tirx.Call")
+
+
+def _is_layout(value) -> bool:
+    from tilelang.layout import Layout
+
+    return isinstance(value, Layout)
+
+
+def _layouts_in(value, found: list) -> None:
+    if _is_layout(value):
+        found.append(value)
+    elif isinstance(value, tvm.ffi.Map | dict):
+        for item in value.values():
+            _layouts_in(item, found)
+    elif isinstance(value, tvm.ffi.Array | list | tuple):
+        for item in value:
+            _layouts_in(item, found)
+
+
+def _functions(mod):
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return [mod]
+    if isinstance(mod, tvm.IRModule):
+        return [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    return []
+
+
+def _annotated_layouts(mod) -> dict[int, list]:
+    """The layouts in ``mod``'s annotations, by structural hash (placeholders matched by position)."""
+    found: list = []
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.SBlock | tvm.tirx.For | tvm.tirx.Call) and node.annotations:
+            _layouts_in(node.annotations, found)
+
+    for func in _functions(mod):
+        tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    by_hash: dict[int, list] = {}
+    for layout in found:
+        by_hash.setdefault(tvm.ir.structural_hash(layout, map_free_vars=True), []).append(layout)
+    return by_hash
+
+
+def _share_layouts(mod, layouts: dict[int, list]):
+    """``mod`` with each annotated layout replaced by the structurally equal one of ``layouts``."""
+
+    def original(layout):
+        for candidate in layouts.get(tvm.ir.structural_hash(layout, map_free_vars=True), ()):
+            if tvm.ir.structural_equal(candidate, layout, map_free_vars=True):
+                return candidate
+        raise AssertionError(f"copy_module: no original for layout {layout}")  # the copy is exact
+
+    def swap(value):
+        if _is_layout(value):
+            return original(value)
+        if isinstance(value, tvm.ffi.Map):
+            return {key: swap(item) for key, item in value.items()}
+        if isinstance(value, tvm.ffi.Array):
+            return [swap(item) for item in value]
+        return value
+
+    def rewrite(node):
+        if not node.annotations:
+            return None
+        found: list = []
+        _layouts_in(node.annotations, found)
+        if not found:
+            return None
+        annotations = {key: swap(value) for key, value in node.annotations.items()}
+        if isinstance(node, tvm.tirx.SBlock):
+            return tvm.tirx.SBlock(
+                node.iter_vars,
+                node.reads,
+                node.writes,
+                node.name_hint,
+                node.body,
+                node.init,
+                node.alloc_buffers,
+                node.match_buffers,
+                annotations,
+            )
+        if isinstance(node, tvm.tirx.For):
+            return tvm.tirx.For(
+                node.loop_var,
+                node.min,
+                node.extent,
+                node.kind,
+                node.body,
+                node.thread_binding,
+                annotations,
+                node.step,
+            )
+        return tvm.tirx.Call(node.dtype, node.op, node.args, annotations)
+
+    def relink(func):
+        return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, rewrite, list(_ANNOTATED)))
+
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return relink(mod)
+    for gv, func in list(mod.functions.items()):  # ``mod`` is this copy's own: update it in place
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod.update_func(gv, relink(func))
+    return mod
 
 
 # the rewritten body of each tile-program function, by its code object (see prim_func)
