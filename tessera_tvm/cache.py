@@ -34,7 +34,7 @@ from .config import TargetConfig
 from .target.toolchain import sha256_file
 
 MANIFEST = "manifest.json"
-_FORMAT = 2  # 2: CUDA entries carry the runtime library and the program's buffer order
+_FORMAT = 3  # 2: CUDA entries carry the runtime library and the program's buffer order; 3: its buffer shapes
 
 
 def _compiler_version(compiler: str) -> str:

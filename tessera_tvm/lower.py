@@ -15,15 +15,33 @@ With ``dump_dir`` the input and the IR after every pass are written as numbered 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._tvm import load_json, tvm
 from .config import TargetConfig, load_config
-from .errors import TesseraError
+from .errors import LoweringError, TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
 from .transform.analysis import is_device_kernel
+
+
+@contextmanager
+def step(what: str, kernel: str, config: TargetConfig) -> Iterator[None]:
+    """Turn a failure of ``what`` (a codegen, a build) into a ``LoweringError`` naming the kernel,
+    the config and the step; Tessera's own errors pass through as they are."""
+    try:
+        yield
+    except TesseraError:
+        raise
+    except Exception as exc:
+        from .pipeline import short_tvm_message
+
+        raise LoweringError(
+            f"{what} failed on kernel {kernel!r} (config {config.name!r}):\n{short_tvm_message(exc)}"
+        ) from exc
 
 
 def split_host_device(mod):
@@ -66,6 +84,7 @@ class LoweredModule:
     _tt_program: Any = None  # Tenstorrent configs: the five artifacts (tessera_tvm.target.tt.codegen)
     _program_order: list[str] = field(default_factory=list)  # the tile program's buffer parameters, in order
     _cuda_kernel: Any = None
+    _program_shapes: dict[str, list] = field(default_factory=dict)  # buffer -> dims (int, or a symbolic dim's name)
 
     @property
     def host_ir(self) -> str:
@@ -78,12 +97,64 @@ class LoweredModule:
     def timing_table(self) -> str:
         return self._timing
 
+    def dims(self, *arrays, **named) -> dict[str, int]:
+        """The value of each symbolic dim of the program, read from the arrays' shapes (arrays as
+        for a call); a dim given two different sizes is an error naming both buffers."""
+        found: dict[str, tuple[int, str]] = {}
+        ordered = self._ordered(self._program_order, arrays, dict(named))
+        for buffer, array in zip(self._program_order, ordered, strict=True):
+            declared = self._program_shapes.get(buffer, [])
+            shape = tuple(getattr(array, "shape", ()))
+            if len(shape) != len(declared):
+                raise TesseraError(
+                    f"{self.name!r}: array {buffer!r} has shape {list(shape)}, expected {len(declared)} dims {declared}"
+                )
+            for axis, (dim, size) in enumerate(zip(declared, shape, strict=True)):
+                if isinstance(dim, str):
+                    seen = found.setdefault(dim, (int(size), f"{buffer}.shape[{axis}]"))
+                    if seen[0] != int(size):
+                        raise TesseraError(
+                            f"{self.name!r}: dim {dim} is {seen[0]} in {seen[1]} but {size} in {buffer}.shape[{axis}]"
+                        )
+        return {dim: size for dim, (size, _) in found.items()}
+
+    def resolved_metadata(self, *arrays, **named) -> list[dict[str, Any]]:
+        """The metadata with every symbolic extent (grid, shared memory, ...) evaluated for these arrays."""
+        from .transform.analysis import resolve_extent
+
+        dims = self.dims(*arrays, **named)
+
+        def resolve(value):
+            if isinstance(value, dict):
+                return {k: v if k in ("name", "unchecked") else resolve(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [resolve(v) for v in value]
+            return (
+                resolve_extent(value, dims) if isinstance(value, str | int) and not isinstance(value, bool) else value
+            )
+
+        return [
+            {**kernel, "launch": resolve(kernel["launch"]), "resources": resolve(kernel["resources"])}
+            for kernel in self.metadata
+        ]
+
+    def _check_symbolic_resources(self, arrays, named) -> None:
+        """What VerifyResources could not check at compile time, checked with the call's dims."""
+        from .transform.verify_resources import check_resolved
+
+        dims = self.dims(*arrays, **named)
+        for kernel in self.metadata:
+            if kernel.get("unchecked"):
+                check_resolved(kernel, dims, self.config)
+
     def __call__(self, *arrays, **named):
         """Run the kernel on numpy arrays (CPU configs); outputs are written in place.
 
         Arrays come in the tile program's parameter order, or by buffer name (``A=a``); other
-        keywords are scalar parameters.
+        keywords are scalar parameters. Resource amounts over symbolic dims are checked first.
         """
+        if any(kernel.get("unchecked") for kernel in self.metadata):
+            self._check_symbolic_resources(arrays, named)
         if self.config.codegen_kind == "cuda" and "runtime" in self.artifacts:
             return self.cuda_kernel()(*self._ordered(self._program_order, arrays, named))
         if self.config.codegen_kind != "c":
@@ -188,34 +259,47 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
     funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     input_buffers = {buf.data.name: buf for func in funcs for buf in func.buffer_map.values()}
     buffer_order = [str(f.buffer_map[p].name) for f in funcs for p in f.params if p in f.buffer_map]
+    program_shapes = {
+        str(buf.name): [int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buf.shape]
+        for func in funcs
+        for buf in func.buffer_map.values()
+    }
     with recording(recorder):
         mod = run_phase(mod, config, "lower_and_legalize")
         mod = run_phase(mod, config, "optimize_for_target")
         host_mod, device_mod = split_host_device(mod)
         device_mod = run_phase(device_mod, config, "codegen_prep")
     tt_program = None
-    if config.codegen_kind == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
-        from tessera_tvm.target.tt.codegen import generate
+    with step(f"codegen ({config.codegen_kind})", name, config):
+        if config.codegen_kind == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
+            from tessera_tvm.target.tt.codegen import generate
 
-        tt_program = generate(device_mod)
-        source = tt_program.source
-    else:
-        source = device_source(device_mod, config, target)
+            tt_program = generate(device_mod)
+            source = tt_program.source
+        else:
+            source = device_source(device_mod, config, target)
     timing = recorder.timing_table()
     if dump is not None:
         (dump / "timing.txt").write_text(timing)
+    metadata = [tt_program.metadata] if tt_program else _metadata(device_mod)
     return LoweredModule(
         name=name,
         config=config,
         source=source,
         host_mod=host_mod,
         device_mod=device_mod,
-        metadata=[tt_program.metadata] if tt_program else _metadata(device_mod),
+        metadata=metadata,
         pass_log=list(recorder.records),
+        notes=[
+            f"{kernel['name']}: {item} depends on symbolic dims: not checked at compile time, checked at each call"
+            for kernel in metadata
+            for item in kernel.get("unchecked", ())
+        ],
         _timing=timing,
         _tt_program=tt_program,
         _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_kind == "c" else None,
         _program_order=buffer_order,
+        _program_shapes=program_shapes,
     )
 
 
@@ -234,6 +318,7 @@ def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
         "artifacts": sorted(lowered.artifacts),
         "cpu_entry": entry,
         "program_order": lowered._program_order,
+        "program_shapes": lowered._program_shapes,
     }
 
 
@@ -274,6 +359,7 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         _timing=record["timing"],
         _cpu_entry=cpu_entry,
         _program_order=list(record.get("program_order", [])),
+        _program_shapes=dict(record.get("program_shapes", {})),
     )
     if "library" in artifacts:
         _load_cpu(lowered)
@@ -338,9 +424,11 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
     _write_metadata(lowered)
     if build:
         if codegen["compiler"] == "nvcc":
-            build_cuda(lowered, out_dir)
+            with step("the CUDA build (nvcc, runtime library)", lowered.name, lowered.config):
+                build_cuda(lowered, out_dir)
         elif codegen["compiler"] == "g++":
-            build_cpu(lowered, out_dir)
+            with step("the CPU build (g++)", lowered.name, lowered.config):
+                build_cpu(lowered, out_dir)
         else:
             lowered.notes.append(
                 f"{lowered.config.name}: no compiler runs for this target here; the generated sources are the artifacts"

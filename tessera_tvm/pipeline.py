@@ -109,7 +109,7 @@ def _kernel_names(mod) -> str:
     return ", ".join(sorted(str(gv.name_hint) for gv in mod.get_global_vars()))
 
 
-def _short_tvm_message(exc: BaseException) -> str:
+def short_tvm_message(exc: BaseException) -> str:
     """The message of a TVM error without its C++ frame lines."""
     try:
         from tilelang.errors import enrich_error
@@ -146,7 +146,7 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
                 else:
                     recorder.error = LoweringError(
                         f"pass {entry.name} ({_PHASE_TITLES[phase]}, config {ctx.config.name!r}) failed on "
-                        f"kernel(s) {_kernel_names(mod)}:\n{_short_tvm_message(exc)}"
+                        f"kernel(s) {_kernel_names(mod)}:\n{short_tvm_message(exc)}"
                     )
                     recorder.error.__cause__ = exc
             raise

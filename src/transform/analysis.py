@@ -4,7 +4,11 @@
 so both get them from here: which functions are device kernels, how they are launched, and how
 much shared and local memory they allocate.
 
-What is counted (all sizes in bytes, from constant shapes; a symbolic shape is not counted):
+Every count is an ``Extent``: an ``int`` when it is constant, else the simplified expression over
+the program's symbolic dims as text in TVMScript's syntax (``(N + 127) // 128``), which
+``resolve_extent`` evaluates once the dims are known (at call time, from the arguments' shapes).
+
+What is counted (all sizes in bytes):
 
 - shared memory of a GPU kernel = dynamic + static. Dynamic is the ``dyn_shared_memory_buf`` attr
   that ``tl.MergeSharedMemoryAllocations`` sets (the byte count passed at launch), or, before that
@@ -20,7 +24,11 @@ What is counted (all sizes in bytes, from constant shapes; a symbolic shape is n
 
 from __future__ import annotations
 
+import ast
+import operator
+
 from tessera_tvm._tvm import tvm
+from tessera_tvm.errors import TesseraError
 
 _DEVICE_KERNEL_LAUNCH = 2  # tvm.ir.CallingConv.DEVICE_KERNEL_LAUNCH: a __global__ kernel
 _C_PACKED_FUNC = 1  # tvm.ir.CallingConv.C_PACKED_FUNC: the host entry point
@@ -30,7 +38,55 @@ _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 PARALLEL_GRID = "tessera.parallel_grid"
 _NOT_SHARED_MEMORY = ("shared.dyn", "shared.tmem")
 
-Dim3 = tuple[int, int, int]
+Extent = int | str  # a constant, or a symbolic expression as text (see the module docstring)
+Dim3 = tuple[Extent, Extent, Extent]
+
+
+def extent(value) -> Extent:
+    """``value`` (an int or a PrimExpr) as an int when constant, else its simplified expression."""
+    if isinstance(value, int):
+        return value
+    value = tvm.arith.Analyzer().simplify(value)
+    return int(value) if isinstance(value, tvm.tirx.IntImm) else str(value)
+
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_CALLS = {"max": max, "min": min, "T.max": max, "T.min": min}
+
+
+def resolve_extent(value: Extent, dims: dict[str, int]) -> int:
+    """An ``Extent`` as an int, with ``dims`` giving the value of each symbolic dim it names."""
+    if isinstance(value, int):
+        return value
+
+    def evaluate(node) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims:
+                raise TesseraError(f"extent {value!r} needs the symbolic dim {node.id!r}; known: {sorted(dims)}")
+            return int(dims[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](evaluate(node.left), evaluate(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -evaluate(node.operand)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in _CALLS and node.args:
+            return _CALLS[ast.unparse(node.func)](evaluate(a) for a in node.args)
+        raise TesseraError(
+            f"cannot evaluate the extent {value!r}: {ast.unparse(node)!r} is not +, -, *, //, %, min, max"
+        )
+
+    try:
+        tree = ast.parse(value, mode="eval")
+    except SyntaxError:
+        raise TesseraError(f"cannot evaluate the extent {value!r}: not an expression") from None
+    return evaluate(tree.body)
 
 
 def target_kind(func) -> str | None:
@@ -63,20 +119,27 @@ def kernel_name(gv, func) -> str:
     return str(symbol) if symbol is not None else str(gv.name_hint)
 
 
-def _launch_thread_extents(func) -> dict[str, int]:
+def _launch_thread_extents(func) -> dict[str, object]:
     """Extents of the ``launch_thread`` attrs in the body (a kernel without the func attr yet)."""
-    extents: dict[str, int] = {}
+    extents: dict[str, object] = {}
 
     def visit(node):
-        if (
-            isinstance(node, tvm.tirx.AttrStmt)
-            and node.attr_key == "thread_extent"
-            and isinstance(node.value, tvm.tirx.IntImm)
-        ):
-            extents[str(node.node.thread_tag)] = int(node.value)
+        if isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent":
+            extents[str(node.node.thread_tag)] = node.value
 
     tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
     return extents
+
+
+def _launch_exprs(func) -> tuple[tuple, tuple]:
+    """``(grid, block)`` as ints and PrimExprs; see :func:`kernel_launch`."""
+    extents = func.attrs.get("thread_extent") if func.attrs else None
+    extents = {str(k): v for k, v in extents.items()} if extents else _launch_thread_extents(func)
+    grid = tuple(extents.get(tag, 1) for tag in _BLOCK_TAGS)
+    block = tuple(extents.get(tag, 1) for tag in _THREAD_TAGS)
+    if not extents:
+        grid = (*_parallel_grid_extents(func), 1, 1, 1)[:3]
+    return grid, block
 
 
 def kernel_launch(func) -> tuple[Dim3, Dim3]:
@@ -84,31 +147,27 @@ def kernel_launch(func) -> tuple[Dim3, Dim3]:
 
     A CPU kernel has no thread extents: its grid is the loops tessera.MarkParallelGrid marked (the
     blocks its threads share), its block one thread; a kernel left serial reports ``(1,1,1)``.
+    An extent over the program's symbolic dims is its expression (``Extent``).
     """
-    extents = func.attrs.get("thread_extent") if func.attrs else None
-    extents = {str(k): int(v) for k, v in extents.items()} if extents else _launch_thread_extents(func)
-    grid = tuple(extents.get(tag, 1) for tag in _BLOCK_TAGS)
-    block = tuple(extents.get(tag, 1) for tag in _THREAD_TAGS)
-    if not extents:
-        grid = (*_parallel_grid_extents(func), 1, 1, 1)[:3]
-    return grid, block  # type: ignore[return-value]
+    grid, block = _launch_exprs(func)
+    return tuple(extent(e) for e in grid), tuple(extent(e) for e in block)  # type: ignore[return-value]
 
 
-def _parallel_grid_extents(func) -> list[int]:
+def _parallel_grid_extents(func) -> list:
     """Extents of the loops marked ``tessera.parallel_grid``, outermost (TileLang's blockIdx.x) first."""
-    extents: list[int] = []
+    extents: list = []
 
     def visit(node):
         if isinstance(node, tvm.tirx.For) and PARALLEL_GRID in node.annotations:
-            extents.append(int(node.extent) if isinstance(node.extent, tvm.tirx.IntImm) else 1)
+            extents.append(node.extent)
 
     tvm.tirx.stmt_functor.post_order_visit(func.body, visit)  # post order: innermost loop first
     return extents[::-1]
 
 
-def threads_per_block(func) -> int:
-    _, (x, y, z) = kernel_launch(func)
-    return x * y * z
+def threads_per_block(func) -> Extent:
+    _, (x, y, z) = _launch_exprs(func)
+    return extent(x * y * z)
 
 
 def allocations(func) -> list:
@@ -125,44 +184,51 @@ def allocations(func) -> list:
     return found
 
 
-def buffer_bytes(buffer) -> int:
-    """Bytes of a buffer with a constant shape (0 when a dimension is symbolic)."""
+def _bytes(buffer):
     elements = 1
     for dim in buffer.shape:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return 0
-        elements *= int(dim)
+        elements = elements * (int(dim) if isinstance(dim, tvm.tirx.IntImm) else dim)
     dtype = tvm.DataType(str(buffer.dtype))
     return elements * ((dtype.bits * dtype.lanes + 7) // 8)
 
 
-def dynamic_shared_memory_bytes(func) -> int:
-    """The dynamic shared memory a launch must request (0 on CPU, where it is a stack array)."""
-    if is_cpu_kernel(func):
-        return 0
+def buffer_bytes(buffer) -> Extent:
+    """Bytes of a buffer (an expression when a dimension is symbolic)."""
+    return extent(_bytes(buffer))
+
+
+def _dynamic_shared(func):
     merged = func.attrs.get("dyn_shared_memory_buf") if func.attrs else None
     if merged is not None:
-        return int(merged)
-    return sum(buffer_bytes(b) for b in allocations(func) if b.scope() == "shared.dyn")
+        return merged
+    return sum((_bytes(b) for b in allocations(func) if b.scope() == "shared.dyn"), 0)
 
 
-def shared_memory_bytes(func) -> int:
+def dynamic_shared_memory_bytes(func) -> Extent:
+    """The dynamic shared memory a launch must request (0 on CPU, where it is a stack array)."""
+    return 0 if is_cpu_kernel(func) else extent(_dynamic_shared(func))
+
+
+def shared_memory_bytes(func) -> Extent:
     """Shared memory one thread block uses: dynamic + static (see the module docstring)."""
     if is_cpu_kernel(func):
         return 0
     static = sum(
-        buffer_bytes(b)
-        for b in allocations(func)
-        if b.scope().startswith("shared") and b.scope() not in _NOT_SHARED_MEMORY
+        (
+            _bytes(b)
+            for b in allocations(func)
+            if b.scope().startswith("shared") and b.scope() not in _NOT_SHARED_MEMORY
+        ),
+        0,
     )
-    return dynamic_shared_memory_bytes(func) + static
+    return extent(_dynamic_shared(func) + static)
 
 
-def local_memory_bytes(func) -> int:
+def local_memory_bytes(func) -> Extent:
     """Bytes of stack arrays of a CPU kernel (0 for GPU kernels; see the module docstring)."""
     if not is_cpu_kernel(func):
         return 0
-    return sum(buffer_bytes(b) for b in allocations(func) if b.scope() != "global")
+    return extent(sum((_bytes(b) for b in allocations(func) if b.scope() != "global"), 0))
 
 
 def _called_kernels(func) -> set[str]:

@@ -10,6 +10,10 @@ the func attr ``tessera.metadata``:
     launch     {grid: [x, y, z], block: [x, y, z], smem_bytes}  how the kernel is launched
     epilogue   [bias, gelu, relu, cast, ...]                     from the tile program
 
+A count over the program's symbolic dims is its expression as text (``"(N + 127) // 128"``,
+``analysis.Extent``), resolved when the kernel is called. ``kernel_metadata`` adds ``unchecked``:
+the resource amounts ``tessera.VerifyResources`` could not check because they are symbolic.
+
 The tile program's fields come from the ``tessera.tile_info`` attr that ``tessera.RecordTileInfo``
 left on the host function launching the kernel; without it they are empty. ``smem_per_cta`` is
 all the shared memory of a block (dynamic + static, e.g. mbarrier words); ``launch.smem_bytes`` is
@@ -32,6 +36,8 @@ from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pas
 
 from . import analysis
 from .record_tile_info import ATTR as TILE_INFO_ATTR
+
+UNCHECKED_ATTR = "tessera.unchecked_resources"  # set by tessera.VerifyResources
 
 ATTR = "tessera.metadata"
 KEYS = ("name", "tile", "fragments", "resources", "launch", "epilogue")
@@ -91,7 +97,10 @@ def kernel_metadata(mod) -> list[dict]:
     for _, func in analysis.device_kernels(mod):
         if func.attrs and ATTR in func.attrs:
             metadata = to_python(func.attrs[ATTR])
-            found.append({key: metadata[key] for key in KEYS if key in metadata})
+            entry = {key: metadata[key] for key in KEYS if key in metadata}
+            if UNCHECKED_ATTR in func.attrs:  # amounts over symbolic dims (tessera.VerifyResources)
+                entry["unchecked"] = to_python(func.attrs[UNCHECKED_ATTR])
+            found.append(entry)
     return found
 
 

@@ -10,6 +10,11 @@ device kernel against the config's ``resources``:
 A limit the config does not declare is not checked. Registers are known only from ptxas's report
 after nvcc, so the codegen step calls ``check_registers`` with them. Every failure is a
 ``ResourceError`` naming the kernel, the resource, the amount, the limit, the config and a fix.
+
+An amount over the program's symbolic dims (a shared buffer sized by ``N``) cannot be checked
+here: the pass records it in the func attr ``tessera.unchecked_resources``, the kernel's metadata
+lists it under ``unchecked`` and the lowering's notes say so; ``check_resolved`` checks it when the
+kernel is called and the dims are known.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from tessera_tvm.errors import ResourceError
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
 from . import analysis
+from .annotate_kernel_metadata import UNCHECKED_ATTR
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,37 @@ _CHECKS = (
 _REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or use more threads per block"
 
 
-def verify_kernel(name: str, func, config: TargetConfig) -> None:
-    """Raise ``ResourceError`` for the first limit of ``config`` that kernel ``func`` exceeds."""
+def verify_kernel(name: str, func, config: TargetConfig) -> list[str]:
+    """Raise ``ResourceError`` for the first limit of ``config`` that kernel ``func`` exceeds.
+
+    Returns what could not be checked: each amount that depends on the program's symbolic dims,
+    as ``"<limit key> = <expression> (limit <n>)"``; :func:`check_resolved` checks them when called.
+    """
     limits = config.resource_limits
+    unchecked = []
     for check in _CHECKS:
         if check.limit_key in limits:
             amount = check.measure(func)
             limit = limits[check.limit_key]
-            if amount > limit:
+            if isinstance(amount, str):
+                unchecked.append(f"{check.limit_key} = {amount} (limit {limit})")
+            elif amount > limit:
                 raise ResourceError(name, check.resource, amount, limit, config.name, check.hint)
+    return unchecked
+
+
+def check_resolved(metadata: dict, dims: dict[str, int], config: TargetConfig) -> None:
+    """Check a kernel's symbolic resource amounts (its metadata's ``resources``) with ``dims`` bound."""
+    amounts = {"shared_memory_per_block": "smem_per_cta", "threads_per_block": "threads_per_block"}
+    amounts["local_memory_per_kernel"] = "local_bytes"
+    limits = config.resource_limits
+    for check in _CHECKS:
+        amount = metadata["resources"].get(amounts[check.limit_key])
+        if isinstance(amount, str) and check.limit_key in limits:
+            value = analysis.resolve_extent(amount, dims)
+            if value > limits[check.limit_key]:
+                hint = f"{amount} with {', '.join(f'{k}={v}' for k, v in sorted(dims.items()))}; {check.hint}"
+                raise ResourceError(metadata["name"], check.resource, value, limits[check.limit_key], config.name, hint)
 
 
 def check_registers(
@@ -76,7 +104,7 @@ def check_registers(
         raise ResourceError(
             kernel_name, "registers per thread", registers, limits["registers_per_thread"], config.name, _REGISTER_HINT
         )
-    if threads_per_block is not None and "registers_per_block" in limits:
+    if isinstance(threads_per_block, int) and "registers_per_block" in limits:  # not when symbolic
         per_block = registers * threads_per_block
         if per_block > limits["registers_per_block"]:
             raise ResourceError(
@@ -92,8 +120,12 @@ def check_registers(
 @register_pass("tessera.VerifyResources", doc="check each device kernel against the config's resource limits")
 def verify_resources(ctx: BuildContext):
     def verify(mod, _pass_ctx):
+        out = mod
         for gv, func in analysis.device_kernels(mod):
-            verify_kernel(analysis.kernel_name(gv, func), func, ctx.config)
-        return mod
+            unchecked = verify_kernel(analysis.kernel_name(gv, func), func, ctx.config)
+            if unchecked:  # said in the kernel's metadata and in the lowering's notes
+                out = out.clone() if out.same_as(mod) else out
+                out[gv] = func.with_attr(UNCHECKED_ATTR, unchecked)
+        return out
 
     return tessera_module_pass(verify, name="tessera.VerifyResources")
