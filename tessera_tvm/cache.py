@@ -6,9 +6,14 @@ toolchain's files (cubin/PTX, the CPU shared library). A hit skips lowering and 
 
 - Location: ``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera/kernels``); ``TESSERA_DISABLE_CACHE=1``
   turns it off.
-- Key: the tile program's serialised IR, the config's fingerprint, the build flag, and the versions
-  of Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``), and a
+- Key: the tile program's serialised IR; the config's fingerprint (the config as loaded: every
+  phase's expanded pass list with its arguments and conditions, so an edit of
+  ``configs/shared/lower_and_legalize.yaml`` changes it); the current ``PassContext``'s opt_level,
+  config (TileLang's pass configs), disabled and required passes; the build flag; the versions of
+  Tessera, TileLang, TVM and the config's compiler (``nvcc --version`` / ``g++ --version``), and a
   digest of Tessera's own lowering code and of the headers kernels include (``tessera/cpu.h``).
+  A lowering under a ``PassContext`` with instruments, or with ``dump_dir``, is not looked up
+  (its passes must run) but is stored.
 - Writes are atomic: an entry is assembled in a private temporary directory and renamed into place,
   so readers never see half an entry and two processes compiling the same kernel both succeed
   (the second rename loses and its copy is discarded).
@@ -98,12 +103,26 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def cache_key(mod, config: TargetConfig, *, build: bool) -> str:
-    """The key of one compile: program IR + config + build flag + versions."""
+def pass_context_settings(pass_ctx=None) -> dict[str, Any]:
+    """What a ``PassContext`` (the current one by default) changes about a compile: its opt_level,
+    its config (TileLang's pass configs, e.g. ``tl.disable_tma_lower``), its disabled and required
+    passes. Its instruments only observe; ``lower`` does not look such a compile up."""
+    pass_ctx = pass_ctx if pass_ctx is not None else tvm.transform.PassContext.current()
+    return {
+        "opt_level": int(pass_ctx.opt_level),
+        "config": sorted((str(k), str(v)) for k, v in pass_ctx.config.items()),
+        "disabled_pass": sorted(str(p) for p in pass_ctx.disabled_pass),
+        "required_pass": sorted(str(p) for p in pass_ctx.required_pass),
+    }
+
+
+def cache_key(mod, config: TargetConfig, *, build: bool, pass_ctx=None) -> str:
+    """The key of one compile: program IR + expanded config + PassContext + build flag + versions."""
     payload = json.dumps(
         {
             "program": hashlib.sha256(tvm.ir.save_json(mod).encode()).hexdigest(),
             "config": config.fingerprint(),
+            "pass_context": pass_context_settings(pass_ctx),
             "build": build,
             "versions": versions(config),
         },

@@ -170,8 +170,13 @@ class TargetConfig:
         return dict(self.codegen)["kind"]
 
     def fingerprint(self) -> str:
-        """A stable hash of everything that changes what the config compiles to."""
-        payload = json.dumps(_thaw(self.raw), sort_keys=True, default=str)
+        """A stable hash of everything that changes what the config compiles to: the YAML as
+        written and the pipeline it expands to (shared lists such as ``lower_and_legalize: shared``
+        live in other files), every entry with its arguments and condition."""
+        pipeline = {
+            phase: [entry.describe() + f" when={entry.when}" for entry in entries] for phase, entries in self.pipeline
+        }
+        payload = json.dumps({"yaml": _thaw(self.raw), "pipeline": pipeline}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def tvm_target(self):
@@ -628,7 +633,8 @@ def load_config(name_or_path: str | os.PathLike | TargetConfig) -> TargetConfig:
     if isinstance(name_or_path, TargetConfig):
         return name_or_path
     text, source = _locate(name_or_path)
-    key = (source, hashlib.sha256(text.encode()).hexdigest())
+    shared = _packaged(_SHARED_PIPELINE)  # `lower_and_legalize: shared` expands to this file's list
+    key = (source, hashlib.sha256(text.encode()).hexdigest(), hashlib.sha256((shared or ("",))[0].encode()).hexdigest())
     if key not in _CACHE:
         data, lines = _read_yaml(text, source)
         _CACHE[key] = parse_config(data, source, lines)

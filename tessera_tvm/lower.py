@@ -211,7 +211,9 @@ def lower(
     With ``build`` the config's compiler runs (cubin/PTX with nvcc, a shared library with g++).
     ``out_dir`` receives the source, metadata.json, passes.txt and the binaries; without it they
     live in the persistent kernel cache (``tessera_tvm.cache``), whose hits skip the passes and the
-    toolchain (except when ``dump_dir`` asks for the IR after every pass, and a timing table).
+    toolchain (except when ``dump_dir`` asks for the IR after every pass, and a timing table, or
+    the current ``PassContext`` has instruments). The key covers the current ``PassContext``'s
+    opt_level, config, disabled and required passes.
     """
     from .cache import KernelCache, cache_key
 
@@ -220,8 +222,9 @@ def lower(
     out = Path(out_dir) if out_dir is not None else None
     compiles = build and config.codegen_dict["compiler"] != "none"
     cache = KernelCache.from_env()
-    key = cache_key(mod, config, build=compiles) if cache.enabled else None
-    if key is not None and dump_dir is None:
+    pass_ctx = tvm.transform.PassContext.current()
+    key = cache_key(mod, config, build=compiles, pass_ctx=pass_ctx) if cache.enabled else None
+    if key is not None and dump_dir is None and not list(pass_ctx.instruments):  # instruments must see passes
         entry = cache.load(key)
         if entry is not None:
             return _from_cache(entry, config, out)

@@ -201,3 +201,83 @@ def test_gpu_binaries_are_built_and_cached_without_out_dir(private_cache):
     second = tessera_tvm.lower(prog, "ampere")
     assert second.from_cache and second.artifacts["cubin"].read_bytes() == first.artifacts["cubin"].read_bytes()
     assert second.metadata[0]["resources"]["regs_per_thread"] > 0
+
+
+# --- what the key covers beyond the program (issue #13) -----------------------------------------
+
+
+def test_key_covers_the_pass_context(program):
+    hopper = tessera_tvm.load_config("hopper")
+    plain = cache_key(program, hopper, build=False)
+    assert cache_key(program, hopper, build=False) == plain
+    contexts = [
+        tvm.transform.PassContext(config={"tl.disable_tma_lower": True}),
+        tvm.transform.PassContext(config={"tl.disable_tma_lower": False}),
+        tvm.transform.PassContext(disabled_pass=["tl.Simplify"]),
+        tvm.transform.PassContext(required_pass=["tl.Simplify"]),
+        tvm.transform.PassContext(opt_level=3),
+    ]
+    keys = set()
+    for ctx in contexts:
+        with ctx:
+            keys.add(cache_key(program, hopper, build=False))
+    assert plain not in keys and len(keys) == len(contexts)
+
+
+def test_an_edit_of_the_shared_pipeline_changes_the_fingerprint(monkeypatch):
+    """`lower_and_legalize: shared` names another file: the fingerprint covers what it expands to."""
+    from tessera_tvm import config as config_mod
+
+    before = tessera_tvm.load_config("hopper")
+    real = config_mod._packaged
+
+    def edited(name):
+        found = real(name)
+        if name != config_mod._SHARED_PIPELINE:
+            return found
+        text, source = found
+        return text.replace("  - tl.InjectAssumes\n", ""), source
+
+    monkeypatch.setattr(config_mod, "_packaged", edited)
+    after = tessera_tvm.load_config("hopper")
+    assert "tl.InjectAssumes" in tessera_tvm.pass_names(before)
+    assert "tl.InjectAssumes" not in tessera_tvm.pass_names(after)  # not the in-process copy of the old list
+    assert after.raw == before.raw and after.fingerprint() != before.fingerprint()
+
+
+def test_a_pass_config_is_a_miss_and_is_honoured(private_cache):
+    """As `@tilelang.jit(pass_configs=...)` passes them: under PassContext(config=...)."""
+    prog = programs.gemm(256, 256, 256, 64, 64, 32, stages=2)
+    with_tma = tessera_tvm.lower(prog, "hopper", build=False)
+    with tvm.transform.PassContext(config={"tl.disable_warp_specialized": True}):
+        without = tessera_tvm.lower(prog, "hopper", build=False)
+        assert tessera_tvm.lower(prog, "hopper", build=False).from_cache
+    assert not without.from_cache
+    assert "tma_load" in with_tma.source and "tma_load" not in without.source
+    assert tessera_tvm.lower(prog, "hopper", build=False).source == with_tma.source
+
+
+def test_disabled_passes_are_a_miss(private_cache):
+    prog = programs.cpu_gemm(256, 192, 128)  # 12 blocks: a parallel grid
+    parallel = tessera_tvm.lower(prog, "cpu", build=False)
+    with tvm.transform.PassContext(disabled_pass=["tessera.LowerParallelGrid", "tessera.ImportCpuRuntime"]):
+        serial = tessera_tvm.lower(prog, "cpu", build=False)
+    assert not serial.from_cache
+    assert "TESSERA_PARALLEL_BEGIN" in parallel.source and "TESSERA_PARALLEL_BEGIN" not in serial.source
+
+
+def test_instruments_bypass_the_lookup(private_cache):
+    from tvm.ir.instrument import pass_instrument
+
+    seen = []
+
+    @pass_instrument
+    class Names:
+        def run_after_pass(self, mod, info):
+            seen.append(info.name)
+
+    prog = programs.elementwise_add(128, 64)
+    tessera_tvm.lower(prog, "rocm", build=False)
+    with tvm.transform.PassContext(instruments=[Names()]):
+        observed = tessera_tvm.lower(prog, "rocm", build=False)
+    assert not observed.from_cache and "tl.LayoutInference" in seen

@@ -63,8 +63,7 @@ CPU_ADDITIONS = ["tessera.LowerParallelGrid", "tessera.ImportCpuRuntime"]
 
 
 @pytest.mark.parametrize("program", sorted(CPU_PROGRAMS))
-def test_cpu_source_identical_without_the_parallel_region(program, monkeypatch):
-    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")  # the cache key does not see the PassContext
+def test_cpu_source_identical_without_the_parallel_region(program):
     func = CPU_PROGRAMS[program]()
     with tvm.target.Target("c") as target:
         theirs = tilelang.lower(func, target=target).kernel_source
@@ -74,8 +73,7 @@ def test_cpu_source_identical_without_the_parallel_region(program, monkeypatch):
 
 
 @pytest.mark.parametrize("program", sorted(CPU_PROGRAMS))
-def test_cpu_source_differs_by_the_parallel_region(program, monkeypatch):
-    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+def test_cpu_source_differs_by_the_parallel_region(program):
     func = CPU_PROGRAMS[program]()
     with tvm.target.Target("c") as target:
         theirs = tilelang.lower(func, target=target).kernel_source
