@@ -32,7 +32,7 @@ _check_foreign_tvm()
 import tilelang  # noqa: E402  (must come after the check and before tvm)
 from tilelang import tvm  # noqa: E402
 
-__all__ = ["copy_module", "load_json", "prim_func", "tilelang", "tvm"]
+__all__ = ["copy_module", "jit_program", "load_json", "pass_context_with", "prim_func", "tilelang", "tvm"]
 
 _save_json = tvm.ffi.get_global_func("node.SaveJSON")
 _load_json = tvm.ffi.get_global_func("node.LoadJSON")
@@ -196,3 +196,34 @@ def prim_func(func):
     program = eager_builder._patch_prim_func_attrs(builder.get(), builder)
     program.orig_func = func
     return program
+
+
+def jit_program(kernel, args: tuple = (), kwargs: dict | None = None):
+    """``(PrimFunc, pass_configs)`` of a ``@tilelang.jit`` kernel, or None for anything else.
+
+    ``kernel`` is what ``@tilelang.jit(...)`` returned (its program is built with ``args`` and
+    ``kwargs``, as calling it would) or a kernel it compiled (``matmul(1024, ...)``). The pass
+    configs are TileLang's, with the same keys (``tl.disable_tma_lower``...) as ``PassContext``'s.
+    """
+    from tilelang.jit import JITImpl
+    from tilelang.jit.kernel import JITKernel
+    from tilelang.transform.pass_config import normalize_pass_configs
+
+    if isinstance(kernel, JITKernel):
+        return kernel.prim_func, dict(kernel.pass_configs or {})
+    if isinstance(kernel, JITImpl):
+        return kernel.get_tir(*args, **(kwargs or {})), normalize_pass_configs(kernel.pass_configs)
+    return None
+
+
+def pass_context_with(config: dict):
+    """The current ``PassContext`` with ``config`` added to its config (``config`` wins), its
+    opt_level, disabled and required passes and instruments kept."""
+    current = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level,
+        required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        instruments=list(current.instruments),
+        config={**{str(k): v for k, v in current.config.items()}, **config},
+    )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._tvm import load_json, tvm
+from ._tvm import jit_program, load_json, pass_context_with, tvm
 from .config import TargetConfig, load_config
 from .errors import LoweringError, TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
@@ -59,9 +59,27 @@ def _as_module(program) -> tuple[Any, str]:
         names = sorted(str(gv.name_hint) for gv in program.get_global_vars())
         return program, names[0] if len(names) == 1 else "module"
     raise TesseraError(
-        f"tessera_tvm.lower expects a TileLang PrimFunc (@T.prim_func) or a tvm.IRModule, "
-        f"found {type(program).__name__}"
+        f"tessera_tvm.lower expects a TileLang PrimFunc (@T.prim_func), a tvm.IRModule or a @tilelang.jit "
+        f"kernel, found {type(program).__name__}"
     )
+
+
+def _is_jit(program) -> bool:
+    return type(program).__name__ in ("JITImpl", "JITKernel") and type(program).__module__.startswith("tilelang.")
+
+
+def _jit_program(kernel, args: tuple, kwargs: dict | None, config: TargetConfig):
+    """The program and pass configs of a @tilelang.jit kernel; building it is the user's code, so its
+    failure says which call failed."""
+    try:
+        return jit_program(kernel, args, kwargs)
+    except Exception as exc:
+        name = getattr(getattr(kernel, "func", None), "__name__", type(kernel).__name__)
+        hint = "" if args or kwargs else "; pass the arguments you would call it with: jit_args=(...)"
+        raise TesseraError(
+            f"building the program of @tilelang.jit kernel {name!r} for config {config.name!r} failed: "
+            f"{type(exc).__name__}: {exc}{hint}"
+        ) from exc
 
 
 @dataclass
@@ -205,8 +223,15 @@ def lower(
     dump_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     build: bool = True,
+    jit_args: tuple = (),
+    jit_kwargs: dict | None = None,
 ) -> LoweredModule:
     """Lower a TileLang tile program through ``config``'s pipelines and generate its device source.
+
+    ``program`` is a ``@T.prim_func`` program, an IRModule of them, or a ``@tilelang.jit`` kernel:
+    the decorated function (its program built from ``jit_args``/``jit_kwargs``, the arguments you
+    would call it with) or a kernel it returned. A jit kernel's ``pass_configs`` are added to the
+    current ``PassContext`` for this lowering, as ``tilelang.compile`` does.
 
     With ``build`` the config's compiler runs (cubin/PTX with nvcc, a shared library with g++).
     ``out_dir`` receives the source, metadata.json, passes.txt and the binaries; without it they
@@ -218,6 +243,10 @@ def lower(
     from .cache import KernelCache, cache_key
 
     config = load_config(config)
+    if _is_jit(program):
+        func, pass_configs = _jit_program(program, jit_args, jit_kwargs, config)
+        with pass_context_with(pass_configs):
+            return lower(func, config, dump_dir=dump_dir, out_dir=out_dir, build=build)
     mod, name = _as_module(program)
     out = Path(out_dir) if out_dir is not None else None
     compiles = build and config.codegen_dict["compiler"] != "none"

@@ -1,0 +1,76 @@
+"""``@tilelang.jit`` kernels go to ``tessera_tvm.lower`` as they are, their pass_configs honoured (#13.4)."""
+
+from __future__ import annotations
+
+import pytest
+import tilelang.language as T
+
+import tessera_tvm
+from tessera_tvm import TesseraError
+from tessera_tvm._tvm import tilelang, tvm
+
+HOPPER = {"kind": "cuda", "arch": "sm_90a"}
+NO_WS = {"tl.disable_warp_specialized": True}
+
+
+def _gemm(M, N, K, block_m=128, block_n=128, block_k=32):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_m, block_k), "float16")
+            B_s = T.alloc_shared((block_k, block_n), "float16")
+            C_l = T.alloc_fragment((block_m, block_n), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=3):
+                T.copy(A[by * block_m, k * block_k], A_s)
+                T.copy(B[k * block_k, bx * block_n], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * block_m, bx * block_n])
+
+    return main
+
+
+matmul = tilelang.jit(_gemm, pass_configs=NO_WS)
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+
+
+def _tilelang_source(program, pass_configs=None) -> str:
+    with tvm.transform.PassContext(config=pass_configs or {}), tvm.target.Target(HOPPER) as target:
+        return tilelang.lower(program, target=target).kernel_source
+
+
+def test_a_jit_function_lowers_with_its_pass_configs():
+    ours = tessera_tvm.lower(matmul, "hopper", build=False, jit_args=(512, 512, 512))
+    assert ours.source == _tilelang_source(_gemm(512, 512, 512), NO_WS)
+    assert ours.source != _tilelang_source(_gemm(512, 512, 512))  # the pass config changed the kernel
+    assert "warpgroup_reg_alloc" not in ours.source
+
+
+def test_the_pass_configs_join_the_callers_pass_context():
+    with tvm.transform.PassContext(config={"tl.disable_tma_lower": True}, disabled_pass=["tl.LoopUnswitching"]):
+        ours = tessera_tvm.lower(matmul, "hopper", build=False, jit_args=(256, 256, 256))
+        assert tvm.transform.PassContext.current().config.get("tl.disable_warp_specialized") is None  # restored
+    config = {"tl.disable_tma_lower": True, **NO_WS}
+    with tvm.transform.PassContext(config=config, disabled_pass=["tl.LoopUnswitching"]):
+        assert ours.source == tessera_tvm.lower(_gemm(256, 256, 256), "hopper", build=False).source
+
+
+def test_a_jit_function_without_its_arguments_says_how_to_give_them():
+    with pytest.raises(TesseraError, match="@tilelang.jit kernel '_gemm'.*missing a required argument: 'M'.*jit_args"):
+        tessera_tvm.lower(matmul, "hopper", build=False)
+
+
+def test_something_else_is_refused_with_what_is_accepted():
+    with pytest.raises(TesseraError, match="PrimFunc.*IRModule.*@tilelang.jit kernel, found str"):
+        tessera_tvm.lower("main", "hopper")
+
+
+@pytest.mark.nvcc
+def test_a_compiled_jit_kernel_lowers_as_tilelang_compiled_it():
+    compiled = tilelang.jit(_gemm, target=tvm.target.Target(HOPPER), pass_configs=NO_WS)(256, 256, 256)
+    ours = tessera_tvm.lower(compiled, "hopper", build=False)
+    assert ours.source == compiled.get_kernel_source()
