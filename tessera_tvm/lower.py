@@ -37,11 +37,10 @@ def step(what: str, kernel: str, config: TargetConfig) -> Iterator[None]:
     except TesseraError:
         raise
     except Exception as exc:
-        from .pipeline import short_tvm_message
+        from .pipeline import in_config_terms, short_tvm_message
 
-        raise LoweringError(
-            f"{what} failed on kernel {kernel!r} (config {config.name!r}):\n{short_tvm_message(exc)}"
-        ) from exc
+        message = in_config_terms(short_tvm_message(exc), config)
+        raise LoweringError(f"{what} failed on kernel {kernel!r} (config {config.name!r}):\n{message}") from exc
 
 
 def split_host_device(mod):

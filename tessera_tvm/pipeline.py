@@ -11,6 +11,7 @@ act on exactly the names the config shows.
 from __future__ import annotations
 
 import contextvars
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,6 +123,12 @@ def short_tvm_message(exc: BaseException) -> str:
     return "\n".join(lines[-12:]) or type(exc).__name__
 
 
+def in_config_terms(message: str, config: TargetConfig) -> str:
+    """``message`` with TileLang's "target `c`" naming the config the user chose ("target
+    'tenstorrent' (TVM target `c`)"): several configs share one TVM target kind."""
+    return re.sub(r"target `([^`]+)`", lambda m: f"target {config.name!r} (TVM target `{m.group(1)}`)", message)
+
+
 def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
     spec = get_pass(entry.name)
     inner = spec.factory(ctx, **dict(entry.args))
@@ -146,7 +153,7 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
                 else:
                     recorder.error = LoweringError(
                         f"pass {entry.name} ({_PHASE_TITLES[phase]}, config {ctx.config.name!r}) failed on "
-                        f"kernel(s) {_kernel_names(mod)}:\n{short_tvm_message(exc)}"
+                        f"kernel(s) {_kernel_names(mod)}:\n{in_config_terms(short_tvm_message(exc), ctx.config)}"
                     )
                     recorder.error.__cause__ = exc
             raise

@@ -58,7 +58,8 @@ def to_python(value: Any) -> Any:
     return str(value)
 
 
-def _tile_info(mod, gv) -> dict:
+def tile_info_of(mod, gv) -> dict:
+    """The ``tessera.tile_info`` of the tile program kernel ``gv`` came from ({} without it)."""
     host = analysis.launching_function(mod, gv)
     if host is None or not host[1].attrs or TILE_INFO_ATTR not in host[1].attrs:
         return {}
@@ -68,7 +69,7 @@ def _tile_info(mod, gv) -> dict:
 def kernel_metadata_of(mod, gv) -> dict:
     """The metadata of one device kernel of ``mod`` (plain Python, keys in the seed's order)."""
     func = mod[gv]
-    info = _tile_info(mod, gv)
+    info = tile_info_of(mod, gv)
     grid, block = analysis.kernel_launch(func)
     tile = dict(info.get("tile", {}))
     if "stages" in info:

@@ -3,7 +3,7 @@
 Runs first in LowerAndLegalize, on the TileLang tile program, while ``T.gemm``, ``T.Pipelined`` and
 ``T.Kernel(threads=...)`` are still visible. It records on each PrimFunc the attribute
 
-    tessera.tile_info = {"tile": {"M", "N", "K"}, "stages", "dtype_in", "dtype_acc", "threads", "epilogue"}
+    tessera.tile_info = {"tile": {"M", "N", "K"}, "stages", "dtype_in", "dtype_acc", "threads", "epilogue", "buffers"}
 
 which survives the host/device split on the host function, where ``tessera.AnnotateKernelMetadata``
 reads it. A field the program does not have is left out (a kernel without ``T.gemm`` has no tile).
@@ -22,6 +22,8 @@ reads it. A field the program does not have is left out (a kernel without ``T.ge
     relu  ``max(x, 0)``
     cast  an explicit cast to a narrower float type
   Storing a wider accumulator into a narrower output with ``T.copy`` is not an epilogue.
+- buffers: every on-chip buffer the program allocates, as ``"<scope> <name> <shape> <dtype> (<bytes> B)"``
+  (what ``tessera.VerifyResources`` names when a kernel needs more memory than the target has).
 """
 
 from __future__ import annotations
@@ -241,6 +243,18 @@ def _epilogue(units, gemm_index: int, accumulator) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _on_chip_buffers(func) -> list[str]:
+    """``"<scope> <name> <shape> <dtype> (<bytes> B)"`` for each buffer the program allocates."""
+    from .analysis import allocations, buffer_bytes
+
+    found = []
+    for buf in allocations(func):
+        if buf.scope() != "global":
+            shape = "x".join(str(d) for d in buf.shape)
+            found.append(f"{buf.scope()} {buf.name} {shape} {buf.dtype} ({buffer_bytes(buf)} B)")
+    return found
+
+
 def tile_info(func) -> dict:
     """What ``tessera.tile_info`` records for one tile program (plain Python values)."""
     info: dict = {}
@@ -264,7 +278,10 @@ def tile_info(func) -> dict:
         info["epilogue"] = _epilogue(units, gemm_unit, accumulator)
     else:
         info["epilogue"] = []
-    order = ("tile", "stages", "dtype_in", "dtype_acc", "threads", "epilogue")
+    buffers = _on_chip_buffers(func)
+    if buffers:
+        info["buffers"] = buffers
+    order = ("tile", "stages", "dtype_in", "dtype_acc", "threads", "epilogue", "buffers")
     return {key: info[key] for key in order if key in info}
 
 

@@ -27,14 +27,15 @@ from tessera_tvm.errors import ResourceError
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
 from . import analysis
-from .annotate_kernel_metadata import UNCHECKED_ATTR
+from .annotate_kernel_metadata import UNCHECKED_ATTR, tile_info_of
 
 
 @dataclass(frozen=True)
 class _Check:
     limit_key: str  # key in the config's `resources`
     resource: str  # what the error message calls it
-    measure: Callable[[object], int]
+    measure: Callable[[object], int | str]
+    scopes: tuple[str, ...]  # the program's buffers that use this memory, by scope prefix ("" for none)
     hint: str
 
 
@@ -43,27 +44,45 @@ _CHECKS = (
         "shared_memory_per_block",
         "bytes of shared memory per block",
         analysis.shared_memory_bytes,
-        "reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)",
+        ("shared",),
+        "use smaller tiles",
     ),
     _Check(
         "threads_per_block",
         "threads per block",
         analysis.threads_per_block,
+        (),
         "use fewer threads in T.Kernel(..., threads=...) (warp specialisation adds a producer warp group)",
     ),
     _Check(
         "local_memory_per_kernel",
         "bytes of local (stack) memory",
         analysis.local_memory_bytes,
-        "reduce block_m/block_n/block_k: the CPU kernel keeps its tiles in stack arrays",
+        ("local", "shared"),
+        "use smaller tiles: the CPU kernel keeps its on-chip buffers in stack arrays",
     ),
 )
 
 _REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or use more threads per block"
 
 
-def verify_kernel(name: str, func, config: TargetConfig) -> list[str]:
-    """Raise ``ResourceError`` for the first limit of ``config`` that kernel ``func`` exceeds.
+def _hint(check: _Check, buffers: list[str], stages: int | None) -> str:
+    """The check's fix, preceded by the program's buffers that use the memory (from tessera.tile_info)."""
+    hint = check.hint
+    if check.limit_key == "shared_memory_per_block" and (stages is None or stages > 1):
+        hint += ", or fewer T.Pipelined stages (each stage keeps its own copy of the buffers it loads)"
+    using = [b for b in buffers if b.startswith(check.scopes)] if check.scopes else []
+    if not using:
+        return hint
+    names = ", ".join(b.split(" ", 1)[1] for b in using)
+    pipelined = f", pipelined over {stages} stages" if stages and stages > 1 and "Pipelined" in hint else ""
+    return f"its buffers: {names}{pipelined}; {hint}"
+
+
+def verify_kernel(name: str, func, config: TargetConfig, tile_info: dict | None = None) -> list[str]:
+    """Raise ``ResourceError`` for the first limit of ``config`` that kernel ``func`` exceeds; its
+    hint names the buffers of the tile program (``tile_info``, from tessera.RecordTileInfo) that
+    use that memory.
 
     Returns what could not be checked: each amount that depends on the program's symbolic dims,
     as ``"<limit key> = <expression> (limit <n>)"``; :func:`check_resolved` checks them when called.
@@ -77,7 +96,10 @@ def verify_kernel(name: str, func, config: TargetConfig) -> list[str]:
             if isinstance(amount, str):
                 unchecked.append(f"{check.limit_key} = {amount} (limit {limit})")
             elif amount > limit:
-                raise ResourceError(name, check.resource, amount, limit, config.name, check.hint)
+                info = tile_info or {}
+                stages = info.get("stages", 1 if info else None)  # None: the program is not known
+                hint = _hint(check, list(info.get("buffers", [])), stages)
+                raise ResourceError(name, check.resource, amount, limit, config.name, hint)
     return unchecked
 
 
@@ -122,7 +144,8 @@ def verify_resources(ctx: BuildContext):
     def verify(mod, _pass_ctx):
         out = mod
         for gv, func in analysis.device_kernels(mod):
-            unchecked = verify_kernel(analysis.kernel_name(gv, func), func, ctx.config)
+            info = tile_info_of(mod, gv)
+            unchecked = verify_kernel(analysis.kernel_name(gv, func), func, ctx.config, info)
             if unchecked:  # said in the kernel's metadata and in the lowering's notes
                 out = out.clone() if out.same_as(mod) else out
                 out[gv] = func.with_attr(UNCHECKED_ATTR, unchecked)

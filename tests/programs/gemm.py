@@ -170,3 +170,30 @@ def cpu_dynamic_gemm(block_m=32, block_n=32, block_k=16):
             T.copy(C_l, C[by * block_m, bx * block_n])
 
     return main
+
+
+def row_stage(M, N, block_m=1, threads=128):
+    """Y = 2 X with block_m whole rows staged through shared memory (no GEMM: a shared-memory row kernel)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+            rows = T.alloc_shared((block_m, N), "float32")
+            T.copy(X[bx * block_m, 0], rows)
+            for i, j in T.Parallel(block_m, N):
+                Y[bx * block_m + i, j] = rows[i, j] * 2.0
+
+    return main
+
+
+def thread_indexed_copy(M=64, N=64, threads=128):
+    """B = A with per-thread indexing (T.get_thread_binding): SIMT, which Tenstorrent has not."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            tx = T.get_thread_binding()
+            for i in T.serial(M * N // threads):
+                B[(i * threads + tx) // N, (i * threads + tx) % N] = A[(i * threads + tx) // N, (i * threads + tx) % N]
+
+    return main

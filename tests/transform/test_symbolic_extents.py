@@ -29,7 +29,12 @@ def test_extent_is_an_int_when_constant_else_its_expression():
 
 @pytest.mark.parametrize(
     ("text", "dims", "value"),
-    [("(N + 127) // 128", {"N": 300}, 3), ("M * 4 - N % 3", {"M": 5, "N": 7}, 19), ("T.max(N, 4)", {"N": 2}, 4), (9, {}, 9)],
+    [
+        ("(N + 127) // 128", {"N": 300}, 3),
+        ("M * 4 - N % 3", {"M": 5, "N": 7}, 19),
+        ("T.max(N, 4)", {"N": 2}, 4),
+        (9, {}, 9),
+    ],
 )
 def test_resolve_extent(text, dims, value):
     assert resolve_extent(text, dims) == value
@@ -81,4 +86,3 @@ def test_a_dynamic_gemm_runs_on_the_cpu_at_two_shapes():
         c = np.zeros((m, n), np.float32)
         lowered(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)  # fp32 sums in another order
-

@@ -74,7 +74,8 @@ def test_shared_memory_over_the_limit():
     )
     assert str(info.value) == (
         "kernel 'main_kernel' needs 8208 bytes of shared memory per block but target 'hopper' allows at most "
-        "8192; reduce block_m/block_n/block_k or stages (each stage holds one A and one B tile)"
+        "8192; use smaller tiles, or fewer T.Pipelined stages (each stage keeps its own copy of the buffers it "
+        "loads)"
     )
 
 
@@ -90,7 +91,7 @@ def test_cpu_local_memory_over_the_limit():
         ResourceError,
         match=re.escape(
             "kernel 'main_kernel' needs 24576 bytes of local (stack) memory but target 'cpu' allows at most "
-            "16384; reduce block_m/block_n/block_k"
+            "16384; use smaller tiles"
         ),
     ):
         verify_kernel("main_kernel", CpuKernel["main_kernel"], config)
@@ -131,7 +132,8 @@ def test_pipeline_rejects_gemm_over_the_shared_memory_limit():
         TesseraError,
         match=re.escape(
             "kernel 'main_kernel' needs 49200 bytes of shared memory per block but target 'hopper' allows at "
-            "most 32768; reduce block_m/block_n/block_k or stages"
+            "most 32768; its buffers: A_s 128x32 float16 (8192 B), B_s 32x128 float16 (8192 B), pipelined over 3 "
+            "stages; use smaller tiles, or fewer T.Pipelined stages"
         ),
     ):
         lower("matmul", "hopper", shared_memory_per_block=32768)
@@ -146,3 +148,32 @@ def test_pipeline_rejects_warp_specialised_block_over_the_thread_limit():
 def test_pipeline_rejects_cpu_tiles_over_the_stack_limit():
     with pytest.raises(TesseraError, match="'main_kernel' needs 32768 bytes of local .stack. memory"):
         lower("matmul_cpu", "cpu", local_memory_per_kernel=16384)
+
+
+# --- through tessera_tvm.lower: the hint names the program's own buffers (issue #13) -------------
+
+
+def test_a_row_kernel_is_told_about_its_rows_not_gemm_tiles(monkeypatch):
+    import tessera_tvm
+    from tests.programs import gemm as programs
+
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    with pytest.raises(ResourceError) as info:
+        tessera_tvm.lower(programs.row_stage(256, 65536), "hopper", build=False)
+    message = str(info.value)
+    assert "needs 262144 bytes of shared memory" in message
+    assert "its buffers: rows 1x65536 float32 (262144 B); use smaller tiles" in message
+    assert "Pipelined" not in message and "A and one B" not in message
+
+
+def test_a_pipelined_gemm_is_told_its_tiles_and_stages(monkeypatch):
+    import tessera_tvm
+    from tests.programs import gemm as programs
+
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    with pytest.raises(
+        ResourceError,
+        match="its buffers: A_s 256x64 float16 \\(32768 B\\), B_s 64x256 float16 "
+        "\\(32768 B\\), pipelined over 4 stages; use smaller tiles, or fewer T.Pipelined stages",
+    ):
+        tessera_tvm.lower(programs.gemm(1024, 1024, 1024, 256, 256, 64, stages=4), "hopper", build=False)

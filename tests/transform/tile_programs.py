@@ -168,6 +168,11 @@ def matmul_bias_relu_transposed(with_tile_info=False, epilogue=None):
                         "dtype_acc": "float32",
                         "threads": 128,
                         "epilogue": ["bias", "relu"],
+                        "buffers": [
+                            "shared.dyn A_s 64x32 float16 (4096 B)",
+                            "shared.dyn B_s 64x32 float16 (4096 B)",
+                            "local.fragment C_l 64x64 float32 (16384 B)",
+                        ],
                     }
                 }
             )
