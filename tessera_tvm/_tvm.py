@@ -212,7 +212,10 @@ def jit_program(kernel, args: tuple = (), kwargs: dict | None = None):
     if isinstance(kernel, JITKernel):
         return kernel.prim_func, dict(kernel.pass_configs or {})
     if isinstance(kernel, JITImpl):
-        return kernel.get_tir(*args, **(kwargs or {})), normalize_pass_configs(kernel.pass_configs)
+        func = kernel.get_tir(*args, **(kwargs or {}))
+        # As tilelang.compile: the program's own pass configs, overridden by the decorator's.
+        own = dict(func.attrs["tilelang_pass_configs"]) if func.attrs and "tilelang_pass_configs" in func.attrs else {}
+        return func, normalize_pass_configs({**own, **(kernel.pass_configs or {})})
     return None
 
 

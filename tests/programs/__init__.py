@@ -1,0 +1,47 @@
+"""A corpus of TileLang programs of the kinds TileLang users write, written for these tests.
+
+Each family module (``gemm_family.py``, ``attention.py``, ...) lists its programs in ``CASES``;
+``CORPUS`` gathers them. ``tests/pipeline/test_corpus.py`` lowers every case with
+``tilelang.lower`` and with ``tessera_tvm.lower`` for hopper, ampere and rocm and compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Case:
+    """One program of the corpus.
+
+    ``build()`` returns what a user hands to ``tessera_tvm.lower``: a ``@T.prim_func`` program,
+    an IRModule, or a ``@tilelang.jit`` kernel. ``features`` names the TileLang features it uses
+    (``annotate_layout``, ``symbolic``, ``reducer``, ``atomic``, ``pipelined``, ``warp_specialized``,
+    ``fp8``, ``int4``, ``fp4``, ``split_k``, ``stream_k``, ``jit_pass_configs``, ...).
+    ``targets`` are the configs it is compared on. ``cpu``, when set, returns
+    ``(program, run)`` for a CPU form of the kernel: ``run(lowered)`` calls the CPU build on numpy
+    arrays and checks the result against numpy (dynamic-shape kernels run this way).
+    ``pass_configs`` are TileLang pass configs the program needs (given to both lowerings).
+    """
+
+    name: str
+    build: Callable[[], Any]
+    features: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ("hopper", "ampere", "rocm")
+    cpu: Callable[[], tuple[Any, Callable[[Any], None]]] | None = None
+    pass_configs: dict[str, Any] = field(default_factory=dict)
+
+
+def corpus() -> dict[str, Case]:
+    """Every case of every family module, by name."""
+    from . import attention, dequant, gemm_family, misc, norms
+
+    cases: dict[str, Case] = {}
+    for module in (gemm_family, norms, attention, dequant, misc):
+        for case in module.CASES:
+            if case.name in cases:
+                raise ValueError(f"two corpus programs are named {case.name!r}")
+            cases[case.name] = case
+    return cases
