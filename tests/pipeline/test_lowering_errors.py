@@ -4,6 +4,7 @@ for and the pass or step that failed; no TVM exception type reaches the user (is
 from __future__ import annotations
 
 import pytest
+import tilelang.language as T
 
 import tessera_tvm
 from tessera_tvm import LoweringError
@@ -30,3 +31,24 @@ def test_a_codegen_failure_names_the_codegen_kernel_and_config():
         LoweringError, match="codegen \\(cuda\\) failed on kernel 'main' \\(config 'ampere'\\):\\n.*Downcast"
     ):
         tessera_tvm.lower(programs.dynamic_gemm(), "ampere", build=False)
+
+
+def _int4_gemv(N=64, K=128):
+    """A GEMV over an int4 weight buffer: TVM's C codegen has no C type for int4."""
+
+    @T.prim_func
+    def main(A: T.Tensor((K,), "float16"), B: T.Tensor((N, K), "int4"), C: T.Tensor((N,), "float16")):
+        with T.Kernel(T.ceildiv(N, 32)) as bx:
+            acc = T.alloc_local((32,), "float32")
+            T.clear(acc)
+            for i, k in T.grid(32, K):
+                acc[i] += T.cast(A[k], "float32") * T.cast(B[bx * 32 + i, k], "float32")
+            for i in T.serial(32):
+                C[bx * 32 + i] = T.cast(acc[i], "float16")
+
+    return main
+
+
+def test_a_cpu_codegen_failure_is_a_tessera_error():
+    with pytest.raises(LoweringError, match="codegen \\(c\\) failed on kernel 'main' \\(config 'cpu'\\):\\n.*int4"):
+        tessera_tvm.lower(_int4_gemv(), "cpu")
