@@ -7,31 +7,16 @@ a plain JSON copy gives them fresh ones and an annotated layout is then misread 
 from __future__ import annotations
 
 import pytest
-import tilelang.language as T
-from tilelang.layout import make_swizzled_layout
 
 import tessera_tvm
 from tessera_tvm._tvm import _load_json, _save_json, copy_module, tilelang, tvm
+from tests.programs.gemm_family import gemm_swizzle_annotated
 
 HOPPER = {"kind": "cuda", "arch": "sm_90a"}
 
 
-def swizzled_gemm(M=256, N=256, K=256, block_m=128, block_n=128, block_k=32):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (bx, by):
-            A_s = T.alloc_shared((block_m, block_k), "float16")
-            B_s = T.alloc_shared((block_k, block_n), "float16")
-            C_l = T.alloc_fragment((block_m, block_n), "float32")
-            T.annotate_layout({A_s: make_swizzled_layout(A_s), B_s: make_swizzled_layout(B_s)})
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=2):
-                T.copy(A[by * block_m, k * block_k], A_s)
-                T.copy(B[k * block_k, bx * block_n], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * block_m, bx * block_n])
-
-    return main
+def swizzled_gemm():
+    return gemm_swizzle_annotated(256, 256, 256)
 
 
 def _lower_with_tilelang(program) -> str:

@@ -9,6 +9,7 @@ import tilelang.language as T
 import tessera_tvm
 from tessera_tvm import LoweringError
 from tests.programs import gemm as programs
+from tests.programs.gemm_family import gemm_dynamic
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def test_a_codegen_failure_names_the_codegen_kernel_and_config():
     with pytest.raises(
         LoweringError, match="codegen \\(cuda\\) failed on kernel 'main' \\(config 'ampere'\\):\\n.*Downcast"
     ):
-        tessera_tvm.lower(programs.dynamic_gemm(), "ampere", build=False)
+        tessera_tvm.lower(gemm_dynamic(), "ampere", build=False)
 
 
 def _int4_gemv(N=64, K=128):

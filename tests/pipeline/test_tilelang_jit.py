@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import pytest
-import tilelang.language as T
 
 import tessera_tvm
 from tessera_tvm import TesseraError
 from tessera_tvm._tvm import tilelang, tvm
+from tests.programs.gemm import gemm as _gemm
 
 HOPPER = {"kind": "cuda", "arch": "sm_90a"}
 NO_WS = {"tl.disable_warp_specialized": True}
-
-
-def _gemm(M, N, K, block_m=128, block_n=128, block_k=32):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (bx, by):
-            A_s = T.alloc_shared((block_m, block_k), "float16")
-            B_s = T.alloc_shared((block_k, block_n), "float16")
-            C_l = T.alloc_fragment((block_m, block_n), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=3):
-                T.copy(A[by * block_m, k * block_k], A_s)
-                T.copy(B[k * block_k, bx * block_n], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * block_m, bx * block_n])
-
-    return main
 
 
 matmul = tilelang.jit(_gemm, pass_configs=NO_WS)
@@ -60,7 +43,7 @@ def test_the_pass_configs_join_the_callers_pass_context():
 
 
 def test_a_jit_function_without_its_arguments_says_how_to_give_them():
-    with pytest.raises(TesseraError, match="@tilelang.jit kernel '_gemm'.*missing a required argument: 'M'.*jit_args"):
+    with pytest.raises(TesseraError, match="@tilelang.jit kernel 'gemm'.*missing a required argument: 'M'.*jit_args"):
         tessera_tvm.lower(matmul, "hopper", build=False)
 
 

@@ -120,26 +120,6 @@ def cpu_gemm_bias(M, N, K, block_m=32, block_n=32, block_k=16, dtype="float32"):
     return main
 
 
-def dynamic_gemm(block_m=128, block_n=128, block_k=32, dtype="float16", accum_dtype="float32", stages=3):
-    """C = A @ B over symbolic M, N, K: the grid and the loop trip count are expressions."""
-    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (bx, by):
-            A_s = T.alloc_shared((block_m, block_k), dtype)
-            B_s = T.alloc_shared((block_k, block_n), dtype)
-            C_l = T.alloc_fragment((block_m, block_n), accum_dtype)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, block_k), num_stages=stages):
-                T.copy(A[by * block_m, k * block_k], A_s)
-                T.copy(B[k * block_k, bx * block_n], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * block_m, bx * block_n])
-
-    return main
-
-
 def dynamic_row_scale(threads=128):
     """Y = 2 X, one row per block staged through shared memory sized by the symbolic row length N."""
     M, N = T.dynamic("M"), T.dynamic("N")
@@ -151,23 +131,6 @@ def dynamic_row_scale(threads=128):
             T.copy(X[bx, 0:N], row)
             for j in T.Parallel(N):
                 Y[bx, j] = row[j] * 2.0
-
-    return main
-
-
-def cpu_dynamic_gemm(block_m=32, block_n=32, block_k=16):
-    """The CPU form of dynamic_gemm: a local accumulator, a serial K loop, symbolic M, N, K."""
-    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "float32"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m)) as (bx, by):
-            C_l = T.alloc_local((block_m, block_n), "float32")
-            T.clear(C_l)
-            for k in T.serial(T.ceildiv(K, block_k)):
-                for i, j, kk in T.grid(block_m, block_n, block_k):
-                    C_l[i, j] += A[by * block_m + i, k * block_k + kk] * B[k * block_k + kk, bx * block_n + j]
-            T.copy(C_l, C[by * block_m, bx * block_n])
 
     return main
 

@@ -11,6 +11,7 @@ from tessera_tvm import ResourceError, TesseraError
 from tessera_tvm._tvm import tilelang, tvm
 from tessera_tvm.transform.analysis import extent, resolve_extent
 from tests.programs import gemm as programs
+from tests.programs.gemm_family import cpu_gemm_dynamic, gemm_dynamic
 
 TARGETS = {"hopper": {"kind": "cuda", "arch": "sm_90a"}, "rocm": {"kind": "hip", "mcpu": "gfx942"}}
 
@@ -50,8 +51,8 @@ def test_resolve_extent_says_what_it_lacks():
 @pytest.mark.parametrize("config", sorted(TARGETS))
 def test_a_dynamic_gemm_lowers_as_tilelang_and_keeps_its_grid_symbolic(config):
     with tvm.target.Target(TARGETS[config]) as target:
-        theirs = tilelang.lower(programs.dynamic_gemm(), target=target).kernel_source
-    lowered = tessera_tvm.lower(programs.dynamic_gemm(), config, build=False)
+        theirs = tilelang.lower(gemm_dynamic(), target=target).kernel_source
+    lowered = tessera_tvm.lower(gemm_dynamic(), config, build=False)
     assert lowered.source == theirs
     (kernel,) = lowered.metadata
     assert kernel["launch"]["grid"] == ["(N + 127) // 128", "(M + 127) // 128", 1]
@@ -78,7 +79,7 @@ def test_symbolic_shared_memory_is_said_unchecked_and_checked_at_the_call():
 
 
 def test_a_dynamic_gemm_runs_on_the_cpu_at_two_shapes():
-    lowered = tessera_tvm.lower(programs.cpu_dynamic_gemm(), "cpu")
+    lowered = tessera_tvm.lower(cpu_gemm_dynamic(), "cpu")
     rng = np.random.default_rng(0)
     for m, n, k in [(100, 70, 50), (64, 33, 17)]:
         a = rng.standard_normal((m, k), dtype=np.float32)
