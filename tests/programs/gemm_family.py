@@ -10,6 +10,7 @@ import tilelang.language as T
 from tessera_tvm._tvm import tilelang  # TileLang's TVM first
 
 from . import Case
+from .gemm import cpu_gemm, gemm
 
 
 def gemm_rasterized(
@@ -182,41 +183,14 @@ def gemm_fp8(M, N, K, block_m=128, block_n=128, block_k=64, stages=3, threads=12
     return main
 
 
-def gemm_dynamic(block_m=128, block_n=128, block_k=32, dtype="float16", stages=3, threads=128):
+def gemm_dynamic(block_m=128, block_n=128, block_k=32, stages=3):
     """GEMM over symbolic M, N, K: one kernel for every shape, bounds handled by TileLang."""
-    M, N, K = T.dynamic("M N K")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
-            a_tile = T.alloc_shared((block_m, block_k), dtype)
-            b_tile = T.alloc_shared((block_k, block_n), dtype)
-            acc = T.alloc_fragment((block_m, block_n), "float32")
-            T.clear(acc)
-            for ko in T.Pipelined(T.ceildiv(K, block_k), num_stages=stages):
-                T.copy(A[by * block_m, ko * block_k], a_tile)
-                T.copy(B[ko * block_k, bx * block_n], b_tile)
-                T.gemm(a_tile, b_tile, acc)
-            T.copy(acc, C[by * block_m, bx * block_n])
-
-    return main
+    return gemm(*T.dynamic("M N K"), block_m, block_n, block_k, stages=stages)
 
 
-def cpu_gemm_dynamic(block_m=32, block_n=32, block_k=16, dtype="float32"):
+def cpu_gemm_dynamic(block_m=32, block_n=32, block_k=16):
     """The CPU form over symbolic M, N, K: a local accumulator and a serial K loop."""
-    M, N, K = T.dynamic("M N K")
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m)) as (bx, by):
-            acc = T.alloc_local((block_m, block_n), dtype)
-            T.clear(acc)
-            for ko in T.serial(T.ceildiv(K, block_k)):
-                for i, j, kk in T.grid(block_m, block_n, block_k):
-                    acc[i, j] += A[by * block_m + i, ko * block_k + kk] * B[ko * block_k + kk, bx * block_n + j]
-            T.copy(acc, C[by * block_m, bx * block_n])
-
-    return main
+    return cpu_gemm(*T.dynamic("M N K"), block_m, block_n, block_k)
 
 
 def _cpu_dynamic_case():
