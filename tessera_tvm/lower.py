@@ -127,7 +127,7 @@ class LoweredModule:
                     f"{self.name!r}: array {buffer!r} has shape {list(shape)}, expected {len(declared)} dims {declared}"
                 )
             for axis, (dim, size) in enumerate(zip(declared, shape, strict=True)):
-                if isinstance(dim, str):
+                if isinstance(dim, str) and dim.isidentifier():  # a dim, not an expression over dims
                     seen = found.setdefault(dim, (int(size), f"{buffer}.shape[{axis}]"))
                     if seen[0] != int(size):
                         raise TesseraError(
