@@ -68,6 +68,20 @@ FEATURES = {
     "race_check": "verify T.Parallel loops for data races (TileLang's default: off)",
 }
 
+#: The fields of a ``schedule:`` section: ``tessera_tvm.tile.TileSchedule``'s, each an int of at least
+#: the given value, and the MMA instruction shape.
+SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
+    "block_m": ("rows of the output tile", 1),
+    "block_n": ("columns of the output tile", 1),
+    "block_k": ("the K step of a GEMM's main loop", 1),
+    "stages": ("software-pipeline buffers", 1),
+    "threads": ("threads per block", 1),
+    "rasterize": ("L2 rasterization panel width, 0 = off", 0),
+    "mma": ("the target's MMA instruction shape [m, n, k]", None),
+}
+#: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
+SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention")
+
 #: Schedule fields an ``autotune:`` space may list (the frontend's override names; ``rasterize`` is
 #: the tile library's name for ``swizzle``). Each maps to a non-empty list of distinct integers.
 AUTOTUNE_KEYS = {
@@ -547,7 +561,7 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         if pname not in used:
             raise check.fail(f"pass_args.{pname}", "has arguments but the pass is not in this config's pipeline")
 
-    schedule = check.mapping(data.get("schedule", {}), "schedule")
+    schedule = _parse_schedule(data.get("schedule", {}), "schedule", check)
     autotune = _parse_autotune(data.get("autotune", {}), check)
 
     return TargetConfig(
@@ -564,6 +578,30 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         tt=_freeze(tt),
         raw=data,
     )
+
+
+def _parse_schedule(value: Any, key: str, check: _Checker, families: bool = True) -> dict[str, Any]:
+    """The ``schedule:`` defaults: known fields with ints in range, per-family mappings of the same."""
+    allowed = {k: what for k, (what, _) in SCHEDULE_KEYS.items()}
+    if families:
+        allowed.update({family: f"schedule defaults for {family} kernels (mapping)" for family in SCHEDULE_FAMILIES})
+    schedule = check.mapping(value, key, allowed)
+    for field_name, item in schedule.items():
+        where = f"{key}.{field_name}"
+        if field_name in SCHEDULE_FAMILIES:
+            _parse_schedule(item, where, check, families=False)
+        elif field_name == "mma":
+            if not (isinstance(item, list) and len(item) == 3 and all(_positive_int(x) for x in item)):
+                raise check.fail(where, f"expected [m, n, k], three positive ints ({allowed['mma']}), found {item!r}")
+        else:
+            low = SCHEDULE_KEYS[field_name][1]
+            if isinstance(item, bool) or not isinstance(item, int) or item < low:
+                raise check.fail(where, f"expected an int >= {low} ({allowed[field_name]}), found {item!r}")
+    return schedule
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:

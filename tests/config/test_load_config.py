@@ -225,3 +225,37 @@ def test_duplicate_key_is_an_error(tmp_path):
     path = _write(tmp_path, "name: x\nname: y\ntarget: {kind: c}\npipeline: {}\n")
     with pytest.raises(ConfigError, match=rf"{path}:2: name: appears twice"):
         load_config(path)
+
+
+def test_a_schedule_typo_names_the_file_line_and_the_key(tmp_path):
+    text = (
+        Path(load_config("hopper").source)
+        .read_text()
+        .replace("  block_k: 64\n  stages: 3", "  blok_k: 64\n  stages: 3")
+    )
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    line = text.splitlines().index("  blok_k: 64") + 1
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}:{line}: schedule.blok_k: unknown key (did you mean 'block_k'?)")
+
+
+def test_schedule_keys_are_the_tile_schedules_fields():
+    """The loader's list and TileSchedule must not drift apart (a field the loader refused, or let
+    through for TileSchedule.from_config to drop without a word)."""
+    import dataclasses
+
+    from tessera_tvm.config import SCHEDULE_FAMILIES, SCHEDULE_KEYS
+    from tessera_tvm.tile import SPEC_FAMILIES, TileSchedule
+
+    assert set(SCHEDULE_KEYS) == {f.name for f in dataclasses.fields(TileSchedule)}
+    assert SCHEDULE_FAMILIES == SPEC_FAMILIES
+
+
+def test_a_per_family_schedule_loads(tmp_path):
+    data = _hopper_data()
+    data["schedule"]["attention"] = {"block_m": 64, "stages": 2}
+    path = tmp_path / "fam.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert dict(load_config(path).schedule)["attention"] == (("block_m", 64), ("stages", 2))

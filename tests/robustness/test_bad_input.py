@@ -157,6 +157,12 @@ CONFIG_CASES = {
     "missing_name": (with_change("name", KeyError), ["name", "missing"]),
     "pass_args_for_absent_pass": (with_change("pass_args/tirx.LowerTVMBuiltin", {}), ["tirx.LowerTVMBuiltin"]),
     "autotune_empty_list": (with_change("autotune/block_m", []), ["autotune.block_m"]),
+    "schedule_typo": (with_change("schedule/blok_m", 64), ["schedule.blok_m", "did you mean 'block_m'"]),
+    "schedule_zero_block": (with_change("schedule/block_n", 0), ["schedule.block_n", "int >= 1"]),
+    "schedule_string_stages": (with_change("schedule/stages", "3"), ["schedule.stages", "'3'"]),
+    "schedule_bad_mma": (with_change("schedule/mma", [16, 8]), ["schedule.mma", "[m, n, k]"]),
+    "schedule_family_typo": (with_change("schedule/attention", {"blockm": 64}), ["schedule.attention.blockm"]),
+    "schedule_unknown_family": (with_change("schedule/conv", {"block_m": 64}), ["schedule.conv", "unknown key"]),
     "tt_section_on_cpu": (with_change("tt", {"arch": "wormhole_b0"}), ["tt"]),
 }
 
