@@ -32,7 +32,7 @@ _check_foreign_tvm()
 import tilelang  # noqa: E402  (must come after the check and before tvm)
 from tilelang import tvm  # noqa: E402
 
-__all__ = ["copy_module", "jit_program", "load_json", "pass_context_with", "prim_func", "tilelang", "tvm"]
+__all__ = ["copy_module", "jit_program", "load_json", "pass_context_with", "prim_func", "register_op", "tilelang", "tvm"]
 
 _save_json = tvm.ffi.get_global_func("node.SaveJSON")
 _load_json = tvm.ffi.get_global_func("node.LoadJSON")
@@ -230,3 +230,10 @@ def pass_context_with(config: dict):
         instruments=list(current.instruments),
         config={**{str(k): v for k, v in current.config.items()}, **config},
     )
+
+
+def register_op(name: str, doc: str, **attrs) -> None:
+    """Register a TIR op ``name`` with TVM and set its attrs (``TGlobalSymbol=...``)."""
+    tvm.ir._ffi_api.RegisterOp(name, doc)  # no public name in this TVM
+    for key, value in attrs.items():
+        tvm.ir.register_op_attr(name, key, value)

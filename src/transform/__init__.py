@@ -5,7 +5,9 @@ Importing this package registers every pass below; pipelines then name them in c
 
 from . import (
     annotate_kernel_metadata,  # noqa: F401
-    parallel_grid,  # noqa: F401
+    import_cpu_runtime,  # noqa: F401
+    lower_parallel_grid,  # noqa: F401
+    mark_parallel_grid,  # noqa: F401
     record_tile_info,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
     unique_shared_buffer_names,  # noqa: F401

@@ -89,6 +89,20 @@ def resolve_extent(value: Extent, dims: dict[str, int]) -> int:
     return evaluate(tree.body)
 
 
+def op_name(node) -> str | None:
+    """The name of the op ``node`` calls (``tl.tileop.gemm``, ``tirx.call_extern``...), None if not a call of an op."""
+    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
+        return str(node.op.name)
+    return None
+
+
+def uses(stmt, predicate) -> bool:
+    """Whether any node of ``stmt`` satisfies ``predicate``."""
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(stmt, lambda n: found.append(n) if not found and predicate(n) else None)
+    return bool(found)
+
+
 def target_kind(func) -> str | None:
     """The kind of the target bound to ``func`` (``cuda``, ``hip``, ``c``), or None before BindTarget."""
     target = func.attrs.get("target") if func.attrs else None

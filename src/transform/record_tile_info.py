@@ -31,6 +31,8 @@ from __future__ import annotations
 from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
+from .analysis import op_name
+
 ATTR = "tessera.tile_info"
 EPILOGUE_ATTR = "tessera.epilogue"
 
@@ -43,12 +45,6 @@ _DENSE_GEMMS = (
     "tl.tileop.tcgen05_gemm_blockscaled",
 )
 _GELU_CALLS = ("tirx.erf", "tirx.tanh")
-
-
-def _op_name(node) -> str | None:
-    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
-        return str(node.op.name)
-    return None
 
 
 def _walk(node, visit) -> None:
@@ -66,7 +62,7 @@ def _find(node, predicate) -> list:
 
 
 def _is_gemm(node) -> bool:
-    return _op_name(node) in _DENSE_GEMMS
+    return op_name(node) in _DENSE_GEMMS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +125,7 @@ def _threads(body) -> int | None:
 
 def _region(arg):
     """(buffer, extents) of a ``tl.region(BufferLoad, access, *extents)`` operand, else None."""
-    if _op_name(arg) == "tl.region" and isinstance(arg.args[0], tvm.tirx.BufferLoad):
+    if op_name(arg) == "tl.region" and isinstance(arg.args[0], tvm.tirx.BufferLoad):
         return arg.args[0].buffer, list(arg.args[2:])
     return None
 
@@ -209,7 +205,7 @@ def _loop_epilogue(nest) -> list[str]:
             _is_column_bias(node.a, rows, column) or _is_column_bias(node.b, rows, column)
         ):
             kinds.append("bias")
-        elif _op_name(node) in _GELU_CALLS:
+        elif op_name(node) in _GELU_CALLS:
             kinds.append("gelu")
         elif isinstance(node, tvm.tirx.Max) and (_is_zero(node.a) or _is_zero(node.b)):
             kinds.append("relu")

@@ -11,15 +11,10 @@ import tessera_tvm
 from tessera_tvm._tvm import tvm
 from tessera_tvm.config import load_config
 from tessera_tvm.registry import BuildContext, get_pass
-from tessera_tvm.transform.parallel_grid import (
-    ANNOTATION,
-    import_cpu_runtime,
-    lower_parallel_grid,
-    mark_parallel_grid,
-    next_block,
-    parallel_begin,
-    parallel_end,
-)
+from tessera_tvm.transform.import_cpu_runtime import import_cpu_runtime
+from tessera_tvm.transform.lower_parallel_grid import lower_parallel_grid
+from tessera_tvm.transform.mark_parallel_grid import mark_parallel_grid
+from tessera_tvm.transform.parallel_region import ANNOTATION, next_block, parallel_begin, parallel_end
 
 # ------------------------------------------------------------------------------- LowerParallelGrid
 

@@ -17,7 +17,7 @@ Importing this package registers the passes; ``configs/tenstorrent.yaml`` names 
 """
 
 from . import (  # noqa: F401
-    apply_defaults,
+    apply_tt_defaults,
     grid_to_persistent,
     infer_schedule,
     infer_shard,
@@ -25,5 +25,5 @@ from . import (  # noqa: F401
     shard_to_core_map,
     tensorize,
     tile_pad,
-    verify,
+    verify_tt_ir,
 )

@@ -27,6 +27,8 @@ from typing import Any
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import LoweringError, ResourceError
 
+from ..analysis import kernel_name, op_name
+
 ARCH = "tt.arch"
 COMPUTE_CONFIG = "tt.compute_config"
 DEFAULTS = "tt.defaults"
@@ -112,11 +114,6 @@ def prim_funcs(mod) -> Iterator[tuple[Any, Any]]:
             yield gv, func
 
 
-def func_name(gv, func) -> str:
-    symbol = func.attrs.get("global_symbol") if func.attrs else None
-    return str(symbol) if symbol is not None else str(gv.name_hint)
-
-
 def module_pass(transform: Callable[[str, Any], Any], *, name: str):
     """A ``tessera_module_pass`` applying ``transform(kernel_name, func) -> func`` to every PrimFunc."""
     from tessera_tvm.registry import tessera_module_pass
@@ -124,7 +121,7 @@ def module_pass(transform: Callable[[str, Any], Any], *, name: str):
     def run(mod, _pass_ctx):
         out = mod.clone()  # the caller's module must not change under it
         for gv, func in prim_funcs(mod):
-            out[gv] = transform(func_name(gv, func), func)
+            out[gv] = transform(kernel_name(gv, func), func)
         return out
 
     return tessera_module_pass(run, name=name)
@@ -144,12 +141,6 @@ def tt_options(ctx) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # IR helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def op_name(node) -> str | None:
-    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
-        return str(node.op.name)
-    return None
 
 
 def tile_op(stmt) -> tuple[str, Any] | None:

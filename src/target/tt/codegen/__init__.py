@@ -143,7 +143,7 @@ def generate(mod) -> TTProgram:
         names = [str(gv.name_hint) for gv, _ in funcs]
         raise CodegenError(f"the Tenstorrent code generator expects one kernel per module, found {names}")
     gv, func = funcs[0]
-    info = kernel_info(common.func_name(gv, func), func)
+    info = kernel_info(common.kernel_name(gv, func), func)
     kernels = render_kernels(info)
     plan = build_plan(info)
     return TTProgram(

@@ -1,34 +1,25 @@
-"""The kernel grid of a CPU kernel on every core: tessera.MarkParallelGrid and tessera.LowerParallelGrid.
+"""tessera.LowerParallelGrid: the annotated grid of a CPU kernel as one parallel region.
 
-TileLang's C codegen prints the grid of a CPU kernel (``T.Kernel(nx, ny)``) as serial loops and has
-no way to print a pragma. Two passes make the grid run on all cores with OpenMP:
+Runs last, on the device module, and rewrites each outermost loop nest that
+``tessera.MarkParallelGrid`` annotated into one parallel region (tessera/cpu_parallel.h says what
+the C looks like):
 
-- ``tessera.MarkParallelGrid`` runs in LowerAndLegalize right after ``tl.MaterializeKernelLaunch``,
-  while the grid loops still sit directly around TileLang's ``tilelang_root`` block, and annotates
-  them ``{"tessera.parallel_grid": 1}``. A kernel whose blocks use atomics is left serial: the CPU
-  lowering turns atomics into plain read-modify-writes, which blocks on other threads would race on.
-- ``tessera.LowerParallelGrid`` runs last, on the device module, and rewrites each outermost
-  annotated loop nest into one parallel region (tessera/cpu_parallel.h says what the C looks like):
+    T.tessera.parallel_begin(blocks)                 # TESSERA_PARALLEL_BEGIN: a team of threads
+    acc = T.alloc_buffer(...)                        # the blocks' arrays, moved in: one per thread
+    for claim in range(blocks):
+        block: T.int32 = T.tessera.next_block()      # TESSERA_NEXT_BLOCK: an atomic counter
+        if block >= blocks:
+            T.break_loop()
+        bx: T.int32 = block // ny
+        by: T.int32 = block % ny
+        <the block's body>
+    T.tessera.parallel_end()                         # TESSERA_PARALLEL_END
 
-      T.tessera.parallel_begin(blocks)                 # TESSERA_PARALLEL_BEGIN: a team of threads
-      acc = T.alloc_buffer(...)                        # the blocks' arrays, moved in: one per thread
-      for claim in range(blocks):
-          block: T.int32 = T.tessera.next_block()      # TESSERA_NEXT_BLOCK: an atomic counter
-          if block >= blocks:
-              T.break_loop()
-          bx: T.int32 = block // ny
-          by: T.int32 = block % ny
-          <the block's body>
-      T.tessera.parallel_end()                         # TESSERA_PARALLEL_END
-
-  Threads claim blocks one at a time from a shared counter (dynamic scheduling), which balances
-  grids whose blocks differ in cost (causal attention, ragged edges) and cores that are busy with
-  other work (a static split waits for its slowest thread). The arrays the blocks use were hoisted
-  to the top of the kernel by ``tl.StorageRewrite``; they move into the region so that every thread
-  has its own. A nest that uses an array also used outside it stays serial.
-
-``tessera.ImportCpuRuntime`` then adds ``#include <tessera/cpu.h>`` to kernels that use the header.
-Thread count: ``TESSERA_NUM_THREADS``, else OpenMP's ``OMP_NUM_THREADS``, else one per core.
+Threads claim blocks one at a time from a shared counter (dynamic scheduling), which balances
+grids whose blocks differ in cost (causal attention, ragged edges) and cores that are busy with
+other work (a static split waits for its slowest thread). The arrays the blocks use were hoisted
+to the top of the kernel by ``tl.StorageRewrite``; they move into the region so that every thread
+has its own. A nest that uses an array also used outside it stays serial.
 """
 
 from __future__ import annotations
@@ -39,127 +30,7 @@ from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
 from . import analysis
-
-ANNOTATION = analysis.PARALLEL_GRID
-ROOT_BLOCK = "tilelang_root"  # the block TileLang's T.Kernel opens inside its grid loops
-RUNTIME_HEADER = "#include <tessera/cpu.h>\n"
-RUNTIME_PREFIX = "tessera_"  # extern functions of tessera/cpu.h
-
-# Ops printed as the macros of tessera/cpu_parallel.h (an op with a global symbol is printed as a
-# call without the forward declaration a call_extern gets, which a macro could not take).
-PARALLEL_BEGIN = "tessera.parallel_begin"
-NEXT_BLOCK = "tessera.next_block"
-PARALLEL_END = "tessera.parallel_end"
-_OPS = {
-    PARALLEL_BEGIN: ("TESSERA_PARALLEL_BEGIN", "open the parallel region of a CPU kernel grid (arg: blocks)"),
-    NEXT_BLOCK: ("TESSERA_NEXT_BLOCK", "claim the next block of the grid in the current parallel region"),
-    PARALLEL_END: ("TESSERA_PARALLEL_END", "close the parallel region opened by tessera.parallel_begin"),
-}
-
-
-def register_ops() -> None:
-    """Register the region ops with TVM (idempotent; IR holding them can be loaded only after this)."""
-    known = set(tvm.ir.Op.list_op_names())
-    for name, (symbol, doc) in _OPS.items():
-        if name in known:
-            continue
-        tvm.ir._ffi_api.RegisterOp(name, doc)
-        tvm.ir.register_op_attr(name, "TCallEffectKind", tvm.tirx.CallEffectKind.Opaque)
-        tvm.ir.register_op_attr(name, "TGlobalSymbol", symbol)
-        tvm.ir.register_op_attr(name, "TScriptPrinterName", name)  # dumps read T.tessera.parallel_begin(...)
-
-
-register_ops()
-
-
-def parallel_begin(blocks):
-    """``TESSERA_PARALLEL_BEGIN(blocks)``."""
-    return tvm.tirx.Call("int32", tvm.ir.Op.get(PARALLEL_BEGIN), [blocks])
-
-
-def next_block():
-    """``TESSERA_NEXT_BLOCK()``: the next unclaimed block index of the region's grid."""
-    return tvm.tirx.Call("int32", tvm.ir.Op.get(NEXT_BLOCK), [])
-
-
-def parallel_end():
-    """``TESSERA_PARALLEL_END()``."""
-    return tvm.tirx.Call("int32", tvm.ir.Op.get(PARALLEL_END), [])
-
-
-def _op_name(node) -> str | None:
-    if isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
-        return str(node.op.name)
-    return None
-
-
-def _uses(stmt, predicate) -> bool:
-    found = []
-    tvm.tirx.stmt_functor.post_order_visit(stmt, lambda n: found.append(n) if not found and predicate(n) else None)
-    return bool(found)
-
-
-def _with_annotation(loop, annotations) -> object:
-    return tvm.tirx.For(
-        loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, annotations, loop.step
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# tessera.MarkParallelGrid
-# ---------------------------------------------------------------------------------------------
-
-
-def _grid_loops(loop) -> list | None:
-    """The loops from ``loop`` down to TileLang's root block, when they are nothing but loops."""
-    loops, node = [], loop
-    while isinstance(node, tvm.tirx.For):
-        loops.append(node)
-        node = node.body
-    if isinstance(node, tvm.tirx.SBlockRealize) and node.block.name_hint == ROOT_BLOCK:
-        return loops
-    return None
-
-
-def mark_parallel_grid(func):
-    """``func`` with its grid loops annotated (unchanged when its blocks use atomics or it has no grid)."""
-    if _uses(func.body, lambda n: "atomic" in (_op_name(n) or "")):
-        return func
-
-    def pre(node):
-        loops = _grid_loops(node)
-        if loops is None:
-            return None
-        body = loops[-1].body
-        for loop in reversed(loops):
-            annotations = {**dict(loop.annotations), ANNOTATION: tvm.tirx.IntImm("int32", 1)}
-            body = tvm.tirx.For(
-                loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, annotations, loop.step
-            )
-        return body
-
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, pre, None, ["tirx.For"])
-    return func.with_body(body)
-
-
-@register_pass(
-    "tessera.MarkParallelGrid",
-    doc="annotate the kernel grid loops of CPU kernels as parallel (not when blocks use atomics)",
-)
-def _mark_parallel_grid(ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod.clone()
-        for gv, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
-                out[gv] = mark_parallel_grid(func)
-        return out
-
-    return tessera_module_pass(run, name="tessera.MarkParallelGrid")
-
-
-# ---------------------------------------------------------------------------------------------
-# tessera.LowerParallelGrid
-# ---------------------------------------------------------------------------------------------
+from .parallel_region import ANNOTATION, PARALLEL_BEGIN, next_block, parallel_begin, parallel_end
 
 _FLAT_DECLS = (tvm.tirx.Bind, tvm.tirx.DeclBuffer, tvm.tirx.AllocBuffer)
 
@@ -345,7 +216,7 @@ def _is_region(stmt) -> bool:
     return (
         isinstance(stmt, tvm.tirx.SeqStmt)
         and isinstance(stmt.seq[0], tvm.tirx.Evaluate)
-        and _op_name(stmt.seq[0].value) == PARALLEL_BEGIN
+        and analysis.op_name(stmt.seq[0].value) == PARALLEL_BEGIN
     )
 
 
@@ -373,43 +244,3 @@ def _lower_parallel_grid(ctx: BuildContext):
         return out
 
     return tessera_module_pass(run, name="tessera.LowerParallelGrid")
-
-
-# ---------------------------------------------------------------------------------------------
-# tessera.ImportCpuRuntime
-# ---------------------------------------------------------------------------------------------
-
-
-def uses_cpu_runtime(func) -> bool:
-    """Whether ``func`` calls into tessera/cpu.h (a region op or a ``tessera_*`` extern function)."""
-
-    def uses(node) -> bool:
-        name = _op_name(node)
-        if name in _OPS:
-            return True
-        if name in ("tirx.call_extern", "tirx.call_pure_extern"):
-            return str(node.args[0].value).startswith(RUNTIME_PREFIX)
-        return False
-
-    return _uses(func.body, uses)
-
-
-def import_cpu_runtime(func):
-    """``func`` with ``#include <tessera/cpu.h>`` (a ``pragma_import_c`` attr) when it uses the header."""
-    if not uses_cpu_runtime(func):
-        return func
-    tirx = tvm.tirx
-    body = tirx.AttrStmt(tirx.StringImm("tessera"), "pragma_import_c", tirx.StringImm(RUNTIME_HEADER), func.body)
-    return func.with_body(body)
-
-
-@register_pass("tessera.ImportCpuRuntime", doc="include tessera/cpu.h in CPU kernels that call into it")
-def _import_cpu_runtime(ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod.clone()
-        for gv, func in analysis.device_kernels(mod):
-            if analysis.is_cpu_kernel(func):
-                out[gv] = import_cpu_runtime(func)
-        return out
-
-    return tessera_module_pass(run, name="tessera.ImportCpuRuntime")
