@@ -504,7 +504,7 @@ BAD_PLANS = [
     (lambda p: p["cores"][1]["runtime_args"].pop("compute"), "no 'compute' args"),
     (lambda p: p["cores"][1].update(tiles=[0, 2]), "tile 0 is also assigned to core (0, 0)"),
     (lambda p: p["cores"][1].update(tiles=[2, 1]), "tiles 3 are assigned to no core"),
-    (lambda p: p["cores"][0]["runtime_args"]["reader"].append(-1), "-1 matches 0 of the allowed forms"),
+    (lambda p: p["cores"][0]["runtime_args"]["reader"].append(-1), "-1 matches none of the allowed forms"),
     (lambda p: p["kernels"]["compute"].update(source="../evil.cpp"), "does not match"),
     (lambda p: p["kernels"]["compute"].update(source="missing_kernel.cpp"), "'missing_kernel.cpp' not found"),
     (lambda p: p["kernels"].update(extra={"source": "x.cpp"}), "unexpected key 'extra'"),
@@ -541,15 +541,11 @@ def test_bad_plan_file_names_the_file(tmp_path, kernels_dir):
         run_plan(bad, kernels_dir, {})
 
 
-def test_schema_agrees_with_jsonschema_when_installed(plans_dir):
-    jsonschema = pytest.importorskip("jsonschema")
+def test_the_schema_is_valid_and_the_shipped_plans_meet_it(plans_dir):
+    import jsonschema
+
     schema = plan_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     for path in sorted(plans_dir.glob("*.json")):
         assert not list(validator.iter_errors(json.loads(path.read_text()))), path
-    for edit, expected in BAD_PLANS:
-        plan = _edit(edit)
-        ours = not __import__("tessera_tvm.target.tt.emulate", fromlist=["x"])._SchemaValidator(schema).errors(plan)
-        theirs = validator.is_valid(plan)
-        assert ours == theirs, (expected, ours, theirs)

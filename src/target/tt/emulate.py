@@ -132,92 +132,57 @@ class EmulatorResult(dict):
 
 
 # ---------------------------------------------------------------------------------------------
-# JSON schema (a small draft 2020-12 subset; the schema file uses nothing else)
+# JSON schema: checked by the jsonschema library, its errors worded with the plan's JSON paths
 # ---------------------------------------------------------------------------------------------
-
-_TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-class _SchemaValidator:
-    def __init__(self, schema: dict):
-        self.root = schema
-
-    def _resolve(self, ref: str) -> dict:
-        if not ref.startswith("#/"):
-            raise ValueError(f"only local $ref supported, got {ref!r}")
-        node: Any = self.root
-        for part in ref[2:].split("/"):
-            node = node[part]
-        return node
-
-    def errors(self, value: Any, schema: dict | None = None, path: str = "$") -> list[str]:
-        schema = self.root if schema is None else schema
-        out: list[str] = []
-        if "$ref" in schema:
-            out += self.errors(value, self._resolve(schema["$ref"]), path)
-        if "type" in schema:
-            types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-            if not any(_TYPES[t](value) for t in types):
-                return out + [f"{path}: expected {' or '.join(types)}, got {type(value).__name__} {_short(value)}"]
-        if "const" in schema and value != schema["const"]:
-            out.append(f"{path}: expected {json.dumps(schema['const'])}, got {_short(value)}")
-        if "enum" in schema and value not in schema["enum"]:
-            out.append(f"{path}: expected one of {json.dumps(schema['enum'])}, got {_short(value)}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if "minimum" in schema and value < schema["minimum"]:
-                out.append(f"{path}: {value} is below the minimum {schema['minimum']}")
-            if "maximum" in schema and value > schema["maximum"]:
-                out.append(f"{path}: {value} is above the maximum {schema['maximum']}")
-            if "multipleOf" in schema and value % schema["multipleOf"] != 0:
-                out.append(f"{path}: {value} is not a multiple of {schema['multipleOf']}")
-        if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-            out.append(f"{path}: {value!r} does not match {schema['pattern']!r}")
-        if isinstance(value, list):
-            if "minItems" in schema and len(value) < schema["minItems"]:
-                out.append(f"{path}: needs at least {schema['minItems']} item(s), has {len(value)}")
-            if "maxItems" in schema and len(value) > schema["maxItems"]:
-                out.append(f"{path}: allows at most {schema['maxItems']} item(s), has {len(value)}")
-            if "items" in schema:
-                for i, item in enumerate(value):
-                    out += self.errors(item, schema["items"], f"{path}[{i}]")
-        if isinstance(value, dict):
-            props = schema.get("properties", {})
-            for key in schema.get("required", []):
-                if key not in value:
-                    out.append(f"{path}: missing required key {key!r}")
-            if "minProperties" in schema and len(value) < schema["minProperties"]:
-                out.append(f"{path}: needs at least {schema['minProperties']} key(s)")
-            for key, item in value.items():
-                sub = f"{path}.{key}"
-                if "propertyNames" in schema:
-                    out += self.errors(key, schema["propertyNames"], f"{path} (key {key!r})")
-                if key in props:
-                    out += self.errors(item, props[key], sub)
-                elif schema.get("additionalProperties") is False:
-                    allowed = ", ".join(sorted(props)) or "none"
-                    out.append(f"{path}: unexpected key {key!r} (allowed: {allowed})")
-                elif isinstance(schema.get("additionalProperties"), dict):
-                    out += self.errors(item, schema["additionalProperties"], sub)
-        for key in ("oneOf", "anyOf"):
-            if key in schema:
-                matches = [not self.errors(value, s, path) for s in schema[key]]
-                n = sum(matches)
-                if n == 0 or (key == "oneOf" and n > 1):
-                    out.append(f"{path}: {_short(value)} matches {n} of the allowed forms ({key})")
-        return out
 
 
 def _short(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(error) -> str:
+    """One jsonschema error as ``$.path: what was expected, what was found``."""
+    kind, expected, found = error.validator, error.validator_value, error.instance
+    if kind == "required":
+        what = ", ".join(repr(k) for k in expected if k not in found)
+        text = f"missing required key {what}"
+    elif kind == "additionalProperties":
+        allowed = error.schema.get("properties", {})
+        extra = ", ".join(repr(k) for k in found if k not in allowed)
+        text = f"unexpected key {extra} (allowed: {', '.join(sorted(allowed)) or 'none'})"
+    elif kind == "enum":
+        text = f"expected one of {json.dumps(expected)}, got {_short(found)}"
+    elif kind == "const":
+        text = f"expected {json.dumps(expected)}, got {_short(found)}"
+    elif kind == "type":
+        types = expected if isinstance(expected, list) else [expected]
+        text = f"expected {' or '.join(types)}, got {type(found).__name__} {_short(found)}"
+    elif kind == "maximum":
+        text = f"{found} is above the maximum {expected}"
+    elif kind == "minimum":
+        text = f"{found} is below the minimum {expected}"
+    elif kind == "pattern":
+        text = f"{found!r} does not match {expected!r}"
+    elif kind in ("oneOf", "anyOf"):
+        matched = "more than one" if kind == "oneOf" and not error.context else "none"
+        text = f"{_short(found)} matches {matched} of the allowed forms ({kind})"
+    else:
+        text = error.message
+    return f"{error.json_path}: {text}"
+
+
+_validator = None  # the plan schema's jsonschema validator, built on first use
+
+
+def _schema_errors(plan: Any) -> list[str]:
+    import jsonschema
+
+    global _validator
+    if _validator is None:
+        _validator = jsonschema.Draft202012Validator(plan_schema())
+    errors = sorted(_validator.iter_errors(plan), key=lambda e: [str(p) for p in e.absolute_path])
+    return [_describe(e) for e in errors]
 
 
 _schema_cache: dict | None = None
@@ -267,7 +232,7 @@ def validate_plan(
     kernel sources must exist. Raises :class:`PlanError` listing every violation found.
     """
     label = _plan_label(plan, source)
-    errors = _SchemaValidator(plan_schema()).errors(plan)
+    errors = _schema_errors(plan)
     if errors:
         raise PlanError(label, errors)
     try:
