@@ -54,7 +54,7 @@ from tessera_tvm.tile import (
     smem_bytes,
     validate_schedule,
 )
-from tessera_tvm.tile.spec import expr_text
+from tessera_tvm.tile.expr import expr_text
 
 from .errors import ScheduleError
 from .types import dtype as as_dtype

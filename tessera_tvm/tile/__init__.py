@@ -16,32 +16,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import (  # noqa: F401
-    DTYPES,
+from ..transform.tt.common import UnsupportedTTOperationError  # noqa: F401  (what a TT tile program refuses)
+from .base import DTYPES, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
+from .expr import Binary, Const, Expr, Input, Unary  # noqa: F401
+from .resources import local_bytes, smem_bytes  # noqa: F401
+from .schedule import TileSchedule, fit_schedule  # noqa: F401
+from .specs import (  # noqa: F401
     SPEC_FAMILIES,
-    TARGET_KINDS,
     AttentionSpec,
-    Binary,
-    Const,
     ElementwiseSpec,
     EpilogueOp,
-    Expr,
     GemmSpec,
-    Input,
     KernelSpec,
     NormSpec,
     ReduceSpec,
     SoftmaxSpec,
-    SpecError,
-    TensorArg,
-    TileSchedule,
-    Unary,
-    dtype_bytes,
-    fit_schedule,
-    local_bytes,
-    smem_bytes,
-    validate_schedule,
 )
+from .validate import validate_schedule  # noqa: F401
 
 _DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu", "tt": "tenstorrent"}
 

@@ -18,12 +18,11 @@ tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tess
 
 from __future__ import annotations
 
-import tilelang.language as T
-
-from .._tvm import prim_func
+from .._tvm import T, prim_func
 from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
-from .spec import AttentionSpec, TileSchedule
+from .schedule import TileSchedule
+from .specs import AttentionSpec
 
 ACC = "float32"
 

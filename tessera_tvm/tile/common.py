@@ -11,10 +11,8 @@ import math
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-import tilelang.language as T
-from tilelang.language.eager.builder import Builder
-
-from .spec import TensorArg
+from .._tvm import Builder, T, tvm
+from .base import TensorArg
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -60,8 +58,7 @@ def const(value: float, dtype: str):
 
 
 def _imm(value: float, dtype: str):
-    from tvm import tirx
-
+    tirx = tvm.tirx
     if dtype.startswith("int"):
         return tirx.IntImm(dtype, int(value))
     return tirx.FloatImm(dtype, float(value))
@@ -151,9 +148,7 @@ def all_of(*conds):
     live = [c for c in conds if c is not True]
     if not live:
         return True
-    from tvm import tirx
-
-    return tirx.all(*live)
+    return tvm.tirx.all(*live)
 
 
 def cpu_exp(x):

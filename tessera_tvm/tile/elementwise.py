@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-import tilelang.language as T
-
-from .._tvm import prim_func
+from .._tvm import T, prim_func
 from .common import binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
-from .spec import Binary, Const, ElementwiseSpec, Input, TileSchedule, Unary
+from .expr import Binary, Const, Input, Unary
+from .schedule import TileSchedule
+from .specs import ElementwiseSpec
 
 
 def evaluate(expr, values: dict, dtype: str):

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import math
 
-import tilelang.language as T
-
-from .._tvm import prim_func
+from .._tvm import T, prim_func
 from .common import (
     all_of,
     broadcast_coords,
@@ -31,7 +29,8 @@ from .common import (
     unary,
     unravel,
 )
-from .spec import GemmSpec, TileSchedule
+from .schedule import TileSchedule
+from .specs import GemmSpec
 
 
 def gemm_program(spec: GemmSpec, schedule: TileSchedule, target_kind: str):
@@ -124,7 +123,7 @@ def _gemm_gpu(spec: GemmSpec, s: TileSchedule):
 CPU_PACK_PAD = 64
 
 #: Rows x columns of the micro-kernel's register tile on AVX-512 (TESSERA_GEMM_MR x TESSERA_GEMM_NR);
-#: CPU blocks are rounded to multiples of it (tile/spec.py) so no strip is partly empty.
+#: CPU blocks are rounded to multiples of it (tile/schedule.py) so no strip is partly empty.
 CPU_MICRO_TILE = (14, 32)
 
 #: Input dtypes the packing routines read, by the suffix of their names (tessera_cpu_pack_a_f16, ...).

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 
-import tilelang.language as T
-
-from .._tvm import prim_func
+from .._tvm import T, prim_func
 from .common import CPU_LANES, all_of, cpu_exp, declare_params, guard, lane_reduce, lowest, to_compute, unravel
-from .spec import NormSpec, ReduceSpec, SoftmaxSpec, TileSchedule
+from .schedule import TileSchedule
+from .specs import NormSpec, ReduceSpec, SoftmaxSpec
 
 ACC = "float32"
 

@@ -22,28 +22,14 @@ from __future__ import annotations
 
 import math
 
-import tilelang.language as T
-
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
-from .._tvm import prim_func
+from .._tvm import T, prim_func
+from .base import SpecError
 from .common import binary, declare_params, unary
-from .spec import (
-    AttentionSpec,
-    Binary,
-    Const,
-    ElementwiseSpec,
-    GemmSpec,
-    Input,
-    KernelSpec,
-    NormSpec,
-    ReduceSpec,
-    SoftmaxSpec,
-    SpecError,
-    TileSchedule,
-    Unary,
-    expr_nodes,
-)
+from .expr import Binary, Const, Input, Unary, expr_nodes
+from .schedule import TileSchedule
+from .specs import AttentionSpec, ElementwiseSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
 
 __all__ = ["TILE", "TT_SCHEDULE", "UnsupportedTTOperationError", "tt_program"]
 

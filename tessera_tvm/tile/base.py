@@ -1,0 +1,108 @@
+"""Foundations of the kernel specs: what every spec, expression and schedule module builds on.
+
+``SpecError`` (the error a malformed spec or schedule raises), the dtypes a spec may use (``DTYPES``,
+``dtype_bytes``), the target kinds the generators accept (``TARGET_KINDS``), ``TensorArg`` (one
+PrimFunc parameter) and the small argument checks the spec and schedule dataclasses run in their
+``__post_init__`` (names, dtypes, dimensions, axes), each raising a ``SpecError`` that names the spec
+and field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..errors import TesseraError
+
+
+class SpecError(TesseraError, ValueError):
+    """A kernel spec or tile schedule is malformed or cannot be built for the target."""
+
+
+#: TVM dtype strings a spec may use, with their size in bytes.
+DTYPES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "int32": 4,
+}
+
+#: Target kinds the generators accept (``c`` is the CPU path).
+TARGET_KINDS = ("cuda", "hip", "c")
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of ``dtype``."""
+    return DTYPES[dtype]
+
+
+class TensorArg(NamedTuple):
+    """One PrimFunc parameter: its name, static shape and TVM dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _fail(spec: str, message: str) -> SpecError:
+    return SpecError(f"{spec}: {message}")
+
+
+def _check_dtype(spec: str, field: str, dtype: Any) -> None:
+    if dtype not in DTYPES:
+        raise _fail(spec, f"{field} is {dtype!r}; expected one of {', '.join(DTYPES)}")
+
+
+def _check_name(spec: str, field: str, name: Any) -> None:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise _fail(spec, f"{field} is {name!r}; expected a C identifier (it becomes a kernel parameter name)")
+
+
+def _check_dims(spec: str, field: str, dims: Any, *, allow_empty: bool = True) -> tuple[int, ...]:
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        dims = (dims,)
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise _fail(spec, f"{field} is {dims!r}; expected a tuple of positive ints") from None
+    if not allow_empty and not dims:
+        raise _fail(spec, f"{field} is (); expected at least one dimension")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
+            raise _fail(spec, f"{field} is {dims!r}; every dimension must be a positive int, found {d!r}")
+    return dims
+
+
+def _check_positive(spec: str, field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _fail(spec, f"{field} is {value!r}; expected a positive int")
+
+
+def _norm_axis(spec: str, axis: int, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise _fail(spec, f"axis is {axis!r}; expected an int in [{-ndim}, {ndim - 1}] for a rank-{ndim} tensor")
+    return axis % ndim
+
+
+def _fingerprint(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+def _set(obj: Any, field: str, value: Any) -> None:
+    object.__setattr__(obj, field, value)
+
+
+def _broadcasts_to(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """numpy broadcasting: ``src`` aligned right against ``dst``, each dim equal or 1."""
+    if len(src) > len(dst):
+        return False
+    return all(s in (1, d) for s, d in zip(reversed(src), reversed(dst), strict=False))

@@ -1,0 +1,65 @@
+"""Resource estimates: the memory a generated tile kernel allocates, known before lowering.
+
+``smem_bytes`` counts the shared memory of a GPU block (the tiles placed in shared memory times the
+pipeline stages, plus TileLang's cross-thread reduction workspace) and ``local_bytes`` the local
+(stack) arrays of a CPU block. The schedule heuristics use them to fit a schedule to the target, and
+``validate_schedule`` to reject one that cannot fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import dtype_bytes
+from .specs import AttentionSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
+
+if TYPE_CHECKING:
+    from .schedule import TileSchedule
+
+
+def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cuda") -> int:
+    """Shared memory (bytes per block) the generated kernel allocates, estimated before lowering.
+
+    Counts the tiles the generator places in shared memory times the pipeline stages, plus the
+    reduction workspace TileLang adds for cross-thread reductions. The CPU target (``c``) has no
+    shared memory and returns 0 (see :func:`local_bytes`).
+    """
+    if target_kind == "c":
+        return 0
+    s = schedule
+    if isinstance(spec, GemmSpec):
+        return s.stages * (
+            s.block_m * s.block_k * dtype_bytes(spec.dtype_a) + s.block_k * s.block_n * dtype_bytes(spec.dtype_b)
+        )
+    if isinstance(spec, AttentionSpec):
+        size = dtype_bytes(spec.dtype_in)
+        probs = s.block_m * s.block_n * 4 if spec.dtype_in == "float32" else 0  # fp32 P is staged in smem
+        return s.block_m * spec.D * size + s.stages * 2 * s.block_n * spec.D * size + probs  # Q + stages x (K + V)
+    if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
+        # Cross-thread all-reduce workspace: one fp32 per thread for each reduction in flight.
+        return 2 * 4 * s.threads
+    return 0
+
+
+def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c") -> int:
+    """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
+    s = schedule
+    if isinstance(spec, GemmSpec):
+        from .gemm import cpu_gemm_packs, cpu_pack_elements  # the packed A/B panels of the micro-kernel
+
+        packed = sum(cpu_pack_elements(s.block_m, s.block_n, s.block_k)) * 4 if cpu_gemm_packs(spec) else 0
+        return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed
+    if isinstance(spec, AttentionSpec):
+        from .gemm import cpu_pack_elements, cpu_pack_suffix  # packed K, Q^T, P and V panels
+
+        packed = 0
+        if cpu_pack_suffix(spec.dtype_in) is not None:
+            packed = sum(cpu_pack_elements(s.block_n, s.block_m, spec.D)) + sum(
+                cpu_pack_elements(s.block_m, spec.D, s.block_n)
+            )
+        return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m + packed)
+    if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
+        from .common import CPU_LANES
+
+        return 4 * (CPU_LANES + 2)
+    return 0

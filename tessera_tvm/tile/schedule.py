@@ -1,0 +1,271 @@
+"""Tile schedules: how a kernel spec is tiled, and the heuristics that choose the tiling.
+
+``TileSchedule`` holds the tiling knobs (block sizes, pipeline stages, threads, rasterisation);
+``TileSchedule.from_config`` derives a spec family's defaults from a target config's ``schedule:``
+section and, given a spec, fits them to the problem: ``fit_schedule`` shrinks blocks larger than the
+problem (keeping what the GPU's MMA needs) and spreads CPU blocks over the cores, causal attention
+drops to one stage where TileLang cannot pipeline it, and stages / K steps are cut until the
+schedule's shared memory (``resources.smem_bytes``) fits the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .base import _check_positive, _fail, _fingerprint, _set
+from .resources import smem_bytes
+from .specs import (
+    SPEC_FAMILIES,
+    AttentionSpec,
+    ElementwiseSpec,
+    GemmSpec,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+)
+
+
+@dataclass(frozen=True)
+class TileSchedule:
+    """How a spec is tiled. What each field means per kernel kind:
+
+    - gemm: an output tile of ``block_m x block_n``, a K step of ``block_k``, ``stages`` buffers in the
+      pipelined K loop, ``threads`` per block, ``rasterize`` (L2 swizzle panel width, 0 = off).
+    - attention: ``block_m`` query rows per block, ``block_n`` keys per step; ``stages`` K/V buffers.
+    - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
+      reduced axis.
+    - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
+
+    On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's
+    body is serial code; ``threads`` and ``stages`` are ignored.
+    """
+
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 32
+    stages: int = 2
+    threads: int = 128
+    rasterize: int = 0
+    mma: tuple[int, int, int] | None = None  # the target's MMA instruction shape (informational)
+
+    def __post_init__(self) -> None:
+        for f in ("block_m", "block_n", "block_k", "stages", "threads"):
+            _check_positive("TileSchedule", f, getattr(self, f))
+        if isinstance(self.rasterize, bool) or not isinstance(self.rasterize, int) or self.rasterize < 0:
+            raise _fail("TileSchedule", f"rasterize is {self.rasterize!r}; expected an int >= 0 (0 = off)")
+        if self.mma is not None:
+            _set(self, "mma", tuple(int(x) for x in self.mma))
+
+    def replace(self, **changes: Any) -> TileSchedule:
+        """A copy with ``changes`` (e.g. a user override)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            names = ", ".join(f.name for f in dataclasses.fields(self))
+            raise _fail("TileSchedule", f"unknown field(s) {unknown}; fields are {names}")
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as plain values (JSON-serialisable); ``TileSchedule(**d)`` rebuilds it."""
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """A hash of the schedule that is stable across processes."""
+        return _fingerprint(self)
+
+    @classmethod
+    def from_config(cls, config: Any, kind: str | KernelSpec = "gemm") -> TileSchedule:
+        """Defaults for ``kind`` (a spec family name or a spec) on ``config`` (a TargetConfig or its name).
+
+        GEMMs take the config's ``schedule:`` section as is; other kinds derive theirs from it (a
+        config may also hold a per-kind mapping, e.g. ``schedule: {attention: {block_m: 64}}``).
+        With a spec, blocks larger than the problem are shrunk (a 1 x 8 softmax gets no 64-row block).
+        """
+        from ..config import load_config
+
+        config = load_config(config)
+        spec = kind if isinstance(kind, KernelSpec) else None
+        kind = spec.family if spec is not None else kind
+        if kind not in SPEC_FAMILIES:
+            raise _fail("TileSchedule.from_config", f"kind is {kind!r}; expected one of {', '.join(SPEC_FAMILIES)}")
+        raw = dict(config.schedule)
+        per_kind = {k: dict(v) for k, v in raw.items() if k in SPEC_FAMILIES}
+        base = {k: v for k, v in raw.items() if k not in SPEC_FAMILIES and k in _FIELDS}
+        target_kind = config.target_kind
+        values = {**_kind_defaults(kind, target_kind, base), **per_kind.get(kind, {})}
+        schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
+        if spec is None:
+            return schedule
+        schedule = fit_schedule(spec, schedule, target_kind)
+        if _dynamic_pipeline_unsupported(spec, config):
+            schedule = schedule.replace(stages=1)
+        return _fit_shared_memory(spec, schedule, config)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(TileSchedule)}
+
+
+def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[str, Any]:
+    """Per-kind defaults derived from the config's GEMM defaults."""
+    gpu = target_kind != "c"
+    if kind == "gemm":
+        return base
+    if kind == "attention":
+        # 64 query rows x 64 keys per step keep S, P and O in registers for D <= 128 on every GPU.
+        return (
+            {**base, "block_m": 64, "block_n": 64, "stages": min(base.get("stages", 2), 2), "threads": 128}
+            if gpu
+            # CPU: 192 queries (6 x the micro-kernel's 32 columns in S^T = K Q^T; every query block
+            # reads all of K and V, so fewer blocks read them less: +15% at S=2048 over 96), 112 keys
+            # (8 x its 14 rows).
+            else {**base, "block_m": 192, "block_n": 112}
+        )
+    if kind in ("softmax", "norm", "reduce"):
+        # A few rows per block, a wide step along the reduced axis (coalesced loads on GPU).
+        return {**base, "block_m": 4, "block_n": 256, "threads": 128} if gpu else {**base, "block_m": 8, "block_n": 256}
+    return {**base, "block_m": 16, "block_n": 128, "threads": 128} if gpu else {**base, "block_m": 16, "block_n": 256}
+
+
+#: A CPU GEMM smaller than this (multiply-adds) runs in fewer blocks than cores rather than pay for
+#: waking threads (~10 us each) to share a few microseconds of work.
+CPU_GEMM_SPREAD_MIN_WORK = 1 << 22
+
+
+def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, int]:
+    """CPU GEMM blocks that give every core work: at least as many blocks as cores (when the GEMM is
+    large enough), and blocks of nearly equal size (1024 rows in 224-row blocks: 5 blocks of 210, not
+    4 of 224 and one of 128), rounded to the micro-kernel's register tile."""
+    from .gemm import CPU_MICRO_TILE
+
+    tile_m, tile_n = CPU_MICRO_TILE
+    batch = math.prod(spec.batch)
+    rows, cols = math.ceil(spec.M / block_m), math.ceil(spec.N / block_n)
+    if spec.M * spec.N * spec.K * batch >= CPU_GEMM_SPREAD_MIN_WORK:
+        cores = os.cpu_count() or 1
+        while rows * cols * batch < cores:
+            can_rows, can_cols = spec.M >= (rows + 1) * tile_m, spec.N >= (cols + 1) * tile_n
+            if can_rows and (not can_cols or spec.M / rows / tile_m >= spec.N / cols / tile_n):
+                rows += 1
+            elif can_cols:
+                cols += 1
+            else:
+                break
+    even_m = _round_up(math.ceil(spec.M / rows), tile_m)
+    even_n = _round_up(math.ceil(spec.N / cols), tile_n)
+    return min(block_m, even_m) if rows > 1 else block_m, min(block_n, even_n) if cols > 1 else block_n
+
+
+def _spread_cpu_attention(spec: AttentionSpec, block_m: int) -> int:
+    """CPU attention query blocks that give every core a block where the queries allow (smaller
+    blocks, in multiples of the micro-kernel's 32 columns, until the (query block, head, batch) grid
+    has as many blocks as cores), then evened out (for 8 cores, 1000 queries: 8 blocks of 128 (the last
+    104), where 192-query blocks would leave two cores idle)."""
+    from .gemm import CPU_MICRO_TILE
+
+    tile = CPU_MICRO_TILE[1]
+    heads = spec.B * spec.H
+    cores = os.cpu_count() or 1
+    while math.ceil(spec.S_q / block_m) * heads < cores and block_m > tile:
+        block_m = max(tile, (block_m - 1) // tile * tile)
+    blocks = math.ceil(spec.S_q / block_m)
+    return min(block_m, _round_up(math.ceil(spec.S_q / blocks), tile)) if blocks > 1 else block_m
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pow2_at_least(n: int, floor: int) -> int:
+    return max(floor, 1 << max(0, (n - 1).bit_length()))
+
+
+def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str) -> TileSchedule:
+    """Shrink blocks that are larger than the problem, keeping what the GPU's MMA needs.
+
+    On GPUs a GEMM block keeps at least one 16 x 16 MMA tile per warp, and an attention block
+    at least 16 query rows per warp (each warp owns whole rows of the scores); Hopper's wgmma
+    keeps 64-row blocks.
+    """
+    gpu = target_kind != "c"
+    warps = max(1, schedule.threads // 32)
+    wgmma = gpu and target_kind == "cuda" and schedule.mma is not None and schedule.mma[0] == 64
+    changes: dict[str, int] = {}
+    if isinstance(spec, GemmSpec):
+        floor = 16 if gpu else 1
+        block_m = min(schedule.block_m, _pow2_at_least(spec.M, floor))
+        block_n = min(schedule.block_n, _pow2_at_least(spec.N, floor))
+        if wgmma:
+            block_m = max(block_m, 64)
+        while gpu and block_m * block_n < warps * 16 * 16:
+            if block_n <= block_m:
+                block_n *= 2
+            else:
+                block_m *= 2
+        if not gpu:
+            block_m, block_n = _spread_cpu_gemm(spec, block_m, block_n)
+        changes.update(block_m=block_m, block_n=block_n, block_k=min(schedule.block_k, _pow2_at_least(spec.K, floor)))
+    elif isinstance(spec, AttentionSpec):
+        floor = 16 if gpu else 1
+        block_m = min(schedule.block_m, _pow2_at_least(spec.S_q, floor))
+        if gpu:
+            block_m = max(block_m, 16 * warps, 64 if wgmma else 16)
+        else:
+            block_m = _spread_cpu_attention(spec, block_m)
+        changes.update(block_m=block_m, block_n=min(schedule.block_n, _pow2_at_least(spec.S_kv, floor)))
+    elif isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
+        rows, cols = _rows_cols(spec)
+        changes["block_m"] = min(schedule.block_m, _pow2_at_least(rows, 1))
+        changes["block_n"] = min(schedule.block_n, _pow2_at_least(cols, 32 if gpu else 1))
+    elif isinstance(spec, ElementwiseSpec):
+        changes["block_n"] = min(schedule.block_n, _pow2_at_least(spec.shape[-1], 32 if gpu else 1))
+        rows = math.prod(spec.shape[:-1])
+        changes["block_m"] = min(schedule.block_m, _pow2_at_least(rows, 1))
+    return schedule.replace(**changes) if changes else schedule
+
+
+def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:
+    """Causal attention's key loop has a per-block trip count; TileLang 0.1.15's cp.async pipeline
+    then emits a non-constant ``cp.async.wait_group`` that the CUDA codegen rejects. Hopper's
+    warp-specialised TMA pipeline and ROCm handle it."""
+    return (
+        isinstance(spec, AttentionSpec)
+        and spec.causal
+        and config.target_kind == "cuda"
+        and not config.feature("warp_specialization")
+    )
+
+
+def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) -> TileSchedule:
+    """Fewer stages, then smaller K/key steps, until the schedule fits the config's shared memory."""
+    limit = config.resource_limits.get("shared_memory_per_block")
+    target_kind = config.target_kind
+    if limit is None or target_kind == "c":
+        return schedule
+    while smem_bytes(spec, schedule, target_kind) > limit:
+        if schedule.stages > 1:
+            schedule = schedule.replace(stages=schedule.stages - 1)
+        elif isinstance(spec, GemmSpec) and schedule.block_k > 16:
+            schedule = schedule.replace(block_k=schedule.block_k // 2)
+        elif isinstance(spec, AttentionSpec) and schedule.block_n > 16:
+            schedule = schedule.replace(block_n=schedule.block_n // 2)
+        elif schedule.block_m > 16:
+            schedule = schedule.replace(block_m=schedule.block_m // 2)
+        else:
+            break
+    return schedule
+
+
+def _rows_cols(spec: KernelSpec) -> tuple[int, int]:
+    """(independent rows, reduced length) of a reduction-like spec."""
+    if isinstance(spec, NormSpec):
+        return math.prod(spec.shape[:-1]), spec.shape[-1]
+    if isinstance(spec, SoftmaxSpec):
+        return math.prod(spec.shape) // spec.shape[spec.axis], spec.shape[spec.axis]
+    if isinstance(spec, ReduceSpec):
+        reduced = math.prod(spec.shape[a] for a in spec.axis)
+        return math.prod(spec.shape) // reduced, reduced
+    raise TypeError(spec)

@@ -1,0 +1,479 @@
+"""Kernel specs: what one fused device kernel computes, independent of how it is tiled.
+
+The frontend maps each fused group of its graph onto one spec (``GemmSpec`` with its ``EpilogueOp``
+steps, ``ElementwiseSpec``, ``ReduceSpec``, ``SoftmaxSpec``, ``NormSpec``, ``AttentionSpec``);
+``build_tile_program(spec, schedule, target_kind)`` turns the spec into a TileLang PrimFunc. Every
+spec is a frozen, hashable dataclass whose ``params()`` (= ``inputs() + outputs()``) is the
+PrimFunc's parameter order, so a caller knows how to pass arrays. All arithmetic happens on an fp32
+(``dtype_acc`` / ``dtype_compute``) value; inputs are cast up when loaded and results cast down when
+stored:
+
+    spec = GemmSpec(4096, 4096, 4096, dtype_a="float16", dtype_out="float16",
+                    epilogue=(EpilogueOp("bias", operand="bias"), EpilogueOp("gelu_tanh")))
+    spec.inputs()   # [TensorArg('A', (4096, 4096), 'float16'), TensorArg('B', ...), TensorArg('bias', (4096,), 'float16')]
+    spec.outputs()  # [TensorArg('C', (4096, 4096), 'float16')]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar
+
+from .base import (
+    SpecError,
+    TensorArg,
+    _broadcasts_to,
+    _check_dims,
+    _check_dtype,
+    _check_name,
+    _check_positive,
+    _fail,
+    _fingerprint,
+    _norm_axis,
+    _set,
+)
+from .expr import Binary, Const, Expr, Input, Unary, expr_nodes
+
+EPILOGUE_KINDS = (
+    "bias",
+    "residual",
+    "scale",
+    "add_scalar",
+    "relu",
+    "gelu_erf",
+    "gelu_tanh",
+    "silu",
+    "tanh",
+    "exp",
+    "sigmoid",
+    "cast",
+)
+
+
+@dataclass(frozen=True)
+class EpilogueOp:
+    """One step applied, in order, to a GEMM's fp32 accumulator before it is stored.
+
+    ``bias`` adds the per-column vector ``operand`` ([N]); ``residual`` adds ``operand`` of the
+    output's shape; ``scale`` multiplies by ``value``; ``add_scalar`` adds ``value``; ``cast``
+    rounds to ``dtype`` (e.g. to reproduce a graph that casts before an activation). ``dtype`` of a
+    bias/residual operand defaults to the GEMM's ``dtype_out``.
+    """
+
+    kind: str
+    operand: str | None = None
+    value: float | None = None
+    dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"EpilogueOp({self.kind!r})"
+        if self.kind not in EPILOGUE_KINDS:
+            raise SpecError(f"{where}: kind is {self.kind!r}; expected one of {', '.join(EPILOGUE_KINDS)}")
+        if self.kind in ("bias", "residual"):
+            _check_name(where, "operand", self.operand)
+        elif self.operand is not None:
+            raise _fail(where, f"takes no operand, found operand={self.operand!r}")
+        if self.kind in ("scale", "add_scalar"):
+            if isinstance(self.value, bool) or not isinstance(self.value, int | float):
+                raise _fail(where, f"needs a number value=..., found {self.value!r}")
+        if self.kind == "cast" or (self.dtype is not None):
+            _check_dtype(where, "dtype", self.dtype)
+
+
+class KernelSpec:
+    """Common interface of the specs: ``family``, ``inputs()``, ``outputs()``, ``params()``."""
+
+    family: ClassVar[str]  # gemm, elementwise, reduce, softmax, norm or attention
+
+    def inputs(self) -> list[TensorArg]:
+        raise NotImplementedError
+
+    def outputs(self) -> list[TensorArg]:
+        raise NotImplementedError
+
+    def params(self) -> list[TensorArg]:
+        """The PrimFunc's parameters in order: inputs, then outputs."""
+        return self.inputs() + self.outputs()
+
+    def fingerprint(self) -> str:
+        """A hash of the spec that is stable across processes (``hash()`` of a str is not)."""
+        return _fingerprint(self)
+
+    def _check_unique_names(self) -> None:
+        names = [p.name for p in self.params()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise _fail(type(self).__name__, f"parameter names must be distinct, {dup} appear(s) more than once")
+
+
+@dataclass(frozen=True)
+class GemmSpec(KernelSpec):
+    """``out[*batch, M, N] = epilogue(A @ B)`` with fp32 (``dtype_acc``) accumulation.
+
+    A is ``[*batch_a, M, K]`` (``[*batch_a, K, M]`` with ``transpose_a``), B is ``[*batch_b, K, N]``
+    (``[*batch_b, N, K]`` with ``transpose_b``). ``batch_a``/``batch_b`` default to ``batch`` and
+    may be any shape that broadcasts to it (numpy rules), e.g. ``batch_b=()`` for a shared weight.
+    """
+
+    family: ClassVar[str] = "gemm"
+    M: int
+    N: int
+    K: int
+    _: KW_ONLY
+    batch: tuple[int, ...] = ()
+    transpose_a: bool = False
+    transpose_b: bool = False
+    dtype_a: str = "float16"
+    dtype_b: str | None = None  # None: dtype_a
+    dtype_out: str | None = None  # None: dtype_a
+    dtype_acc: str = "float32"
+    epilogue: tuple[EpilogueOp, ...] = ()
+    batch_a: tuple[int, ...] | None = None  # None: batch
+    batch_b: tuple[int, ...] | None = None  # None: batch
+    name_a: str = "A"
+    name_b: str = "B"
+    name_out: str = "C"
+
+    def __post_init__(self) -> None:
+        where = "GemmSpec"
+        for f in ("M", "N", "K"):
+            _check_positive(where, f, getattr(self, f))
+        _set(self, "batch", _check_dims(where, "batch", self.batch))
+        for f in ("batch_a", "batch_b"):
+            value = getattr(self, f)
+            value = self.batch if value is None else _check_dims(where, f, value)
+            if not _broadcasts_to(value, self.batch):
+                raise _fail(where, f"{f} {value} does not broadcast to batch {self.batch}")
+            _set(self, f, value)
+        _set(self, "dtype_b", self.dtype_b or self.dtype_a)
+        _set(self, "dtype_out", self.dtype_out or self.dtype_a)
+        for f in ("dtype_a", "dtype_b", "dtype_out", "dtype_acc"):
+            _check_dtype(where, f, getattr(self, f))
+        _set(self, "epilogue", tuple(self.epilogue))
+        for op in self.epilogue:
+            if not isinstance(op, EpilogueOp):
+                raise _fail(where, f"epilogue holds {op!r}; expected EpilogueOp objects")
+        for f in ("name_a", "name_b", "name_out"):
+            _check_name(where, f, getattr(self, f))
+        self._check_unique_names()
+
+    @property
+    def shape_a(self) -> tuple[int, ...]:
+        return self.batch_a + ((self.K, self.M) if self.transpose_a else (self.M, self.K))
+
+    @property
+    def shape_b(self) -> tuple[int, ...]:
+        return self.batch_b + ((self.N, self.K) if self.transpose_b else (self.K, self.N))
+
+    @property
+    def shape_out(self) -> tuple[int, ...]:
+        return self.batch + (self.M, self.N)
+
+    def epilogue_operands(self) -> list[TensorArg]:
+        """Operands of bias/residual epilogue steps, in epilogue order (each name once)."""
+        seen: dict[str, TensorArg] = {}
+        for op in self.epilogue:
+            if op.operand is None or op.operand in seen:
+                continue
+            shape = (self.N,) if op.kind == "bias" else self.shape_out
+            seen[op.operand] = TensorArg(op.operand, shape, op.dtype or self.dtype_out)
+        return list(seen.values())
+
+    def inputs(self) -> list[TensorArg]:
+        return [
+            TensorArg(self.name_a, self.shape_a, self.dtype_a),
+            TensorArg(self.name_b, self.shape_b, self.dtype_b),
+            *self.epilogue_operands(),
+        ]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape_out, self.dtype_out)]
+
+    @property
+    def flops(self) -> int:
+        return 2 * math.prod(self.batch) * self.M * self.N * self.K
+
+
+@dataclass(frozen=True)
+class ElementwiseSpec(KernelSpec):
+    """``out[shape] = expr(operands...)``; operands broadcast to ``shape`` with numpy rules.
+
+    ``operands`` lists the inputs as ``(name, shape, dtype)`` (the PrimFunc's input order); ``expr``
+    refers to them with ``Input(name)``. Each input is cast to ``dtype_compute`` when loaded, the
+    expression is evaluated in ``dtype_compute`` and the result cast to ``dtype_out``.
+    """
+
+    family: ClassVar[str] = "elementwise"
+    shape: tuple[int, ...]
+    operands: tuple[TensorArg, ...]
+    expr: Expr
+    dtype_out: str = "float32"
+    _: KW_ONLY
+    dtype_compute: str = "float32"
+    name_out: str = "out"
+
+    def __post_init__(self) -> None:
+        where = "ElementwiseSpec"
+        _set(self, "shape", _check_dims(where, "shape", self.shape, allow_empty=False))
+        ops = []
+        for item in self.operands:
+            try:
+                name, shape, dtype = item
+            except (TypeError, ValueError):
+                raise _fail(where, f"operands holds {item!r}; expected (name, shape, dtype) triples") from None
+            _check_name(where, "operand name", name)
+            _check_dtype(where, f"dtype of {name}", dtype)
+            shape = _check_dims(where, f"shape of {name}", shape, allow_empty=False)
+            if not _broadcasts_to(shape, self.shape):
+                raise _fail(where, f"operand {name} of shape {shape} does not broadcast to {self.shape}")
+            ops.append(TensorArg(name, shape, dtype))
+        _set(self, "operands", tuple(ops))
+        _check_dtype(where, "dtype_out", self.dtype_out)
+        _check_dtype(where, "dtype_compute", self.dtype_compute)
+        _check_name(where, "name_out", self.name_out)
+        known = {op.name for op in ops}
+        for node in expr_nodes(self.expr):
+            if not isinstance(node, Input | Const | Unary | Binary):
+                raise _fail(where, f"expr holds {node!r}; expected Input/Const/Unary/Binary nodes")
+            if isinstance(node, Input) and node.name not in known:
+                raise _fail(where, f"expr reads Input({node.name!r}) but operands are {sorted(known)}")
+        self._check_unique_names()
+
+    def inputs(self) -> list[TensorArg]:
+        return list(self.operands)
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape, self.dtype_out)]
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+@dataclass(frozen=True)
+class ReduceSpec(KernelSpec):
+    """``out = kind(x, axis)`` for ``kind`` sum / max / mean, accumulated in fp32.
+
+    ``axis`` is an int or a tuple of consecutive axes (e.g. ``(1, 2)``); reducing every axis
+    without ``keepdims`` gives a ``(1,)`` output (kernels have no rank-0 buffers).
+    """
+
+    family: ClassVar[str] = "reduce"
+    shape: tuple[int, ...]
+    axis: int | tuple[int, ...]
+    kind: str = "sum"
+    keepdims: bool = False
+    dtype_in: str = "float32"
+    dtype_out: str | None = None  # None: dtype_in
+    _: KW_ONLY
+    name_in: str = "x"
+    name_out: str = "out"
+
+    REDUCE_KINDS: ClassVar[tuple[str, ...]] = ("sum", "max", "mean")
+
+    def __post_init__(self) -> None:
+        where = "ReduceSpec"
+        _set(self, "shape", _check_dims(where, "shape", self.shape, allow_empty=False))
+        axes = (self.axis,) if isinstance(self.axis, int) else tuple(self.axis)
+        axes = tuple(sorted({_norm_axis(where, a, len(self.shape)) for a in axes}))
+        if not axes:
+            raise _fail(where, "axis is empty; expected at least one axis to reduce")
+        if axes != tuple(range(axes[0], axes[-1] + 1)):
+            raise _fail(
+                where, f"axis {self.axis!r} is not a run of consecutive axes; transpose first (or reduce twice)"
+            )
+        _set(self, "axis", axes)
+        if self.kind not in self.REDUCE_KINDS:
+            raise _fail(where, f"kind is {self.kind!r}; expected one of {', '.join(self.REDUCE_KINDS)}")
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        _check_dtype(where, "dtype_in", self.dtype_in)
+        _check_dtype(where, "dtype_out", self.dtype_out)
+        _check_name(where, "name_in", self.name_in)
+        _check_name(where, "name_out", self.name_out)
+        self._check_unique_names()
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return _reduced_shape(self.shape, self.axis, self.keepdims) or (1,)
+
+    def inputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_in, self.shape, self.dtype_in)]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.out_shape, self.dtype_out)]
+
+
+@dataclass(frozen=True)
+class SoftmaxSpec(KernelSpec):
+    """``out = exp(x - max(x)) / sum(exp(x - max(x)))`` along ``axis`` (any axis), in fp32."""
+
+    family: ClassVar[str] = "softmax"
+    shape: tuple[int, ...]
+    axis: int = -1
+    dtype_in: str = "float32"
+    dtype_out: str | None = None  # None: dtype_in
+    _: KW_ONLY
+    name_in: str = "x"
+    name_out: str = "out"
+
+    def __post_init__(self) -> None:
+        where = "SoftmaxSpec"
+        _set(self, "shape", _check_dims(where, "shape", self.shape, allow_empty=False))
+        _set(self, "axis", _norm_axis(where, self.axis, len(self.shape)))
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        _check_dtype(where, "dtype_in", self.dtype_in)
+        _check_dtype(where, "dtype_out", self.dtype_out)
+        _check_name(where, "name_in", self.name_in)
+        _check_name(where, "name_out", self.name_out)
+        self._check_unique_names()
+
+    def inputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_in, self.shape, self.dtype_in)]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape, self.dtype_out)]
+
+
+@dataclass(frozen=True)
+class NormSpec(KernelSpec):
+    """layer_norm / rms_norm over the last dimension, statistics in fp32.
+
+    layer_norm: ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as PyTorch);
+    rms_norm: ``x / sqrt(mean(x^2) + eps) * weight (+ bias)``. ``weight`` and ``bias`` are
+    ``[shape[-1]]`` vectors of ``dtype_weight`` (default ``dtype_in``).
+    """
+
+    family: ClassVar[str] = "norm"
+    kind: str
+    shape: tuple[int, ...]
+    axis: int = -1
+    eps: float = 1e-5
+    has_weight: bool = True
+    has_bias: bool = False
+    dtype_in: str = "float32"
+    dtype_out: str | None = None  # None: dtype_in
+    _: KW_ONLY
+    dtype_weight: str | None = None  # None: dtype_in
+    name_in: str = "x"
+    name_weight: str = "weight"
+    name_bias: str = "bias"
+    name_out: str = "out"
+
+    NORM_KINDS: ClassVar[tuple[str, ...]] = ("layer_norm", "rms_norm")
+
+    def __post_init__(self) -> None:
+        where = "NormSpec"
+        if self.kind not in self.NORM_KINDS:
+            raise _fail(where, f"kind is {self.kind!r}; expected one of {', '.join(self.NORM_KINDS)}")
+        _set(self, "shape", _check_dims(where, "shape", self.shape, allow_empty=False))
+        axis = _norm_axis(where, self.axis, len(self.shape))
+        if axis != len(self.shape) - 1:
+            raise _fail(
+                where,
+                f"axis is {self.axis}; only the last axis ({len(self.shape) - 1} or -1) is "
+                "normalised (move the axis last first)",
+            )
+        _set(self, "axis", axis)
+        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or self.eps < 0:
+            raise _fail(where, f"eps is {self.eps!r}; expected a non-negative float")
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        _set(self, "dtype_weight", self.dtype_weight or self.dtype_in)
+        for f in ("dtype_in", "dtype_out", "dtype_weight"):
+            _check_dtype(where, f, getattr(self, f))
+        for f in ("name_in", "name_weight", "name_bias", "name_out"):
+            _check_name(where, f, getattr(self, f))
+        self._check_unique_names()
+
+    def inputs(self) -> list[TensorArg]:
+        n = self.shape[-1]
+        args = [TensorArg(self.name_in, self.shape, self.dtype_in)]
+        if self.has_weight:
+            args.append(TensorArg(self.name_weight, (n,), self.dtype_weight))
+        if self.has_bias:
+            args.append(TensorArg(self.name_bias, (n,), self.dtype_weight))
+        return args
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape, self.dtype_out)]
+
+
+@dataclass(frozen=True)
+class AttentionSpec(KernelSpec):
+    """Flash attention forward: ``O = softmax(scale * Q K^T + mask) V`` on ``[B, H, S, D]``.
+
+    Q/O are ``[B, H, S_q, D]``, K/V ``[B, H_kv, S_kv, D]``; query head ``h`` reads kv head
+    ``h // (H // H_kv)`` (grouped-query attention). ``scale`` defaults to ``1/sqrt(D)``. With
+    ``causal``, query ``i`` sees keys ``j <= i + offset`` where offset is 0 for ``causal_align=
+    "top_left"`` (PyTorch ``is_causal``) and ``S_kv - S_q`` for ``"bottom_right"`` (flash-attn);
+    a query that sees no key gets a zero output row. Online softmax with fp32 running max and sum.
+    """
+
+    family: ClassVar[str] = "attention"
+    B: int
+    H: int
+    H_kv: int
+    S_q: int
+    S_kv: int
+    D: int
+    causal: bool = False
+    scale: float | None = None  # None: 1/sqrt(D)
+    dtype_in: str = "float16"
+    dtype_out: str | None = None  # None: dtype_in
+    _: KW_ONLY
+    causal_align: str = "top_left"
+    name_q: str = "Q"
+    name_k: str = "K"
+    name_v: str = "V"
+    name_out: str = "O"
+
+    def __post_init__(self) -> None:
+        where = "AttentionSpec"
+        for f in ("B", "H", "H_kv", "S_q", "S_kv", "D"):
+            _check_positive(where, f, getattr(self, f))
+        if self.H % self.H_kv:
+            raise _fail(
+                where,
+                f"H={self.H} is not a multiple of H_kv={self.H_kv}; grouped-query attention "
+                "needs every kv head shared by the same number of query heads",
+            )
+        if self.scale is None:
+            _set(self, "scale", 1.0 / math.sqrt(self.D))
+        if isinstance(self.scale, bool) or not isinstance(self.scale, int | float):
+            raise _fail(where, f"scale is {self.scale!r}; expected a float")
+        _set(self, "scale", float(self.scale))
+        if self.causal_align not in ("top_left", "bottom_right"):
+            raise _fail(where, f"causal_align is {self.causal_align!r}; expected 'top_left' or 'bottom_right'")
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        _check_dtype(where, "dtype_in", self.dtype_in)
+        _check_dtype(where, "dtype_out", self.dtype_out)
+        for f in ("name_q", "name_k", "name_v", "name_out"):
+            _check_name(where, f, getattr(self, f))
+        self._check_unique_names()
+
+    @property
+    def groups(self) -> int:
+        """Query heads per kv head."""
+        return self.H // self.H_kv
+
+    @property
+    def causal_offset(self) -> int:
+        """Query ``i`` sees keys ``j <= i + causal_offset`` (when causal)."""
+        return self.S_kv - self.S_q if self.causal_align == "bottom_right" else 0
+
+    def inputs(self) -> list[TensorArg]:
+        q = (self.B, self.H, self.S_q, self.D)
+        kv = (self.B, self.H_kv, self.S_kv, self.D)
+        return [
+            TensorArg(self.name_q, q, self.dtype_in),
+            TensorArg(self.name_k, kv, self.dtype_in),
+            TensorArg(self.name_v, kv, self.dtype_in),
+        ]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, (self.B, self.H, self.S_q, self.D), self.dtype_out)]
+
+
+SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention")
