@@ -30,9 +30,27 @@ def _check_foreign_tvm() -> None:
 _check_foreign_tvm()
 
 import tilelang  # noqa: E402  (must come after the check and before tvm)
+import tilelang.language as T  # noqa: E402  (TileLang's tile language, for the tile-program builders)
 from tilelang import tvm  # noqa: E402
+from tilelang.language.eager.builder import Builder  # noqa: E402
 
-__all__ = ["copy_module", "jit_program", "load_json", "pass_context_with", "prim_func", "register_op", "tilelang", "tvm"]
+__all__ = [
+    "Builder",
+    "T",
+    "copy_module",
+    "create_backend_context",
+    "enrich_error",
+    "has_leaking_intermediate_variables",
+    "have_pdl",
+    "host_codegen",
+    "jit_program",
+    "load_json",
+    "pass_context_with",
+    "prim_func",
+    "register_op",
+    "tilelang",
+    "tvm",
+]
 
 _save_json = tvm.ffi.get_global_func("node.SaveJSON")
 _load_json = tvm.ffi.get_global_func("node.LoadJSON")
@@ -237,3 +255,41 @@ def register_op(name: str, doc: str, **attrs) -> None:
     tvm.ir._ffi_api.RegisterOp(name, doc)  # no public name in this TVM
     for key, value in attrs.items():
         tvm.ir.register_op_attr(name, key, value)
+
+
+# TileLang and TVM helpers the rest of tessera_tvm calls, imported when first used.
+
+
+def have_pdl(target) -> bool:
+    """Whether ``target`` supports programmatic dependent launch (TileLang's answer)."""
+    from tilelang.contrib.nvcc import have_pdl as tilelang_have_pdl
+
+    return bool(tilelang_have_pdl(target))
+
+
+def enrich_error(exc: BaseException) -> None:
+    """Add TileLang's source location to a TVM error raised while lowering a tile program."""
+    from tilelang.errors import enrich_error as tilelang_enrich_error
+
+    tilelang_enrich_error(exc)
+
+
+def create_backend_context(*args, **kwargs):
+    """TileLang's backend context for a target (what its host codegen and device build read)."""
+    from tilelang.backend.module import create_backend_context as tilelang_create_backend_context
+
+    return tilelang_create_backend_context(*args, **kwargs)
+
+
+def host_codegen(host_mod, context):
+    """TileLang's host code generation: the packed host functions of a lowered module."""
+    from tilelang.engine.lower import host_codegen as tilelang_host_codegen
+
+    return tilelang_host_codegen(host_mod, context)
+
+
+def has_leaking_intermediate_variables(context) -> bool:
+    """Relax's check that a fused pattern's intermediate values are not used outside it."""
+    from tvm.relax.backend.utils import has_leaking_intermediate_variables as relax_check
+
+    return relax_check(context)

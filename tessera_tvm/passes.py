@@ -214,9 +214,9 @@ def _thread_sync(ctx: BuildContext, storage_scope: str = "shared"):
 )
 def _mark_cuda_sync(ctx: BuildContext, have_pdl="auto"):
     if have_pdl == "auto":
-        from tilelang.contrib.nvcc import have_pdl as _have_pdl
+        from ._tvm import have_pdl as target_has_pdl
 
-        have_pdl = bool(_have_pdl(ctx.target))
+        have_pdl = target_has_pdl(ctx.target)
     return _constructor("tl.cuda", "MarkCudaSyncCalls")(have_pdl)
 
 

@@ -113,7 +113,7 @@ def _kernel_names(mod) -> str:
 def short_tvm_message(exc: BaseException) -> str:
     """The message of a TVM error without its C++ frame lines."""
     try:
-        from tilelang.errors import enrich_error
+        from ._tvm import enrich_error
 
         enrich_error(exc)
     except Exception:  # enrichment is best effort

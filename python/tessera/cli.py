@@ -200,7 +200,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         )
         bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
         print(f"{kernel.name} for {compiled.target} ({bound}): {len(compiled.graph.groups)} device kernel(s)")
-        if compiled._instance is None:
+        if not compiled.lowered:
             print("  (dims not all bound: give --shapes to schedule and lower)")
             continue
         for sched in compiled.schedules:

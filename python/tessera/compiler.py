@@ -35,8 +35,14 @@ import numpy as np
 
 import tessera_tvm
 from tessera_tvm.graph import GraphIR, KernelBinding, kernel_spec
-from tessera_tvm.tile import CPU_WIDENED, ElementwiseSpec, GemmSpec, SpecError, build_tile_program
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tessera_tvm.tile import (
+    CPU_WIDENED,
+    ElementwiseSpec,
+    GemmSpec,
+    SpecError,
+    UnsupportedTTOperationError,
+    build_tile_program,
+)
 
 from .errors import ArgumentError, KernelError, NotRunnableError, ScheduleError, ShapeError, user_location
 from .kernel import STAGES, Kernel
@@ -224,6 +230,12 @@ class CompiledKernel:
     @property
     def target(self) -> str:
         return self.config.name
+
+    @property
+    def lowered(self) -> bool:
+        """Whether every dim is bound, so the kernel has been scheduled and lowered (else the first
+        call binds the dims from its arrays and lowers then)."""
+        return self._instance is not None
 
     @property
     def runnable(self) -> bool:

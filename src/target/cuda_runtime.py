@@ -74,8 +74,7 @@ def build_cuda_runtime(
     CUDA source generated from it (what ``cubin_path`` was compiled from). The library is written
     to a temporary name and renamed into place, so a failed build leaves nothing behind.
     """
-    from tilelang.backend.module import create_backend_context
-    from tilelang.engine.lower import host_codegen
+    from tessera_tvm._tvm import create_backend_context, host_codegen
 
     validate_artifact_name(name)
     cubin = Path(cubin_path).read_bytes()

@@ -367,7 +367,7 @@ def canonical_names(spec: KernelSpec) -> KernelSpec:
 
 def make_check(family: str, config: TargetConfig, log: MatchLog) -> Callable[[Any], bool]:
     """The FusionPattern check for ``family`` on ``config`` (records why a match is rejected)."""
-    from tvm.relax.backend.utils import has_leaking_intermediate_variables
+    from .._tvm import has_leaking_intermediate_variables
 
     def check(context) -> bool:
         try:

@@ -297,8 +297,7 @@ def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: b
 
     CUDA is compiled with nvcc when the config says so and nvcc is on PATH (else source only).
     """
-    from tilelang.backend.module import create_backend_context
-
+    from .._tvm import create_backend_context
     from ..target.cuda import nvcc_available
 
     target = config.tvm_target()
