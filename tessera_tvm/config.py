@@ -458,6 +458,35 @@ def _parse_pipeline(value: Any, key: str, check: _Checker, pass_args, features) 
     return tuple(entries)
 
 
+def _expand_shared(item: dict | None, key: str, check: _Checker, pass_args, features) -> tuple[PipelineEntry, ...]:
+    """The shared LowerAndLegalize list for this config (its pass_args and features applied).
+
+    ``item`` is ``None`` for ``lower_and_legalize: shared``, or an entry ``{shared: true, until:
+    <pass>}`` taking the list up to (not including) the first ``<pass>``.
+    """
+    until = None
+    if item is not None:
+        check.mapping(item, key, {"shared": "true: the shared list", "until": "a pass of the shared list (excluded)"})
+        if item["shared"] is not True:
+            raise check.fail(f"{key}.shared", f"expected true, found {item['shared']!r}")
+        until = item.get("until")
+        if until is not None:
+            check.typed(until, f"{key}.until", str, "a pass name (str)")
+    shared, shared_lines, shared_source = _shared_lower_and_legalize()
+    shared_check = _Checker(shared_source, shared_lines)
+    # Names/conditions are checked against the shared file, arguments against this config.
+    try:
+        entries = _parse_pipeline(shared.get("passes"), "passes", shared_check, pass_args, features)
+    except ConfigError as exc:
+        raise ConfigError(check.source, key, f"while expanding the shared list: {exc}", check.lines.get(key)) from None
+    if until is None:
+        return entries
+    names = [entry.name for entry in entries]
+    if until not in names:
+        raise check.fail(f"{key}.until", f"{until!r} is not in the shared LowerAndLegalize list ({_SHARED_PIPELINE})")
+    return entries[: names.index(until)]
+
+
 def _shared_lower_and_legalize() -> tuple[Any, _Lines, str]:
     found = _packaged(_SHARED_PIPELINE)
     if found is None:  # pragma: no cover - broken install
@@ -533,18 +562,15 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
     for phase in PHASES:
         value = pipeline_raw.get(phase, "shared" if phase == "lower_and_legalize" else [])
         if phase == "lower_and_legalize" and value == "shared":
-            shared, shared_lines, shared_source = _shared_lower_and_legalize()
-            shared_check = _Checker(shared_source, shared_lines)
-            # Names/conditions are checked against the shared file, arguments against this config.
-            try:
-                entries = _parse_pipeline(shared.get("passes"), "passes", shared_check, pass_args, features)
-            except ConfigError as exc:
-                raise ConfigError(
-                    source,
-                    "pipeline.lower_and_legalize",
-                    f"while expanding the shared list: {exc}",
-                    check.lines.get("pipeline"),
-                ) from None
+            entries = _expand_shared(None, "pipeline.lower_and_legalize", check, pass_args, features)
+        elif phase == "lower_and_legalize" and isinstance(value, list):
+            entries = ()
+            for i, item in enumerate(value):
+                key = f"pipeline.lower_and_legalize[{i}]"
+                if isinstance(item, dict) and "shared" in item:
+                    entries += _expand_shared(item, key, check, pass_args, features)
+                else:
+                    entries += _parse_pipeline([item], key, check, pass_args, features)
         else:
             entries = _parse_pipeline(value, f"pipeline.{phase}", check, pass_args, features)
         phases.append((phase, entries))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from importlib import resources
+import copy
 
 import pytest
 import yaml
@@ -14,22 +14,46 @@ from tessera_tvm.target.tt.arch import get_arch
 from .helpers import tt_config
 
 
-def _shared_names() -> list[str]:
-    text = resources.files("tessera_tvm.configs").joinpath("shared/lower_and_legalize.yaml").read_text()
-    return [e if isinstance(e, str) else e["pass"] for e in yaml.safe_load(text)["passes"]]
+def _with_lower_and_legalize(value, name="tt_variant.yaml"):
+    data = copy.deepcopy(dict(load_config("tenstorrent").raw))
+    data["pipeline"]["lower_and_legalize"] = value
+    return parse_config(data, name)
 
 
-def test_lower_and_legalize_is_an_in_order_subset_of_the_shared_list():
+def test_lower_and_legalize_is_the_shared_list_up_to_layout_inference():
+    """`{shared: true, until: tl.LayoutInference}`: the tile operations must still be there for
+    tt.Tensorize, so nothing from LayoutInference on; and no hand copy to drift from the shared list."""
+    whole = pass_names(_with_lower_and_legalize("shared"), "lower_and_legalize")  # this config's features
     tt_names = pass_names("tenstorrent", "lower_and_legalize")
-    assert tt_names[0] == "tt.ApplyTTDefaults"
-    shared = _shared_names()
-    position = -1
-    for name in (n for n in tt_names if not n.startswith("tt.")):
-        later = [k for k, s in enumerate(shared) if s == name and k > position]
-        assert later, f"{name} is not in the shared list after position {position}"
-        position = later[0]
-    # the tile operations must still be there for tt.Tensorize: nothing from LayoutInference on
+    assert tt_names == ["tt.ApplyTTDefaults", *whole[: whole.index("tl.LayoutInference")]]
     assert "tl.LayoutInference" not in tt_names and "tl.LowerTileOp" not in tt_names
+
+
+def test_an_edit_of_the_shared_list_reaches_tenstorrent(monkeypatch):
+    from tessera_tvm import config as config_mod
+
+    real = config_mod._packaged
+
+    def edited(name):
+        text, source = real(name)
+        return (text.replace("  - tl.InjectAssumes\n", "") if name == config_mod._SHARED_PIPELINE else text), source
+
+    assert "tl.InjectAssumes" in pass_names("tenstorrent", "lower_and_legalize")
+    monkeypatch.setattr(config_mod, "_packaged", edited)
+    assert "tl.InjectAssumes" not in pass_names(load_config("tenstorrent"), "lower_and_legalize")
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"shared": True, "until": "tl.LayoutInferense"}, r"\[1\].until: 'tl.LayoutInferense' is not in the shared"),
+        ({"shared": False}, r"\[1\].shared: expected true, found False"),
+        ({"shared": True, "upto": "tl.Simplify"}, r"\[1\].upto: unknown key"),
+    ],
+)
+def test_a_bad_shared_entry_is_a_config_error(entry, message):
+    with pytest.raises(ConfigError, match=r"tt_variant.yaml: pipeline.lower_and_legalize" + message):
+        _with_lower_and_legalize(["tt.ApplyTTDefaults", entry])
 
 
 def test_optimize_for_target_is_the_tt_pipeline():
