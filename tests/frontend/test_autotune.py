@@ -65,7 +65,7 @@ def nothing_compiles(monkeypatch):
         raise Compiled()
 
     monkeypatch.setattr(tuning, "_compile_all", refuse)
-    monkeypatch.setattr(tuning, "compile_candidate", refuse)
+    monkeypatch.setattr(tuning.workers, "compile_candidate", refuse)  # what _compile_all calls
     monkeypatch.setattr(tuning.WorkerPool, "run", refuse)
     monkeypatch.setattr(tuning, "_measure_all", refuse)
     monkeypatch.setattr(tessera_tvm, "lower", refuse)
@@ -312,14 +312,14 @@ def test_second_search_comes_from_the_tuning_cache(tmp_path, monkeypatch):
 
 
 def test_a_candidate_that_fails_is_reported_not_fatal(monkeypatch):
-    real = tuning.compile_candidate
+    real = tuning.workers.compile_candidate
 
     def flaky(job):
         if job["schedule"].block_m == 16:
             return {"ok": False, "error": "ToolchainError: g++ exploded", "seconds": 0.0}
         return real(job)
 
-    monkeypatch.setattr(tuning, "compile_candidate", flaky)
+    monkeypatch.setattr(tuning.workers, "compile_candidate", flaky)  # what _compile_all calls
     result = ts.autotune(linear, "cpu", shapes=SHAPES, space=SPACE, workers=0, repeats=1, cache=False, progress=False)
     (tuned,) = result.kernels
     assert [(c.status, c.reason) for c in tuned.candidates] == [
