@@ -68,6 +68,20 @@ FEATURES = {
     "race_check": "verify T.Parallel loops for data races (TileLang's default: off)",
 }
 
+#: Facts about a target's hardware that decide schedules (``hardware:``): name -> (meaning, default).
+#: A new target like one we have is a new YAML file with its own facts, not a branch in the code.
+HARDWARE_KEYS: dict[str, tuple[str, bool | int]] = {
+    "tma": ("bulk tensor copies (TMA) move tiles between global and shared memory", False),
+    "wgmma": ("warpgroup MMA: GEMM blocks keep 64-row multiples", False),
+    "cp_async": ("asynchronous global-to-shared copies (cp.async) feed the software pipeline", False),
+    "producer_threads": ("threads warp specialisation adds for its producer warp group", 0),
+    "pipelined_dynamic_loops": (
+        "the software pipeline (without warp specialisation) takes a loop whose trip count differs per "
+        "block, such as causal attention's key loop",
+        True,
+    ),
+}
+
 #: The fields of a ``schedule:`` section: ``tessera_tvm.tile.TileSchedule``'s, each an int of at least
 #: the given value, and the MMA instruction shape.
 SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
@@ -104,6 +118,7 @@ _TOP_KEYS = {
     "features": "feature switches (mapping of bool)",
     "pass_args": "arguments per pass name (mapping of mapping)",
     "pipeline": "{lower_and_legalize: shared | [...], optimize_for_target: [...], codegen_prep: [...]}",
+    "hardware": "facts about the target's hardware the schedule builder reads (mapping)",
     "schedule": "schedule defaults for the frontend (mapping)",
     "autotune": "autotune search space (mapping of lists)",
 }
@@ -147,6 +162,7 @@ class TargetConfig:
     pipeline: tuple[tuple[str, tuple[PipelineEntry, ...]], ...]
     schedule: tuple[tuple[str, Any], ...] = ()
     autotune: tuple[tuple[str, Any], ...] = ()
+    hardware: tuple[tuple[str, Any], ...] = ()
     tt: tuple[tuple[str, Any], ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -170,6 +186,10 @@ class TargetConfig:
 
     def feature(self, name: str) -> bool:
         return dict(self.features).get(name, False)
+
+    def fact(self, name: str) -> bool | int:
+        """A ``hardware:`` fact of the target (its default from ``HARDWARE_KEYS`` when not given)."""
+        return dict(self.hardware).get(name, HARDWARE_KEYS[name][1])
 
     def phase(self, phase: str) -> tuple[PipelineEntry, ...]:
         return dict(self.pipeline)[phase]
@@ -552,6 +572,13 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
     features = check.mapping(data.get("features", {}), "features", FEATURES)
     for key, value in features.items():
         check.typed(value, f"features.{key}", bool, "true or false")
+    hardware = check.mapping(data.get("hardware", {}), "hardware", {k: v[0] for k, v in HARDWARE_KEYS.items()})
+    for key, value in hardware.items():
+        default = HARDWARE_KEYS[key][1]
+        if isinstance(default, bool):
+            check.typed(value, f"hardware.{key}", bool, f"true or false ({HARDWARE_KEYS[key][0]})")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise check.fail(f"hardware.{key}", f"expected an int >= 0 ({HARDWARE_KEYS[key][0]}), found {value!r}")
 
     pass_args = check.mapping(data.get("pass_args", {}), "pass_args")
     for pname, args in pass_args.items():
@@ -598,6 +625,7 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         codegen=_freeze(codegen),
         resources=tuple(sorted(resources_.items())),
         features=tuple(sorted(features.items())),
+        hardware=tuple(sorted(hardware.items())),
         pipeline=tuple(phases),
         schedule=_freeze(schedule),
         autotune=_freeze(autotune),

@@ -141,12 +141,13 @@ class Schedule:
     device: str = "gpu"  # "gpu", "cpu" or "tenstorrent": how blocks execute (from the config's codegen)
     parallel_grid: bool = False  # CPU: the config's parallel_grid feature (blocks shared among threads)
     autotune: TuningSummary | None = None  # set when the autotuner chose this schedule
+    producer_threads: int = 0  # the config's hardware.producer_threads: what warp specialisation adds
 
     # Views ------------------------------------------------------------------------------------
     @property
     def launch_threads(self) -> int:
         """Threads per block at launch: warp specialisation adds one producer warp group."""
-        return self.threads + 128 if self.warp_specialized else self.threads
+        return self.threads + self.producer_threads if self.warp_specialized else self.threads
 
     def tile_schedule(self) -> TileSchedule:
         """The tile library's schedule for this kernel."""
@@ -207,6 +208,8 @@ class Schedule:
         data["mma"] = list(self.mma) if self.mma is not None else None
         if self.autotune is None:  # untuned schedules keep the JSON they always had
             del data["autotune"]
+        if not self.producer_threads:
+            del data["producer_threads"]
         return data
 
     def to_json(self) -> str:
@@ -331,16 +334,9 @@ def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
     return cdiv(rows, t.block_m), 1, 1
 
 
-def _has_tma(config) -> bool:
-    """The bulk tensor copy engine exists from sm_90 on (the tma_copy_annotation feature only marks copies)."""
-    arch = str(config.target_dict.get("arch", ""))
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    return bool(digits) and int(digits) >= 90
-
-
 def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple[str, str], ...]:
     """Where each operand lives while the kernel runs."""
-    copy = ("TMA" if _has_tma(config) else "cp.async") if config.target_kind == "cuda" else "global loads"
+    copy = "TMA" if config.fact("tma") else ("cp.async" if config.fact("cp_async") else "global loads")
     out: list[tuple[str, str]] = []
     if isinstance(spec, GemmSpec):
         a, b = spec.inputs()[:2]
@@ -446,6 +442,11 @@ def choose_schedule(
         ) from None
     gpu = config.target_kind != "c"
     device = "tenstorrent" if config.codegen_kind == "tt" else ("gpu" if gpu else "cpu")
+    # TileLang splits pipelined TMA loops into producer/consumer warp groups (Hopper).
+    producers = int(config.fact("producer_threads"))
+    warp_specialized = bool(
+        producers and config.feature("warp_specialization") and spec.family in ("gemm", "attention")
+    )
     return Schedule(
         kernel=kernel,
         family=spec.family,
@@ -457,12 +458,8 @@ def choose_schedule(
         stages=tile.stages,
         threads=tile.threads,
         swizzle=tile.rasterize,
-        # TileLang splits pipelined TMA loops into producer/consumer warp groups on Hopper.
-        warp_specialized=bool(
-            config.target_kind == "cuda"
-            and config.feature("warp_specialization")
-            and spec.family in ("gemm", "attention")
-        ),
+        warp_specialized=warp_specialized,
+        producer_threads=producers if warp_specialized else 0,
         mma=tile.mma if gpu else None,
         memory=_memory(spec, tile, gpu, config),
         epilogue=_epilogue(spec),

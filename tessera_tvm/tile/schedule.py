@@ -229,12 +229,13 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str) -> 
 
 def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:
     """Causal attention's key loop has a per-block trip count; TileLang 0.1.15's cp.async pipeline
-    then emits a non-constant ``cp.async.wait_group`` that the CUDA codegen rejects. Hopper's
-    warp-specialised TMA pipeline and ROCm handle it."""
+    then emits a non-constant ``cp.async.wait_group`` that the CUDA codegen rejects (the config's
+    ``hardware.pipelined_dynamic_loops: false``). Hopper's warp-specialised TMA pipeline and ROCm
+    handle it."""
     return (
         isinstance(spec, AttentionSpec)
         and spec.causal
-        and config.target_kind == "cuda"
+        and not config.fact("pipelined_dynamic_loops")
         and not config.feature("warp_specialization")
     )
 

@@ -203,3 +203,49 @@ def test_schedule_per_fused_kernel():
     assert (norm.family, norm.kernel, gemm.family) == ("norm", "layer_norm", "gemm")
     assert norm.epilogue == ("layer_norm", "* g", "store f16")
     assert k.inspect_ir("sched").count("sched.kernel") == 2
+
+
+def _variant(tmp_path, base: str, name: str, hardware: dict) -> str:
+    data = yaml.safe_load(Path(tessera_tvm.load_config(base).source).read_text())
+    data["name"] = name
+    data["hardware"] = {**data.get("hardware", {}), **hardware}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_hardware_facts_come_from_the_config(tmp_path):
+    """A new target like one we have is a new YAML file: its copies, warp groups and pipeline
+    rules are the `hardware:` facts, not the arch string or the target kind."""
+    tma_ampere = schedule_of(_variant(tmp_path, "ampere", "ampere_tma", {"tma": True})).text()
+    assert "A: global -> shared (128x32 f16 x3, TMA)" in tma_ampere
+    hopper = schedule_of("hopper")
+    assert hopper.warp_specialized and hopper.launch_threads == hopper.threads + 128
+    wide = schedule_of(_variant(tmp_path, "hopper", "hopper_256", {"producer_threads": 256}))
+    assert wide.warp_specialized and wide.launch_threads == wide.threads + 256
+    assert f"threads={wide.threads + 256} ({wide.threads} compute + 256 TMA producer)" in wide.text()
+    none = schedule_of(_variant(tmp_path, "hopper", "hopper_no_producers", {"producer_threads": 0}))
+    assert not none.warp_specialized and none.launch_threads == none.threads
+    assert Schedule.from_json(wide.to_json()) == wide
+
+
+def test_causal_attention_stages_follow_pipelined_dynamic_loops(tmp_path):
+    from tessera_tvm.tile import AttentionSpec, TileSchedule
+
+    spec = AttentionSpec(1, 4, 4, 256, 256, 64, causal=True)
+    assert TileSchedule.from_config("ampere", spec).stages == 1  # hardware.pipelined_dynamic_loops: false
+    able = _variant(tmp_path, "ampere", "ampere_dynamic_ok", {"pipelined_dynamic_loops": True})
+    assert TileSchedule.from_config(able, spec).stages == 2
+
+
+@pytest.mark.parametrize(
+    ("hardware", "message"),
+    [
+        ({"tma": "yes"}, r"hardware.tma: expected true or false"),
+        ({"producer_threads": -1}, r"hardware.producer_threads: expected an int >= 0"),
+        ({"wgma": True}, r"hardware.wgma: unknown key \(did you mean 'wgmma'\?\)"),
+    ],
+)
+def test_bad_hardware_facts_are_config_errors(tmp_path, hardware, message):
+    with pytest.raises(tessera_tvm.ConfigError, match=message):
+        tessera_tvm.load_config(_variant(tmp_path, "hopper", "hopper_bad", hardware))
