@@ -100,7 +100,7 @@ class TileSchedule:
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
-        schedule = fit_schedule(spec, schedule, target_kind)
+        schedule = fit_schedule(spec, schedule, target_kind, wgmma=bool(config.fact("wgmma")))
         if _dynamic_pipeline_unsupported(spec, config):
             schedule = schedule.replace(stages=1)
         return _fit_shared_memory(spec, schedule, config)
@@ -183,7 +183,7 @@ def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, (n - 1).bit_length()))
 
 
-def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str) -> TileSchedule:
+def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgmma: bool = False) -> TileSchedule:
     """Shrink blocks that are larger than the problem, keeping what the GPU's MMA needs.
 
     On GPUs a GEMM block keeps at least one 16 x 16 MMA tile per warp, and an attention block
@@ -192,7 +192,7 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str) -> 
     """
     gpu = target_kind != "c"
     warps = max(1, schedule.threads // 32)
-    wgmma = gpu and target_kind == "cuda" and schedule.mma is not None and schedule.mma[0] == 64
+    wgmma = gpu and wgmma  # the config's hardware.wgmma
     changes: dict[str, int] = {}
     if isinstance(spec, GemmSpec):
         floor = 16 if gpu else 1

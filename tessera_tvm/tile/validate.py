@@ -72,8 +72,8 @@ def validate_schedule(spec: KernelSpec, schedule: TileSchedule, config: Any) -> 
                     f"block_m x block_n = {s.block_m} x {s.block_n} is too small for {warps} warps "
                     f"(each warp needs a 16 x 16 MMA tile); lower threads or raise the block",
                 )
-            if target_kind == "cuda" and (s.mma or (0,))[0] == 64 and s.block_m % 64:
-                raise _fail(name, f"block_m is {s.block_m}; Hopper wgmma needs a multiple of 64")
+            if config.fact("wgmma") and s.block_m % 64:
+                raise _fail(name, f"block_m is {s.block_m}; {config.name!r} has wgmma, which needs a multiple of 64")
         if _dynamic_pipeline_unsupported(spec, config) and s.stages > 1:
             raise _fail(
                 name,

@@ -251,7 +251,7 @@ def test_validate_schedule_rejects_what_the_target_cannot_hold():
         validate_schedule(mixed, TileSchedule.from_config("ampere", mixed), "ampere")
     with pytest.raises(SpecError, match=r"threads is 100; expected a multiple of 32"):
         validate_schedule(spec, TileSchedule(threads=100), "ampere")
-    with pytest.raises(SpecError, match=r"block_m is 32; Hopper wgmma needs a multiple of 64"):
+    with pytest.raises(SpecError, match=r"block_m is 32; 'hopper' has wgmma, which needs a multiple of 64"):
         validate_schedule(spec, TileSchedule(block_m=32, block_n=128, block_k=64, mma=(64, 256, 16)), "hopper")
     causal = AttentionSpec(1, 8, 2, 1024, 1024, 64, causal=True, dtype_in="float16")
     with pytest.raises(SpecError, match=r"causal attention on 'ampere' .* needs stages=1"):
