@@ -19,7 +19,10 @@ Pieces in this package:
 ``emulator/``           a functional CPU emulation of the same API (C++), driven by a plan
 ``plan.schema.json``    the ``tt.plan.json`` format host programs and the emulator are built from
 ``arch``                the architecture table (:func:`tessera_tvm.target.tt.arch.get_arch`)
-``emulate``             :func:`run_plan` and the plan validator
+``emulate``             :func:`run_plan` and the plan validator, re-exported from:
+``emulate_plan``        loading a plan, its JSON-schema check and cross-field validation
+``emulate_build``       compiling the emulator runner and the kernels with g++ (cached)
+``emulate_run``         running a plan in the emulator and reading back its results
 ``API.md``              which signatures were verified against tt-metal sources, and where
 ``codegen``             the code generator: annotated TT IR -> the five artifacts (reader/compute/writer/host/plan)
 """
