@@ -17,175 +17,43 @@ Compiled kernels are cached in memory per (kernel, shapes, schedule overrides, c
 Dumps (``dump=[...]`` or the environment variable ``TESSERA_DUMP_DIR``) write one file per stage,
 ``graph.txt``, ``sched.txt`` (+ ``sched.json``), ``tile.py``, ``target.<ext>``, the IR after every
 TVM pass under ``passes/<fused kernel>/`` and the build outputs under ``artifacts/<fused kernel>/``.
+
+The pieces: this module is the API (``compile``, :class:`CompiledKernel`, the in-memory cache);
+:mod:`tessera.instance` holds what a compile produces and runs it (``Instance``, ``DeviceKernel``,
+``Memory``, argument checks); :mod:`tessera.build` compiles one instance (``_compile_instance``,
+``tile_program``); :mod:`tessera.dumps` writes the dumps. Their names stay importable from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import tessera_tvm
-from tessera_tvm.graph import GraphIR, KernelBinding, kernel_spec
-from tessera_tvm.tile import (
-    CPU_WIDENED,
-    ElementwiseSpec,
-    GemmSpec,
-    SpecError,
-    UnsupportedTTOperationError,
-    build_tile_program,
-)
+from tessera_tvm.graph import GraphIR
 
-from .errors import ArgumentError, KernelError, NotRunnableError, ScheduleError, ShapeError, user_location
+from .build import _TT_TILE, _compile_instance, _graph_log, cpu_storage, tile_program  # noqa: F401
+from .dumps import _SOURCE_EXT, TT_ARTIFACTS, _dump_settings, _tt_text, write_dumps  # noqa: F401
+from .errors import KernelError, NotRunnableError, ShapeError, user_location
+from .instance import (  # noqa: F401  (re-exported: imported from tessera.compiler elsewhere)
+    HOST,
+    DeviceKernel,
+    Instance,
+    Launch,
+    Memory,
+    PassLogEntry,
+    _astype_hint,
+    _bind,
+    _check_args,
+    _numpy_dtype,
+)
 from .kernel import STAGES, Kernel
-from .schedule import Schedule, TuningSummary, choose_schedule, split_overrides
+from .schedule import Schedule, TuningSummary, split_overrides
 
 __all__ = ["CompiledKernel", "DeviceKernel", "PassLogEntry", "compile", "tile_program"]
-
-_SOURCE_EXT = {"cuda": "cu", "hip": "hip.cpp", "c": "cpp", "tt": "tt.cpp"}
-#: Tenstorrent computes one 32x32 tile per block with a 32-wide K step (tessera_tvm/tile/tt.py).
-_TT_TILE = {"block_m": 32, "block_n": 32, "block_k": 32, "stages": 1, "threads": 1}
-
-
-@dataclass(frozen=True)
-class PassLogEntry:
-    """One step of a compile: ``stage`` graph/sched/tile/target, the fused ``kernel`` it ran on."""
-
-    stage: str
-    kernel: str
-    phase: str
-    name: str
-    seconds: float
-    status: str = "ran"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "kernel": self.kernel,
-            "phase": self.phase,
-            "name": self.name,
-            "seconds": round(self.seconds, 6),
-            "status": self.status,
-        }
-
-
-@dataclass
-class DeviceKernel:
-    """One fused kernel compiled for the target."""
-
-    name: str
-    binding: KernelBinding
-    schedule: Schedule
-    tile: Any  # TileLang PrimFunc
-    lowered: Any  # tessera_tvm.LoweredModule
-    tile_spec: Any = None  # the spec the tile program was built from (CPU: fp8 held as f32)
-
-    @property
-    def spec(self):
-        return self.binding.spec
-
-    def tile_text(self) -> str:
-        return f"# kernel {self.name}: {self.spec!r}\n{self.tile.script()}"
-
-    def run(self, arrays: dict[str, np.ndarray]) -> None:
-        """Run on the CPU with arrays by spec parameter name (outputs written in place)."""
-        # The tile program's buffers are named after the spec's parameters, in the same order.
-        self.lowered(*[arrays[p.name] for p in self.spec.params()])
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One fused kernel's run, prepared once per instance: the graph values it reads (as its tile
-    program's parameters), the buffer it writes, and the graph value that buffer becomes."""
-
-    device: DeviceKernel
-    inputs: tuple[tuple[Any, str, str, tuple[int, ...]], ...]  # (graph value, parameter, dtype, shape)
-    output: tuple[str, str, tuple[int, ...]]  # (parameter, dtype, shape)
-    result: tuple[Any, str, tuple[int, ...]]  # (graph value, graph dtype, graph shape)
-
-
-@dataclass
-class Instance:
-    """A kernel compiled for one target with every dim bound."""
-
-    kernel: Kernel
-    config: Any
-    env: dict[str, int]
-    graph: GraphIR
-    devices: list[DeviceKernel]
-    log: list[PassLogEntry] = field(default_factory=list)
-
-    @functools.cached_property
-    def launches(self) -> tuple[Launch, ...]:
-        from tessera_tvm.graph.nodes import static_shape
-
-        launches = []
-        for dk in self.devices:
-            spec = dk.tile_spec or dk.spec  # what the tile program takes (CPU: fp8 held as f32)
-            inputs = tuple(
-                (var, p.name, p.dtype, tuple(p.shape)) for p, var in zip(spec.inputs(), dk.binding.inputs, strict=True)
-            )
-            (out,) = spec.outputs()
-            result = (
-                dk.binding.output,
-                dk.spec.outputs()[0].dtype,
-                static_shape(dk.binding.output, self.env, "output"),
-            )
-            launches.append(Launch(dk, inputs, (out.name, out.dtype, tuple(out.shape)), result))
-        return tuple(launches)
-
-    def run(self, arrays: Sequence[Any], memory: Memory | None = None) -> Any:
-        """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
-        output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``)."""
-        memory = memory or HOST
-        values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
-        for launch in self.launches:
-            named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
-            name, dtype, shape = launch.output
-            named[name] = out = memory.empty(shape, dtype)
-            launch.device.run(named)
-            var, dtype, shape = launch.result
-            values[var] = memory.result(out, dtype, shape)
-        params = set(self.graph.params)
-        results = [memory.copy(values[o]) if o in params else values[o] for o in self.graph.outputs]
-        return tuple(results) if self.graph.simplified.tuple_output else results[0]
-
-
-class Memory:
-    """Where :meth:`Instance.run` keeps arrays. The host's, numpy: fp8 travels as float32 (what the
-    CPU tile programs take) and each result is rounded to its graph dtype, as the kernel's store would."""
-
-    def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
-        """``value`` as a contiguous ``dtype`` array of ``shape``, ready to pass to a kernel."""
-        return np.ascontiguousarray(value, dtype=_numpy_dtype(dtype)).reshape(shape)
-
-    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return np.empty(shape, dtype=_numpy_dtype(dtype))
-
-    def result(self, out: Any, dtype: str, shape: tuple[int, ...]) -> Any:
-        """A kernel's output buffer as the graph value it computes."""
-        return out.astype(_numpy_dtype(dtype), copy=False).reshape(shape)
-
-    def copy(self, value: Any) -> Any:
-        return value.copy()
-
-
-HOST = Memory()
-
-
-@functools.cache
-def _numpy_dtype(tvm_dtype: str):
-    from .types import dtype as as_dtype
-
-    return as_dtype(tvm_dtype).numpy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,295 +253,9 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-#: The five Tenstorrent artifacts of a device kernel, as ``.artifacts`` names them.
-TT_ARTIFACTS = ("reader", "compute", "writer", "host", "plan")
-
-
-def _tt_text(dk: DeviceKernel) -> str:
-    """A Tenstorrent device kernel's five artifacts in one text, each under a banner."""
-    files = dk.lowered.artifacts
-    return "\n".join(
-        f"// ===== kernel {dk.name}: {files[key].name} ({key}) =====\n{Path(files[key]).read_text()}"
-        for key in TT_ARTIFACTS
-    )
-
-
-def _graph_log(name: str, graph: GraphIR) -> list[PassLogEntry]:
-    return [PassLogEntry("graph", name, r.phase, r.name, r.seconds, r.status) for r in graph.records]
-
-
-# ---------------------------------------------------------------------------------------------
-# Arguments
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_args(
-    kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int], *, allow_torch: bool = False
-) -> list[Any]:
-    """The arrays, checked against the kernel's parameters and made contiguous.
-
-    With ``allow_torch`` (CUDA configs) torch CUDA tensors are accepted next to numpy arrays."""
-    from . import gpu
-
-    names = ", ".join(n for n, _ in kernel.params)
-    if len(arrays) != len(kernel.params):
-        raise ArgumentError(f"{kernel.name} takes {len(kernel.params)} arrays ({names}), got {len(arrays)}")
-    out = []
-    for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
-        torch_arg = allow_torch and gpu.is_torch_tensor(arr)
-        if torch_arg:
-            if not gpu.on_gpu(arr):
-                raise ArgumentError(
-                    f"{kernel.name}: argument {name} is a torch tensor on {arr.device}; expected a CUDA tensor "
-                    f"or a numpy array {ttype.describe()}: move it with {name}.cuda()"
-                )
-            if arr.dtype != gpu.torch_dtype(ttype.dtype.tvm):
-                wanted = gpu.torch_dtype(ttype.dtype.tvm)
-                raise ArgumentError(
-                    f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
-                    f"({wanted}); convert it: {name}.to({wanted})"
-                )
-        elif not isinstance(arr, np.ndarray):
-            expected = "a torch CUDA tensor or a numpy array" if allow_torch else "a numpy array"
-            raise ArgumentError(
-                f"{kernel.name}: argument {name} is a {type(arr).__name__}; expected {expected} {ttype.describe()}"
-            )
-        elif arr.dtype != ttype.dtype.numpy:
-            raise ArgumentError(
-                f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
-                f"({ttype.dtype.numpy}); convert it: {name}.astype({_astype_hint(ttype.dtype)})"
-            )
-        if arr.ndim != ttype.rank:
-            raise ArgumentError(
-                f"{kernel.name}: argument {name} has shape {arr.shape} (rank {arr.ndim}), expected "
-                f"{ttype.describe()} (rank {ttype.rank})"
-            )
-        for axis, (dim, size) in enumerate(zip(ttype.dims, arr.shape, strict=True)):
-            if isinstance(dim, int) and size != dim:
-                raise ArgumentError(
-                    f"{kernel.name}: argument {name} has shape {arr.shape}, expected "
-                    f"{ttype.describe()}: dim {axis} is {size}, expected {dim}"
-                )
-            if isinstance(dim, str) and dim in shapes and size != shapes[dim]:
-                raise ArgumentError(
-                    f"{kernel.name}: argument {name} has shape {arr.shape}, expected "
-                    f"{ttype.describe()}: dim {axis} ({dim}) is {size} but it was compiled with "
-                    f"{dim}={shapes[dim]}"
-                )
-            if size == 0:
-                raise ArgumentError(
-                    f"{kernel.name}: argument {name} has shape {arr.shape}; empty dims are not supported"
-                )
-        out.append(arr.contiguous() if torch_arg else np.ascontiguousarray(arr))
-    return out
-
-
-def _astype_hint(dtype) -> str:
-    return f"ml_dtypes.{dtype.tvm}" if dtype.tvm in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else f"np.{dtype.tvm}"
-
-
-def _bind(kernel: Kernel, arrays: list[np.ndarray], shapes: dict[str, int]) -> dict[str, int]:
-    """Dim values from the arrays; conflicting values are reported by the op that needs them equal."""
-    env = dict(shapes)
-    seen: dict[str, tuple[int, str]] = {}
-    conflict = None
-    for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
-        for axis, (dim, size) in enumerate(zip(ttype.dims, arr.shape, strict=True)):
-            if isinstance(dim, str):
-                if dim in seen and seen[dim][0] != size and conflict is None:
-                    conflict = (dim, name, axis, size, seen[dim])
-                seen.setdefault(dim, (size, f"{name}.shape[{axis}]"))
-                env.setdefault(dim, size)
-    if conflict is not None:
-        # Trace with each argument's own dims so the op that needs them equal reports it at its line.
-        kernel.graph(shapes, arg_shapes={n: a.shape for (n, _), a in zip(kernel.params, arrays, strict=True)})
-        dim, name, axis, size, (first, where) = conflict
-        raise ArgumentError(
-            f"{kernel.name}: dim {dim} is {size} in {name}.shape[{axis}] but {first} in {where}; "
-            f"arrays must agree on {dim}"
-        )
-    return env
-
-
-# ---------------------------------------------------------------------------------------------
-# Compiling one instance
-# ---------------------------------------------------------------------------------------------
-
-
-def _compile_instance(
-    kernel: Kernel,
-    config,
-    env: dict[str, int],
-    overrides: dict[str, Any],
-    dump_stages: tuple[str, ...],
-    dump_dir: Path | None,
-    build: bool,
-    tuning: Mapping[str, TuningSummary] | None = None,
-) -> Instance:
-    graph = kernel.graph(env)
-    tuning = tuning or {}
-    log = _graph_log(kernel.name, graph)
-    per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
-    # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
-    planned = []
-    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
-    for group in graph.groups:
-        start = time.perf_counter()
-        try:
-            binding = kernel_spec(group, env)
-        except SpecError as exc:
-            raise KernelError(
-                f"fused kernel {group.name} ({group.describe()}) has no tile kernel: {exc}",
-                location=(kernel.fn.__code__.co_filename, kernel.fn.__code__.co_firstlineno),
-            ) from None
-        wanted = {**_TT_TILE, **per_kernel[group.name]} if tt else per_kernel[group.name]
-        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, wanted)
-        if group.name in tuning:
-            schedule = dataclasses.replace(schedule, autotune=tuning[group.name])
-        log.append(
-            PassLogEntry(
-                "sched",
-                group.name,
-                "schedule",
-                "tessera.ChooseSchedule",
-                time.perf_counter() - start,
-                "ran (autotuned)" if group.name in tuning else "ran (overridden)" if per_kernel[group.name] else "ran",
-            )
-        )
-        planned.append((group, binding, schedule))
-    out_root = dump_dir if dump_dir is not None and "target" in dump_stages else None  # else: the kernel cache
-    devices = []
-    for group, binding, schedule in planned:
-        start = time.perf_counter()
-        tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
-        log.append(PassLogEntry("tile", group.name, "tile", "tessera.BuildTileProgram", time.perf_counter() - start))
-        passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
-        out_dir = out_root / "artifacts" / group.name if out_root is not None else None
-        lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
-        log.extend(PassLogEntry("target", group.name, r.phase, r.name, r.seconds, r.status) for r in lowered.pass_log)
-        devices.append(DeviceKernel(group.name, binding, schedule, tile, lowered, spec))
-    instance = Instance(kernel, config, dict(env), graph, devices, log)
-    if dump_dir is not None and dump_stages:
-        write_dumps(instance, dump_dir, dump_stages)
-    return instance
-
-
-def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> tuple[Any, Any]:
-    """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
-    (on the CPU fp8 is held as f32). The autotuner's workers build programs here too, so the
-    kernel cache entries they leave are the ones ``ts.compile`` finds."""
-    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
-    try:
-        tile_spec = cpu_storage(spec) if config.codegen_kind == "c" else spec
-        tile = build_tile_program(tile_spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
-    except UnsupportedTTOperationError as exc:
-        raise UnsupportedTTOperationError(f"kernel {name} ({describe}): {exc}") from None
-    except SpecError as exc:
-        raise ScheduleError(f"kernel {name} on {config.name}: {exc}") from None
-    return tile.with_attr("global_symbol", name), tile_spec
-
-
-def cpu_storage(spec):
-    """``spec`` with fp8 parameters held as float32 (``tessera_tvm.tile.CPU_WIDENED``). Exact: every
-    fp8 value is a float32, and the kernel computes in float32 anyway; results are rounded to the
-    graph's dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen
-    passes it as uint16_t, and the CPU GEMM packs it for the CPU's bf16 dot products, tessera/cpu_gemm.h.)"""
-
-    def widen(dtype):
-        return "float32" if dtype in CPU_WIDENED else dtype
-
-    changes = {
-        f.name: widen(getattr(spec, f.name))
-        for f in dataclasses.fields(spec)
-        if f.name.startswith("dtype_")
-        and f.name not in ("dtype_acc", "dtype_compute")
-        and isinstance(getattr(spec, f.name), str)
-    }
-    if isinstance(spec, GemmSpec):
-        changes["epilogue"] = tuple(
-            dataclasses.replace(op, dtype=widen(op.dtype)) if op.operand is not None else op for op in spec.epilogue
-        )
-    if isinstance(spec, ElementwiseSpec):
-        changes["operands"] = tuple((p.name, p.shape, widen(p.dtype)) for p in spec.operands)
-    return dataclasses.replace(spec, **changes)
-
-
-def write_dumps(instance: Instance, dump_dir: Path, stages: tuple[str, ...]) -> dict[str, Path]:
-    """One file per stage (+ sched.json, pass log); per-pass IR is written by tessera_tvm.lower."""
-    dump_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    header = (
-        f"# {instance.kernel.name} for {instance.config.name} "
-        f"(config {instance.config.fingerprint()}), shapes {instance.env}\n"
-    )
-    if "graph" in stages:
-        text = (
-            header
-            + "# ---- traced ----\n"
-            + instance.graph.text(traced=True)
-            + "\n# ---- after the graph passes ----\n"
-            + instance.graph.text()
-        )
-        written["graph"] = dump_dir / "graph.txt"
-        written["graph"].write_text(text)
-    if "sched" in stages:
-        written["sched"] = dump_dir / "sched.txt"
-        written["sched"].write_text(header + "\n".join(dk.schedule.text() for dk in instance.devices))
-        (dump_dir / "sched.json").write_text(
-            json.dumps([dk.schedule.as_dict() for dk in instance.devices], indent=2, sort_keys=True) + "\n"
-        )
-    if "tile" in stages:
-        written["tile"] = dump_dir / "tile.py"
-        written["tile"].write_text(header + "\n\n".join(dk.tile_text() for dk in instance.devices))
-    if "target" in stages:
-        ext = _SOURCE_EXT.get(instance.config.codegen_kind, "txt")
-        written["target"] = dump_dir / f"target.{ext}"
-        if instance.config.codegen_kind == "tt":  # + the five files per kernel under target/<kernel>/
-            written["target"].write_text("\n".join(_tt_text(dk) for dk in instance.devices))
-            for dk in instance.devices:
-                (dump_dir / "target" / dk.name).mkdir(parents=True, exist_ok=True)
-                for key in TT_ARTIFACTS:
-                    src = Path(dk.lowered.artifacts[key])
-                    (dump_dir / "target" / dk.name / src.name).write_text(src.read_text())
-        else:
-            written["target"].write_text(
-                "\n".join(f"// ---- kernel {dk.name} ----\n{dk.lowered.source}" for dk in instance.devices)
-            )
-    log = "\n".join(json.dumps(e.as_dict()) for e in instance.log) + "\n"
-    (dump_dir / "pass_log.jsonl").write_text(log)
-    return written
-
-
 # ---------------------------------------------------------------------------------------------
 # ts.compile
 # ---------------------------------------------------------------------------------------------
-
-
-def _dump_settings(kernel: Kernel, dump, dump_dir) -> tuple[tuple[str, ...], Path | None]:
-    env_dir = os.environ.get("TESSERA_DUMP_DIR")
-    if dump is None or dump is False:
-        if env_dir and dump is None:
-            return STAGES, Path(env_dir) / kernel.name
-        return (), None
-    if dump is True or dump == "all":
-        stages = STAGES
-    else:
-        items = [dump] if isinstance(dump, str) else list(dump)
-        items = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
-        unknown = [s for s in items if s not in STAGES]
-        if unknown:
-            raise KernelError(
-                f"dump= names unknown stage(s) {unknown}; stages are {', '.join(STAGES)}", location=user_location()
-            )
-        stages = tuple(s for s in STAGES if s in items)
-    base = (
-        Path(dump_dir)
-        if dump_dir is not None
-        else Path(env_dir) / kernel.name
-        if env_dir
-        else Path("tessera_dump") / kernel.name
-    )
-    return stages, base
 
 
 def _autotuned(kernel: Kernel, config, env: dict[str, int], overrides: dict[str, Any], autotune) -> tuple[dict, dict]:

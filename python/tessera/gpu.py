@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .compiler import Memory
 from .errors import NotRunnableError
+from .instance import Memory
 
 __all__ = [
     "TorchMemory",

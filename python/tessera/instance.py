@@ -1,0 +1,251 @@
+"""A kernel compiled for one target with every dim bound, and running it on memory.
+
+An :class:`Instance` holds the Graph IR and, per fused kernel, a :class:`DeviceKernel` (its binding,
+schedule, TileLang PrimFunc and lowered module), with the :class:`PassLogEntry` records of the compile
+that made it. :meth:`Instance.run` runs the fused kernels in order through their :class:`Launch`
+plans, keeping the values in a :class:`Memory`: numpy on the host (:data:`HOST`), torch tensors on a
+GPU (``tessera.gpu.TorchMemory``). The arrays of a call are checked against the kernel's parameters
+(``_check_args``) and its symbolic dims bound from their shapes (``_bind``) here too;
+:mod:`tessera.build` makes instances and :mod:`tessera.compiler` caches them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tessera_tvm.graph import GraphIR, KernelBinding
+
+from .errors import ArgumentError
+from .kernel import Kernel
+from .schedule import Schedule
+
+
+@dataclass(frozen=True)
+class PassLogEntry:
+    """One step of a compile: ``stage`` graph/sched/tile/target, the fused ``kernel`` it ran on."""
+
+    stage: str
+    kernel: str
+    phase: str
+    name: str
+    seconds: float
+    status: str = "ran"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "kernel": self.kernel,
+            "phase": self.phase,
+            "name": self.name,
+            "seconds": round(self.seconds, 6),
+            "status": self.status,
+        }
+
+
+@dataclass
+class DeviceKernel:
+    """One fused kernel compiled for the target."""
+
+    name: str
+    binding: KernelBinding
+    schedule: Schedule
+    tile: Any  # TileLang PrimFunc
+    lowered: Any  # tessera_tvm.LoweredModule
+    tile_spec: Any = None  # the spec the tile program was built from (CPU: fp8 held as f32)
+
+    @property
+    def spec(self):
+        return self.binding.spec
+
+    def tile_text(self) -> str:
+        return f"# kernel {self.name}: {self.spec!r}\n{self.tile.script()}"
+
+    def run(self, arrays: dict[str, np.ndarray]) -> None:
+        """Run on the CPU with arrays by spec parameter name (outputs written in place)."""
+        # The tile program's buffers are named after the spec's parameters, in the same order.
+        self.lowered(*[arrays[p.name] for p in self.spec.params()])
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One fused kernel's run, prepared once per instance: the graph values it reads (as its tile
+    program's parameters), the buffer it writes, and the graph value that buffer becomes."""
+
+    device: DeviceKernel
+    inputs: tuple[tuple[Any, str, str, tuple[int, ...]], ...]  # (graph value, parameter, dtype, shape)
+    output: tuple[str, str, tuple[int, ...]]  # (parameter, dtype, shape)
+    result: tuple[Any, str, tuple[int, ...]]  # (graph value, graph dtype, graph shape)
+
+
+@dataclass
+class Instance:
+    """A kernel compiled for one target with every dim bound."""
+
+    kernel: Kernel
+    config: Any
+    env: dict[str, int]
+    graph: GraphIR
+    devices: list[DeviceKernel]
+    log: list[PassLogEntry] = field(default_factory=list)
+
+    @functools.cached_property
+    def launches(self) -> tuple[Launch, ...]:
+        from tessera_tvm.graph.nodes import static_shape
+
+        launches = []
+        for dk in self.devices:
+            spec = dk.tile_spec or dk.spec  # what the tile program takes (CPU: fp8 held as f32)
+            inputs = tuple(
+                (var, p.name, p.dtype, tuple(p.shape)) for p, var in zip(spec.inputs(), dk.binding.inputs, strict=True)
+            )
+            (out,) = spec.outputs()
+            result = (
+                dk.binding.output,
+                dk.spec.outputs()[0].dtype,
+                static_shape(dk.binding.output, self.env, "output"),
+            )
+            launches.append(Launch(dk, inputs, (out.name, out.dtype, tuple(out.shape)), result))
+        return tuple(launches)
+
+    def run(self, arrays: Sequence[Any], memory: Memory | None = None) -> Any:
+        """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
+        output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``)."""
+        memory = memory or HOST
+        values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
+        for launch in self.launches:
+            named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
+            name, dtype, shape = launch.output
+            named[name] = out = memory.empty(shape, dtype)
+            launch.device.run(named)
+            var, dtype, shape = launch.result
+            values[var] = memory.result(out, dtype, shape)
+        params = set(self.graph.params)
+        results = [memory.copy(values[o]) if o in params else values[o] for o in self.graph.outputs]
+        return tuple(results) if self.graph.simplified.tuple_output else results[0]
+
+
+class Memory:
+    """Where :meth:`Instance.run` keeps arrays. The host's, numpy: fp8 travels as float32 (what the
+    CPU tile programs take) and each result is rounded to its graph dtype, as the kernel's store would."""
+
+    def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """``value`` as a contiguous ``dtype`` array of ``shape``, ready to pass to a kernel."""
+        return np.ascontiguousarray(value, dtype=_numpy_dtype(dtype)).reshape(shape)
+
+    def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return np.empty(shape, dtype=_numpy_dtype(dtype))
+
+    def result(self, out: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """A kernel's output buffer as the graph value it computes."""
+        return out.astype(_numpy_dtype(dtype), copy=False).reshape(shape)
+
+    def copy(self, value: Any) -> Any:
+        return value.copy()
+
+
+HOST = Memory()
+
+
+@functools.cache
+def _numpy_dtype(tvm_dtype: str):
+    from .types import dtype as as_dtype
+
+    return as_dtype(tvm_dtype).numpy
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_args(
+    kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int], *, allow_torch: bool = False
+) -> list[Any]:
+    """The arrays, checked against the kernel's parameters and made contiguous.
+
+    With ``allow_torch`` (CUDA configs) torch CUDA tensors are accepted next to numpy arrays."""
+    from . import gpu
+
+    names = ", ".join(n for n, _ in kernel.params)
+    if len(arrays) != len(kernel.params):
+        raise ArgumentError(f"{kernel.name} takes {len(kernel.params)} arrays ({names}), got {len(arrays)}")
+    out = []
+    for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
+        torch_arg = allow_torch and gpu.is_torch_tensor(arr)
+        if torch_arg:
+            if not gpu.on_gpu(arr):
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} is a torch tensor on {arr.device}; expected a CUDA tensor "
+                    f"or a numpy array {ttype.describe()}: move it with {name}.cuda()"
+                )
+            if arr.dtype != gpu.torch_dtype(ttype.dtype.tvm):
+                wanted = gpu.torch_dtype(ttype.dtype.tvm)
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
+                    f"({wanted}); convert it: {name}.to({wanted})"
+                )
+        elif not isinstance(arr, np.ndarray):
+            expected = "a torch CUDA tensor or a numpy array" if allow_torch else "a numpy array"
+            raise ArgumentError(
+                f"{kernel.name}: argument {name} is a {type(arr).__name__}; expected {expected} {ttype.describe()}"
+            )
+        elif arr.dtype != ttype.dtype.numpy:
+            raise ArgumentError(
+                f"{kernel.name}: argument {name} has dtype {arr.dtype}, expected {ttype.dtype} "
+                f"({ttype.dtype.numpy}); convert it: {name}.astype({_astype_hint(ttype.dtype)})"
+            )
+        if arr.ndim != ttype.rank:
+            raise ArgumentError(
+                f"{kernel.name}: argument {name} has shape {arr.shape} (rank {arr.ndim}), expected "
+                f"{ttype.describe()} (rank {ttype.rank})"
+            )
+        for axis, (dim, size) in enumerate(zip(ttype.dims, arr.shape, strict=True)):
+            if isinstance(dim, int) and size != dim:
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} has shape {arr.shape}, expected "
+                    f"{ttype.describe()}: dim {axis} is {size}, expected {dim}"
+                )
+            if isinstance(dim, str) and dim in shapes and size != shapes[dim]:
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} has shape {arr.shape}, expected "
+                    f"{ttype.describe()}: dim {axis} ({dim}) is {size} but it was compiled with "
+                    f"{dim}={shapes[dim]}"
+                )
+            if size == 0:
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} has shape {arr.shape}; empty dims are not supported"
+                )
+        out.append(arr.contiguous() if torch_arg else np.ascontiguousarray(arr))
+    return out
+
+
+def _astype_hint(dtype) -> str:
+    return f"ml_dtypes.{dtype.tvm}" if dtype.tvm in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else f"np.{dtype.tvm}"
+
+
+def _bind(kernel: Kernel, arrays: list[np.ndarray], shapes: dict[str, int]) -> dict[str, int]:
+    """Dim values from the arrays; conflicting values are reported by the op that needs them equal."""
+    env = dict(shapes)
+    seen: dict[str, tuple[int, str]] = {}
+    conflict = None
+    for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
+        for axis, (dim, size) in enumerate(zip(ttype.dims, arr.shape, strict=True)):
+            if isinstance(dim, str):
+                if dim in seen and seen[dim][0] != size and conflict is None:
+                    conflict = (dim, name, axis, size, seen[dim])
+                seen.setdefault(dim, (size, f"{name}.shape[{axis}]"))
+                env.setdefault(dim, size)
+    if conflict is not None:
+        # Trace with each argument's own dims so the op that needs them equal reports it at its line.
+        kernel.graph(shapes, arg_shapes={n: a.shape for (n, _), a in zip(kernel.params, arrays, strict=True)})
+        dim, name, axis, size, (first, where) = conflict
+        raise ArgumentError(
+            f"{kernel.name}: dim {dim} is {size} in {name}.shape[{axis}] but {first} in {where}; "
+            f"arrays must agree on {dim}"
+        )
+    return env
