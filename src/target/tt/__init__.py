@@ -72,6 +72,22 @@ def padded_shape(shape: tuple[int, ...] | list[int]) -> tuple[int, int]:
     return (-(-rows // TILE_HEIGHT) * TILE_HEIGHT, -(-cols // TILE_WIDTH) * TILE_WIDTH)
 
 
+def format_ranges(values) -> str:
+    """Tile indices as runs: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"`` (what errors about tiles print)."""
+    out, start, prev = [], None, None
+    for v in sorted(int(v) for v in values):
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = v
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(out)
+
+
 def as_2d_shape(shape: tuple[int, ...] | list[int]) -> tuple[int, int]:
     shape = tuple(int(s) for s in shape)
     if len(shape) == 1:

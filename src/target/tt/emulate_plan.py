@@ -17,7 +17,7 @@ from typing import Any
 
 from tessera_tvm.errors import TesseraError
 
-from . import DTYPE_TO_FORMAT, PLAN_SCHEMA_PATH, padded_shape, tile_bytes
+from . import DTYPE_TO_FORMAT, PLAN_SCHEMA_PATH, format_ranges, padded_shape, tile_bytes
 from .arch import TTArch, UnknownArchError, get_arch
 
 __all__ = ["PlanError", "load_plan", "validate_plan", "plan_schema"]
@@ -253,23 +253,8 @@ def validate_plan(
                 owner[t] = xy
         missing = sorted(set(range(total)) - set(owner))
         if missing:
-            errors.append(f"$.schedule: tiles {_ranges(missing)} are assigned to no core")
+            errors.append(f"$.schedule: tiles {format_ranges(missing)} are assigned to no core")
 
     if errors:
         raise PlanError(label, errors)
     return arch
-
-
-def _ranges(values: list[int]) -> str:
-    out, start, prev = [], None, None
-    for v in values:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = v
-    if start is not None:
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(out)

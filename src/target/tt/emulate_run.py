@@ -23,10 +23,10 @@ import numpy as np
 
 from tessera_tvm.errors import TesseraError
 
-from . import bf16_bits_to_float, float_to_bf16_bits, tilize, untilize
+from . import bf16_bits_to_float, float_to_bf16_bits, format_ranges, tilize, untilize
 from .arch import TTArch
 from .emulate_build import _build_kernel, build_runner, emulator_cache_dir
-from .emulate_plan import PlanError, _plan_label, _ranges, load_plan, validate_plan
+from .emulate_plan import PlanError, _plan_label, load_plan, validate_plan
 
 __all__ = ["EmulatorError", "EmulatorResult", "run_plan", "ROLES", "TENSOR_ACCESSOR_INTERLEAVED_DRAM_ARGS"]
 
@@ -289,8 +289,8 @@ def _check_invariants(result: EmulatorResult, plan: dict, label: str) -> None:
         never = [i for i, w in enumerate(writes) if w == 0]
         multi = [i for i, w in enumerate(writes) if w > 1]
         if never:
-            problems.append(f"output {buf['name']!r}: tiles {_ranges(never)} were never written")
+            problems.append(f"output {buf['name']!r}: tiles {format_ranges(never)} were never written")
         if multi:
-            problems.append(f"output {buf['name']!r}: tiles {_ranges(multi)} were written more than once")
+            problems.append(f"output {buf['name']!r}: tiles {format_ranges(multi)} were written more than once")
     if problems:
         raise EmulatorError(label, "; ".join(problems), result.counters)

@@ -24,6 +24,7 @@ import numpy as np
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, register_pass
+from tessera_tvm.target.tt import format_ranges
 
 from . import common
 from .tensorize import UNSUPPORTED
@@ -127,7 +128,7 @@ class _Verifier:
                 owner[tile] = core
         missing = sorted(set(range(total)) - set(owner))
         if missing:
-            raise self.fail(f"output tiles {_ranges(missing)} are assigned to no core")
+            raise self.fail(f"output tiles {format_ranges(missing)} are assigned to no core")
         cores = [tuple(xy) for xy in self.core_map["cores"]]
         if len(cores) != len(assignments):
             raise self.fail(f"tt.core_map places {len(cores)} cores but the schedule has {len(assignments)}")
@@ -168,9 +169,9 @@ class _Verifier:
             counts = np.bincount(np.concatenate(pages).ravel(), minlength=self._pages(buffer))
             twice, never = np.flatnonzero(counts > 1), np.flatnonzero(counts == 0)
             if len(twice):
-                raise self.fail(f"output {buffer!r}: tiles {_ranges(list(twice))} are written more than once")
+                raise self.fail(f"output {buffer!r}: tiles {format_ranges(list(twice))} are written more than once")
             if len(never):
-                raise self.fail(f"output {buffer!r}: tiles {_ranges(list(never))} are never written")
+                raise self.fail(f"output {buffer!r}: tiles {format_ranges(list(never))} are never written")
 
     @property
     def trips(self) -> int:
@@ -300,22 +301,6 @@ def _computes(loop) -> bool:
     body = inner.body
     stmts = list(body.seq) if isinstance(body, tvm.tirx.SeqStmt) else [body]
     return not any(common.tile_op(s) or isinstance(s, tvm.tirx.For) for s in stmts)
-
-
-def _ranges(values: list) -> str:
-    values = sorted(int(v) for v in values)
-    out, start, prev = [], None, None
-    for v in values:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = v
-    if start is not None:
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(out)
 
 
 def verify_kernel(name: str, func, config_name: str) -> None:
