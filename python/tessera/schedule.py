@@ -281,15 +281,14 @@ def _check_mma(kernel: str, spec: KernelSpec, tile: TileSchedule, config) -> Non
     if mma is None or not isinstance(spec, GemmSpec | AttentionSpec):
         return
     m, n, k = (int(x) for x in mma)
-    # wgmma (m = 64) takes any N that is a multiple of 8 up to n; other MMAs have one fixed N.
-    n_step = 8 if m == 64 else n
+    # wgmma (the config's hardware.wgmma) takes any N that is a multiple of 8 up to n; other MMAs have one fixed N.
+    wgmma = bool(config.fact("wgmma"))
+    n_step = 8 if wgmma else n
     problems = []
     if tile.block_m % m:
         problems.append(f"block_m={tile.block_m} is not a multiple of the MMA's M={m}")
     if tile.block_n % n_step:
-        problems.append(
-            f"block_n={tile.block_n} is not a multiple of {n_step} (the MMA's N{' step' if m == 64 else ''})"
-        )
+        problems.append(f"block_n={tile.block_n} is not a multiple of {n_step} (the MMA's N{' step' if wgmma else ''})")
     if isinstance(spec, GemmSpec) and tile.block_k % k:
         problems.append(f"block_k={tile.block_k} is not a multiple of the MMA's K={k}")
     if problems:
