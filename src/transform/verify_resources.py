@@ -35,6 +35,7 @@ class _Check:
     limit_key: str  # key in the config's `resources`
     resource: str  # what the error message calls it
     measure: Callable[[object], int | str]
+    metadata_key: str  # the amount's key in the kernel metadata's `resources`
     scopes: tuple[str, ...]  # the program's buffers that use this memory, by scope prefix ("" for none)
     hint: str
 
@@ -44,6 +45,7 @@ _CHECKS = (
         "shared_memory_per_block",
         "bytes of shared memory per block",
         analysis.shared_memory_bytes,
+        "smem_per_cta",
         ("shared",),
         "use smaller tiles",
     ),
@@ -51,6 +53,7 @@ _CHECKS = (
         "threads_per_block",
         "threads per block",
         analysis.threads_per_block,
+        "threads_per_block",
         (),
         "use fewer threads in T.Kernel(..., threads=...) (warp specialisation adds a producer warp group)",
     ),
@@ -58,6 +61,7 @@ _CHECKS = (
         "local_memory_per_kernel",
         "bytes of local (stack) memory",
         analysis.local_memory_bytes,
+        "local_bytes",
         ("local", "shared"),
         "use smaller tiles: the CPU kernel keeps its on-chip buffers in stack arrays",
     ),
@@ -68,15 +72,16 @@ _REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or
 
 def _hint(check: _Check, buffers: list[str], stages: int | None) -> str:
     """The check's fix, preceded by the program's buffers that use the memory (from tessera.tile_info)."""
+    pipelined = check.limit_key == "shared_memory_per_block" and (stages is None or stages > 1)
     hint = check.hint
-    if check.limit_key == "shared_memory_per_block" and (stages is None or stages > 1):
+    if pipelined:
         hint += ", or fewer T.Pipelined stages (each stage keeps its own copy of the buffers it loads)"
     using = [b for b in buffers if b.startswith(check.scopes)] if check.scopes else []
     if not using:
         return hint
     names = ", ".join(b.split(" ", 1)[1] for b in using)
-    pipelined = f", pipelined over {stages} stages" if stages and stages > 1 and "Pipelined" in hint else ""
-    return f"its buffers: {names}{pipelined}; {hint}"
+    over = f", pipelined over {stages} stages" if pipelined and stages else ""
+    return f"its buffers: {names}{over}; {hint}"
 
 
 def verify_kernel(name: str, func, config: TargetConfig, tile_info: dict | None = None) -> list[str]:
@@ -105,11 +110,9 @@ def verify_kernel(name: str, func, config: TargetConfig, tile_info: dict | None 
 
 def check_resolved(metadata: dict, dims: dict[str, int], config: TargetConfig) -> None:
     """Check a kernel's symbolic resource amounts (its metadata's ``resources``) with ``dims`` bound."""
-    amounts = {"shared_memory_per_block": "smem_per_cta", "threads_per_block": "threads_per_block"}
-    amounts["local_memory_per_kernel"] = "local_bytes"
     limits = config.resource_limits
     for check in _CHECKS:
-        amount = metadata["resources"].get(amounts[check.limit_key])
+        amount = metadata["resources"].get(check.metadata_key)
         if isinstance(amount, str) and check.limit_key in limits:
             value = analysis.resolve_extent(amount, dims)
             if value > limits[check.limit_key]:
