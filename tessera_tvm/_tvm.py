@@ -42,6 +42,7 @@ __all__ = [
     "enrich_error",
     "has_leaking_intermediate_variables",
     "have_pdl",
+    "is_jit_kernel",
     "host_codegen",
     "jit_program",
     "load_json",
@@ -214,6 +215,14 @@ def prim_func(func):
     program = eager_builder._patch_prim_func_attrs(builder.get(), builder)
     program.orig_func = func
     return program
+
+
+def is_jit_kernel(obj) -> bool:
+    """Whether ``obj`` is what ``@tilelang.jit`` returned, or a kernel it compiled."""
+    from tilelang.jit import JITImpl
+    from tilelang.jit.kernel import JITKernel
+
+    return isinstance(obj, JITImpl | JITKernel)
 
 
 def jit_program(kernel, args: tuple = (), kwargs: dict | None = None):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._tvm import jit_program, load_json, pass_context_with, tvm
+from ._tvm import is_jit_kernel, jit_program, load_json, pass_context_with, tvm
 from .config import TargetConfig, load_config
 from .errors import LoweringError, TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
@@ -61,10 +61,6 @@ def _as_module(program) -> tuple[Any, str]:
         f"tessera_tvm.lower expects a TileLang PrimFunc (@T.prim_func), a tvm.IRModule or a @tilelang.jit "
         f"kernel, found {type(program).__name__}"
     )
-
-
-def _is_jit(program) -> bool:
-    return type(program).__name__ in ("JITImpl", "JITKernel") and type(program).__module__.startswith("tilelang.")
 
 
 def _jit_program(kernel, args: tuple, kwargs: dict | None, config: TargetConfig):
@@ -242,7 +238,7 @@ def lower(
     from .cache import KernelCache, cache_key
 
     config = load_config(config)
-    if _is_jit(program):
+    if is_jit_kernel(program):
         func, pass_configs = _jit_program(program, jit_args, jit_kwargs, config)
         with pass_context_with(pass_configs):
             return lower(func, config, dump_dir=dump_dir, out_dir=out_dir, build=build)
