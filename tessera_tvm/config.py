@@ -21,11 +21,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .config_pipeline import (  # noqa: F401  (re-exported: the config's public names)
+    ALL_PHASES,
+    CONFIG_PACKAGE,
+    GRAPH_PHASE,
+    PHASES,
+    PipelineEntry,
+    packaged,
+    parse_pipeline,
+    shared_texts,
+)
 from .config_reader import _Checker, _Lines, _read_yaml
 from .errors import ConfigError, PassNotFoundError
-
-#: Phases of a pipeline, in the order they run.
-PHASES = ("lower_and_legalize", "optimize_for_target", "codegen_prep")
 
 #: Codegens Tessera knows (src/target); ``kind`` of the TVM target each one needs.
 #: ``tt`` (Tenstorrent) binds target ``c``: TVM has no Tenstorrent kind (kinds are registered in C++),
@@ -116,35 +123,11 @@ _TOP_KEYS = {
     "resources": "resource limits (mapping of int)",
     "features": "feature switches (mapping of bool)",
     "pass_args": "arguments per pass name (mapping of mapping)",
-    "pipeline": "{lower_and_legalize: shared | [...], optimize_for_target: [...], codegen_prep: [...]}",
+    "pipeline": "{graph: shared | [...], lower_and_legalize: shared | [...], optimize_for_target: [...], codegen_prep: [...]}",
     "hardware": "facts about the target's hardware the schedule builder reads (mapping)",
     "schedule": "schedule defaults for the frontend (mapping)",
     "autotune": "autotune search space (mapping of lists)",
 }
-
-_CONFIG_PACKAGE = "tessera_tvm.configs"
-_SHARED_PIPELINE = "shared/lower_and_legalize.yaml"
-
-
-@dataclass(frozen=True)
-class PipelineEntry:
-    """One pass in a pipeline: its registered name, arguments and condition."""
-
-    name: str
-    args: tuple[tuple[str, Any], ...] = ()
-    when: str | None = None  # "feature", "not feature" or "ir.predicate"
-
-    @property
-    def is_ir_condition(self) -> bool:
-        return self.when is not None and self.when.startswith("ir.")
-
-    def describe(self) -> str:
-        text = self.name
-        if self.args:
-            text += "(" + ", ".join(f"{k}={_show(v)}" for k, v in self.args) + ")"
-        if self.is_ir_condition:
-            text += f"  [when {self.when}]"
-        return text
 
 
 @dataclass(frozen=True)
@@ -219,14 +202,6 @@ class TargetConfig:
         return tvm.target.Target(self.target_dict, host=tvm.target.Target("c"))
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
         return tuple((k, _freeze(v)) for k, v in value.items())
@@ -250,19 +225,9 @@ def _thaw(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _packaged(name: str) -> tuple[str, str] | None:
-    try:
-        ref = resources.files(_CONFIG_PACKAGE).joinpath(name)
-    except ModuleNotFoundError:  # pragma: no cover - broken install
-        return None
-    if ref.is_file():
-        return ref.read_text(), str(ref)
-    return None
-
-
 def available_configs() -> list[str]:
     """Names of the configs shipped in configs/ (what ``load_config`` accepts as a name)."""
-    root = resources.files(_CONFIG_PACKAGE)
+    root = resources.files(CONFIG_PACKAGE)
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -285,7 +250,7 @@ def _locate(name_or_path: str | os.PathLike) -> tuple[str, str]:
             ) from None
         except OSError as exc:
             raise ConfigError(text, None, f"cannot be read: {exc.strerror or exc}") from None
-    found = _packaged(f"{text}.yaml")
+    found = packaged(f"{text}.yaml")
     if found is None:
         import difflib
 
@@ -299,113 +264,6 @@ def _locate(name_or_path: str | os.PathLike) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------
-
-
-def _parse_entry(item: Any, key: str, check: _Checker, pass_args: Mapping[str, Any], features: Mapping[str, bool]):
-    from . import pipeline as _pipeline  # registers the built-in passes
-    from .registry import get_pass, get_predicate
-
-    _pipeline.ensure_registered()
-    if isinstance(item, str):
-        name, args, when = item, {}, None
-    elif isinstance(item, dict):
-        check.mapping(item, key, {"pass": "registered pass name", "args": "arguments", "when": "condition"})
-        if "pass" not in item:
-            raise check.fail(key, "a pipeline entry given as a mapping needs `pass: <name>`")
-        name = check.typed(item["pass"], f"{key}.pass", str, "a pass name (str)")
-        args = check.mapping(item.get("args", {}), f"{key}.args")
-        when = item.get("when")
-        if when is not None:
-            check.typed(when, f"{key}.when", str, "a condition (`feature`, `not feature` or `ir.predicate`)")
-    else:
-        raise check.fail(key, f"expected a pass name or {{pass, args, when}}, found {item!r}")
-    try:
-        spec = get_pass(name)
-    except PassNotFoundError as exc:
-        raise check.fail(key, str(exc)) from None
-    merged = {**pass_args.get(name, {}), **args}
-    for arg, value in merged.items():
-        param = spec.params.get(arg)
-        if param is None:
-            allowed = ", ".join(sorted(spec.params)) or "none"
-            raise check.fail(
-                f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
-                f"pass {name} takes no argument {arg!r}; its arguments: {allowed}",
-            )
-        if not param.accepts(value):
-            raise check.fail(
-                f"{key}.args.{arg}" if arg in args else f"pass_args.{name}.{arg}",
-                f"pass {name} argument {arg!r} expects {param.type_name()}, found {value!r}",
-            )
-    if when is not None:
-        words = when.split()
-        if when.startswith("ir."):
-            try:
-                get_predicate(when[3:])
-            except PassNotFoundError as exc:
-                raise check.fail(f"{key}.when", f"unknown IR predicate: {exc}") from None
-        elif not (len(words) == 1 or (len(words) == 2 and words[0] == "not")) or words[-1] not in FEATURES:
-            raise check.fail(
-                f"{key}.when",
-                f"unknown condition {when!r}; expected `<feature>`, `not <feature>` "
-                f"or `ir.<predicate>`, with a feature among {sorted(FEATURES)}",
-            )
-    # Feature conditions are resolved here, so pass lists and golden files show what will run.
-    if when is not None and not when.startswith("ir."):
-        negate = when.startswith("not ")
-        if features.get(when.split()[-1], False) == negate:
-            return None
-        when = None
-    return PipelineEntry(name, tuple(sorted(merged.items())), when)
-
-
-def _parse_pipeline(value: Any, key: str, check: _Checker, pass_args, features) -> tuple[PipelineEntry, ...]:
-    if not isinstance(value, list):
-        raise check.fail(key, f"expected a list of pass names, found {type(value).__name__} {value!r}")
-    entries = []
-    for i, item in enumerate(value):
-        entry = _parse_entry(item, f"{key}[{i}]", check, pass_args, features)
-        if entry is not None:
-            entries.append(entry)
-    return tuple(entries)
-
-
-def _expand_shared(item: dict | None, key: str, check: _Checker, pass_args, features) -> tuple[PipelineEntry, ...]:
-    """The shared LowerAndLegalize list for this config (its pass_args and features applied).
-
-    ``item`` is ``None`` for ``lower_and_legalize: shared``, or an entry ``{shared: true, until:
-    <pass>}`` taking the list up to (not including) the first ``<pass>``.
-    """
-    until = None
-    if item is not None:
-        check.mapping(item, key, {"shared": "true: the shared list", "until": "a pass of the shared list (excluded)"})
-        if item["shared"] is not True:
-            raise check.fail(f"{key}.shared", f"expected true, found {item['shared']!r}")
-        until = item.get("until")
-        if until is not None:
-            check.typed(until, f"{key}.until", str, "a pass name (str)")
-    shared, shared_lines, shared_source = _shared_lower_and_legalize()
-    shared_check = _Checker(shared_source, shared_lines)
-    # Names/conditions are checked against the shared file, arguments against this config.
-    try:
-        entries = _parse_pipeline(shared.get("passes"), "passes", shared_check, pass_args, features)
-    except ConfigError as exc:
-        raise ConfigError(check.source, key, f"while expanding the shared list: {exc}", check.lines.get(key)) from None
-    if until is None:
-        return entries
-    names = [entry.name for entry in entries]
-    if until not in names:
-        raise check.fail(f"{key}.until", f"{until!r} is not in the shared LowerAndLegalize list ({_SHARED_PIPELINE})")
-    return entries[: names.index(until)]
-
-
-def _shared_lower_and_legalize() -> tuple[Any, _Lines, str]:
-    found = _packaged(_SHARED_PIPELINE)
-    if found is None:  # pragma: no cover - broken install
-        raise ConfigError(_SHARED_PIPELINE, None, "the shared LowerAndLegalize list is missing from the install")
-    text, source = found
-    data, lines = _read_yaml(text, source)
-    return data, lines, source
 
 
 def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetConfig:
@@ -476,25 +334,7 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
     for pname, args in pass_args.items():
         check.mapping(args, f"pass_args.{pname}")
 
-    pipeline_raw = check.mapping(data["pipeline"], "pipeline", {p: "" for p in PHASES})
-    phases = []
-    for phase in PHASES:
-        value = pipeline_raw.get(phase, "shared" if phase == "lower_and_legalize" else [])
-        if phase == "lower_and_legalize" and value == "shared":
-            entries = _expand_shared(None, "pipeline.lower_and_legalize", check, pass_args, features)
-        elif phase == "lower_and_legalize" and isinstance(value, list):
-            entries = ()
-            for i, item in enumerate(value):
-                key = f"pipeline.lower_and_legalize[{i}]"
-                if isinstance(item, dict) and "shared" in item:
-                    entries += _expand_shared(item, key, check, pass_args, features)
-                else:
-                    entries += _parse_pipeline([item], key, check, pass_args, features)
-        else:
-            entries = _parse_pipeline(value, f"pipeline.{phase}", check, pass_args, features)
-        phases.append((phase, entries))
-    if not any(entries for _, entries in phases):
-        raise check.fail("pipeline", "is empty; expected at least one pass")
+    phases = parse_pipeline(data["pipeline"], check, pass_args, features, FEATURES)
     used = {e.name for _, entries in phases for e in entries}
     for pname in pass_args:
         from .registry import get_pass
@@ -617,8 +457,8 @@ def load_config(name_or_path: str | os.PathLike | TargetConfig) -> TargetConfig:
     if isinstance(name_or_path, TargetConfig):
         return name_or_path
     text, source = _locate(name_or_path)
-    shared = _packaged(_SHARED_PIPELINE)  # `lower_and_legalize: shared` expands to this file's list
-    key = (source, hashlib.sha256(text.encode()).hexdigest(), hashlib.sha256((shared or ("",))[0].encode()).hexdigest())
+    # `graph: shared` and `lower_and_legalize: shared` expand to the shared lists' files
+    key = (source, hashlib.sha256(text.encode()).hexdigest(), hashlib.sha256(shared_texts().encode()).hexdigest())
     if key not in _CACHE:
         data, lines = _read_yaml(text, source)
         _CACHE[key] = parse_config(data, source, lines)

@@ -17,6 +17,7 @@ _MODULES = {
     "tl.cpu": "tilelang.cpu.transform",
     "tl.analysis": "tilelang.analysis",
     "tirx": "tvm.tirx.transform",
+    "relax": "tvm.relax.transform",
     "s_tir": "tvm.s_tir.transform",
 }
 
@@ -27,13 +28,13 @@ def _constructor(module_key: str, attr: str):
     return getattr(importlib.import_module(_MODULES[module_key]), attr)
 
 
-def _register_plain(prefix: str, module_key: str, names: list[str], doc: str) -> None:
+def _register_plain(prefix: str, module_key: str, names: list[str], doc: str, ir: str = "tir") -> None:
     for attr in names:
 
         def factory(ctx: BuildContext, _attr=attr, _key=module_key):
             return _constructor(_key, _attr)()
 
-        register_pass(f"{prefix}.{attr}", doc=doc)(factory)
+        register_pass(f"{prefix}.{attr}", doc=doc, ir=ir)(factory)
 
 
 # Passes that take no arguments. ------------------------------------------------------------------
@@ -127,6 +128,8 @@ _register_plain(
     "TVM TIR pass",
 )
 _register_plain("s_tir", "s_tir", ["RenormalizeSplitPattern", "HoistIfThenElse", "InferFragment"], "TVM s_tir pass")
+# The graph phase's Relax passes (DeadCodeElimination keeps what the public functions use).
+_register_plain("relax", "relax", ["CanonicalizeBindings", "DeadCodeElimination"], "TVM Relax pass", ir="relax")
 
 
 # Passes with arguments (from the config's pass_args or the entry's args). -------------------------

@@ -1,5 +1,6 @@
 """Pipelines: a config's pass lists turned into TVM ``Sequential`` passes of named passes.
 
+``Graph`` (Relax passes run when a kernel is traced, shared list in configs/shared/graph.yaml),
 ``LowerAndLegalize`` (one list shared by every target, in configs/shared/lower_and_legalize.yaml),
 ``OptimizeForTarget`` (the target's list, in its config) and ``CodegenPrep`` (run on the device
 module after the host/device split) are plain lists of registered names, so they can be printed,
@@ -20,15 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ._tvm import copy_module, tvm
-from .config import PHASES, PipelineEntry, TargetConfig, load_config
+from .config import ALL_PHASES, GRAPH_PHASE, PHASES, PipelineEntry, TargetConfig, load_config
+from .config_pipeline import PHASE_TITLES as _PHASE_TITLES
+from .config_pipeline import graph_phase_default
 from .errors import LoweringError, TesseraError
 from .registry import BuildContext, get_pass, get_predicate, take_pending_error
-
-_PHASE_TITLES = {
-    "lower_and_legalize": "LowerAndLegalize",
-    "optimize_for_target": "OptimizeForTarget",
-    "codegen_prep": "CodegenPrep",
-}
 
 _registered = False
 
@@ -39,6 +36,7 @@ def ensure_registered() -> None:
     if not _registered:
         _registered = True
         from . import (
+            graph,  # noqa: F401
             passes,  # noqa: F401
             transform,  # noqa: F401
         )
@@ -93,6 +91,13 @@ class PassRecorder:
 
 
 _RECORDER: contextvars.ContextVar[PassRecorder | None] = contextvars.ContextVar("tessera_recorder", default=None)
+_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("tessera_pass_status", default=None)
+
+
+def report_status(detail: str) -> None:
+    """Called by a running pass to say what it did (``"4 rewrites"``); the pass log shows
+    ``ran (4 rewrites)``."""
+    _STATUS.set(detail)
 
 
 @contextmanager
@@ -123,9 +128,11 @@ def short_tvm_message(exc: BaseException) -> str:
     return "\n".join(lines[-12:]) or type(exc).__name__
 
 
-def in_config_terms(message: str, config: TargetConfig) -> str:
+def in_config_terms(message: str, config: TargetConfig | None) -> str:
     """``message`` with TileLang's "target `c`" naming the config the user chose ("target
     'tenstorrent' (TVM target `c`)"): several configs share one TVM target kind."""
+    if config is None:
+        return message
     return re.sub(r"target `([^`]+)`", lambda m: f"target {config.name!r} (TVM target `{m.group(1)}`)", message)
 
 
@@ -143,23 +150,34 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
                 )
             return mod
         start = time.perf_counter()
+        status = _STATUS.set(None)
         try:
             out = inner(mod)
+            detail = _STATUS.get()
         except BaseException as exc:
             exc = take_pending_error() or exc  # the class the inner pass raised, before the FFI
             if recorder is not None and recorder.error is None:
                 if isinstance(exc, TesseraError):
                     recorder.error = exc
                 else:
+                    where = f"config {ctx.config.name!r}" if ctx.config is not None else "no target"
                     recorder.error = LoweringError(
-                        f"pass {entry.name} ({_PHASE_TITLES[phase]}, config {ctx.config.name!r}) failed on "
+                        f"pass {entry.name} ({_PHASE_TITLES[phase]}, {where}) failed on "
                         f"kernel(s) {_kernel_names(mod)}:\n{in_config_terms(short_tvm_message(exc), ctx.config)}"
                     )
                     recorder.error.__cause__ = exc
             raise
+        finally:
+            _STATUS.reset(status)
         if recorder is not None:
             recorder.records.append(
-                PassRecord(len(recorder.records) + 1, phase, entry.name, time.perf_counter() - start)
+                PassRecord(
+                    len(recorder.records) + 1,
+                    phase,
+                    entry.name,
+                    time.perf_counter() - start,
+                    f"ran ({detail})" if detail else "ran",
+                )
             )
             recorder.dump(entry.name, out)
         return out
@@ -167,27 +185,27 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
     return tvm.transform.module_pass(run, opt_level=0, name=entry.name)
 
 
-def build_phase(config: TargetConfig | str, phase: str):
-    """The TVM ``Sequential`` for one phase of a config."""
-    ensure_registered()
-    config = load_config(config)
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
-    ctx = BuildContext(config, config.tvm_target())
-    passes = [_wrap(entry, phase, ctx) for entry in config.phase(phase)]
+def _sequential(entries: tuple[PipelineEntry, ...], phase: str, ctx: BuildContext):
+    passes = [_wrap(entry, phase, ctx) for entry in entries]
     return tvm.transform.Sequential(passes, opt_level=0, name=f"tessera.{_PHASE_TITLES[phase]}")
 
 
-def run_phase(mod, config: TargetConfig | str, phase: str):
-    """Run one phase on ``mod`` under the config's target; re-raise Tessera's error, not the FFI's."""
+def build_phase(config: TargetConfig | str | None, phase: str):
+    """The TVM ``Sequential`` for one phase of a config (``None``: the shared graph list, no target)."""
+    ensure_registered()
+    if phase not in ALL_PHASES:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {ALL_PHASES}")
+    if config is None:
+        if phase != GRAPH_PHASE:
+            raise ValueError(f"the {_PHASE_TITLES[phase]} phase needs a target config")
+        return _sequential(graph_phase_default(), phase, BuildContext(None, None))
     config = load_config(config)
-    if isinstance(mod, tvm.tirx.PrimFunc):
-        name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
-        mod = tvm.IRModule({name: mod})
-    # Some TileLang passes rename Vars in place; work on a copy so the caller's module never changes.
-    mod = copy_module(mod)
-    seq = build_phase(config, phase)
-    with recording(_RECORDER.get()) as rec, config.tvm_target():
+    return _sequential(config.phase(phase), phase, BuildContext(config, config.tvm_target()))
+
+
+def _run(seq, mod):
+    """``seq(mod)``, re-raising the error a pass recorded (Tessera's class, not the FFI's)."""
+    with recording(_RECORDER.get()) as rec:
         try:
             return seq(mod)
         except BaseException as exc:
@@ -195,6 +213,24 @@ def run_phase(mod, config: TargetConfig | str, phase: str):
             if error is not None and error is not exc:
                 raise error from error.__cause__
             raise
+
+
+def run_phase(mod, config: TargetConfig | str | None, phase: str):
+    """Run one phase on ``mod`` under the config's target; re-raise Tessera's error, not the FFI's.
+
+    The graph phase takes a Relax module and may run without a config (the shared list).
+    """
+    if phase == GRAPH_PHASE:
+        return _run(build_phase(config, phase), mod)
+    config = load_config(config)
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        name = mod.attrs["global_symbol"] if mod.attrs and "global_symbol" in mod.attrs else "main"
+        mod = tvm.IRModule({name: mod})
+    # Some TileLang passes rename Vars in place; work on a copy so the caller's module never changes.
+    mod = copy_module(mod)
+    seq = build_phase(config, phase)
+    with config.tvm_target():
+        return _run(seq, mod)
 
 
 def LowerAndLegalize(mod, config: TargetConfig | str):  # noqa: N802  (TVM-style pass-list name)
@@ -213,7 +249,7 @@ def CodegenPrep(mod, config: TargetConfig | str):  # noqa: N802
 
 
 def pass_names(config: TargetConfig | str, phase: str | None = None) -> list[str]:
-    """The ordered pass names of a config (all phases, or one)."""
+    """The ordered pass names of a config (the TIR phases, or one phase)."""
     ensure_registered()
     config = load_config(config)
     phases = PHASES if phase is None else (phase,)
@@ -224,7 +260,7 @@ def format_pass_list(config: TargetConfig | str) -> str:
     """The expanded pass list as text: what ``tessera passes`` prints and the golden files hold."""
     config = load_config(config)
     out = [f"# {config.name}: {config.description}".rstrip(": "), f"# target: {config.target_dict}"]
-    for phase in PHASES:
+    for phase in ALL_PHASES:
         entries = config.phase(phase)
         out.append(f"\n[{_PHASE_TITLES[phase]}]  # {len(entries)} passes")
         out.extend(entry.describe() for entry in entries)

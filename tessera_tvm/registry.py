@@ -44,9 +44,10 @@ class Param:
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What a pass factory may read: the resolved config and its TVM target."""
+    """What a pass factory may read: the resolved config and its TVM target (both None for a
+    graph phase run without a target: ``kernel.graph()``)."""
 
-    config: TargetConfig
+    config: TargetConfig | None
     target: Any  # tvm.target.Target
 
 
@@ -59,6 +60,7 @@ class PassSpec:
     factory: PassFactory
     params: Mapping[str, Param] = field(default_factory=dict)
     doc: str = ""
+    ir: str = "tir"  # what it transforms: "tir" (tile programs) or "relax" (the graph phase)
 
     @property
     def origin(self) -> str:
@@ -79,16 +81,22 @@ _PASSES: dict[str, PassSpec] = {}
 _PREDICATES: dict[str, PredicateSpec] = {}
 
 
-def register_pass(name: str, *, params: Mapping[str, Param] | None = None, doc: str = ""):
-    """Decorator: register ``factory(ctx: BuildContext, **args) -> tvm.transform.Pass`` under ``name``."""
+def register_pass(name: str, *, params: Mapping[str, Param] | None = None, doc: str = "", ir: str = "tir"):
+    """Decorator: register ``factory(ctx: BuildContext, **args) -> tvm.transform.Pass`` under ``name``.
+
+    ``ir`` says what the pass transforms: ``"tir"`` passes run in the LowerAndLegalize,
+    OptimizeForTarget and CodegenPrep phases, ``"relax"`` passes in the graph phase.
+    """
 
     if "." not in name:
         raise ValueError(f"pass names are namespaced (e.g. 'tessera.{name}'), got {name!r}")
+    if ir not in ("tir", "relax"):
+        raise ValueError(f"pass {name!r}: ir is 'tir' or 'relax', got {ir!r}")
 
     def wrap(factory: PassFactory) -> PassFactory:
         if name in _PASSES and _PASSES[name].factory is not factory:
             raise ValueError(f"pass {name!r} is already registered")
-        _PASSES[name] = PassSpec(name, factory, dict(params or {}), doc)
+        _PASSES[name] = PassSpec(name, factory, dict(params or {}), doc, ir)
         return factory
 
     return wrap

@@ -226,19 +226,19 @@ def test_key_covers_the_pass_context(program):
 
 def test_an_edit_of_the_shared_pipeline_changes_the_fingerprint(monkeypatch):
     """`lower_and_legalize: shared` names another file: the fingerprint covers what it expands to."""
-    from tessera_tvm import config as config_mod
+    from tessera_tvm import config_pipeline
 
     before = tessera_tvm.load_config("hopper")
-    real = config_mod._packaged
+    real = config_pipeline.packaged
 
     def edited(name):
         found = real(name)
-        if name != config_mod._SHARED_PIPELINE:
+        if name != config_pipeline.SHARED_LISTS["lower_and_legalize"]:
             return found
         text, source = found
         return text.replace("  - tl.InjectAssumes\n", ""), source
 
-    monkeypatch.setattr(config_mod, "_packaged", edited)
+    monkeypatch.setattr(config_pipeline, "packaged", edited)
     after = tessera_tvm.load_config("hopper")
     assert "tl.InjectAssumes" in tessera_tvm.pass_names(before)
     assert "tl.InjectAssumes" not in tessera_tvm.pass_names(after)  # not the in-process copy of the old list

@@ -41,7 +41,7 @@ def _cmd_passes(args: argparse.Namespace) -> int:
     if args.list:
         for spec in registry.list_passes():
             params = ", ".join(f"{n}: {p.type_name()} = {p.default!r}" for n, p in spec.params.items())
-            print(f"{spec.name}({params})  {spec.doc}")
+            print(f"{spec.name}({params})  [{spec.ir}] {spec.doc}")
         for pred in registry.list_predicates():
             print(f"ir.{pred.name}  (condition) {pred.doc}")
         return 0

@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tessera_tvm.graph import GraphIR, run_graph_passes
+from tessera_tvm.graph import GraphIR, graph_phase_key, run_graph_passes
 
 from .errors import DTypeError, KernelError, ShapeError
 from .tracing import Dim, Trace, TracedTensor, describe_dims, dims_agree
@@ -61,7 +61,8 @@ class Kernel:
         self.fn = fn
         self.name = fn.__name__
         self.schedule_overrides: dict[str, Any] = dict(schedule or {})
-        self._traces: dict[Any, GraphIR] = {}
+        self._traces: dict[Any, Any] = {}  # shapes -> the traced Relax module
+        self._graphs: dict[Any, GraphIR] = {}  # (shapes, config, PassContext) -> after the graph passes
         location = _def_location(fn)
         try:
             hints = inspect.get_annotations(fn, eval_str=True)
@@ -137,16 +138,28 @@ class Kernel:
 
     # Tracing ----------------------------------------------------------------------------------
     def graph(
-        self, shapes: Mapping[str, int] | None = None, arg_shapes: Mapping[str, tuple[int, ...]] | None = None
+        self,
+        shapes: Mapping[str, int] | None = None,
+        arg_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        *,
+        target: Any = None,
+        dump_dir: Any = None,
     ) -> GraphIR:
-        """The kernel's Graph IR, traced with ``shapes`` (dim values) or per-argument ``arg_shapes``."""
+        """The kernel's Graph IR, traced with ``shapes`` (dim values) or per-argument ``arg_shapes``,
+        after the graph passes of ``target``'s config (the shared list when None). ``dump_dir``
+        receives the module after each graph pass."""
         env = self.check_shapes(shapes)
         key = (tuple(sorted(env.items())), tuple(sorted((arg_shapes or {}).items())))
         if key not in self._traces:
             self._traces[key] = self._trace(env, dict(arg_shapes or {}))
-        return self._traces[key]
+        phase_key = graph_phase_key(target)  # None: the PassContext has instruments, which must see every pass
+        if phase_key is None or dump_dir is not None:
+            return run_graph_passes(self._traces[key], self.name, target, dump_dir)
+        if (key, phase_key) not in self._graphs:
+            self._graphs[key, phase_key] = run_graph_passes(self._traces[key], self.name, target)
+        return self._graphs[key, phase_key]
 
-    def _trace(self, env: dict[str, int], arg_shapes: dict[str, tuple[int, ...]]) -> GraphIR:
+    def _trace(self, env: dict[str, int], arg_shapes: dict[str, tuple[int, ...]]):
         trace = Trace(self.name, env)
         params = [trace.param(n, t, arg_shapes.get(n)) for n, t in self.params]
 
@@ -157,8 +170,7 @@ class Kernel:
             values = [o._value for o in outs]
             return values if isinstance(self.result, tuple) or isinstance(result, tuple) else values[0]
 
-        traced = trace.builder.build([p._value for p in params], body)
-        return run_graph_passes(traced, self.name)
+        return trace.builder.build([p._value for p in params], body)
 
     def _check_result(self, result: Any) -> list[TracedTensor]:
         where = _return_location(self.fn)
@@ -246,6 +258,7 @@ class Kernel:
         """This kernel with schedule overrides (merged over any it has)."""
         clone = Kernel(self.fn, {**self.schedule_overrides, **dict(overrides)})
         clone._traces = self._traces
+        clone._graphs = self._graphs
         return clone
 
 

@@ -11,4 +11,4 @@ from .builder import OPS, GraphBuilder, GraphBuildError, Value  # noqa: F401
 from .fusion import KernelGroup  # noqa: F401
 from .kernels import KernelBinding, kernel_spec  # noqa: F401
 from .nodes import GraphIRError  # noqa: F401
-from .passes import GRAPH_PASSES, GraphIR, run_graph_passes  # noqa: F401
+from .passes import GraphIR, graph_pass_names, graph_phase_key, run_graph_passes  # noqa: F401

@@ -12,6 +12,9 @@ Every binding ends in exactly one :class:`KernelGroup`:
 
 A value is internal to a group only when its one use is inside the group and it is not a function
 output, so each group has one output and groups run in the order of their outputs.
+
+Between the graph passes the groups live in the IR: the kernel function's ``tessera.kernel_groups``
+attribute lists each group's family, name and bindings (:func:`groups_attr`, :func:`read_groups`).
 """
 
 from __future__ import annotations
@@ -166,7 +169,13 @@ class Fuser:
         is_bias = len(shape) == 1 and tvm.ir.structural_equal(shape[0], out_shape[-1])
         return is_bias or _same_shape(other, out)
 
-    def fuse_gemms(self) -> None:
+    def claim(self, groups: list[KernelGroup]) -> None:
+        """Take ``groups`` (formed by an earlier pass) as they are."""
+        for group in groups:
+            self._add(group.family, group.nodes).name = group.name
+
+    def fuse_gemms(self, epilogue: bool = True) -> None:
+        """Each matmul with the transposes of its operands and (``epilogue``) its epilogue chain."""
         for node in self.flat.nodes:
             if node.op != "matmul" or node in self.group_of:
                 continue
@@ -176,7 +185,7 @@ class Fuser:
                 if prod is not None and _swaps_last_two(prod):
                     members.append(prod)
             cur = node.var
-            while True:
+            while epilogue:
                 consumer = self._single_consumer(cur)
                 if consumer is None or consumer in members or not self._epilogue_step(consumer, cur, node.var):
                     break
@@ -243,6 +252,7 @@ class Fuser:
             self._add("elementwise", members)
 
     def run(self) -> list[KernelGroup]:
+        """The groups in the order of their outputs, each named (``fused_matmul_add``, ``softmax_1``)."""
         order = {n.var: i for i, n in enumerate(self.flat.nodes)}
         self.groups.sort(key=lambda g: order[g.output])
         used: dict[str, int] = {self.flat.name: 1}  # the kernel's own function keeps its name
@@ -255,3 +265,34 @@ class Fuser:
             used[base] = used.get(base, 0) + 1
             g.name = base if used[base] == 1 else f"{base}_{used[base] - 1}"
         return self.groups
+
+
+#: The kernel function's attribute holding its groups between the fusion passes.
+GROUPS_ATTR = "tessera.kernel_groups"
+
+
+def groups_attr(groups: list[KernelGroup]) -> list[dict[str, Any]]:
+    """``groups`` as a function attribute value: family, name and binding names of each."""
+    return [{"family": g.family, "name": g.name, "bindings": [n.name for n in g.nodes]} for g in groups]
+
+
+def read_groups(flat: FlatFunction, value: Any) -> list[KernelGroup]:
+    """The groups a ``tessera.kernel_groups`` attribute names, over the bindings of ``flat``."""
+    by_name: dict[str, Node] = {}
+    for node in flat.nodes:
+        if node.name in by_name:
+            raise GraphIRError(
+                f"{flat.name}: two bindings are named {node.name!r}, so {GROUPS_ATTR} cannot name them apart"
+            )
+        by_name[node.name] = node
+    groups = []
+    for entry in value or ():
+        missing = [str(b) for b in entry["bindings"] if str(b) not in by_name]
+        if missing:
+            raise GraphIRError(
+                f"{flat.name}: {GROUPS_ATTR} names binding(s) {', '.join(missing)} that the function no longer has "
+                "(a pass between the fusion passes changed it)"
+            )
+        nodes = [by_name[str(b)] for b in entry["bindings"]]
+        groups.append(KernelGroup(str(entry["family"]), nodes, str(entry["name"])))
+    return groups

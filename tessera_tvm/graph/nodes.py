@@ -227,3 +227,18 @@ def keyed(mod, name: str):
     if all(str(gv.name_hint) != name for gv in funcs):
         raise GraphIRError(f"no public function {name!r} in the module")
     return tvm.IRModule(funcs)
+
+
+def kernel_functions(mod) -> list[tuple[Any, Any]]:
+    """``(GlobalVar, Function)`` of each public Relax function of ``mod``: the kernels the graph
+    passes transform (the private functions OutlineKernels adds are left alone)."""
+    return [
+        (gv, func)
+        for gv, func in mod.functions.items()
+        if isinstance(func, relax.Function) and func.attrs is not None and "global_symbol" in func.attrs
+    ]
+
+
+def replace_functions(mod, funcs: dict[Any, Any]):
+    """``mod`` with the functions of ``funcs`` (GlobalVar -> Function) replaced."""
+    return tvm.IRModule({gv: funcs.get(gv, func) for gv, func in mod.functions.items()}, attrs=mod.attrs)

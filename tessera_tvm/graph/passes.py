@@ -1,49 +1,31 @@
-"""Graph passes: the named, recorded steps from a traced Relax function to fused kernels.
+"""The graph phase: registered Relax passes from a traced function to fused kernels.
+
+The config's ``graph:`` list (by default configs/shared/graph.yaml) names them; each is a registry
+entry in its own file:
 
     relax.CanonicalizeBindings   drop aliases (``y = x``)
-    tessera.Simplify             algebraic simplification (identity casts and arithmetic, cast and
-                                 scale chains)
+    tessera.Simplify             algebraic simplification (simplify.py)
     relax.DeadCodeElimination    drop unused bindings
     tessera.FuseEpilogues        matmul + transposes + epilogue, attention + its layout permutes
     tessera.FuseKernels          softmax / norms / reductions (+ trailing cast), element-wise trees
     tessera.OutlineKernels       one private Relax function per kernel; the kernel calls them in order
 
-:func:`run_graph_passes` runs them and returns a :class:`GraphIR` holding the traced module, the
-result, the kernel groups and one :class:`PassRecord` per pass (``phase="graph"``).
+:func:`run_graph_passes` runs the list like the TIR phases (``PassContext`` acts on it, each pass
+is recorded and dumped) and returns a :class:`GraphIR`: the traced module, the outlined one, the
+kernel groups read back from it, and one :class:`PassRecord` per pass (``phase="graph"``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .._tvm import tvm
-from ..pipeline import PassRecord
-from .fusion import Fuser, KernelGroup
-from .nodes import FlatFunction, Node, call_with, constant_value, flatten, keyed, rebuild, scalar_const
-
-relax = tvm.relax
-
-#: The graph passes in order (what ``tessera passes``-style listings and the pass log show).
-GRAPH_PASSES = (
-    "relax.CanonicalizeBindings",
-    "tessera.Simplify",
-    "relax.DeadCodeElimination",
-    "tessera.FuseEpilogues",
-    "tessera.FuseKernels",
-    "tessera.OutlineKernels",
-)
-
-# Casts that represent every value of the source exactly: casting through them changes nothing.
-_LOSSLESS = {
-    "float16": {"float32"},
-    "bfloat16": {"float32"},
-    "float8_e4m3fn": {"float16", "bfloat16", "float32"},
-    "float8_e5m2": {"float16", "bfloat16", "float32"},
-    "int8": {"int32", "float16", "bfloat16", "float32"},
-}
+from ..pipeline import PassRecord, PassRecorder, recording, run_phase
+from . import fuse_epilogues, fuse_kernels, simplify  # noqa: F401  (register the passes)
+from .fusion import KernelGroup
+from .nodes import FlatFunction
+from .outline_kernels import read_kernels
 
 
 @dataclass
@@ -69,161 +51,43 @@ class GraphIR:
         return (self.traced if traced else self.module).script()
 
 
-def _simplify(flat: FlatFunction) -> tuple[FlatFunction, int]:
-    """Rewrite identity casts/arithmetic and fold cast and scalar-multiply chains."""
-    producer = flat.producers()
-    uses = flat.uses()
-    subst: dict[Any, Any] = {}
-    rewrites = 0
-    nodes: list[Node] = []
-    for node in flat.nodes:
-        node = Node(
-            node.var,
-            node.op,
-            [subst.get(a, a) if isinstance(a, relax.Var) else a for a in node.args],
-            node.call,
-            node.attrs,
-        )
-        src = node.args[0] if node.args else None
-        if node.op == "astype" and str(src.struct_info.dtype) == node.attrs["dtype"]:
-            subst[node.var] = src
-            rewrites += 1
-            continue
-        if node.op == "astype":
-            inner = producer.get(src)
-            if inner is not None and inner.op == "astype" and uses.get(src) == 1:
-                orig = inner.args[0] if inner.args[0] not in subst else subst[inner.args[0]]
-                if inner.attrs["dtype"] in _LOSSLESS.get(str(orig.struct_info.dtype), ()):
-                    if str(orig.struct_info.dtype) == node.attrs["dtype"]:
-                        subst[node.var] = orig
-                    else:
-                        node = Node(node.var, node.op, [orig], call_with(node, [orig]), node.attrs)
-                        nodes.append(node)
-                    rewrites += 1
-                    continue
-        if node.op in ("add", "subtract", "multiply", "divide"):
-            a, b = node.args
-            ca, cb = constant_value(a), constant_value(b)
-            identity = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "divide": 1.0}[node.op]
-            keep = a if cb == identity else b if (ca == identity and node.op in ("add", "multiply")) else None
-            if keep is not None and isinstance(keep, relax.Var) and _same_sinfo(keep, node.var):
-                subst[node.var] = keep
-                rewrites += 1
-                continue
-            if node.op == "multiply" and (ca is not None or cb is not None):
-                x, c = (b, ca) if ca is not None else (a, cb)
-                inner = producer.get(x)
-                if inner is not None and inner.op == "multiply" and uses.get(x) == 1:
-                    ia, ib = inner.args
-                    ic = constant_value(ib) if constant_value(ib) is not None else constant_value(ia)
-                    iv = ia if constant_value(ib) is not None else ib
-                    if ic is not None and isinstance(iv, relax.Var):
-                        iv = subst.get(iv, iv)
-                        rewrites += 1
-                        if ic * c == 1.0 and _same_sinfo(iv, node.var):
-                            subst[node.var] = iv
-                            continue
-                        const = scalar_const(ic * c, str(node.var.struct_info.dtype))
-                        node = Node(node.var, node.op, [iv, const], relax.op.multiply(iv, const), node.attrs)
-                        nodes.append(node)
-                        continue
-        nodes.append(node)
-    outputs = [subst.get(o, o) if isinstance(o, relax.Var) else o for o in flat.outputs]
-    return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output), rewrites
-
-
-def _same_sinfo(a, b) -> bool:
-    return tvm.ir.structural_equal(a.struct_info, b.struct_info)
-
-
-def _outline(flat: FlatFunction, groups: list[KernelGroup], attrs) -> Any:
-    """The module with one private function per kernel group and ``flat.name`` calling them."""
-    bb = relax.BlockBuilder()
-    funcs = []
-    for g in groups:
-        inputs = g.inputs()
-        params = [relax.Var(str(v.name_hint), v.struct_info) for v in inputs]
-        remap = dict(zip(inputs, params, strict=True))
-        nodes = [
-            Node(n.var, n.op, [remap.get(a, a) if isinstance(a, relax.Var) else a for a in n.args], n.call, n.attrs)
-            for n in g.nodes
-        ]
-        sub = FlatFunction(g.name, params, nodes, [g.output])
-        func = rebuild(sub, {"tessera.family": g.family}, private=True)
-        funcs.append(relax.utils.copy_with_new_vars(func))
-    subst: dict[Any, Any] = {}
-    with bb.function(flat.name, list(flat.params), attrs):
-        gvs = [bb.add_func(f, g.name) for f, g in zip(funcs, groups, strict=True)]
-        outs_set = {o for o in flat.outputs if isinstance(o, relax.Var)}
-        with bb.dataflow():
-            for g, gv in zip(groups, gvs, strict=True):
-                args = [subst.get(v, v) for v in g.inputs()]
-                call = relax.Call(gv, args)
-                name = str(g.output.name_hint)
-                subst[g.output] = (
-                    bb.emit_output(call, name_hint=name) if g.output in outs_set else bb.emit(call, name_hint=name)
-                )
-            outs = [subst.get(o, o) for o in flat.outputs]
-            outs = [bb.emit_output(o) if o in set(flat.params) else o for o in outs]
-        bb.emit_func_output(relax.Tuple(outs) if flat.tuple_output else outs[0])
-    return keyed(bb.get(), flat.name)
-
-
-def run_graph_passes(traced, name: str) -> GraphIR:
-    """Run :data:`GRAPH_PASSES` on ``traced`` (an IRModule whose function ``name`` is the kernel)."""
+def run_graph_passes(traced, name: str, config=None, dump_dir: Path | None = None) -> GraphIR:
+    """Run the graph phase of ``config`` (the shared list when None) on ``traced``, an IRModule
+    whose function ``name`` is the kernel; ``dump_dir`` receives the module after each pass."""
     graph = GraphIR(name, traced)
-    mod = traced
-    state: dict[str, Any] = {}
-
-    def step(pass_name: str, fn: Callable[[], str]) -> None:
-        start = time.perf_counter()
-        status = fn()
-        graph.records.append(
-            PassRecord(len(graph.records), "graph", pass_name, time.perf_counter() - start, status or "ran")
-        )
-
-    def canonicalize() -> str:
-        nonlocal mod
-        mod = relax.transform.CanonicalizeBindings()(mod)
-        return "ran"
-
-    def simplify() -> str:
-        nonlocal mod
-        func = mod[name]
-        flat, count = _simplify(flatten(func, name))
-        mod = tvm.IRModule({name: rebuild(flat, dict(func.attrs) if func.attrs else None)})
-        return f"ran ({count} rewrite{'s' if count != 1 else ''})"
-
-    def dce() -> str:
-        nonlocal mod
-        mod = relax.transform.DeadCodeElimination([name])(mod)
-        state["flat"] = flatten(mod[name], name)
-        state["fuser"] = Fuser(state["flat"])
-        return "ran"
-
-    def fuse_epilogues() -> str:
-        fuser = state["fuser"]
-        fuser.fuse_gemms()
-        fuser.fuse_attention()
-        return f"ran ({len(fuser.groups)} kernel{'s' if len(fuser.groups) != 1 else ''})"
-
-    def fuse_kernels() -> str:
-        fuser = state["fuser"]
-        before = len(fuser.groups)
-        fuser.fuse_rest()
-        graph.groups = fuser.run()
-        return f"ran (+{len(graph.groups) - before}, {len(graph.groups)} kernels in all)"
-
-    def outline() -> str:
-        nonlocal mod
-        func = mod[name]
-        mod = _outline(state["flat"], graph.groups, dict(func.attrs) if func.attrs else None)
-        return "ran"
-
-    for pass_name, fn in zip(
-        GRAPH_PASSES, (canonicalize, simplify, dce, fuse_epilogues, fuse_kernels, outline), strict=True
-    ):
-        step(pass_name, fn)
-    graph.simplified = state["flat"]
-    graph.module = mod
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        (dump_dir / "000_input.py").write_text(traced.script())
+    with recording(PassRecorder(dump_dir)) as recorder:
+        graph.module = run_phase(traced, config, "graph")
+    graph.records = recorder.records
+    if dump_dir is not None:
+        (dump_dir / "timing.txt").write_text(recorder.timing_table())
+    graph.simplified, graph.groups = read_kernels(graph.module, name)
     return graph
+
+
+def graph_pass_names(config=None) -> list[str]:
+    """The names in ``config``'s graph list (the shared list when None)."""
+    from ..config import load_config
+    from ..config_pipeline import graph_phase_default
+
+    entries = graph_phase_default() if config is None else load_config(config).phase("graph")
+    return [entry.name for entry in entries]
+
+
+def graph_phase_key(config=None) -> tuple | None:
+    """What decides the graph phase's result besides the traced module: the config's fingerprint
+    and the current ``PassContext``'s settings. None when the PassContext has instruments, which
+    must see every pass run (the caller does not reuse an earlier result then)."""
+    from .._tvm import tvm
+    from ..cache import pass_context_settings
+    from ..config import load_config
+
+    if list(tvm.transform.PassContext.current().instruments):
+        return None
+    settings = pass_context_settings()
+    return (
+        None if config is None else load_config(config).fingerprint(),
+        tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings.items())),
+    )

@@ -10,7 +10,7 @@ import pytest
 import tessera as ts
 import tessera_tvm
 from tessera import Tensor, ops
-from tessera_tvm.graph import GRAPH_PASSES
+from tessera_tvm.graph import graph_pass_names
 
 from .helpers import assert_close, random_array
 
@@ -46,7 +46,7 @@ def test_inspect_ir_every_stage():
 def test_pass_log_covers_graph_schedule_tile_and_every_tvm_pass():
     k = ts.compile(mlp_in, target="cpu", shapes=SHAPES)
     log = k.pass_log
-    assert [e.name for e in log[: len(GRAPH_PASSES)]] == list(GRAPH_PASSES)
+    assert [e.name for e in log[: len(graph_pass_names())]] == graph_pass_names()
     assert {e.stage for e in log} == {"graph", "sched", "tile", "target"}
     expected = [
         p.name
@@ -88,7 +88,26 @@ def test_dump_writes_one_file_per_stage_and_the_pass_dumps(tmp_path):
 
 def test_dump_only_some_stages(tmp_path):
     ts.compile(linear, target="cpu", shapes=SHAPES, dump="graph,sched", dump_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph.txt", "pass_log.jsonl", "sched.json", "sched.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "graph.txt",
+        "pass_log.jsonl",
+        "passes",
+        "sched.json",
+        "sched.txt",
+    ]
+    assert sorted(p.name for p in (tmp_path / "passes").iterdir()) == ["graph"]  # no TIR pass dumps without "target"
+
+
+def test_graph_dumps_hold_the_module_after_each_graph_pass(tmp_path):
+    ts.compile(linear, target="cpu", shapes=SHAPES, dump="graph", dump_dir=tmp_path)
+    names = graph_pass_names("cpu")
+    files = sorted(p.name for p in (tmp_path / "passes" / "graph").glob("*.py"))
+    assert files[0] == "000_input.py" and [f[4:-3] for f in files[1:]] == names
+    fused = (tmp_path / "passes" / "graph" / files[names.index("tessera.FuseEpilogues") + 1]).read_text()
+    assert '"tessera.kernel_groups": [{"bindings": [' in fused and '"family": "gemm"' in fused
+    outlined = (tmp_path / "passes" / "graph" / files[-1]).read_text()
+    assert "@R.function(private=True)" in outlined and "tessera.kernel_groups" not in outlined
+    assert "tessera.OutlineKernels" in (tmp_path / "passes" / "graph" / "timing.txt").read_text()
 
 
 def test_dump_dir_from_environment(tmp_path, monkeypatch):
@@ -125,7 +144,7 @@ def test_cpu_binds_dims_from_each_call():
 def test_cpu_without_shapes_has_graph_but_no_later_stage_yet():
     cpu = ts.compile(mlp_in, target="cpu")
     assert "cls.layer_norm" in cpu.inspect_ir("graph")
-    assert [e.stage for e in cpu.pass_log] == ["graph"] * len(GRAPH_PASSES)
+    assert [e.stage for e in cpu.pass_log] == ["graph"] * len(graph_pass_names())
     with pytest.raises(
         ts.ShapeError,
         match=r"inspect_ir\('tile'\) of mlp_in needs every dim bound; M, K, N are "

@@ -30,16 +30,17 @@ def test_lower_and_legalize_is_the_shared_list_up_to_layout_inference():
 
 
 def test_an_edit_of_the_shared_list_reaches_tenstorrent(monkeypatch):
-    from tessera_tvm import config as config_mod
+    from tessera_tvm import config_pipeline
 
-    real = config_mod._packaged
+    real = config_pipeline.packaged
+    shared = config_pipeline.SHARED_LISTS["lower_and_legalize"]
 
     def edited(name):
         text, source = real(name)
-        return (text.replace("  - tl.InjectAssumes\n", "") if name == config_mod._SHARED_PIPELINE else text), source
+        return (text.replace("  - tl.InjectAssumes\n", "") if name == shared else text), source
 
     assert "tl.InjectAssumes" in pass_names("tenstorrent", "lower_and_legalize")
-    monkeypatch.setattr(config_mod, "_packaged", edited)
+    monkeypatch.setattr(config_pipeline, "packaged", edited)
     assert "tl.InjectAssumes" not in pass_names(load_config("tenstorrent"), "lower_and_legalize")
 
 
