@@ -1,0 +1,587 @@
+"""The statement-by-statement recogniser behind tt.Tensorize.
+
+``_Tensorizer`` walks the body of a kernel's persistent loop once and records, per statement, the
+reader pushes, compute ops and writer pops it maps to (a ``_Record``), tracking where each tile
+lives (an input CB, an intermediate CB after a spill, or DST) and which FPU mode each DST phase
+uses. ``finish`` then decides each push's wait and pop and plans the compute inits. A statement it
+cannot map raises ``_Unsupported`` and is recorded as such; ``tensorize`` turns the records into
+annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.target.tt import TILE_HEIGHT, TILE_WIDTH
+
+from . import common
+from .tile_exprs import _describe, _is_zero, _strip_casts, match_gelu, same_expr
+
+
+class _Unsupported(Exception):
+    def __init__(self, op: str, reason: str):
+        super().__init__(reason)
+        self.op = op
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-tile analysis
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Event:
+    """One tile pushed into a CB (a reader push or a spill); its uses decide wait and pop."""
+
+    cb: int
+    loops: tuple
+    uses: list = field(default_factory=list)
+
+
+@dataclass
+class _Operand:
+    kind: str  # "cb" or "dst"
+    event: _Event | None = None
+    bcast: str = "none"
+
+    @property
+    def cb(self) -> int:
+        return self.event.cb
+
+
+@dataclass
+class _Record:
+    tile_op: str
+    reads: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    writes: list = field(default_factory=list)
+    unsupported: tuple[str, str] | None = None
+
+
+class _Tensorizer:
+    def __init__(self, name: str, func):
+        self.name = name
+        self.arch = common.require_attr(func, common.ARCH, name, "tt.ApplyTTDefaults")
+        self.shards = common.require_attr(func, common.SHARD, name, "tt.InferShard")
+        self.cbs = common.require_attr(func, common.CIRCULAR_BUFFERS, name, "tt.LowerMemorySpace")
+        self.analyzer = tvm.arith.Analyzer()
+        self.tile = (TILE_HEIGHT, TILE_WIDTH)
+        self.records: list[_Record] = []
+        self.events: list[_Event] = []
+        self.location: dict[str, _Operand] = {}
+        self.phase: str | None = None  # None, "math" or "packed"
+        self.dst_holds: str | None = None
+        self.acquire: dict | None = None
+        self.loops: list = []  # serial loops (e.g. the K loop) around the current statement
+        self.lets: dict = {}  # Bind var -> value inside the current element-wise loop
+        self.ij: tuple = ()  # (row, column) loop variables of the current element-wise loop
+        self.leaf_cache: list = []  # DRAM loads of the current statement already given a read
+        self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
+        self.stopped = False
+        formats = {cb["data_format"] for cb in self.cbs}
+        if len(formats) > 1:
+            raise common.UnsupportedTTOperationError(
+                f"kernel {name!r} mixes data formats {sorted(formats)} across its buffers; the Tenstorrent target "
+                "needs one format per kernel (all bfloat16 or all float32)"
+            )
+        first = self.cbs[0] if self.cbs else {"data_format": "Float16_b", "page_size": 2048}
+        self.format, self.page_size = first["data_format"], first["page_size"]
+
+    # ---- CB lookup --------------------------------------------------------------------------
+    def _cb(self, role: str, dram: str, tile: str = "") -> int:
+        for cb in self.cbs:
+            if cb["role"] == role and cb["dram"] == dram and cb.get("tile", "") == tile:
+                return cb["id"]
+        raise _Unsupported("copy", f"no {role} circular buffer for {tile or dram!r} (run tt.LowerMemorySpace)")
+
+    # ---- DST phases -------------------------------------------------------------------------
+    def _release(self, ops: list) -> None:
+        if self.phase == "math":
+            raise _Unsupported(
+                "compute", f"tile {self.dst_holds!r} is computed in DST but never copied to a DRAM buffer or used"
+            )
+        if self.phase == "packed":
+            ops.append({"op": "release"})
+        self.phase, self.dst_holds = None, None
+
+    def _acquire(self, ops: list, holds: str) -> dict:
+        if self.phase == "math":
+            self._spill(ops)
+        self._release(ops)
+        op = {"op": "acquire", "init": None, "fpu": None}
+        ops.append(op)
+        self.phase, self.dst_holds, self.acquire = "math", holds, op
+        return op
+
+    def _set_mode(self, mode: dict) -> None:
+        if self.acquire["fpu"] is None:
+            self.acquire["fpu"] = mode
+        elif self.acquire["fpu"] != mode:
+            raise _Unsupported(
+                "compute", f"two FPU modes in one DST phase ({self.acquire['fpu']['kind']} and {mode['kind']})"
+            )
+
+    def _pack(self, ops: list, cb: int) -> None:
+        if self.phase is None:
+            raise _Unsupported("copy", "packs a tile that is not in DST")
+        ops.append({"op": "pack", "dst": 0, "cb": cb, "commit": self.phase == "math"})
+        self.phase = "packed"
+
+    def _spill(self, ops: list) -> _Operand:
+        """The DST value packed to a new intermediate CB (c_24..), as a CB operand."""
+        cb_id = self.next_intermediate
+        self.next_intermediate += 1
+        holder = self.dst_holds or "value"
+        self.cbs.append(
+            {
+                "id": cb_id,
+                "name": f"{holder}_tmp{cb_id}",
+                "role": "intermediate",
+                "dram": "",
+                "tile": "",
+                "num_pages": 1,
+                "page_size": self.page_size,
+                "data_format": self.format,
+            }
+        )
+        self._pack(ops, cb_id)
+        event = _Event(cb_id, tuple(self.loops))
+        self.events.append(event)
+        operand = _Operand("cb", event)
+        if self.dst_holds is not None and self.location.get(self.dst_holds, _Operand("none")).kind == "dst":
+            self.location[self.dst_holds] = operand
+        return operand
+
+    def _use(self, operand: _Operand, op: dict) -> None:
+        pushed = operand.event.loops
+        if len(pushed) != len(self.loops) or not all(a.same_as(b) for a, b in zip(pushed, self.loops, strict=True)):
+            raise _Unsupported("compute", "a tile is pushed outside the loop that uses it; load it in the same loop")
+        operand.event.uses.append(op)
+
+    # ---- reads ------------------------------------------------------------------------------
+    def _page(self, buffer_name: str, row0, col0):
+        shard = self.shards[buffer_name]
+        parts = []
+        for what, start, size in (("row", row0, self.tile[0]), ("column", col0, self.tile[1])):
+            if not self.analyzer.can_prove_equal(tvm.tirx.floormod(start, size), 0):
+                raise _Unsupported(
+                    "copy",
+                    f"{buffer_name}: {what} offset {start} is not a multiple of {size}; "
+                    "Tenstorrent moves whole 32x32 tiles",
+                )
+            parts.append(self.analyzer.simplify(tvm.tirx.floordiv(start, size)))
+        return self.analyzer.simplify(parts[0] * shard["tiles"][1] + parts[1])
+
+    def _read(self, record: _Record, buffer_name: str, tile: str, page) -> _Operand:
+        cb = self._cb("input", buffer_name, tile)
+        record.reads.append({"cb": cb, "buffer": buffer_name, "page": page})
+        event = _Event(cb, tuple(self.loops))
+        self.events.append(event)
+        return _Operand("cb", event)
+
+    # ---- statements -------------------------------------------------------------------------
+    def run(self, body) -> None:
+        self._stmt(body)
+        if not self.stopped:
+            last = next((r for r in reversed(self.records) if r.unsupported is None and r.ops is not None), None)
+            try:
+                self._release(last.ops if last is not None else [])
+            except _Unsupported as exc:
+                if last is not None:
+                    last.unsupported = (exc.op, exc.reason)
+
+    def _stmt(self, stmt) -> None:
+        if self.stopped:
+            return
+        tirx = tvm.tirx
+        if isinstance(stmt, tirx.SeqStmt):
+            for s in stmt.seq:
+                self._stmt(s)
+        elif isinstance(stmt, tirx.SBlockRealize):
+            self._stmt(stmt.block.body)
+        elif isinstance(stmt, tirx.SBlock):
+            self._stmt(stmt.body)
+        elif isinstance(stmt, tirx.Bind) and not stmt.var.dtype.startswith("float"):
+            pass  # index arithmetic: the kernels print it where they use it
+        elif isinstance(stmt, tirx.AllocBuffer | tirx.DeclBuffer):
+            pass
+        elif isinstance(stmt, tirx.For) and self._elementwise_nest(stmt) is None:
+            self.loops.append(stmt.loop_var)
+            self._stmt(stmt.body)
+            self.loops.pop()
+        else:
+            self._leaf(stmt)
+
+    def _leaf(self, stmt) -> None:
+        op = common.tile_op(stmt)
+        label = op[0].removeprefix("tl.tileop.") if op else type(stmt).__name__
+        record = _Record(label)
+        self.records.append(record)
+        try:
+            if op is not None:
+                self._tile_op(record, *op)
+            elif isinstance(stmt, tvm.tirx.For):
+                record.tile_op = "elementwise"
+                self._elementwise(record, stmt)
+            elif isinstance(stmt, tvm.tirx.IfThenElse):
+                raise _Unsupported(
+                    "if",
+                    f"a condition ({stmt.condition}) around tile computation; only masks of "
+                    "buffer edges are supported (tt.TilePad removes those)",
+                )
+            else:
+                raise _Unsupported(type(stmt).__name__, f"{type(stmt).__name__} statement in a tile body")
+        except _Unsupported as exc:
+            record.unsupported = (exc.op, exc.reason)
+            self.stopped = True
+
+    def _tile_op(self, record: _Record, name: str, call) -> None:
+        short = name.removeprefix("tl.tileop.")
+        if name == "tl.tileop.copy":
+            self._copy(record, call)
+        elif name == "tl.tileop.fill":
+            self._fill(record, call)
+        elif name == "tl.tileop.gemm":
+            self._gemm(record, call)
+        else:
+            raise _Unsupported(f"T.{short}", f"T.{short} has no Tenstorrent lowering yet")
+
+    def _tile_region(self, reg, what: str, op: str = "T.copy"):
+        buffer, starts, extents = reg
+        if [common.const_int(e) for e in extents[-2:]] != list(self.tile) or len(extents) != 2:
+            raise _Unsupported(
+                op,
+                f"{what} {buffer.name} is a {'x'.join(str(e) for e in extents)} region; "
+                "the Tenstorrent target moves 32x32 tiles (use 32x32 blocks)",
+            )
+        return buffer, starts
+
+    def _copy(self, record: _Record, call) -> None:
+        src, dst = common.region(call.args[0]), common.region(call.args[1])
+        if src is None or dst is None:
+            raise _Unsupported("T.copy", "copy operands are not buffer regions")
+        src_buf, src_start = self._tile_region(src, "source")
+        dst_buf, dst_start = self._tile_region(dst, "destination")
+        if common.is_dram(src_buf) and not common.is_dram(dst_buf):
+            record.tile_op = "copy_in"
+            page = self._page(src_buf.name, *src_start)
+            self.location[dst_buf.name] = self._read(record, src_buf.name, dst_buf.name, page)
+        elif common.is_dram(dst_buf) and not common.is_dram(src_buf):
+            record.tile_op = "copy_out"
+            self._to_dram(record, src_buf.name, dst_buf.name, self._page(dst_buf.name, *dst_start))
+        elif not common.is_dram(src_buf) and not common.is_dram(dst_buf):
+            record.tile_op = "alias"
+            if src_buf.name not in self.location:
+                raise _Unsupported("T.copy", f"copies tile {src_buf.name!r} before it has a value")
+            self.location[dst_buf.name] = self.location[src_buf.name]
+            if self.dst_holds == src_buf.name:
+                self.dst_holds = dst_buf.name
+        else:
+            raise _Unsupported("T.copy", "a DRAM-to-DRAM copy; copy through a tile buffer")
+
+    def _to_dram(self, record: _Record, value: str | _Operand, dram: str, page, tile: str | None = None) -> None:
+        """Pack a tile value (a tile buffer's, or an operand) to the output CB of ``dram`` and write it."""
+        tile_name = value if isinstance(value, str) else ""
+        operand = self.location.get(value) if isinstance(value, str) else value
+        if operand is None:
+            raise _Unsupported("T.copy", f"copies tile {value!r} to {dram!r} before it has a value")
+        cb = self._cb("output", dram, tile if tile is not None else tile_name)
+        if operand.kind == "cb":
+            self._to_dst(record.ops, operand, tile_name or dram)
+        elif self.phase is None or (tile_name and self.dst_holds != tile_name):
+            raise _Unsupported("T.copy", f"tile {tile_name!r} is no longer in DST")
+        self._pack(record.ops, cb)
+        record.writes.append({"cb": cb, "buffer": dram, "page": page})
+
+    def _to_dst(self, ops: list, operand: _Operand, holds: str) -> None:
+        if operand.bcast != "none":
+            raise _Unsupported("compute", "a broadcast row used on its own; add it to a tile")
+        self._acquire(ops, holds)
+        mode = {"kind": "copy", "cb": operand.cb}
+        self._set_mode(mode)
+        op = {"op": "copy", "cb": operand.cb, "dst": 0, "wait": [], "pop": []}
+        self._use(operand, op)
+        ops.append(op)
+
+    def _fill(self, record: _Record, call) -> None:
+        reg = common.region(call.args[0])
+        if reg is None or not _is_zero(call.args[1]):
+            raise _Unsupported("T.fill", "T.fill with a value other than 0 (only accumulator clears are supported)")
+        buffer, _ = self._tile_region(reg, "filled tile", "T.fill")
+        self._acquire(record.ops, buffer.name)
+        self.location[buffer.name] = _Operand("dst")
+        self.acquire["zeroed"] = buffer.name
+
+    def _gemm(self, record: _Record, call) -> None:
+        a, b, c = (common.region(arg) for arg in call.args[:3])
+        trans_a, trans_b = bool(common.const_int(call.args[3])), bool(common.const_int(call.args[4]))
+        sizes = [common.const_int(arg) for arg in call.args[5:8]]
+        record.tile_op = "matmul"
+        if None in (a, b, c) or sizes != [self.tile[0], self.tile[1], self.tile[1]]:
+            raise _Unsupported("T.gemm", f"a {sizes} gemm; the Tenstorrent target multiplies 32x32x32 tiles")
+        if trans_a:
+            raise _Unsupported("T.gemm", "transpose_A is not supported on the Tenstorrent target yet")
+        if len(call.args) > 9 and bool(common.const_int(call.args[9])):
+            raise _Unsupported("T.gemm", "clear_accum=True; clear the accumulator with T.clear before the K loop")
+        acc = c[0].name
+        if self.dst_holds != acc or self.phase != "math" or self.location.get(acc, _Operand("none")).kind != "dst":
+            raise _Unsupported(
+                "T.gemm",
+                f"accumulator {acc!r} must be cleared with T.clear (T.fill 0) before its K loop and stay in DST",
+            )
+        operands = []
+        for reg in (a, b):
+            operand = self.location.get(reg[0].name)
+            if operand is None or operand.kind != "cb" or operand.bcast != "none":
+                raise _Unsupported("T.gemm", f"operand {reg[0].name!r} must be a tile copied from DRAM")
+            operands.append(operand)
+        mode = {"kind": "matmul", "in0": operands[0].cb, "in1": operands[1].cb, "transpose": int(trans_b)}
+        self._set_mode(mode)
+        op = {
+            "op": "matmul",
+            "in0": operands[0].cb,
+            "in1": operands[1].cb,
+            "dst": 0,
+            "transpose": int(trans_b),
+            "wait": [],
+            "pop": [],
+        }
+        for operand in operands:
+            self._use(operand, op)
+        record.ops.append(op)
+
+    # ---- element-wise loop nests ------------------------------------------------------------
+    def _elementwise_nest(self, loop):
+        """``(row var, col var, body)`` of a two-level loop nest whose body only computes, else None."""
+        inner = loop.body
+        if not isinstance(inner, tvm.tirx.For):
+            return None
+        body = inner.body
+        stmts = list(body.seq) if isinstance(body, tvm.tirx.SeqStmt) else [body]
+        if any(common.tile_op(s) or isinstance(s, tvm.tirx.For) for s in stmts):
+            return None
+        return loop.loop_var, inner.loop_var, stmts
+
+    def _elementwise(self, record: _Record, loop) -> None:
+        row, col, stmts = self._elementwise_nest(loop)
+        extents = [common.const_int(loop.extent), common.const_int(loop.body.extent)]
+        if extents != list(self.tile):
+            raise _Unsupported(
+                "T.Parallel",
+                f"an element-wise loop over {extents[0]}x{extents[1]}; the Tenstorrent "
+                "target computes 32x32 tiles (use 32x32 blocks)",
+            )
+        self.ij = (row, col)
+        self.lets = {}
+        self.leaf_cache: list = []
+        for stmt in stmts:
+            if isinstance(stmt, tvm.tirx.Bind):
+                self.lets[stmt.var] = stmt.value
+            elif isinstance(stmt, tvm.tirx.BufferStore):
+                self._store(record, stmt)
+            elif isinstance(stmt, tvm.tirx.IfThenElse):
+                raise _Unsupported(
+                    "if",
+                    f"a condition ({stmt.condition}) in an element-wise loop; only masks of "
+                    "buffer edges are supported (tt.TilePad removes those)",
+                )
+            else:
+                raise _Unsupported(type(stmt).__name__, f"{type(stmt).__name__} in an element-wise loop")
+
+    def _offsets(self, indices, buffer_name: str):
+        """(row0, col0, bcast) when ``indices`` address a whole tile (or a broadcast row) at (i, j)."""
+        i, j = self.ij
+        sub = {i: tvm.tirx.IntImm(i.dtype, 0), j: tvm.tirx.IntImm(j.dtype, 0)}
+        starts = [self.analyzer.simplify(tvm.tirx.stmt_functor.substitute(e, sub)) for e in indices]
+
+        def is_plus(expr, start, var) -> bool:
+            return self.analyzer.can_prove_equal(expr - start - var, 0)
+
+        zero = tvm.tirx.IntImm("int32", 0)
+        if len(indices) == 2 and is_plus(indices[0], starts[0], i) and is_plus(indices[1], starts[1], j):
+            return starts[0], starts[1], "none"
+        rows = self.shards.get(buffer_name, {}).get("shape", [0])
+        if len(indices) == 1 and is_plus(indices[0], starts[0], j):
+            return zero, starts[0], "rows"
+        if (
+            len(indices) == 2
+            and rows[0] == 1
+            and is_plus(indices[1], starts[1], j)
+            and self.analyzer.can_prove_equal(indices[0], 0)
+        ):
+            return zero, starts[1], "rows"
+        raise _Unsupported(
+            "load",
+            f"{buffer_name}[{', '.join(str(e) for e in indices)}] is not a whole 32x32 tile "
+            f"at ({i}, {j}) or a row vector indexed by {j}",
+        )
+
+    def _store(self, record: _Record, store) -> None:
+        i, j = self.ij
+        name = store.buffer.name
+        if common.is_dram(store.buffer):
+            row0, col0, bcast = self._offsets(store.indices, name)
+            if bcast != "none":
+                raise _Unsupported("store", f"stores to {name} as a row vector; outputs are whole tiles")
+            value = self._emit(record, store.value)
+            self._to_dram(record, value, name, self._page(name, row0, col0), tile="")
+            return
+        if not (len(store.indices) == 2 and store.indices[0].same_as(i) and store.indices[1].same_as(j)):
+            raise _Unsupported(
+                "store",
+                f"stores {name}[{', '.join(str(e) for e in store.indices)}]; tile stores must be {name}[{i}, {j}]",
+            )
+        value = self._emit(record, store.value)
+        if value.kind == "cb":
+            self._to_dst(record.ops, value, name)
+        self.dst_holds = name
+        self.location[name] = _Operand("dst")
+
+    def _emit(self, record: _Record, expr) -> _Operand:
+        """Lower an element-wise expression; returns where its tile ends up (a CB or DST)."""
+        tirx = tvm.tirx
+        expr = _strip_casts(expr)
+        if isinstance(expr, tirx.Var) and expr in self.lets:
+            return self._emit(record, self.lets[expr])
+        if isinstance(expr, tirx.BufferLoad):
+            return self._load(record, expr)
+        gelu = match_gelu(expr)
+        if gelu is not None:
+            return self._sfpu(record, gelu[0], gelu[1])
+        if common.op_name(expr) == "tirx.exp":
+            return self._sfpu(record, "exp", expr.args[0])
+        if isinstance(expr, tirx.Max) and (_is_zero(expr.a) or _is_zero(expr.b)):
+            return self._sfpu(record, "relu", expr.b if _is_zero(expr.a) else expr.a)
+        fn = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul"}.get(type(expr))
+        if (
+            fn is not None
+            and not isinstance(_strip_casts(expr.a), tirx.FloatImm | tirx.IntImm)
+            and not isinstance(_strip_casts(expr.b), tirx.FloatImm | tirx.IntImm)
+        ):
+            return self._binary(record, fn, expr.a, expr.b)
+        raise _Unsupported(
+            _describe(expr),
+            f"{_describe(expr)} ({expr}) has no Tenstorrent tile operation; supported: + - * of tiles, exp, gelu, relu",
+        )
+
+    def _load(self, record: _Record, load) -> _Operand:
+        name = load.buffer.name
+        if not common.is_dram(load.buffer):
+            i, j = self.ij
+            if not (len(load.indices) == 2 and load.indices[0].same_as(i) and load.indices[1].same_as(j)):
+                raise _Unsupported(
+                    "load",
+                    f"reads {name}[{', '.join(str(e) for e in load.indices)}]; tile reads must be {name}[{i}, {j}]",
+                )
+            operand = self.location.get(name)
+            if operand is None:
+                raise _Unsupported("load", f"reads tile {name!r} before it has a value")
+            if operand.kind == "dst" and self.dst_holds != name:
+                raise _Unsupported("load", f"tile {name!r} left DST before this use")
+            return operand
+        for cached, operand in self.leaf_cache:  # the same DRAM tile read twice in one statement: one push
+            if same_expr(cached, load):
+                return operand
+        row0, col0, bcast = self._offsets(load.indices, name)
+        operand = self._read(record, name, "", self._page(name, row0, col0))
+        operand.bcast = bcast
+        self.leaf_cache.append((load, operand))
+        return operand
+
+    def _sfpu(self, record: _Record, fn: str, arg) -> _Operand:
+        value = self._emit(record, arg)
+        if value.kind == "cb":
+            self._to_dst(record.ops, value, "value")
+        elif self.phase != "math":
+            self._to_dst(record.ops, self._spill(record.ops), "value")
+        record.ops.append({"op": "sfpu", "fn": fn, "dst": 0, "init": False})
+        self.dst_holds = "value"
+        return _Operand("dst")
+
+    def _binary(self, record: _Record, fn: str, a, b) -> _Operand:
+        left = self._emit(record, a)
+        if left.kind == "dst":
+            left = self._spill(record.ops)
+        right = self._emit(record, b)
+        if right.kind == "dst":
+            right = self._spill(record.ops)
+        if left.bcast != "none" and fn in ("add", "mul"):
+            left, right = right, left
+        if left.bcast != "none":
+            raise _Unsupported("binary", f"{fn} with a broadcast row as the first operand")
+        if right.bcast != "none" and fn == "sub":
+            raise _Unsupported("binary", "subtracting a broadcast row (tt-metal has add/mul row broadcasts only)")
+        self._acquire(record.ops, "value")
+        mode = {"kind": "binary", "fn": fn, "bcast": right.bcast, "in0": left.cb, "in1": right.cb}
+        self._set_mode(mode)
+        op = {
+            "op": "binary",
+            "fn": fn,
+            "bcast": right.bcast,
+            "in0": left.cb,
+            "in1": right.cb,
+            "dst": 0,
+            "wait": [],
+            "pop": [],
+        }
+        self._use(left, op)
+        self._use(right, op)
+        record.ops.append(op)
+        self.dst_holds = "value"
+        return _Operand("dst")
+
+    # ---- after the walk -----------------------------------------------------------------------
+    def finish(self) -> dict | None:
+        """Wait/pop per push and the init plan; the hoisted inits (None when the kernel stopped)."""
+        if self.stopped:
+            return None
+        by_cb: dict[int, list[_Event]] = {}
+        for event in self.events:
+            if not event.uses:
+                continue
+            event.uses[0]["wait"].append(event.cb)
+            event.uses[-1]["pop"].append(event.cb)
+            by_cb.setdefault(event.cb, []).append(event)
+        all_ops = [op for record in self.records for op in record.ops]
+        position = {id(op): k for k, op in enumerate(all_ops)}
+        for cb, events in by_cb.items():
+            for first, second in zip(events, events[1:], strict=False):
+                if position[id(second.uses[0])] <= position[id(first.uses[-1])]:
+                    raise common.UnsupportedTTOperationError(
+                        f"kernel {self.name!r}: two tiles of CB {cb} are in use at once; use separate tile buffers"
+                    )
+        return self._plan_inits(all_ops)
+
+    def _plan_inits(self, ops: list) -> dict:
+        phases = [op for op in ops if op["op"] == "acquire"]
+        modes = [op["fpu"] for op in phases]
+        if any(m is None for m in modes):
+            raise common.UnsupportedTTOperationError(f"kernel {self.name!r}: a DST phase without an FPU operation")
+        first_pack = next((op["cb"] for op in ops if op["op"] == "pack"), None)
+        hw = dict(modes[0]) if modes else None
+        if hw is not None:
+            hw["out"] = first_pack
+        keys = [_mode_key(m) for m in modes]
+        fpu_hoisted = bool(keys) and len(set(keys)) == 1
+        for k, op in enumerate(phases):
+            if not fpu_hoisted and keys[k] != keys[k - 1]:
+                op["init"] = modes[k]  # the mode changes here (cyclically: the last phase precedes the first)
+        # Hoisted: the one mode, or the first phase's when that phase re-inits only from the second tile on.
+        fpu = modes[0] if phases and (fpu_hoisted or phases[0]["init"] is None) else None
+        sfpu = [op for op in ops if op["op"] == "sfpu"]
+        fns = [op["fn"] for op in sfpu]
+        if len(set(fns)) > 1:
+            for k, op in enumerate(sfpu):
+                op["init"] = fns[k] != fns[k - 1]
+        sfpu_init = fns[0] if fns and (len(set(fns)) == 1 or not sfpu[0]["init"]) else None
+        for op in phases:
+            op.pop("zeroed", None)
+            op.pop("fpu")
+        return {"hw": hw, "fpu": fpu, "sfpu": sfpu_init}
+
+
+def _mode_key(mode: dict) -> tuple:
+    """FPU modes differ by kind/fn/broadcast/transpose (CB ids of one format need no re-init)."""
+    return (mode["kind"], mode.get("fn"), mode.get("bcast"), mode.get("transpose"))
