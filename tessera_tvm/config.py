@@ -34,11 +34,6 @@ from .config_pipeline import (  # noqa: F401  (re-exported: the config's public 
 from .config_reader import _Checker, _Lines, _read_yaml
 from .errors import ConfigError, PassNotFoundError
 
-#: Codegens Tessera knows (src/target); ``kind`` of the TVM target each one needs.
-#: ``tt`` (Tenstorrent) binds target ``c``: TVM has no Tenstorrent kind (kinds are registered in C++),
-#: and ``c`` is the kind whose TileLang passes assume no SIMT threads; ``keys: [tenstorrent]`` marks it.
-CODEGENS = {"cuda": "cuda", "hip": "hip", "c": "c", "tt": "c"}
-
 #: Resource limits a config may declare (all byte or count integers).
 RESOURCE_KEYS = {
     "shared_memory_per_block": "bytes of shared memory one thread block may use (static + dynamic)",
@@ -50,15 +45,6 @@ RESOURCE_KEYS = {
     "circular_buffers_per_core": "circular-buffer ids per Tenstorrent core (default: arch table)",
     "dst_tiles": "32x32 tiles the Tenstorrent DST register holds (default: arch table)",
 }
-
-#: Keys of the ``tt:`` section (Tenstorrent configs only; ``arch`` names a row of the arch table).
-TT_KEYS = {
-    "arch": "wormhole_b0 (n150) | blackhole (p150): the row of the arch table the resources come from",
-    "math_fidelity": "LoFi | HiFi2 | HiFi3 | HiFi4",
-    "fp32_dest_acc_en": "accumulate in fp32 in DST (halves its capacity)",
-    "math_approx_mode": "approximate SFPU math",
-}
-_TT_ARCH_RESOURCES = {"l1_bytes_per_core": "l1_budget_bytes", "circular_buffers_per_core": "num_cbs"}
 
 #: Feature switches read by ``when:`` conditions. Absent means false.
 FEATURES = {
@@ -81,6 +67,7 @@ HARDWARE_KEYS: dict[str, tuple[str, bool | int]] = {
     "wgmma": ("warpgroup MMA: GEMM blocks keep 64-row multiples", False),
     "cp_async": ("asynchronous global-to-shared copies (cp.async) feed the software pipeline", False),
     "producer_threads": ("threads warp specialisation adds for its producer warp group", 0),
+    "mbarrier": ("hardware barriers in shared memory (mbarrier, sm_90+) that T.alloc_barrier allocates", False),
     "pipelined_dynamic_loops": (
         "the software pipeline (without warp specialisation) takes a loop whose trip count differs per "
         "block, such as causal attention's key loop",
@@ -280,30 +267,15 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
     if "kind" not in target:
         raise check.fail("target.kind", "is missing; expected a TVM target kind such as cuda, hip or c")
     kind = check.typed(target["kind"], "target.kind", str, "a TVM target kind (str)")
-    if kind not in CODEGENS.values():
-        raise check.fail(
-            "target.kind", f"unsupported target kind {kind!r}; expected one of {sorted(set(CODEGENS.values()))}"
-        )
-    if kind == "cuda":
-        arch = check.typed(target.get("arch"), "target.arch", str, "a CUDA arch string such as 'sm_90a'")
-        if not arch.startswith("sm_"):
-            raise check.fail("target.arch", f"expected a CUDA arch like 'sm_90a' or 'sm_80', found {arch!r}")
-    if kind == "hip":
-        check.typed(target.get("mcpu"), "target.mcpu", str, "an AMD GPU name such as 'gfx942'")
-
     codegen = check.mapping(
         data.get("codegen", {"kind": kind}),
         "codegen",
         {"kind": "cuda | hip | c | tt", "compiler": "nvcc | g++ | none", "flags": "list of flags"},
     )
     codegen.setdefault("kind", kind)
-    if codegen["kind"] not in CODEGENS:
-        raise check.fail("codegen.kind", f"unknown codegen {codegen['kind']!r}; expected one of {sorted(CODEGENS)}")
-    if CODEGENS[codegen["kind"]] != kind:
-        raise check.fail(
-            "codegen.kind",
-            f"codegen {codegen['kind']!r} needs target kind {CODEGENS[codegen['kind']]!r}, but target.kind is {kind!r}",
-        )
+    backend = _backend(kind, codegen["kind"], check)
+    if backend.check_target is not None:
+        backend.hook("check_target")(target, check)
     compiler = codegen.setdefault("compiler", "none")
     if compiler not in ("nvcc", "g++", "none"):
         raise check.fail("codegen.compiler", f"expected nvcc, g++ or none, found {compiler!r}")
@@ -316,8 +288,8 @@ def parse_config(data: Any, source: str, lines: _Lines | None = None) -> TargetC
         check.typed(value, f"resources.{key}", int, f"a positive integer ({RESOURCE_KEYS[key]})")
         if value <= 0:
             raise check.fail(f"resources.{key}", f"expected a positive integer, found {value}")
-    resources_ = dict(resources_)  # _parse_tt adds the arch table's limits; the YAML data stays as read
-    tt = _parse_tt(data, codegen["kind"], kind, target, resources_, check)
+    resources_ = dict(resources_)  # a backend's section may add limits (Tenstorrent's arch table)
+    tt = _parse_backend_section(data, backend, target, resources_, check)
 
     features = check.mapping(data.get("features", {}), "features", FEATURES)
     for key, value in features.items():
@@ -409,44 +381,38 @@ def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
     return space
 
 
-def _parse_tt(data, codegen_kind: str, kind: str, target, resources_: dict[str, int], check: _Checker) -> dict:
-    """Validate the ``tt:`` section and fill the Tenstorrent resources from the arch table."""
-    if codegen_kind != "tt":
-        if "tt" in data:
-            raise check.fail(
-                "tt",
-                f"only Tenstorrent configs (codegen.kind: tt) take a `tt:` section; codegen.kind is {codegen_kind!r}",
-            )
-        return {}
-    from tessera_tvm.target.tt.arch import UnknownArchError, get_arch
+def _backend(kind: str, codegen_kind: Any, check: _Checker):
+    """The backend of ``codegen.kind``, checked against the TVM ``target.kind`` it binds."""
+    from .target.backend import backend_for, known_kinds
 
-    keys = target.get("keys", [])
-    if not isinstance(keys, list) or "tenstorrent" not in keys:
+    backends = {k: backend_for(k) for k in known_kinds()}
+    tvm_kinds = sorted({b.tvm_kind for b in backends.values()})
+    if kind not in tvm_kinds:
+        raise check.fail("target.kind", f"unsupported target kind {kind!r}; expected one of {tvm_kinds}")
+    if codegen_kind not in backends:
+        raise check.fail("codegen.kind", f"unknown codegen {codegen_kind!r}; expected one of {sorted(backends)}")
+    backend = backends[codegen_kind]
+    if backend.tvm_kind != kind:
         raise check.fail(
-            "target.keys",
-            f"codegen tt needs target {{kind: {kind}, keys: [tenstorrent]}} so passes "
-            f"can tell Tenstorrent functions apart; found keys {keys!r}",
+            "codegen.kind",
+            f"codegen {codegen_kind!r} needs target kind {backend.tvm_kind!r}, but target.kind is {kind!r}",
         )
-    tt = dict(check.mapping(data.get("tt", {}), "tt", TT_KEYS))
-    if "arch" not in tt:
-        raise check.fail("tt.arch", "is missing; expected wormhole_b0 (n150) or blackhole (p150)")
-    try:
-        arch = get_arch(check.typed(tt["arch"], "tt.arch", str, "an arch name (str)"))
-    except UnknownArchError as exc:
-        raise check.fail("tt.arch", str(exc)) from None
-    tt["arch"] = arch.name
-    fidelity = tt.setdefault("math_fidelity", "HiFi4")
-    if fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
-        raise check.fail("tt.math_fidelity", f"expected LoFi, HiFi2, HiFi3 or HiFi4, found {fidelity!r}")
-    for flag in ("fp32_dest_acc_en", "math_approx_mode"):
-        check.typed(tt.setdefault(flag, False), f"tt.{flag}", bool, "true or false")
-    from_arch = {key: getattr(arch, field) for key, field in _TT_ARCH_RESOURCES.items()}
-    from_arch["dst_tiles"] = arch.dst_tiles(tt["fp32_dest_acc_en"])
-    for key, limit in from_arch.items():
-        value = resources_.setdefault(key, limit)
-        if value > limit:  # a config may tighten the arch's budget, never widen it
-            raise check.fail(f"resources.{key}", f"{value} is more than arch {arch.name!r} has ({limit})")
-    return tt
+    return backend
+
+
+def _parse_backend_section(data, backend, target, resources_: dict[str, int], check: _Checker) -> dict:
+    """The section only ``backend``'s configs take (Tenstorrent: ``tt:``), validated by its hook."""
+    from .target.backend import backend_for, known_kinds
+
+    for other in (backend_for(k) for k in known_kinds()):
+        if other.section is not None and other.section in data and other.section != backend.section:
+            raise check.fail(
+                other.section,
+                f"only {other.title} configs (codegen.kind: {other.kind}) take a `{other.section}:` section; "
+                f"codegen.kind is {backend.kind!r}",
+            )
+    parse = backend.hook("parse_section")
+    return parse(data, target, resources_, check) if parse is not None else {}
 
 
 _CACHE: dict[tuple[str, str], TargetConfig] = {}

@@ -25,6 +25,7 @@ from ._tvm import is_jit_kernel, jit_program, load_json, pass_context_with, tvm
 from .config import TargetConfig, load_config
 from .errors import LoweringError, TesseraError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
+from .target.backend import backend_for
 from .transform.analysis import is_device_kernel
 
 
@@ -92,9 +93,9 @@ class LoweredModule:
     notes: list[str] = field(default_factory=list)
     from_cache: bool = False  # True when the persistent kernel cache served this compile
     _timing: str = ""
-    _cpu_kernel: Any = None
-    _cpu_entry: tuple[str, list, list] | None = None  # CPU: (C symbol, KernelParams, program's buffer order)
-    _tt_program: Any = None  # Tenstorrent configs: the five artifacts (tessera_tvm.target.tt.codegen)
+    _kernel: Any = None  # the kernel loaded for in-process calls (CPU: a CpuKernel)
+    _entry: tuple[str, list, list] | None = None  # its entry (CPU: C symbol, KernelParams, program's buffer order)
+    _tt_program: Any = None  # a backend's multi-file program (Tenstorrent: the five artifacts, target/tt/codegen)
     _program_order: list[str] = field(default_factory=list)  # the tile program's buffer parameters, in order
     _cuda_kernel: Any = None
     _program_shapes: dict[str, list] = field(default_factory=dict)  # buffer -> dims (int, or a symbolic dim's name)
@@ -168,19 +169,14 @@ class LoweredModule:
         """
         if any(kernel.get("unchecked") for kernel in self.metadata):
             self._check_symbolic_resources(arrays, named)
-        if self.config.codegen_kind == "cuda" and "runtime" in self.artifacts:
-            return self.cuda_kernel()(*self._ordered(self._program_order, arrays, named))
-        if self.config.codegen_kind != "c":
+        backend = backend_for(self.config)
+        run = backend.hook("run")
+        if run is None or (backend.run_needs is not None and backend.run_needs not in self.artifacts):
             raise TesseraError(
                 f"{self.name!r} was compiled for {self.config.name!r} without a runtime library (it needs nvcc "
                 "and a cubin); only CPU configs and built CUDA kernels run in-process (see .artifacts)"
             )
-        if self._cpu_kernel is None:
-            build_cpu(self, Path(tempfile.mkdtemp(prefix=f"tessera_{self.name}_")))
-        _, params, order = self._cpu_entry
-        by_name = dict(zip(order, self._ordered(order, arrays, named), strict=True))
-        # The C kernel orders its parameters as the host/device split left them, not as the program did.
-        return self._cpu_kernel(*[by_name[p.name] for p in params if p.kind == "buffer"], **named)
+        return run(self, arrays, named)
 
     def _ordered(self, order: list[str], arrays: tuple, named: dict) -> list:
         """``arrays`` (positional, then by buffer name from ``named``, which loses them) in ``order``."""
@@ -198,17 +194,11 @@ class LoweredModule:
         return [by_name[b] for b in order]
 
     def cuda_kernel(self):
-        """The CUDA runtime library's entry as a :class:`~tessera_tvm.target.cuda_runtime.CudaKernel`
+        """The CUDA runtime library's entry as a :class:`~tessera_tvm.target.cuda.runtime.CudaKernel`
         (torch CUDA tensors in the tile program's parameter order); needs the ``runtime`` artifact."""
-        from tessera_tvm.target.cuda_runtime import CudaKernel
+        from tessera_tvm.target.cuda.lowered import cuda_kernel
 
-        if "runtime" not in self.artifacts:
-            raise TesseraError(
-                f"{self.name!r} has no CUDA runtime library: compile for a CUDA config with nvcc on PATH"
-            )
-        if self._cuda_kernel is None:
-            self._cuda_kernel = CudaKernel(self.artifacts["runtime"], self.name, self._program_order)
-        return self._cuda_kernel
+        return cuda_kernel(self)
 
 
 def lower(
@@ -267,9 +257,9 @@ def lower(
         entry = cache.store(key, _cache_record(lowered), _cache_files(lowered, Path(staging)))
         if out is None and entry is not None:  # the staging files go away: point at the cache's copies
             lowered.artifacts = {k: entry.files[k] for k in lowered.artifacts}
-            if lowered._cpu_kernel is not None:
-                lowered._cpu_kernel = None
-                _load_cpu(lowered)
+            if lowered._kernel is not None:
+                lowered._kernel = None
+                _reload(lowered)
     return lowered
 
 
@@ -277,6 +267,7 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
     """Run the three phases and the codegen (no cache, no files but the dumps)."""
     from tessera_tvm.target.codegen import device_source
 
+    backend = backend_for(config)
     recorder = PassRecorder(dump_dir=dump)
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
@@ -298,10 +289,8 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
         device_mod = run_phase(device_mod, config, "codegen_prep")
     tt_program = None
     with step(f"codegen ({config.codegen_kind})", name, config):
-        if config.codegen_kind == "tt":  # reader/compute/writer/host/plan from the tt.* annotations
-            from tessera_tvm.target.tt.codegen import generate
-
-            tt_program = generate(device_mod)
+        if backend.program_generator is not None:  # several files (Tenstorrent: from the tt.* annotations)
+            tt_program = backend.hook("program_generator")(device_mod)
             source = tt_program.source
         else:
             source = device_source(device_mod, config, target)
@@ -324,7 +313,7 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
         ],
         _timing=timing,
         _tt_program=tt_program,
-        _cpu_entry=_cpu_entry(device_mod, input_buffers, buffer_order) if config.codegen_kind == "c" else None,
+        _entry=backend.hook("entry")(device_mod, input_buffers, buffer_order) if backend.entry else None,
         _program_order=buffer_order,
         _program_shapes=program_shapes,
     )
@@ -332,8 +321,8 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
 
 def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
     entry = None
-    if lowered._cpu_entry is not None:
-        symbol, params, order = lowered._cpu_entry
+    if lowered._entry is not None:
+        symbol, params, order = lowered._entry
         entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape)] for p in params], order]
     return {
         "name": lowered.name,
@@ -342,7 +331,7 @@ def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
         "pass_log": [r.as_dict() for r in lowered.pass_log],
         "notes": lowered.notes,
         "timing": lowered._timing,
-        "artifacts": sorted(lowered.artifacts),
+        "artifacts": list(lowered.artifacts),  # in the order written: .artifacts reads the same from the cache
         "cpu_entry": entry,
         "program_order": lowered._program_order,
         "program_shapes": lowered._program_shapes,
@@ -369,7 +358,7 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         for key, path in list(artifacts.items()):
             artifacts[key] = Path(shutil.copy2(path, out / path.name))
     cpu_entry = None
-    if record["cpu_entry"] is not None:
+    if record["cpu_entry"] is not None:  # the record's key from when only the CPU had an entry
         symbol, params, order = record["cpu_entry"]
         cpu_entry = (symbol, [KernelParam(n, k, d, tuple(shape)) for n, k, d, shape in params], order)
     lowered = LoweredModule(
@@ -384,12 +373,11 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         notes=list(record["notes"]),
         from_cache=True,
         _timing=record["timing"],
-        _cpu_entry=cpu_entry,
+        _entry=cpu_entry,
         _program_order=list(record.get("program_order", [])),
         _program_shapes=dict(record.get("program_shapes", {})),
     )
-    if "library" in artifacts:
-        _load_cpu(lowered)
+    _reload(lowered)
     return lowered
 
 
@@ -422,20 +410,20 @@ def _write_artifacts_atomic(lowered: LoweredModule, out_dir: Path, *, build: boo
             raise
         raise type(exc)(exc.command, exc.output, str(exc).replace(str(staging), str(out_dir))) from None
     lowered.artifacts = {k: Path(out_dir) / Path(p).relative_to(staging) for k, p in lowered.artifacts.items()}
-    if lowered._cpu_kernel is not None:  # loaded from the staging path: load the file now in place
-        lowered._cpu_kernel = None
-        _load_cpu(lowered)
+    if lowered._kernel is not None:  # loaded from the staging path: load the file now in place
+        lowered._kernel = None
+        _reload(lowered)
 
 
 def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True) -> dict[str, Path]:
     """Write source, host IR, metadata and pass log to ``out_dir``; build with the config's compiler."""
-    from tessera_tvm.target.codegen import SOURCE_SUFFIX
     from tessera_tvm.target.toolchain import write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     codegen = lowered.config.codegen_dict
+    backend = backend_for(lowered.config)
     files = {
-        "source": out_dir / f"{lowered.name}{SOURCE_SUFFIX[codegen['kind']]}",
+        "source": out_dir / f"{lowered.name}{backend.source_suffix}",
         "host_ir": out_dir / f"{lowered.name}.host.py",
         "metadata": out_dir / "metadata.json",
         "passes": out_dir / "passes.txt",
@@ -450,12 +438,9 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
     lowered.artifacts.update(files)
     _write_metadata(lowered)
     if build:
-        if codegen["compiler"] == "nvcc":
-            with step("the CUDA build (nvcc, runtime library)", lowered.name, lowered.config):
-                build_cuda(lowered, out_dir)
-        elif codegen["compiler"] == "g++":
-            with step("the CPU build (g++)", lowered.name, lowered.config):
-                build_cpu(lowered, out_dir)
+        if codegen["compiler"] != "none" and backend.build is not None:  # the backend drives the config's compiler
+            with step(backend.build_step, lowered.name, lowered.config):
+                backend.hook("build")(lowered, out_dir)
         else:
             lowered.notes.append(
                 f"{lowered.config.name}: no compiler runs for this target here; the generated sources are the artifacts"
@@ -463,82 +448,8 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
     return lowered.artifacts
 
 
-def build_cuda(lowered: LoweredModule, out_dir: Path) -> None:
-    """nvcc -> cubin + PTX, when nvcc is on PATH; registers from ptxas are checked and recorded."""
-    from tessera_tvm.target.cuda import compile_cuda, nvcc_available
-    from tessera_tvm.transform.verify_resources import check_registers
-
-    if not nvcc_available():
-        lowered.notes.append(
-            "nvcc not on PATH: CUDA source written, cubin/PTX skipped (install the CUDA toolkit or set TESSERA_NVCC)"
-        )
-        return
-    arch = lowered.config.target_dict["arch"]
-    built = compile_cuda(
-        lowered.source,
-        arch=arch,
-        out_dir=out_dir,
-        name=lowered.name,
-        extra_flags=tuple(lowered.config.codegen_dict["flags"]),
-    )
-    lowered.artifacts.update(cubin=built.cubin_path, ptx=built.ptx_path)
-    for kernel in lowered.metadata:
-        usage = built.resource_usage.get(kernel["name"])
-        if usage:
-            kernel["resources"]["regs_per_thread"] = usage["registers"]
-            check_registers(
-                kernel["name"],
-                usage["registers"],
-                lowered.config,
-                threads_per_block=kernel["resources"].get("threads_per_block"),
-            )
-    if built.resource_usage:
-        _write_metadata(lowered)
-    if built.cubin_path is not None:  # host launcher + cubin in one library that runs where a GPU is
-        from tessera_tvm.target.cuda_runtime import build_cuda_runtime
-
-        lowered.artifacts["runtime"] = build_cuda_runtime(
-            lowered.host_mod,
-            lowered.device_mod,
-            lowered.config.tvm_target(),
-            cubin_path=built.cubin_path,
-            source=lowered.source,
-            out_dir=out_dir,
-            name=lowered.name,
-        )
-
-
-def build_cpu(lowered: LoweredModule, out_dir: Path) -> None:
-    """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
-    from tessera_tvm.target.cpu import compile_cpu
-
-    lowered.artifacts["library"] = compile_cpu(
-        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(lowered.config.codegen_dict["flags"])
-    )
-    _load_cpu(lowered)
-
-
-def _load_cpu(lowered: LoweredModule) -> None:
-    from tessera_tvm.target.cpu import load_cpu_kernel
-
-    symbol, params, _ = lowered._cpu_entry
-    lowered._cpu_kernel = load_cpu_kernel(lowered.artifacts["library"], symbol, params)
-
-
-def _cpu_entry(device_mod, input_buffers: dict[str, Any], buffer_order: list[str]) -> tuple[str, list, list]:
-    """The C symbol, signature (``KernelParam``s) and the program's buffer order of a CPU kernel."""
-    from tessera_tvm.target.cpu import KernelParam
-
-    kernels = [(gv, f) for gv, f in device_mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
-    if len(kernels) != 1:
-        raise TesseraError(f"the CPU runner expects one device kernel, found {[gv.name_hint for gv, _ in kernels]}")
-    gv, func = kernels[0]
-    params = []
-    for var in func.params:
-        buf = input_buffers.get(var.name)
-        if buf is not None:
-            shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buf.shape)
-            params.append(KernelParam(buf.name, "buffer", str(buf.dtype), shape))
-        else:
-            params.append(KernelParam(var.name, "scalar", str(var.dtype), ()))
-    return gv.name_hint, params, buffer_order
+def _reload(lowered: LoweredModule) -> None:
+    """Load the built kernel again from where its artifacts are now (a backend with a loader only)."""
+    reload = backend_for(lowered.config).hook("reload")
+    if reload is not None:
+        reload(lowered)

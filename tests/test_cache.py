@@ -143,6 +143,7 @@ def test_second_lower_is_served_from_the_cache(private_cache, tmp_path):
     assert second.source == first.source and second.metadata == first.metadata
     assert [r.name for r in second.pass_log] == [r.name for r in first.pass_log]
     assert second.artifacts["library"].parent == tmp_path / "out"
+    assert list(second.artifacts) == list(first.artifacts)  # in the order written, not sorted
     a = np.ones((96, 40), np.float32)
     b = np.ones((40, 80), np.float32)
     c = np.zeros((96, 80), np.float32)

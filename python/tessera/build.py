@@ -1,10 +1,10 @@
 """Compiling one instance: a kernel with every dim bound, through Schedule IR, Tile IR and Target IR.
 
 :func:`_compile_instance` takes the kernel's Graph IR, chooses and validates a
-:class:`~tessera.schedule.Schedule` for every fused kernel before any is lowered (Tenstorrent starts
-from its 32x32x32 tile, :data:`_TT_TILE`; autotuned kernels carry their summary), builds each one's
-TileLang PrimFunc with :func:`tile_program` (on the CPU with fp8 held as float32, :func:`cpu_storage`),
-lowers it with ``tessera_tvm.lower`` and records every step as a :class:`~tessera.instance.PassLogEntry`;
+:class:`~tessera.schedule.Schedule` for every fused kernel before any is lowered (from the config's
+``schedule:`` defaults and the user's overrides; autotuned kernels carry their summary), builds each
+one's TileLang PrimFunc with :func:`tile_program` (from the spec its backend holds: on the CPU fp8 as
+float32), lowers it with ``tessera_tvm.lower`` and records every step as a :class:`~tessera.instance.PassLogEntry`;
 with dump stages it writes them through :mod:`tessera.dumps`. The autotuner's compile workers build
 their tile programs with :func:`tile_program` too, so the kernel cache entries match ``ts.compile``'s.
 """
@@ -19,13 +19,12 @@ from typing import Any
 
 import tessera_tvm
 from tessera_tvm.graph import GraphIR, kernel_spec
+from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
-    CPU_WIDENED,
-    ElementwiseSpec,
-    GemmSpec,
     SpecError,
     UnsupportedTTOperationError,
     build_tile_program,
+    cpu_storage,  # noqa: F401  (re-exported: tessera.compiler.cpu_storage)
 )
 
 from .dumps import write_dumps
@@ -33,9 +32,6 @@ from .errors import KernelError, ScheduleError
 from .instance import DeviceKernel, Instance, PassLogEntry
 from .kernel import Kernel
 from .schedule import Schedule, TuningSummary, choose_schedule, split_overrides
-
-#: Tenstorrent computes one 32x32 tile per block with a 32-wide K step (tessera_tvm/tile/tt.py).
-_TT_TILE = {"block_m": 32, "block_n": 32, "block_k": 32, "stages": 1, "threads": 1}
 
 
 def _graph_log(name: str, graph: GraphIR) -> list[PassLogEntry]:
@@ -57,13 +53,13 @@ def _compile_instance(
     build: bool,
     tuning: Mapping[str, TuningSummary] | None = None,
 ) -> Instance:
-    graph = kernel.graph(env)
+    graph_dumps = dump_dir / "passes" / "graph" if dump_dir is not None and "graph" in dump_stages else None
+    graph = kernel.graph(env, target=config, dump_dir=graph_dumps)
     tuning = tuning or {}
     log = _graph_log(kernel.name, graph)
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
     # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
     planned = []
-    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
     for group in graph.groups:
         start = time.perf_counter()
         try:
@@ -73,8 +69,7 @@ def _compile_instance(
                 f"fused kernel {group.name} ({group.describe()}) has no tile kernel: {exc}",
                 location=(kernel.fn.__code__.co_filename, kernel.fn.__code__.co_firstlineno),
             ) from None
-        wanted = {**_TT_TILE, **per_kernel[group.name]} if tt else per_kernel[group.name]
-        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, wanted)
+        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, per_kernel[group.name])
         if group.name in tuning:
             schedule = dataclasses.replace(schedule, autotune=tuning[group.name])
         log.append(
@@ -82,7 +77,7 @@ def _compile_instance(
                 "sched",
                 group.name,
                 "schedule",
-                "tessera.ChooseSchedule",
+                "choose schedule",  # a step of the frontend, not a registered pass
                 time.perf_counter() - start,
                 "ran (autotuned)" if group.name in tuning else "ran (overridden)" if per_kernel[group.name] else "ran",
             )
@@ -93,7 +88,7 @@ def _compile_instance(
     for group, binding, schedule in planned:
         start = time.perf_counter()
         tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
-        log.append(PassLogEntry("tile", group.name, "tile", "tessera.BuildTileProgram", time.perf_counter() - start))
+        log.append(PassLogEntry("tile", group.name, "tile", "build tile program", time.perf_counter() - start))
         passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
         out_dir = out_root / "artifacts" / group.name if out_root is not None else None
         lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
@@ -109,37 +104,13 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
     """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
     (on the CPU fp8 is held as f32). The autotuner's workers build programs here too, so the
     kernel cache entries they leave are the ones ``ts.compile`` finds."""
-    tt = config.codegen_kind == "tt"  # Tenstorrent: TVM kind c, tile programs of kind tt
+    backend = backend_for(config)
+    storage = backend.hook("tile_spec")  # CPU: fp8 held as float32
     try:
-        tile_spec = cpu_storage(spec) if config.codegen_kind == "c" else spec
-        tile = build_tile_program(tile_spec, schedule.tile_schedule(), "tt" if tt else config.target_kind)
+        tile_spec = storage(spec) if storage is not None else spec
+        tile = build_tile_program(tile_spec, schedule.tile_schedule(), backend.kind)
     except UnsupportedTTOperationError as exc:
         raise UnsupportedTTOperationError(f"kernel {name} ({describe}): {exc}") from None
     except SpecError as exc:
         raise ScheduleError(f"kernel {name} on {config.name}: {exc}") from None
     return tile.with_attr("global_symbol", name), tile_spec
-
-
-def cpu_storage(spec):
-    """``spec`` with fp8 parameters held as float32 (``tessera_tvm.tile.CPU_WIDENED``). Exact: every
-    fp8 value is a float32, and the kernel computes in float32 anyway; results are rounded to the
-    graph's dtype here, as the kernel's own store would. (bf16 goes as its 16 bits: the C codegen
-    passes it as uint16_t, and the CPU GEMM packs it for the CPU's bf16 dot products, tessera/cpu_gemm.h.)"""
-
-    def widen(dtype):
-        return "float32" if dtype in CPU_WIDENED else dtype
-
-    changes = {
-        f.name: widen(getattr(spec, f.name))
-        for f in dataclasses.fields(spec)
-        if f.name.startswith("dtype_")
-        and f.name not in ("dtype_acc", "dtype_compute")
-        and isinstance(getattr(spec, f.name), str)
-    }
-    if isinstance(spec, GemmSpec):
-        changes["epilogue"] = tuple(
-            dataclasses.replace(op, dtype=widen(op.dtype)) if op.operand is not None else op for op in spec.epilogue
-        )
-    if isinstance(spec, ElementwiseSpec):
-        changes["operands"] = tuple((p.name, p.shape, widen(p.dtype)) for p in spec.operands)
-    return dataclasses.replace(spec, **changes)

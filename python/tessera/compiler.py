@@ -34,9 +34,10 @@ from typing import Any
 
 import tessera_tvm
 from tessera_tvm.graph import GraphIR
+from tessera_tvm.target.backend import backend_for
 
-from .build import _TT_TILE, _compile_instance, _graph_log, cpu_storage, tile_program  # noqa: F401
-from .dumps import _SOURCE_EXT, TT_ARTIFACTS, _dump_settings, _tt_text, write_dumps  # noqa: F401
+from .build import _compile_instance, _graph_log, cpu_storage, tile_program  # noqa: F401
+from .dumps import _dump_settings, program_text, write_dumps  # noqa: F401
 from .errors import KernelError, NotRunnableError, ShapeError, user_location
 from .instance import (  # noqa: F401  (re-exported: imported from tessera.compiler elsewhere)
     HOST,
@@ -83,7 +84,7 @@ class CompiledKernel:
         self.dump_dir = dump_dir
         self.build = build
         self.tuning = dict(tuning or {})  # fused kernel -> how the autotuner chose its schedule
-        self._graph = kernel.graph(shapes)
+        self._graph = kernel.graph(shapes, target=config)
         self._instance: Instance | None = None
         self._instances: dict[tuple, Instance] = {}
         # Unknown override keys fail now, before any lowering.
@@ -108,12 +109,15 @@ class CompiledKernel:
     @property
     def runnable(self) -> bool:
         """Whether calling it runs here: CPU configs, and CUDA configs with a runtime library and a GPU."""
-        kind = self.config.codegen_kind
-        if kind == "cuda" and self._instance is not None:
+        backend = backend_for(self.config)
+        if backend.runs_on == "gpu":
+            if self._instance is None:
+                return False
             from .gpu import gpu_available
 
-            return all("runtime" in dk.lowered.artifacts for dk in self._instance.devices) and gpu_available()
-        return kind == "c"
+            built = all(backend.run_needs in dk.lowered.artifacts for dk in self._instance.devices)
+            return built and gpu_available()
+        return backend.runs_on == "host"
 
     # Building ----------------------------------------------------------------------------------
     def _instantiate(self, env: dict[str, int]) -> Instance:
@@ -176,8 +180,9 @@ class CompiledKernel:
     @property
     def source(self) -> str:
         devices = self._require_instance("source").devices
-        if self.config.codegen_kind == "tt":  # the five artifacts of every device kernel
-            return "\n".join(_tt_text(dk) for dk in devices)
+        keys = backend_for(self.config).program_files
+        if keys:  # several files per device kernel (Tenstorrent's five)
+            return "\n".join(program_text(dk, keys) for dk in devices)
         if len(devices) == 1:
             return devices[0].lowered.source
         comment = "//"
@@ -212,13 +217,13 @@ class CompiledKernel:
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays (CPU configs), or on torch CUDA tensors or numpy arrays (CUDA configs on a
         GPU: numpy in gives numpy out, torch in gives torch out); returns the result array(s)."""
-        if self.config.codegen_kind == "cuda":
+        backend = backend_for(self.config)
+        if backend.runs_on == "gpu":
             return self._call_gpu(arrays)
-        if not self.runnable and self.config.codegen_kind == "tt":
+        if not self.runnable and backend.not_runnable is not None:
             raise NotRunnableError(
-                f"{self.kernel.name} was compiled for {self.config.name} (Tenstorrent); its kernels do not run "
-                "in this process: the reader/compute/writer/host/plan files are the result (.artifacts; "
-                "tessera_tvm.target.tt.emulate.run_plan runs a plan). Compile with target='cpu' to run it here."
+                f"{self.kernel.name} was compiled for {self.config.name}{backend.not_runnable}. "
+                "Compile with target='cpu' to run it here."
             )
         if not self.runnable:
             raise NotRunnableError(
@@ -310,7 +315,7 @@ def compile(
     env = kernel.check_shapes(shapes)
     overrides = {**kernel.schedule_overrides, **dict(schedule or {})}
     stages, base = _dump_settings(kernel, dump, dump_dir)
-    if config.codegen_kind != "c":
+    if backend_for(config).fixed_shapes:
         missing = [s for s in kernel.symbols if s not in env]
         if missing:
             raise ShapeError(

@@ -1,7 +1,7 @@
 """The dumps of a compile: which stages ``dump=``, ``dump_dir=`` and ``$TESSERA_DUMP_DIR`` ask for and
 where they go (``_dump_settings``), and writing them for an instance (:func:`write_dumps`):
-``graph.txt``, ``sched.txt`` + ``sched.json``, ``tile.py``, ``target.<ext>`` (Tenstorrent: the five
-artifacts of every kernel, :data:`TT_ARTIFACTS`, in one text and as files under ``target/<kernel>/``)
+``graph.txt``, ``sched.txt`` + ``sched.json``, ``tile.py``, ``target.<ext>`` (a backend that writes
+several files per kernel, Tenstorrent's five: them in one text and as files under ``target/<kernel>/``)
 and ``pass_log.jsonl``. The IR after every TVM pass (``passes/<kernel>/``) and the build outputs
 (``artifacts/<kernel>/``) are written by ``tessera_tvm.lower`` into the directories
 :mod:`tessera.build` gives it.
@@ -13,21 +13,18 @@ import json
 import os
 from pathlib import Path
 
+from tessera_tvm.target.backend import backend_for
+
 from .errors import KernelError, user_location
 from .instance import DeviceKernel, Instance
 from .kernel import STAGES, Kernel
 
-_SOURCE_EXT = {"cuda": "cu", "hip": "hip.cpp", "c": "cpp", "tt": "tt.cpp"}
-#: The five Tenstorrent artifacts of a device kernel, as ``.artifacts`` names them.
-TT_ARTIFACTS = ("reader", "compute", "writer", "host", "plan")
 
-
-def _tt_text(dk: DeviceKernel) -> str:
-    """A Tenstorrent device kernel's five artifacts in one text, each under a banner."""
+def program_text(dk: DeviceKernel, keys: tuple[str, ...]) -> str:
+    """A device kernel's program files (``keys`` of its artifacts) in one text, each under a banner."""
     files = dk.lowered.artifacts
     return "\n".join(
-        f"// ===== kernel {dk.name}: {files[key].name} ({key}) =====\n{Path(files[key]).read_text()}"
-        for key in TT_ARTIFACTS
+        f"// ===== kernel {dk.name}: {files[key].name} ({key}) =====\n{Path(files[key]).read_text()}" for key in keys
     )
 
 
@@ -86,13 +83,14 @@ def write_dumps(instance: Instance, dump_dir: Path, stages: tuple[str, ...]) -> 
         written["tile"] = dump_dir / "tile.py"
         written["tile"].write_text(header + "\n\n".join(dk.tile_text() for dk in instance.devices))
     if "target" in stages:
-        ext = _SOURCE_EXT.get(instance.config.codegen_kind, "txt")
-        written["target"] = dump_dir / f"target.{ext}"
-        if instance.config.codegen_kind == "tt":  # + the five files per kernel under target/<kernel>/
-            written["target"].write_text("\n".join(_tt_text(dk) for dk in instance.devices))
+        backend = backend_for(instance.config)
+        written["target"] = dump_dir / f"target{backend.source_suffix}"
+        keys = backend.program_files
+        if keys:  # several files per kernel (Tenstorrent's five): + each under target/<kernel>/
+            written["target"].write_text("\n".join(program_text(dk, keys) for dk in instance.devices))
             for dk in instance.devices:
                 (dump_dir / "target" / dk.name).mkdir(parents=True, exist_ok=True)
-                for key in TT_ARTIFACTS:
+                for key in keys:
                     src = Path(dk.lowered.artifacts[key])
                     (dump_dir / "target" / dk.name / src.name).write_text(src.read_text())
         else:

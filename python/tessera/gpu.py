@@ -5,7 +5,7 @@
     out = k(a_np, w_np, b_np)  # numpy in: copied to the GPU, the result copied back to numpy
 
 Each fused kernel's runtime library (``.artifacts[kernel]["runtime"]``, built next to the cubin
-whenever nvcc is on PATH) runs through :class:`tessera_tvm.target.cuda_runtime.CudaKernel`;
+whenever nvcc is on PATH) runs through :class:`tessera_tvm.target.cuda.runtime.CudaKernel`;
 intermediates between fused kernels stay on the GPU. Without a GPU, compiling still writes every
 artifact, and calling raises :class:`~tessera.errors.NotRunnableError` saying why.
 """
@@ -35,7 +35,7 @@ __all__ = [
 
 def gpu_available() -> bool:
     """Whether torch sees an NVIDIA GPU (a CUDA build of torch and a device)."""
-    from tessera_tvm.target.cuda_runtime import cuda_device_count
+    from tessera_tvm.target.cuda.runtime import cuda_device_count
 
     return cuda_device_count() > 0
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from tessera_tvm import load_config
 from tessera_tvm.errors import ResourceError
+from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
     AttentionSpec,
     ElementwiseSpec,
@@ -423,12 +424,13 @@ def choose_schedule(
     Raises :class:`ScheduleError` when the result cannot run on the target (before lowering).
     """
     config = load_config(config)
+    backend = backend_for(config)
     overrides = dict(overrides or {})
     tile = TileSchedule.from_config(config, spec)
     changes = {("rasterize" if k == "swizzle" else k): v for k, v in overrides.items()}
     if changes:
         tile = tile.replace(**changes)
-        if config.target_kind != "c":
+        if backend.thread_blocks:  # MMA instructions take whole warp tiles
             _check_mma(kernel, spec, tile, config)
     try:
         validate_schedule(spec, tile, config)
@@ -439,8 +441,8 @@ def choose_schedule(
             f"schedule for kernel {kernel} on {config.name}{how} cannot be held: {detail}; rejected before lowering",
             reason=_short_reason(exc),
         ) from None
-    gpu = config.target_kind != "c"
-    device = "tenstorrent" if config.codegen_kind == "tt" else ("gpu" if gpu else "cpu")
+    gpu = backend.thread_blocks
+    device = backend.device
     # TileLang splits pipelined TMA loops into producer/consumer warp groups (Hopper).
     producers = int(config.fact("producer_threads"))
     warp_specialized = bool(
@@ -463,8 +465,8 @@ def choose_schedule(
         memory=_memory(spec, tile, gpu, config),
         epilogue=_epilogue(spec),
         grid=_grid(spec, tile),
-        smem_bytes=smem_bytes(spec, tile, config.target_kind),
-        local_bytes=local_bytes(spec, tile, config.target_kind) if not gpu else 0,
+        smem_bytes=smem_bytes(spec, tile, backend.kind),
+        local_bytes=local_bytes(spec, tile, backend.kind) if not gpu else 0,
         device=device,
         parallel_grid=device == "cpu" and config.feature("parallel_grid"),  # runs tessera.MarkParallelGrid
     )

@@ -25,18 +25,12 @@ def _barrier_buffers(func) -> list[str]:
     return found
 
 
-def _compute_capability(target) -> int:
-    arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    return int(digits) if digits else 0
-
-
 @register_pass("tessera.VerifyBarrierSupport", doc="reject T.alloc_barrier before sm_90 with a clear error")
 def verify_barrier_support(ctx: BuildContext):
-    capability = _compute_capability(ctx.target)
+    arch = str(ctx.config.target_dict.get("arch", ctx.config.target_kind))
 
     def check(mod, _pass_ctx):
-        if ctx.target.kind.name != "cuda" or capability >= 90:
+        if ctx.config.fact("mbarrier"):  # the config's hardware: section says the target has them
             return mod
         for gv, func in mod.functions.items():
             if isinstance(func, tvm.tirx.PrimFunc):
@@ -44,8 +38,9 @@ def verify_barrier_support(ctx: BuildContext):
                 if names:
                     raise LoweringError(
                         f"kernel {gv.name_hint!r} allocates hardware barriers ({', '.join(names)}) with "
-                        f"T.alloc_barrier, which needs sm_90 or later, but target {ctx.config.name!r} is "
-                        f"sm_{capability}; use T.sync_threads() or named barriers on this target"
+                        f"T.alloc_barrier, which needs hardware barriers (sm_90 or later), but target "
+                        f"{ctx.config.name!r} ({arch}) has none (hardware.mbarrier is false); use "
+                        "T.sync_threads() or named barriers on this target"
                     )
         return mod
 

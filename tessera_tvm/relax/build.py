@@ -23,6 +23,7 @@ from .._tvm import tvm
 from ..config import TargetConfig, load_config
 from ..errors import TesseraError
 from ..registry import take_pending_error
+from ..target.backend import backend_for
 from .offload import OffloadReport, partition_for_tessera
 from .pipeline import is_tessera_kernel, pipeline_name
 
@@ -54,7 +55,8 @@ def export_options(config: TargetConfig | str) -> list[str]:
     ``-D`` flags are left out: the kernel sources carry them as ``#define`` lines already.
     """
     config = load_config(config)
-    flags = list(config.codegen_dict["flags"]) if config.codegen_kind == "c" else ["-O2"]
+    # Kernels compiled into the host library (CPU) take the config's flags; a GPU's host code needs few.
+    flags = list(config.codegen_dict["flags"]) if backend_for(config).kernels_in_host else ["-O2"]
     return ["-std=c++17", *(f for f in flags if not f.startswith("-D"))]
 
 
@@ -75,8 +77,8 @@ def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | 
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "module.so"
     library = tvm.runtime.load_module(str(export_library(executable, path, config)))
-    if device is None:
-        device = tvm.cpu() if config.target_kind == "c" else tvm.device(config.target_kind, 0)
+    if device is None:  # kernels in the host library run on the host CPU, others on the target's device 0
+        device = tvm.cpu() if backend_for(config).kernels_in_host else tvm.device(config.target_kind, 0)
     return relax.VirtualMachine(library, device)
 
 
@@ -144,7 +146,7 @@ class RelaxBuild:
 
     def run(self, function: str, *arrays):
         """Call ``function`` on numpy arrays in the VM (CPU configs); numpy result(s)."""
-        if self.config.target_kind != "c":
+        if not backend_for(self.config).kernels_in_host:
             raise TesseraError(f"{self.config.name!r} kernels run on a GPU; use .vm(tvm.cuda()) on a machine with one")
         result = self.vm()[function](*[tvm.runtime.tensor(a) for a in arrays])
         return _to_numpy(result)

@@ -30,6 +30,7 @@ from ..errors import TesseraError
 from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, node_of
+from ..target.backend import backend_for
 from ..tile import AttentionSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
 
 relax = tvm.relax
@@ -43,9 +44,6 @@ ANCHORS = {
     "relax.nn.layer_norm": "layer_norm",
     "relax.nn.rms_norm": "rms_norm",
 }
-
-#: Dtypes TileLang's C codegen cannot put in a kernel signature (ts.compile widens them; Relax cannot).
-CPU_UNSUPPORTED_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
 _EPILOGUE = ("cast", "add", "act", "add", "cast")
@@ -192,13 +190,14 @@ def _dynamic_reason(anchor: Node, nodes: list[Node]) -> str | None:
 
 
 def _check_dtypes(nodes: list[Node], config: TargetConfig) -> None:
-    if config.target_kind != "c":
+    unsupported = backend_for(config).relax_unsupported_dtypes  # CPU: what TileLang's C codegen has no type for
+    if not unsupported:
         return
     for n in nodes:
         for e in [n.var, *n.args]:
             if isinstance(e, relax.Var) and isinstance(e.struct_info, relax.TensorStructInfo):
                 dtype = str(e.struct_info.dtype)
-                if dtype in CPU_UNSUPPORTED_DTYPES:
+                if dtype in unsupported:
                     raise OffloadRejected(
                         f"{_name(e)} is {dtype}: TileLang's C codegen (the CPU target) has no {dtype} type"
                     )

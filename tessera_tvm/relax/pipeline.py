@@ -29,6 +29,7 @@ from .._tvm import tvm
 from ..config import TargetConfig, available_configs, load_config
 from ..errors import TesseraError
 from ..registry import tessera_module_pass
+from ..target.backend import backend_for
 
 #: Attributes partition_for_tessera puts on the tile programs it adds.
 KERNEL_ATTR = "tessera.kernel"  # the kernel family (gemm, attention, softmax, norm)
@@ -79,12 +80,9 @@ def _config_of(name: str) -> TargetConfig:
 
 def check_supported(config: TargetConfig) -> None:
     """Raise if ``config`` has no runtime TVM can load (Tenstorrent kernels are tt-metal programs)."""
-    if config.codegen_kind == "tt":
-        raise PipelineError(
-            f"config {config.name!r} (Tenstorrent) cannot be used from Relax: its kernels are tt-metal "
-            "programs (reader/compute/writer + host), not TVM runtime modules. Use "
-            "tessera_tvm.lower(program, 'tenstorrent') for them."
-        )
+    refused = backend_for(config).relax_refused
+    if refused is not None:
+        raise PipelineError(f"config {config.name!r} {refused}")
 
 
 def pipeline_name(config: TargetConfig | str) -> str:
@@ -252,7 +250,7 @@ def lower_kernel(func, config: TargetConfig, pipeline: str):
     if len(hosts) != 1:
         raise PipelineError(f"{lowered.name}: expected one host function, found {[str(g.name_hint) for g, _ in hosts]}")
     host = hosts[0][1].without_attr("tirx.is_entry_func")  # the module has many functions, no single entry
-    if config.codegen_kind == "c":
+    if backend_for(config).kernels_in_host:  # a C function in the same library, not a launch
         host = _call_cpu_kernels_by_symbol(host, lowered.device_mod)
     symbol = str(func.attrs["global_symbol"]) + CARRIER_SUFFIX
     carrier = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attrs(
@@ -298,7 +296,7 @@ def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: b
     CUDA is compiled with nvcc when the config says so and nvcc is on PATH (else source only).
     """
     from .._tvm import create_backend_context
-    from ..target.cuda import nvcc_available
+    from ..target.cuda.nvcc import nvcc_available
 
     target = config.tvm_target()
     key = config.fingerprint()
@@ -309,7 +307,7 @@ def device_runtime_module(device_mod, config: TargetConfig, *, compile_device: b
         compile_device = config.codegen_dict["compiler"] == "nvcc" and nvcc_available()
     with target:
         module = context.codegen_device(device_mod, compile_device=compile_device)
-    if config.codegen_kind == "c":
+    if backend_for(config).kernels_in_host:  # compiled by export_library with the host code
         names = sorted(str(gv.name_hint) for gv in device_mod.get_global_vars())
         module = _self_contained_c(module, names, config.codegen_dict["flags"])
     return module
@@ -319,7 +317,7 @@ def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
     """The C source as ``export_library`` can compile it with no options: TileLang's and Tessera's
     CPU headers included by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define``
     lines (the generated code may use those macros)."""
-    from ..target.cpu import RUNTIME_INCLUDE_DIR
+    from ..target.cpu.build import RUNTIME_INCLUDE_DIR
     from ..target.toolchain import tilelang_include_dirs
 
     header = f'#include "{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"'

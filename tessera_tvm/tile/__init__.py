@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..target.backend import backend_for, known_kinds
 from ..transform.tt.common import UnsupportedTTOperationError  # noqa: F401  (what a TT tile program refuses)
 from .base import DTYPES, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
 from .expr import Binary, Const, Expr, Input, Unary  # noqa: F401
@@ -32,49 +33,17 @@ from .specs import (  # noqa: F401
     ReduceSpec,
     SoftmaxSpec,
 )
+from .storage import CPU_WIDENED, cpu_storage  # noqa: F401
 from .validate import validate_schedule  # noqa: F401
-
-_DEFAULT_CONFIG = {"cuda": "hopper", "hip": "rocm", "c": "cpu", "tt": "tenstorrent"}
-
-#: Dtypes the CPU's C code cannot hold (TVM's C codegen has no fp8 type, and its C legalisation
-#: decodes fp8 wrongly): CPU programs take them as float32, which holds every fp8 value exactly.
-CPU_WIDENED = ("float8_e4m3fn", "float8_e5m2")
 
 
 def target_kind_of(target: Any) -> str:
-    """``cuda`` / ``hip`` / ``c`` / ``tt`` from a target kind, a config name or a TargetConfig."""
-    if isinstance(target, str) and (target in TARGET_KINDS or target == "tt"):
+    """``cuda`` / ``hip`` / ``c`` / ``tt`` from a codegen kind, a config name or a TargetConfig."""
+    if isinstance(target, str) and target in known_kinds():
         return target
     from ..config import load_config
 
-    config = load_config(target)
-    return "tt" if config.codegen_kind == "tt" else config.target_kind  # Tenstorrent: TVM kind c
-
-
-#: The TileSchedule fields each family's tile program reads on GPU targets (cuda, hip).
-_GPU_FIELDS: dict[str, tuple[str, ...]] = {
-    "gemm": ("block_m", "block_n", "block_k", "stages", "threads", "rasterize"),
-    "attention": ("block_m", "block_n", "stages", "threads"),  # no K loop, no swizzle
-    "softmax": ("block_m", "block_n", "threads"),  # not pipelined: no stages
-    "norm": ("block_m", "block_n", "threads"),
-    "reduce": ("block_m", "block_n", "threads"),
-    "elementwise": ("block_m", "block_n", "threads"),
-}
-#: The same on the CPU (c): a block's body is serial code, so no program reads threads or stages.
-_CPU_FIELDS: dict[str, tuple[str, ...]] = {
-    "gemm": ("block_m", "block_n", "block_k"),
-    "attention": ("block_m", "block_n"),
-    "softmax": ("block_m",),  # a row at a time, in vector lanes of a fixed width: no block_n
-    "norm": ("block_m",),
-    "reduce": ("block_m",),
-    "elementwise": ("block_m", "block_n"),
-}
-PROGRAM_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
-    "cuda": _GPU_FIELDS,
-    "hip": _GPU_FIELDS,
-    "c": _CPU_FIELDS,
-    "tt": dict.fromkeys(SPEC_FAMILIES, ()),  # one fixed 32x32 schedule (tile/tt.py): nothing to choose
-}
+    return load_config(target).codegen_kind  # Tenstorrent: codegen kind tt (its TVM kind is c)
 
 
 def program_fields(family: str | KernelSpec, target_kind: Any) -> tuple[str, ...]:
@@ -88,7 +57,7 @@ def program_fields(family: str | KernelSpec, target_kind: Any) -> tuple[str, ...
     name = family.family if isinstance(family, KernelSpec) else family
     if name not in SPEC_FAMILIES:
         raise SpecError(f"program_fields: family is {name!r}; expected one of {', '.join(SPEC_FAMILIES)}")
-    return PROGRAM_FIELDS[target_kind_of(target_kind)][name]
+    return backend_for(target_kind_of(target_kind)).program_fields[name]
 
 
 def build_tile_program(
@@ -102,42 +71,28 @@ def build_tile_program(
     so the device kernel is ``gemm_kernel``).
     """
     kind = target_kind_of(target_kind)
-    if kind == "tt":  # Tenstorrent: 32x32 tiles, GEMM and element-wise only (tile/tt.py)
-        from .tt import TT_SCHEDULE, tt_program
-
-        func = tt_program(spec, TT_SCHEDULE if schedule is None else schedule, kind)
-        return func.with_attr("global_symbol", name or spec.family)
+    backend = backend_for(kind)
+    if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tile/tt.py)
+        schedule = backend.hook("fixed_schedule")
     if schedule is None:
-        config = (
-            target_kind if not (isinstance(target_kind, str) and target_kind in TARGET_KINDS) else _DEFAULT_CONFIG[kind]
-        )
+        given_a_kind = isinstance(target_kind, str) and target_kind in known_kinds()  # not a config name
+        config = backend.default_config if given_a_kind else target_kind
         schedule = TileSchedule.from_config(config, spec)
     if not isinstance(schedule, TileSchedule):
         raise SpecError(f"schedule is {schedule!r}; expected a TileSchedule")
-    if isinstance(spec, GemmSpec):
-        from .gemm import gemm_program as generate
-    elif isinstance(spec, ElementwiseSpec):
-        from .elementwise import elementwise_program as generate
-    elif isinstance(spec, ReduceSpec):
-        from .reduce import reduce_program as generate
-    elif isinstance(spec, SoftmaxSpec):
-        from .reduce import softmax_program as generate
-    elif isinstance(spec, NormSpec):
-        from .reduce import norm_program as generate
-    elif isinstance(spec, AttentionSpec):
-        from .attention import attention_program as generate
-    else:
+    if not isinstance(spec, KernelSpec):
         raise SpecError(
             f"build_tile_program: {type(spec).__name__} is not a kernel spec; expected one of "
             "GemmSpec, ElementwiseSpec, ReduceSpec, SoftmaxSpec, NormSpec, AttentionSpec"
         )
-    fp8 = [p for p in spec.params() if p.dtype in CPU_WIDENED] if kind == "c" else []
+    generate = backend.tile_program(spec.family)
+    fp8 = [p for p in spec.params() if p.dtype in backend.unheld_dtypes]
     if fp8:  # else TVM's C codegen fails later with "Cannot convert type float8_e4m3fn to C type"
         raise SpecError(
             f"build_tile_program: parameter {fp8[0].name} is {fp8[0].dtype}, which the CPU's C code cannot "
             "hold; pass fp8 data as float32 on the CPU (every fp8 value is exact in float32; ts.compile does this)"
         )
-    func = generate(spec, schedule, kind)
+    func = generate(spec, schedule)
     symbol = name or spec.family
     if not symbol.isidentifier():
         raise SpecError(f"build_tile_program: name is {symbol!r}; expected a C identifier")

@@ -27,13 +27,6 @@ from .specs import AttentionSpec
 ACC = "float32"
 
 
-def attention_program(spec: AttentionSpec, schedule: TileSchedule, target_kind: str):
-    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
-    if target_kind == "c":
-        return _attention_cpu(spec, schedule)
-    return _attention_gpu(spec, schedule)
-
-
 def _visible(spec: AttentionSpec, query, key):
     """Whether ``query`` attends to ``key``."""
     if spec.causal:
@@ -64,7 +57,8 @@ def _alloc_probs(block_m: int, block_n: int, dtype: str):
     return T.alloc_fragment((block_m, block_n), dtype)
 
 
-def _attention_gpu(spec: AttentionSpec, s: TileSchedule):
+def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
+    """The flash-attention tile program of a thread-block target (CUDA, HIP)."""
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale_log2 = spec.scale * LOG2E  # exp(x * scale) == exp2(x * scale * log2(e))
     groups = spec.groups
@@ -120,7 +114,8 @@ def _attention_gpu(spec: AttentionSpec, s: TileSchedule):
     return main
 
 
-def _attention_cpu(spec: AttentionSpec, s: TileSchedule):
+def attention_cpu_program(spec: AttentionSpec, s: TileSchedule):
+    """The attention tile program of the CPU: packed panels and the micro-kernel (serial loops without it)."""
     if cpu_pack_suffix(spec.dtype_in) is None:
         return _attention_cpu_loops(spec, s)
     return _attention_cpu_packed(spec, s)

@@ -46,30 +46,35 @@ def _out_index(spec: ElementwiseSpec, row, col) -> tuple:
     return (*unravel(row, spec.shape[:-1]), col)
 
 
-def elementwise_program(spec: ElementwiseSpec, schedule: TileSchedule, target_kind: str):
-    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
+def _blocks(spec: ElementwiseSpec, schedule: TileSchedule) -> tuple:
+    """(rows, cols, block_m, block_n, inputs, params): what both programs read of spec and schedule."""
     rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
-    block_m = min(schedule.block_m, rows)
-    block_n = schedule.block_n
-    n_inputs = len(spec.operands)
-    params = spec.params()
+    return rows, cols, min(schedule.block_m, rows), schedule.block_n, len(spec.operands), spec.params()
 
-    if target_kind == "c":
 
-        @prim_func
-        def main():
-            io = declare_params(params)
-            with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m)) as (bx, by):
-                for i in T.serial(T.min(block_m, rows - by * block_m)):
-                    for j in T.serial(T.min(block_n, cols - bx * block_n)):
-                        io.buffers[n_inputs][_out_index(spec, by * block_m + i, bx * block_n + j)] = element_value(
-                            spec, io.buffers, by * block_m + i, bx * block_n + j
-                        )
-
-        return main
+def elementwise_cpu_program(spec: ElementwiseSpec, schedule: TileSchedule):
+    """The element-wise tile program of the CPU: serial loops over each block's rows and columns."""
+    rows, cols, block_m, block_n, n_inputs, params = _blocks(spec, schedule)
 
     @prim_func
-    def main():  # noqa: F811
+    def main():
+        io = declare_params(params)
+        with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m)) as (bx, by):
+            for i in T.serial(T.min(block_m, rows - by * block_m)):
+                for j in T.serial(T.min(block_n, cols - bx * block_n)):
+                    io.buffers[n_inputs][_out_index(spec, by * block_m + i, bx * block_n + j)] = element_value(
+                        spec, io.buffers, by * block_m + i, bx * block_n + j
+                    )
+
+    return main
+
+
+def elementwise_gpu_program(spec: ElementwiseSpec, schedule: TileSchedule):
+    """The element-wise tile program of a thread-block target (CUDA, HIP): a T.Parallel block, masked."""
+    rows, cols, block_m, block_n, n_inputs, params = _blocks(spec, schedule)
+
+    @prim_func
+    def main():
         io = declare_params(params)
         with T.Kernel(T.ceildiv(cols, block_n), T.ceildiv(rows, block_m), threads=schedule.threads) as (bx, by):
             for i, j in T.Parallel(block_m, block_n):

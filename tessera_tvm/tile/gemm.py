@@ -33,13 +33,6 @@ from .schedule import TileSchedule
 from .specs import GemmSpec
 
 
-def gemm_program(spec: GemmSpec, schedule: TileSchedule, target_kind: str):
-    """The TileLang PrimFunc for ``spec`` on ``target_kind``."""
-    if target_kind == "c":
-        return _gemm_cpu(spec, schedule)
-    return _gemm_gpu(spec, schedule)
-
-
 def _batch_coords(spec: GemmSpec, bz):
     """(A, B, out) batch coordinates of flat batch index ``bz`` (numpy broadcasting)."""
     out = unravel(bz, spec.batch) if spec.batch else []
@@ -80,7 +73,8 @@ def _declare(spec: GemmSpec):
     return io
 
 
-def _gemm_gpu(spec: GemmSpec, s: TileSchedule):
+def gemm_gpu_program(spec: GemmSpec, s: TileSchedule):
+    """The GEMM tile program of a thread-block target (CUDA, HIP): shared-memory tiles, T.gemm."""
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     a_tile = (block_k, block_m) if spec.transpose_a else (block_m, block_k)
@@ -199,7 +193,8 @@ def _store_cpu_block(spec, io, acc, rows, cols, row0, col0, out_batch):
             )
 
 
-def _gemm_cpu(spec: GemmSpec, s: TileSchedule):
+def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
+    """The GEMM tile program of the CPU: packed panels and the micro-kernel (serial loops without it)."""
     if not cpu_gemm_packs(spec):
         return _gemm_cpu_loops(spec, s)
     M, N, K = spec.M, spec.N, spec.K

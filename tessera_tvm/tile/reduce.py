@@ -65,8 +65,9 @@ class RowView:
 # ---------------------------------------------------------------------------------------------
 
 
-def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
-    """sum / max / mean over consecutive axes."""
+def _reduce_setup(spec: ReduceSpec, schedule: TileSchedule) -> tuple:
+    """What both reduction programs read: the row view, sizes, blocks, params and the operation's
+    identity, combine and finish steps."""
     view = RowView(spec.shape, spec.axis)
     rows, length = view.rows, view.length
     block_m = min(schedule.block_m, rows)
@@ -83,23 +84,31 @@ def reduce_program(spec: ReduceSpec, schedule: TileSchedule, target_kind: str):
     def finish(total):
         return total / T.cast(length, ACC) if spec.kind == "mean" else total
 
-    if target_kind == "c":
+    return view, rows, length, block_m, block_n, is_max, params, identity, combine, finish
 
-        @prim_func
-        def main():
-            io = declare_params(params, ("x", "out"))
-            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-                lanes = T.alloc_local((CPU_LANES,), ACC)
-                for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                    lane_reduce(lanes, length, identity(), combine, lambda r, i=i: view.load(io.x, bx * block_m + i, r))
-                    io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(
-                        finish(lanes[0]), spec.dtype_out
-                    )
 
-        return main
+def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
+    """sum / max / mean over consecutive axes on the CPU: one row at a time, lane_reduce over CPU_LANES."""
+    view, rows, length, block_m, block_n, is_max, params, identity, combine, finish = _reduce_setup(spec, schedule)
 
     @prim_func
-    def main():  # noqa: F811
+    def main():
+        io = declare_params(params, ("x", "out"))
+        with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+            lanes = T.alloc_local((CPU_LANES,), ACC)
+            for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                lane_reduce(lanes, length, identity(), combine, lambda r, i=i: view.load(io.x, bx * block_m + i, r))
+                io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(lanes[0]), spec.dtype_out)
+
+    return main
+
+
+def reduce_gpu_program(spec: ReduceSpec, schedule: TileSchedule):
+    """sum / max / mean over consecutive axes on a thread-block target: a fragment of lanes, T.reduce_*."""
+    view, rows, length, block_m, block_n, is_max, params, identity, combine, finish = _reduce_setup(spec, schedule)
+
+    @prim_func
+    def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
             lanes = T.alloc_fragment((block_m, block_n), ACC)
@@ -140,16 +149,19 @@ def _rescaled(total, old_max, new_max, value):
     )
 
 
-def softmax_program(spec: SoftmaxSpec, schedule: TileSchedule, target_kind: str):
-    """Numerically stable softmax along ``spec.axis``."""
+def softmax_cpu_program(spec: SoftmaxSpec, schedule: TileSchedule):
+    """Numerically stable softmax along ``spec.axis`` on the CPU (one row at a time)."""
+    view = RowView(spec.shape, (spec.axis,))
+    return _softmax_cpu(spec, view, min(schedule.block_m, view.rows))
+
+
+def softmax_gpu_program(spec: SoftmaxSpec, schedule: TileSchedule):
+    """Numerically stable (online) softmax along ``spec.axis`` on a thread-block target."""
     view = RowView(spec.shape, (spec.axis,))
     rows, length = view.rows, view.length
     block_m = min(schedule.block_m, rows)
     block_n = schedule.block_n
     params = spec.params()
-
-    if target_kind == "c":
-        return _softmax_cpu(spec, view, block_m)
 
     @prim_func
     def main():
@@ -283,8 +295,8 @@ def _declare_norm(spec: NormSpec):
     return io
 
 
-def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
-    """layer_norm / rms_norm over the last axis."""
+def _norm_setup(spec: NormSpec, schedule: TileSchedule) -> tuple:
+    """What both norm programs read: the row view, sizes, blocks and the statistics' constants."""
     view = RowView(spec.shape, (len(spec.shape) - 1,))
     rows, length = view.rows, view.length
     block_m = min(schedule.block_m, rows)
@@ -292,43 +304,52 @@ def norm_program(spec: NormSpec, schedule: TileSchedule, target_kind: str):
     centered = spec.kind == "layer_norm"
     eps = float(spec.eps)
     inv_length = 1.0 / length
+    return view, rows, length, block_m, block_n, centered, eps, inv_length
 
-    if target_kind == "c":
 
-        @prim_func
-        def main():
-            io = _declare_norm(spec)
-            with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-                lanes = T.alloc_local((CPU_LANES,), ACC)
-                mean = T.alloc_local((1,), ACC)
-                inv_std = T.alloc_local((1,), ACC)
-                for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                    mean[0] = T.cast(0, ACC)
-                    if centered:
-                        lane_reduce(
-                            lanes, length, T.cast(0, ACC), _add, lambda r, i=i: view.load(io.x, bx * block_m + i, r)
-                        )
-                        mean[0] = lanes[0] * inv_length
-                    lane_reduce(
-                        lanes,
-                        length,
-                        T.cast(0, ACC),
-                        _add,
-                        lambda r, i=i: (
-                            (view.load(io.x, bx * block_m + i, r) - mean[0])
-                            * (view.load(io.x, bx * block_m + i, r) - mean[0])
-                        ),
-                    )
-                    inv_std[0] = T.rsqrt(lanes[0] * inv_length + eps)
-                    for r in T.serial(length):
-                        io.out[view.index(bx * block_m + i, r)] = _normalized(
-                            spec, view.load(io.x, bx * block_m + i, r), mean[0], inv_std[0], io.weight, io.bias, r
-                        )
-
-        return main
+def norm_cpu_program(spec: NormSpec, schedule: TileSchedule):
+    """layer_norm / rms_norm over the last axis on the CPU: one row at a time, lane_reduce statistics."""
+    view, rows, length, block_m, block_n, centered, eps, inv_length = _norm_setup(spec, schedule)
 
     @prim_func
-    def main():  # noqa: F811
+    def main():
+        io = _declare_norm(spec)
+        with T.Kernel(T.ceildiv(rows, block_m)) as bx:
+            lanes = T.alloc_local((CPU_LANES,), ACC)
+            mean = T.alloc_local((1,), ACC)
+            inv_std = T.alloc_local((1,), ACC)
+            for i in T.serial(T.min(block_m, rows - bx * block_m)):
+                mean[0] = T.cast(0, ACC)
+                if centered:
+                    lane_reduce(
+                        lanes, length, T.cast(0, ACC), _add, lambda r, i=i: view.load(io.x, bx * block_m + i, r)
+                    )
+                    mean[0] = lanes[0] * inv_length
+                lane_reduce(
+                    lanes,
+                    length,
+                    T.cast(0, ACC),
+                    _add,
+                    lambda r, i=i: (
+                        (view.load(io.x, bx * block_m + i, r) - mean[0])
+                        * (view.load(io.x, bx * block_m + i, r) - mean[0])
+                    ),
+                )
+                inv_std[0] = T.rsqrt(lanes[0] * inv_length + eps)
+                for r in T.serial(length):
+                    io.out[view.index(bx * block_m + i, r)] = _normalized(
+                        spec, view.load(io.x, bx * block_m + i, r), mean[0], inv_std[0], io.weight, io.bias, r
+                    )
+
+    return main
+
+
+def norm_gpu_program(spec: NormSpec, schedule: TileSchedule):
+    """layer_norm / rms_norm over the last axis on a thread-block target: fragments of lanes, T.reduce_sum."""
+    view, rows, length, block_m, block_n, centered, eps, inv_length = _norm_setup(spec, schedule)
+
+    @prim_func
+    def main():
         io = _declare_norm(spec)
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
             lanes = T.alloc_fragment((block_m, block_n), ACC)

@@ -21,10 +21,12 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
     """Shared memory (bytes per block) the generated kernel allocates, estimated before lowering.
 
     Counts the tiles the generator places in shared memory times the pipeline stages, plus the
-    reduction workspace TileLang adds for cross-thread reductions. The CPU target (``c``) has no
-    shared memory and returns 0 (see :func:`local_bytes`).
+    reduction workspace TileLang adds for cross-thread reductions. A target without thread blocks
+    (the CPU, ``c``) has no shared memory and returns 0 (see :func:`local_bytes`).
     """
-    if target_kind == "c":
+    from ..target.backend import backend_for
+
+    if not backend_for(target_kind).thread_blocks:
         return 0
     s = schedule
     if isinstance(spec, GemmSpec):

@@ -95,7 +95,9 @@ class TileSchedule:
         raw = dict(config.schedule)
         per_kind = {k: dict(v) for k, v in raw.items() if k in SPEC_FAMILIES}
         base = {k: v for k, v in raw.items() if k not in SPEC_FAMILIES and k in _FIELDS}
-        target_kind = config.target_kind
+        target_kind = config.codegen_kind  # the backend's kind (Tenstorrent: tt, though its TVM kind is c)
+        if _fixed_schedule(target_kind):  # Tenstorrent: one tile shape, the config's, for every family
+            return cls(**base)
         values = {**_kind_defaults(kind, target_kind, base), **per_kind.get(kind, {})}
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
@@ -109,9 +111,23 @@ class TileSchedule:
 _FIELDS = {f.name for f in dataclasses.fields(TileSchedule)}
 
 
+def _fixed_schedule(target_kind: str) -> bool:
+    """Whether ``target_kind``'s programs are built with one fixed schedule (Tenstorrent's tile)."""
+    from ..target.backend import backend_for
+
+    return backend_for(target_kind).fixed_schedule is not None
+
+
+def _thread_blocks(target_kind: str) -> bool:
+    """Whether ``target_kind``'s kernels are thread blocks (GPU: threads, shared memory, MMA tiles)."""
+    from ..target.backend import backend_for
+
+    return backend_for(target_kind).thread_blocks
+
+
 def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[str, Any]:
     """Per-kind defaults derived from the config's GEMM defaults."""
-    gpu = target_kind != "c"
+    gpu = _thread_blocks(target_kind)
     if kind == "gemm":
         return base
     if kind == "attention":
@@ -190,7 +206,7 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgm
     at least 16 query rows per warp (each warp owns whole rows of the scores); Hopper's wgmma
     keeps 64-row blocks.
     """
-    gpu = target_kind != "c"
+    gpu = _thread_blocks(target_kind)
     warps = max(1, schedule.threads // 32)
     wgmma = gpu and wgmma  # the config's hardware.wgmma
     changes: dict[str, int] = {}
@@ -243,8 +259,8 @@ def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:
 def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) -> TileSchedule:
     """Fewer stages, then smaller K/key steps, until the schedule fits the config's shared memory."""
     limit = config.resource_limits.get("shared_memory_per_block")
-    target_kind = config.target_kind
-    if limit is None or target_kind == "c":
+    target_kind = config.codegen_kind
+    if limit is None or not _thread_blocks(target_kind):  # no shared memory to fit
         return schedule
     while smem_bytes(spec, schedule, target_kind) > limit:
         if schedule.stages > 1:

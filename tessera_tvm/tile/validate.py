@@ -26,11 +26,13 @@ def validate_schedule(spec: KernelSpec, schedule: TileSchedule, config: Any) -> 
     from ..config import load_config
 
     config = load_config(config)
+    from ..target.backend import backend_for
+
     limits = config.resource_limits
-    target_kind = config.target_kind
+    target_kind = config.codegen_kind  # the backend's kind: Tenstorrent is tt, not its TVM kind c
     name = f"{spec.family} kernel"
     s = schedule
-    if target_kind != "c":
+    if backend_for(config).thread_blocks:  # threads, warps, MMA tiles and shared memory
         max_threads = limits.get("threads_per_block")
         if max_threads and s.threads > max_threads:
             raise ResourceError(

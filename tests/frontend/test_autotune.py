@@ -404,7 +404,7 @@ def test_cuda_measuring_runs_with_the_gpu_emulated_on_the_cpu(monkeypatch):
     import torch
 
     import tessera.gpu as gpu
-    from tessera_tvm.target.cuda_runtime import CudaKernel
+    from tessera_tvm.target.cuda.runtime import CudaKernel
 
     (on_cpu,) = ts.compile(linear, "cpu", shapes=SHAPES).device_kernels
     costs = [2e-3, 3e-3, 0.5e-3]

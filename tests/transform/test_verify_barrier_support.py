@@ -50,8 +50,9 @@ def test_barrier_on_ampere_is_rejected_with_the_fix():
     with pytest.raises(
         LoweringError,
         match=re.escape(
-            "kernel 'main' allocates hardware barriers (bar) with T.alloc_barrier, which needs sm_90 or "
-            "later, but target 'ampere' is sm_80; use T.sync_threads() or named barriers on this target"
+            "kernel 'main' allocates hardware barriers (bar) with T.alloc_barrier, which needs hardware "
+            "barriers (sm_90 or later), but target 'ampere' (sm_80) has none (hardware.mbarrier is false); "
+            "use T.sync_threads() or named barriers on this target"
         ),
     ):
         OptimizeForTarget(lowered, "ampere")

@@ -53,6 +53,7 @@ from typing import Any
 import tessera_tvm
 from tessera_tvm.cache import KernelCache
 from tessera_tvm.graph import kernel_spec
+from tessera_tvm.target.backend import backend_for
 
 from ..errors import AutotuneError, ShapeError, user_location
 from ..kernel import Kernel
@@ -123,8 +124,9 @@ def autotune(
             op="ts.autotune",
             location=user_location(),
         )
-    if config.codegen_kind == "tt":
-        raise AutotuneError(f"{where}: Tenstorrent kernels have fixed 32x32 tiles; there is no schedule to tune")
+    refused = backend_for(config).tuning_refused
+    if refused is not None:  # Tenstorrent: one fixed tile
+        raise AutotuneError(f"{where}: {refused}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise AutotuneError(f"{where}: repeats is {repeats!r}; expected an int >= 1")
     if max_candidates is not None and (
@@ -141,7 +143,7 @@ def autotune(
             f"{where}: the config ({config.source}) declares no autotune space; add an `autotune:` section "
             "(e.g. {block_m: [32, 64], block_n: [32, 64]}) or pass space={...}"
         )
-    graph = kernel.graph(env)
+    graph = kernel.graph(env, target=config)
     names = [g.name for g in graph.groups]
     fixed = split_overrides({**kernel.schedule_overrides, **dict(schedule or {})}, names, f"kernel {kernel.name}")
 

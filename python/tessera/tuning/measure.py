@@ -44,6 +44,13 @@ class CpuBench:
             self.arrays[p.name] = np.ascontiguousarray(data.astype(dtype))
         (self.out,) = spec.outputs()
 
+    @staticmethod
+    def available(config) -> str | None:
+        """None when CPU kernels of ``config`` can be timed here, else why not (a library must be built)."""
+        if config.codegen_dict["compiler"] == "none":
+            return "the config builds no library (codegen.compiler: none)"
+        return None
+
     def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
         """A call of ``lowered`` on this bench's arrays, and the output of its first (warm-up) run."""
         from ..compiler import _numpy_dtype
@@ -147,8 +154,6 @@ def _cannot_measure(config) -> str | None:
     bench = BENCHES.get(kind)
     if bench is None:
         return f"no bench times {kind} kernels in this process"
-    if kind == "c" and config.codegen_dict["compiler"] == "none":
-        return "the config builds no library (codegen.compiler: none)"
     check = getattr(bench, "available", None)
     return check(config) if check is not None else None
 

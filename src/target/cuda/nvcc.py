@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .toolchain import (
+from ..toolchain import (
     BuildOptionError,
     atomic_output_dir,
     find_tool,

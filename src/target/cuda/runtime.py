@@ -2,7 +2,7 @@
 
 Building needs nvcc and g++ but no GPU; running needs a GPU. :func:`build_cuda_runtime` packs
 
-- the device module: the cubin Tessera's own nvcc driver built (:mod:`tessera_tvm.target.cuda`),
+- the device module: the cubin Tessera's own nvcc driver built (:mod:`tessera_tvm.target.cuda.nvcc`),
   wrapped by TileLang's CUDA module codegen, which records each kernel's launch parameters
   (grid, block, dynamic shared memory) from the device IR,
 - the host module: the host PrimFunc of the lowered module (argument checks, TMA descriptor
@@ -28,8 +28,8 @@ from typing import Any
 
 from tessera_tvm._tvm import tvm  # importing it registers TileLang's codegens
 
-from ..errors import TesseraError
-from .toolchain import validate_artifact_name
+from ...errors import TesseraError
+from ..toolchain import validate_artifact_name
 
 __all__ = ["CudaKernel", "GpuUnavailableError", "build_cuda_runtime", "cuda_device_count"]
 

@@ -1,0 +1,42 @@
+"""The Tenstorrent backend's manifest (codegen kind ``tt``; TVM target kind ``c``): 32x32 tile programs
+and the five tt-metal artifacts of every kernel (reader, compute, writer, host, plan).
+
+No toolchain runs here: the artifacts build against a tt-metal install, and the emulator
+(:mod:`tessera_tvm.target.tt.emulate`) runs a plan on request, not a compiled kernel's calls.
+"""
+
+from __future__ import annotations
+
+from ..backend import Backend, register_backend
+
+TT = register_backend(
+    Backend(
+        kind="tt",
+        tvm_kind="c",
+        title="Tenstorrent",
+        section="tt",
+        parse_section="tessera_tvm.target.tt.config:parse_section",
+        source_suffix=".tt.cpp",
+        device="tenstorrent",
+        thread_blocks=False,
+        # One generator for every family: it builds GEMM and element-wise kernels and names what it refuses.
+        tile_programs=dict.fromkeys(
+            ("gemm", "elementwise", "reduce", "softmax", "norm", "attention"), "tessera_tvm.tile.tt:tt_program"
+        ),
+        # One fixed 32x32 schedule: no program reads a field, nothing to choose.
+        program_fields=dict.fromkeys(("gemm", "elementwise", "reduce", "softmax", "norm", "attention"), ()),
+        default_config="tenstorrent",
+        fixed_schedule="tessera_tvm.tile.tt:TT_SCHEDULE",
+        program_generator="tessera_tvm.target.tt.codegen:generate",
+        program_files=("reader", "compute", "writer", "host", "plan"),
+        not_runnable=(
+            " (Tenstorrent); its kernels do not run in this process: the reader/compute/writer/host/plan files "
+            "are the result (.artifacts; tessera_tvm.target.tt.emulate.run_plan runs a plan)"
+        ),
+        tuning_refused="Tenstorrent kernels have fixed 32x32 tiles; there is no schedule to tune",
+        relax_refused=(
+            "(Tenstorrent) cannot be used from Relax: its kernels are tt-metal programs (reader/compute/writer "
+            "+ host), not TVM runtime modules. Use tessera_tvm.lower(program, 'tenstorrent') for them."
+        ),
+    )
+)
