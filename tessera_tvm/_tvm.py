@@ -302,3 +302,16 @@ def has_leaking_intermediate_variables(context) -> bool:
     from tvm.relax.backend.utils import has_leaking_intermediate_variables as relax_check
 
     return relax_check(context)
+
+
+def tvm_ffi_paths() -> tuple[str, str, str]:
+    """(include dir, DLPack include dir, library dir) of the tvm-ffi that TileLang's TVM runs on: what a
+    library exporting ``__tvm_ffi_<name>`` entries compiles and links against."""
+    import tvm_ffi
+
+    root = os.path.dirname(os.path.abspath(tvm_ffi.__file__))
+    return (
+        os.path.join(root, "include"),
+        os.path.join(root, "3rdparty", "dlpack", "include"),
+        os.path.join(root, "lib"),
+    )

@@ -101,6 +101,12 @@ class LoweredModule:
     _program_shapes: dict[str, list] = field(default_factory=dict)  # buffer -> dims (int, or a symbolic dim's name)
 
     @property
+    def entry(self) -> tuple[str, list, list] | None:
+        """What calls the kernel: on the CPU its C symbol, its parameters in the C order
+        (``KernelParam``s: buffers, then symbolic dims as scalars) and the tile program's buffer order."""
+        return self._entry
+
+    @property
     def host_ir(self) -> str:
         return self.host_mod.script()
 

@@ -165,6 +165,27 @@ class CompiledKernel:
             return "\n\n".join(dk.tile_text() for dk in inst.devices)
         return self.source
 
+    def build_module(self, out_dir: str | Path | None = None) -> Path:
+        """Build this kernel (its last instantiated shapes) into one library exporting the tvm-ffi
+        entry ``__tvm_ffi_<kernel>``: ``tvm_ffi.load_module(path)[kernel](*inputs, *outputs)`` with
+        DLPack tensors (numpy through ``tvm_ffi.from_dlpack``, torch CPU tensors as they are), or TVM's
+        ``tvm.runtime.load_module``. Returns the library's path (in ``out_dir``, or a new scratch
+        directory). CPU configs only, for now."""
+        import tempfile
+
+        from .module import module_plan
+
+        inst = self._require_instance("build_module()")
+        backend = backend_for(self.config)
+        build = backend.hook("module")
+        if build is None:
+            raise NotRunnableError(
+                f"{self.kernel.name}: build_module() is not supported for {self.config.name} ({backend.title}) yet; "
+                "CPU configs build tvm-ffi libraries"
+            )
+        out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
+        return build(module_plan(inst), out, tuple(self.config.codegen_dict["flags"]))
+
     @property
     def graph(self) -> GraphIR:
         return self._instance.graph if self._instance else self._graph

@@ -82,6 +82,9 @@ class Backend:
     # Hook ``(lowered, arrays, named) -> None`` that runs a lowered module in this process; None: it cannot.
     run: str | None = None
     run_needs: str | None = None  # the artifact the runner needs (CUDA: the runtime library)
+    # Hook ``(ModulePlan, out_dir, flags) -> Path`` building a compiled kernel into one tvm-ffi library
+    # (``__tvm_ffi_<kernel>``: every device kernel, intermediates inside); None: not yet for this kind.
+    module: str | None = None
     # Hook ``(lowered) -> None`` reloading a built library after its files moved (cache, out_dir).
     reload: str | None = None
     # Where ts.compile's kernels run when called: "host" (numpy arrays, in order, by the instance),

@@ -46,6 +46,7 @@ CPU = register_backend(
         entry="tessera_tvm.target.cpu.lowered:entry",
         run="tessera_tvm.target.cpu.lowered:run",
         reload="tessera_tvm.target.cpu.lowered:reload",
+        module="tessera_tvm.target.cpu.module:build_module",
         runs_on="host",
         fixed_shapes=False,
         kernels_in_host=True,

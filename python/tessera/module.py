@@ -1,0 +1,102 @@
+"""A compiled instance as one tvm-ffi library: the plan of its entry, read from the instance.
+
+:func:`module_plan` turns an :class:`~tessera.instance.Instance` (every dim bound) into the backend's
+``ModulePlan``: the kernel's inputs and outputs as DLPack tensors, the intermediates the entry
+allocates, and the device kernels' calls in order. The backend builds it (``Backend.module``:
+on the CPU ``tessera_tvm.target.cpu.module``). What the in-process runner does per call (numpy
+dtype conversions) must happen inside the kernels for this: a value whose dtype the tile program
+holds differently (fp8 on the CPU) is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera_tvm.graph.nodes import static_shape
+from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg
+
+from .instance import Instance
+
+
+def _numel(shape) -> int:
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count
+
+
+def module_plan(instance: Instance) -> ModulePlan:
+    """The entry plan of ``instance``: inputs, outputs, intermediates, calls (see the module docstring)."""
+    kernel, graph, env = instance.kernel, instance.graph, instance.env
+    where = f"{kernel.name} ({instance.config.name})"
+    names: dict[Any, str] = {}
+    tensors: dict[str, TensorArg] = {}
+
+    def tensor(var, name: str) -> TensorArg:
+        arg = TensorArg(name, str(var.struct_info.dtype), static_shape(var, env, where))
+        names[var] = name
+        tensors[name] = arg
+        return arg
+
+    inputs = tuple(tensor(var, pname) for var, (pname, _) in zip(graph.params, kernel.params, strict=True))
+    outs = list(graph.outputs)
+    if len(set(outs)) != len(outs):
+        raise ModuleError(f"{where}: returns the same tensor twice; a tvm-ffi entry writes each output once")
+    out_names = ["out"] if len(outs) == 1 else [f"out{i}" for i in range(len(outs))]
+    taken = {t.name for t in inputs}
+    out_names = [n if n not in taken else f"{n}_" for n in out_names]
+    copies = []
+    outputs = []
+    for var, name in zip(outs, out_names, strict=True):
+        arg = TensorArg(name, str(var.struct_info.dtype), static_shape(var, env, where))
+        outputs.append(arg)
+        tensors[name] = arg
+        if var in names:  # the kernel returns one of its inputs
+            copies.append((names[var], name))
+        else:
+            names[var] = name
+    intermediates = []
+    calls = []
+    for launch in instance.launches:
+        dk = launch.device
+        by_param: dict[str, str] = {}
+        for var, pname, dtype, shape in launch.inputs:
+            held = tensors[names[var]]
+            if dtype != held.dtype or _numel(shape) != held.numel:
+                raise ModuleError(
+                    f"{where}: kernel {dk.name} takes {pname} as {dtype} {list(shape)} but the value is "
+                    f"{held.dtype} {list(held.shape)}; the tvm-ffi entry does not convert dtypes (yet)"
+                )
+            by_param[pname] = held.name
+        pname, dtype, shape = launch.output
+        var, graph_dtype, graph_shape = launch.result
+        if dtype != graph_dtype:
+            raise ModuleError(
+                f"{where}: kernel {dk.name} writes {dtype} for a {graph_dtype} value; the tvm-ffi entry does not "
+                "convert dtypes (yet)"
+            )
+        if var not in names:
+            intermediates.append(tensor(var, f"{dk.name}_out"))
+        by_param[pname] = names[var]
+        entry = dk.lowered.entry
+        if entry is None:
+            raise ModuleError(f"{where}: kernel {dk.name} has no C entry on this target")
+        symbol, params, _ = entry
+        args: list[str | int] = []
+        for p in params:
+            if p.kind == "buffer":
+                args.append(by_param[p.name])
+            elif p.name in env:
+                args.append(int(env[p.name]))
+            else:
+                raise ModuleError(f"{where}: kernel {dk.name} takes scalar {p.name}, which is not a bound dim")
+        calls.append(Call(dk.name, symbol, tuple(args)))
+    return ModulePlan(
+        name=kernel.name,
+        inputs=inputs,
+        outputs=tuple(outputs),
+        intermediates=tuple(intermediates),
+        calls=tuple(calls),
+        copies=tuple(copies),
+        sources=tuple((launch.device.name, launch.device.lowered.source) for launch in instance.launches),
+    )

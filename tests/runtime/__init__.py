@@ -1,0 +1,1 @@
+"""Compiled kernels as runtime modules: tvm-ffi libraries loaded outside Tessera."""

@@ -1,0 +1,120 @@
+"""A CPU kernel from ts.compile as one tvm-ffi library, loaded in a fresh process as a TVM user would.
+
+The numerics are compared with numpy (float32; tolerance as in the frontend numerics tests: a
+softmax over 40 columns and 16-term dot products stay within 1e-5 of numpy's float32).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera import Tensor, ops
+
+
+@ts.kernel
+def mlp(x: Tensor["M", "K", ts.f32], w: Tensor["K", "N", ts.f32], b: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.softmax(ops.relu(ops.matmul(x, w) + b))
+
+
+SHAPES = {"M": 24, "K": 16, "N": 40}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    compiled = ts.compile(mlp, target="cpu", shapes=SHAPES)
+    return compiled.build_module(tmp_path_factory.mktemp("mlp"))
+
+
+def _reference(x, w, b):
+    r = np.maximum(x @ w + b, 0)
+    e = np.exp(r - r.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch
+    import tvm_ffi
+
+    lib, kind = sys.argv[1], sys.argv[2]
+    f = tvm_ffi.load_module(lib)["mlp"]
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((24, 16), (16, 40), (40,)))
+    if kind == "numpy":
+        out = np.zeros((24, 40), np.float32)
+        f(*[tvm_ffi.from_dlpack(a) for a in (x, w, b, out)])
+    else:
+        out_t = torch.zeros(24, 40)
+        f(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), out_t)
+        out = out_t.numpy()
+    errors = {}
+    for case, args in {
+        "shape": (x, x, b, out),
+        "dtype": (x, w.astype(np.float64), b, out),
+        "strides": (x, np.asfortranarray(w), b, out),
+    }.items():
+        try:
+            f(*[tvm_ffi.from_dlpack(a) for a in args])
+        except Exception as exc:
+            errors[case] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"x": x.tolist(), "w": w.tolist(), "b": b.tolist(), "out": out.tolist(), "errors": errors}))
+    """
+)
+
+
+def _run_child(library, kind: str) -> dict:
+    """Load and call the library in a fresh interpreter that never imports tessera."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(library), kind], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_library_exports_one_tvm_ffi_entry_per_kernel(library):
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
+    assert " T __tvm_ffi_mlp" in symbols
+    assert library.with_name("mlp.entry.cc").is_file()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_a_fresh_process_runs_it_on_numpy_and_torch(library, kind):
+    result = _run_child(library, kind)
+    x, w, b = (np.array(result[k], np.float32) for k in ("x", "w", "b"))
+    np.testing.assert_allclose(np.array(result["out"], np.float32), _reference(x, w, b), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments_are_errors_naming_the_argument(library):
+    errors = _run_child(library, "numpy")["errors"]
+    assert errors["shape"] == "ValueError: mlp: argument w has shape[0] = 24; expected 16"
+    assert errors["dtype"].startswith("TypeError: mlp: argument w has DLPack dtype (code 2, bits 64")
+    assert errors["strides"].startswith("ValueError: mlp: argument w is not contiguous")
+
+
+def test_kernels_that_return_an_input_copy_it():
+    @ts.kernel
+    def both(x: Tensor["M", ts.f32]) -> (Tensor["M", ts.f32], Tensor["M", ts.f32]):
+        return ops.relu(x), x
+
+    import tvm_ffi
+
+    path = ts.compile(both, target="cpu", shapes={"M": 8}).build_module()
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    out0, out1 = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    tvm_ffi.load_module(str(path))["both"](*[tvm_ffi.from_dlpack(a) for a in (x, out0, out1)])
+    np.testing.assert_array_equal(out0, np.maximum(x, 0))
+    np.testing.assert_array_equal(out1, x)
+
+
+def test_targets_without_a_module_builder_say_so():
+    with pytest.raises(ts.NotRunnableError, match=r"build_module\(\) is not supported for rocm \(HIP\) yet"):
+        ts.compile(mlp, target="rocm", shapes=SHAPES).build_module()
