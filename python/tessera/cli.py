@@ -11,6 +11,8 @@ tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump gra
 tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
              [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
                                         autotune its schedules; prints every candidate and the best
+tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64] --out DIR
+                                        write <kernel>.so (tvm-ffi entry), <kernel>.h and metadata.json
 """
 
 from __future__ import annotations
@@ -253,6 +255,25 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    """tessera export FILE.py[:KERNEL] --target T [--shapes M=..] --out DIR"""
+    import tessera as ts
+
+    kernel, module = _load_kernel(args.program, "export")
+    shapes = _shapes(args, kernel, module, "export")
+    missing = [s for s in kernel.symbols if s not in shapes]
+    if missing:
+        raise _Usage(f"tessera export: bind every dim of {kernel.name}; {', '.join(missing)} not given (--shapes)")
+    schedule = _json_arg(args.schedule, "--schedule", "export")
+    compiled = ts.compile(kernel, target=args.target, shapes=shapes, schedule=schedule)
+    files = compiled.export(args.out)
+    bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
+    print(f"{kernel.name} for {compiled.target} ({bound}) exported:")
+    for key, file in files.items():
+        print(f"  {key:<9} {file}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera tile-kernel compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -287,6 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         help="use tuned schedules (tunes first unless the tuning cache has them; see `tessera tune`)",
     )
     p.set_defaults(run=_cmd_compile)
+
+    p = sub.add_parser("export", help="write a kernel's AOT bundle: tvm-ffi library, C header, metadata.json")
+    p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")
+    p.add_argument("--target", default="cpu", help="a config name or a path to a YAML file (default: cpu)")
+    p.add_argument("--shapes", help="NAME=INT,... (default: the file's SHAPES dict); every dim must be bound")
+    p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
+    p.add_argument("--out", required=True, help="directory for <kernel>.so, <kernel>.h and metadata.json")
+    p.set_defaults(run=_cmd_export)
 
     p = sub.add_parser("tune", help="autotune the schedules of a @tessera.kernel on a target")
     p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")

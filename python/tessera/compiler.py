@@ -175,7 +175,12 @@ class CompiledKernel:
 
         from .module import module_plan
 
-        inst = self._require_instance("build_module()")
+        self._module_builder()  # before planning: says which targets build libraries
+        plan = module_plan(self._require_instance("build_module()"))
+        out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
+        return self._build_module_into(plan, out)
+
+    def _module_builder(self):
         backend = backend_for(self.config)
         build = backend.hook("module")
         if build is None:
@@ -183,8 +188,18 @@ class CompiledKernel:
                 f"{self.kernel.name}: build_module() is not supported for {self.config.name} ({backend.title}) yet; "
                 "CPU configs build tvm-ffi libraries"
             )
-        out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
-        return build(module_plan(inst), out, tuple(self.config.codegen_dict["flags"]))
+        return build
+
+    def _build_module_into(self, plan, out_dir: Path) -> Path:
+        return self._module_builder()(plan, out_dir, tuple(self.config.codegen_dict["flags"]))
+
+    def export(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write the AOT bundle to ``out_dir``: ``<kernel>.so`` (the tvm-ffi library of
+        :meth:`build_module`), ``<kernel>.h`` (a C header declaring its entry) and ``metadata.json``
+        (the entry, each argument's dtype and shape, each device kernel's metadata)."""
+        from .module import export_bundle
+
+        return export_bundle(self, out_dir)
 
     @property
     def graph(self) -> GraphIR:

@@ -10,10 +10,12 @@ holds differently (fp8 on the CPU) is refused with a clear error.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from tessera_tvm.graph.nodes import static_shape
-from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg
+from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg, entry_header
 
 from .instance import Instance
 
@@ -100,3 +102,34 @@ def module_plan(instance: Instance) -> ModulePlan:
         copies=tuple(copies),
         sources=tuple((launch.device.name, launch.device.lowered.source) for launch in instance.launches),
     )
+
+
+def export_bundle(compiled, out_dir) -> dict[str, Path]:
+    """Write ``compiled``'s AOT bundle to ``out_dir``: the tvm-ffi library, ``metadata.json`` (the
+    entry, every argument's dtype and shape, each device kernel's metadata) and a C header declaring
+    the entry. All files appear together or none does."""
+    from tessera_tvm.target.toolchain import atomic_output_dir, untouched_on_failure
+
+    compiled._module_builder()  # before planning: says which targets build libraries
+    inst = compiled._require_instance("export()")
+    plan = module_plan(inst)
+    bound = ", ".join(f"{k}={v}" for k, v in inst.env.items())
+    name = plan.name
+    metadata = {
+        "name": name,
+        "target": compiled.config.name,
+        "abi": {"kind": "tvm-ffi", "entry": f"__tvm_ffi_{name}", "library": f"{name}.so", "header": f"{name}.h"},
+        "shapes": dict(inst.env),
+        "arguments": [
+            {"name": t.name, "role": role, "dtype": t.dtype, "shape": list(t.shape)}
+            for group, role in ((plan.inputs, "input"), (plan.outputs, "output"))
+            for t in group
+        ],
+        "kernels": [m for dk in inst.devices for m in dk.lowered.metadata],
+    }
+    final = Path(out_dir).absolute()
+    with untouched_on_failure(final), atomic_output_dir(final) as staging:
+        library = compiled._build_module_into(plan, staging)
+        (staging / f"{name}.h").write_text(entry_header(plan, f" Target {compiled.config.name}, {bound}."))
+        (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    return {"library": final / library.name, "header": final / f"{name}.h", "metadata": final / "metadata.json"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import TesseraError
 
-__all__ = ["Call", "ModuleError", "ModulePlan", "TensorArg"]
+__all__ = ["Call", "ModuleError", "ModulePlan", "TensorArg", "entry_header"]
 
 
 class ModuleError(TesseraError):
@@ -56,3 +56,46 @@ class ModulePlan:
     calls: tuple[Call, ...]
     copies: tuple[tuple[str, str], ...]  # (input, output): an output that is an input, copied
     sources: tuple[tuple[str, str], ...]  # (device kernel name, its C source)
+
+
+def entry_header(plan: ModulePlan, note: str = "") -> str:
+    """A C header declaring ``plan``'s tvm-ffi entry, its arguments listed in order (for C hosts)."""
+    guard = "TESSERA_EXPORT_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper()) + "_H_"
+    macro = "TESSERA_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper())
+    width = max(len(t.name) for t in (*plan.inputs, *plan.outputs))
+    rows = [
+        f" *   args[{i}]  {t.name:<{width}}  {t.dtype} [{', '.join(map(str, t.shape))}]  {role}"
+        for i, (t, role) in enumerate(
+            [(t, "input") for t in plan.inputs] + [(t, "output, written by the kernel") for t in plan.outputs]
+        )
+    ]
+    lines = [
+        f"/* {plan.name}: a Tessera kernel exported as a tvm-ffi library ({plan.name}.so).{note}",
+        " *",
+        f" * Call __tvm_ffi_{plan.name} with {len(rows)} arguments, each a DLTensor* passed as a TVMFFIAny of",
+        " * type_index kTVMFFIDLTensorPtr, CPU memory, dense row-major:",
+        *rows,
+        " * It returns 0, or -1 with the error kept for TVMFFIErrorMoveFromRaised. tvm_ffi.load_module and",
+        " * TVM's tvm.runtime.load_module find the same entry by the kernel's name.",
+        " */",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <tvm/ffi/c_api.h>",
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"#define {macro}_NUM_ARGS {len(rows)}",
+        "",
+        f"int __tvm_ffi_{plan.name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result);",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif  /* {guard} */",
+        "",
+    ]
+    return "\n".join(lines)
