@@ -118,3 +118,13 @@ def test_kernels_that_return_an_input_copy_it():
 def test_targets_without_a_module_builder_say_so():
     with pytest.raises(ts.NotRunnableError, match=r"build_module\(\) is not supported for rocm \(HIP\) yet"):
         ts.compile(mlp, target="rocm", shapes=SHAPES).build_module()
+
+
+def test_tvm_runtime_load_module_finds_the_same_entry(library):
+    from tessera_tvm._tvm import tvm
+
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((24, 16), (16, 40), (40,)))
+    out = tvm.runtime.tensor(np.zeros((24, 40), np.float32))
+    tvm.runtime.load_module(str(library))["mlp"](*[tvm.runtime.tensor(a) for a in (x, w, b)], out)
+    np.testing.assert_allclose(out.numpy(), _reference(x, w, b), rtol=1e-5, atol=1e-6)
