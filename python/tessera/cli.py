@@ -12,7 +12,8 @@ tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [
              [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
                                         autotune its schedules; prints every candidate and the best
 tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64] --out DIR
-                                        write <kernel>.so (tvm-ffi entry), <kernel>.h and metadata.json
+                                        write <kernel>.so (tvm-ffi entry), <kernel>.h, <kernel>.tsrb, metadata.json
+tessera runtime --out DIR [--sanitize]  build libtessera_rt.so, the tsr* C runtime (include/tessera/tsr.h)
 """
 
 from __future__ import annotations
@@ -274,6 +275,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_runtime(args: argparse.Namespace) -> int:
+    """tessera runtime --out DIR: build libtessera_rt.so, the tsr* C runtime."""
+    from tessera_tvm.target.cpu.build import RUNTIME_INCLUDE_DIR
+    from tessera_tvm.target.tsr import build_runtime
+
+    library = build_runtime(args.out, sanitize=args.sanitize)
+    print(f"built {library}")
+    print(f"  header: {RUNTIME_INCLUDE_DIR / 'tessera' / 'tsr.h'} (compile with -I{RUNTIME_INCLUDE_DIR})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera tile-kernel compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -316,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
     p.add_argument("--out", required=True, help="directory for <kernel>.so, <kernel>.h and metadata.json")
     p.set_defaults(run=_cmd_export)
+
+    p = sub.add_parser("runtime", help="build libtessera_rt.so, the tsr* C runtime that loads exported images")
+    p.add_argument("--out", required=True, help="directory for libtessera_rt.so")
+    p.add_argument("--sanitize", action="store_true", help="build with AddressSanitizer and UBSan")
+    p.set_defaults(run=_cmd_runtime)
 
     p = sub.add_parser("tune", help="autotune the schedules of a @tessera.kernel on a target")
     p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")

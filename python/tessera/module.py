@@ -16,6 +16,7 @@ from typing import Any
 
 from tessera_tvm.graph.nodes import static_shape
 from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg, entry_header
+from tessera_tvm.target.tsr import ABI_MAJOR, ABI_MINOR, image_metadata, write_image
 
 from .instance import Instance
 
@@ -118,7 +119,14 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
     metadata = {
         "name": name,
         "target": compiled.config.name,
-        "abi": {"kind": "tvm-ffi", "entry": f"__tvm_ffi_{name}", "library": f"{name}.so", "header": f"{name}.h"},
+        "abi": {
+            "kind": "tvm-ffi",
+            "entry": f"__tvm_ffi_{name}",
+            "library": f"{name}.so",
+            "header": f"{name}.h",
+            "image": f"{name}.tsrb",  # for the tsr* C runtime: tsrLoadModule(ctx, image, size, &mod)
+            "tsr_abi": f"{ABI_MAJOR}.{ABI_MINOR}",
+        },
         "shapes": dict(inst.env),
         "arguments": [
             {"name": t.name, "role": role, "dtype": t.dtype, "shape": list(t.shape)}
@@ -132,4 +140,11 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
         library = compiled._build_module_into(plan, staging)
         (staging / f"{name}.h").write_text(entry_header(plan, f" Target {compiled.config.name}, {bound}."))
         (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
-    return {"library": final / library.name, "header": final / f"{name}.h", "metadata": final / "metadata.json"}
+        launches = [m["launch"] for m in metadata["kernels"]]
+        write_image(staging / f"{name}.tsrb", image_metadata(plan, launches), library)
+    return {
+        "library": final / library.name,
+        "header": final / f"{name}.h",
+        "metadata": final / "metadata.json",
+        "image": final / f"{name}.tsrb",
+    }

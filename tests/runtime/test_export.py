@@ -122,6 +122,7 @@ def test_the_bundle_holds_library_header_and_metadata(bundle):
         "linear_relu.entry.cc",  # the tvm-ffi entry
         "linear_relu.h",
         "linear_relu.so",
+        "linear_relu.tsrb",  # the image the tsr* C runtime loads
         "metadata.json",
     ]
     meta = json.loads((bundle / "metadata.json").read_text())
@@ -130,6 +131,8 @@ def test_the_bundle_holds_library_header_and_metadata(bundle):
         "entry": "__tvm_ffi_linear_relu",
         "library": "linear_relu.so",
         "header": "linear_relu.h",
+        "image": "linear_relu.tsrb",
+        "tsr_abi": "1.0",
     }
     assert meta["shapes"] == {"M": 32, "K": 48, "N": 40}
     assert meta["arguments"] == [

@@ -1,0 +1,82 @@
+/* Tessera's embeddable runtime: the C ABI of seed 004 §3.5 (libtessera_rt.so).
+ *
+ * A C or C++ host runs an exported Tessera kernel without Python:
+ *
+ *   tsr_context_t ctx;  tsrCreateContext(&ctx);
+ *   tsr_module_t mod;   tsrLoadModule(ctx, image, image_size, &mod);   // <kernel>.tsrb, in memory
+ *   tsr_kernel_t k;     tsrGetKernel(mod, "linear_relu", &k);
+ *   void* args[] = {&A, &W, &b, &out};                                  // DLTensor*, inputs then outputs
+ *   tsr_launch_t launch = {0};                                          // zero: as compiled
+ *   tsrLaunch(k, NULL, launch, args, 4);
+ *   tsrDestroyContext(ctx);                                             // frees its modules and memory
+ *
+ * Every call returns a status; on failure tsrGetLastError() says what was wrong (per thread).
+ * Handles are checked on every call: a handle of a destroyed context, module or kernel, or a
+ * pointer tsrAlloc did not return, is TSR_EINVAL, never a crash. This runtime runs CPU kernels
+ * (images built by `tessera export --target cpu`); `stream` must be NULL (calls run synchronously).
+ */
+#ifndef TESSERA_TSR_H_
+#define TESSERA_TSR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI this header describes. An image records the ABI it was built for; tsrLoadModule refuses
+ * another major version, and a minor version newer than the runtime's. */
+#define TSR_ABI_MAJOR 1
+#define TSR_ABI_MINOR 0
+
+typedef struct tsr_context* tsr_context_t;
+typedef struct tsr_module* tsr_module_t;
+typedef struct tsr_kernel* tsr_kernel_t;
+typedef struct tsr_stream* tsr_stream_t;
+
+typedef enum {
+  TSR_SUCCESS = 0,
+  TSR_EOOM = 1,       /* out of memory */
+  TSR_EINVAL = 2,     /* a bad argument: handle, image, name, count, tensor, launch spec */
+  TSR_ETIMEOUT = 3,   /* reserved: no call waits here yet */
+  TSR_EABI = 4,       /* the image was built for another ABI version */
+  TSR_ENOTFOUND = 5,  /* no kernel of that name in the module */
+  TSR_EKERNEL = 6     /* the kernel itself failed */
+} tsr_status_t;
+
+/* The launch spec: grid and block per dimension and dynamic shared memory in bytes. All zero means
+ * "as compiled"; otherwise it must equal the kernel's metadata (its one device kernel's launch). */
+typedef struct {
+  uint32_t grid_x, grid_y, grid_z;
+  uint32_t block_x, block_y, block_z;
+  uint32_t smem_bytes;
+} tsr_launch_t;
+
+/* The message of this thread's last failed call ("" when none failed). */
+const char* tsrGetLastError(void);
+
+/* The runtime's ABI version (TSR_ABI_MAJOR * 1000 + TSR_ABI_MINOR). */
+int tsrGetAbiVersion(void);
+
+tsr_status_t tsrCreateContext(tsr_context_t* ctx);
+tsr_status_t tsrDestroyContext(tsr_context_t ctx);
+
+tsr_status_t tsrLoadModule(tsr_context_t ctx, const void* image, size_t size, tsr_module_t* mod);
+tsr_status_t tsrUnloadModule(tsr_module_t mod);
+tsr_status_t tsrGetKernel(tsr_module_t mod, const char* name, tsr_kernel_t* kernel);
+/* How many arguments the kernel takes (inputs then outputs). */
+tsr_status_t tsrGetKernelNumArgs(tsr_kernel_t kernel, int32_t* nargs);
+
+tsr_status_t tsrAlloc(tsr_context_t ctx, size_t bytes, void** ptr);
+tsr_status_t tsrFree(tsr_context_t ctx, void* ptr);
+
+/* args[i] is a DLTensor* (dlpack.h): CPU memory, the dtype and shape the kernel was compiled for,
+ * dense row-major. Outputs are written in place. */
+tsr_status_t tsrLaunch(tsr_kernel_t kernel, tsr_stream_t stream, tsr_launch_t launch, void** args, int32_t nargs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_TSR_H_ */

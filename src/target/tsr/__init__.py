@@ -1,0 +1,83 @@
+"""Tessera's embeddable runtime (seed 004 §3.5): the ``tsr*`` C ABI, its images and its build.
+
+``include/tessera/tsr.h`` is the ABI; ``tsr.cc`` implements it over tvm-ffi's C API for CPU kernels.
+:func:`write_image` packs an exported kernel (its tvm-ffi library, argument list and launch) into
+the image ``tsrLoadModule`` takes; :func:`build_runtime` builds ``libtessera_rt.so`` with g++ (with
+AddressSanitizer and UndefinedBehaviorSanitizer when ``sanitize``), linked against tvm-ffi.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from ..._tvm import tvm_ffi_paths
+from ..cpu.build import RUNTIME_INCLUDE_DIR
+from ..module import ModulePlan
+from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_failure
+
+__all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_metadata", "write_image"]
+
+#: The ABI version images are written for (``TSR_ABI_MAJOR`` / ``TSR_ABI_MINOR`` in tsr.h).
+ABI_MAJOR, ABI_MINOR = 1, 0
+
+SOURCE = Path(__file__).resolve().parent / "tsr.cc"
+
+#: DLPack type codes (dlpack.h's DLDataTypeCode) of the dtypes an entry takes.
+_CODES = {"float": 2, "bfloat": 4, "int": 0, "uint": 1, "bool": 6}
+
+
+def _code_bits(dtype: str) -> tuple[int, int]:
+    if dtype == "bool":
+        return _CODES["bool"], 8
+    for prefix in ("bfloat", "float", "uint", "int"):
+        if dtype.startswith(prefix) and dtype[len(prefix) :].isdigit():
+            return _CODES[prefix], int(dtype[len(prefix) :])
+    raise ValueError(f"no DLPack code for dtype {dtype!r}")
+
+
+def image_metadata(plan: ModulePlan, launches: list[dict[str, Any]]) -> str:
+    """The image's metadata text (tsr.cc documents the format): the kernel, its arguments in order,
+    and its launch when it runs one device kernel (``launches``: each device kernel's metadata launch)."""
+    args = [(t, "input") for t in plan.inputs] + [(t, "output") for t in plan.outputs]
+    lines = [f"kernel {plan.name} __tvm_ffi_{plan.name} {len(args)}"]
+    for i, (t, role) in enumerate(args):
+        code, bits = _code_bits(t.dtype)
+        lines.append(f"arg {i} {t.name} {role} {code} {bits} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip())
+    if len(launches) == 1 and all(isinstance(v, int) for v in (*launches[0]["grid"], *launches[0]["block"])):
+        launch = launches[0]
+        dims = [*launch["grid"], *launch["block"], int(launch.get("smem_bytes", 0))]
+        lines.append("launch " + " ".join(str(int(d)) for d in dims))
+    else:
+        lines.append("launch none")
+    return "\n".join(lines) + "\n"
+
+
+def write_image(path: str | os.PathLike[str], metadata: str, library: str | os.PathLike[str]) -> Path:
+    """Write the image ``tsrLoadModule`` takes: header, ABI version, metadata text, library bytes."""
+    meta = metadata.encode()
+    lib = Path(library).read_bytes()
+    blob = b"TSRB" + struct.pack("<II", ABI_MAJOR, ABI_MINOR) + struct.pack("<Q", len(meta)) + meta
+    blob += struct.pack("<Q", len(lib)) + lib
+    Path(path).write_bytes(blob)
+    return Path(path)
+
+
+def build_runtime(out_dir: str | os.PathLike[str], *, sanitize: bool = False, timeout: float = 600) -> Path:
+    """Build ``out_dir/libtessera_rt.so`` from tsr.cc (``sanitize``: with ASan and UBSan); return it.
+    A C host compiles against ``include/tessera/tsr.h`` (:data:`RUNTIME_INCLUDE_DIR`) and links it."""
+    cxx = require_tool("g++")
+    include, dlpack, lib = tvm_ffi_paths()
+    flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else ["-O2"]
+    command = [
+        cxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Werror", *flags,
+        f"-I{RUNTIME_INCLUDE_DIR}", f"-I{include}", f"-I{dlpack}",
+        "-o", "libtessera_rt.so", str(SOURCE),
+        f"-L{lib}", "-ltvm_ffi", f"-Wl,-rpath,{lib}", "-ldl",
+    ]  # fmt: skip
+    final = Path(out_dir).absolute()
+    with untouched_on_failure(final), atomic_output_dir(final) as staging:
+        run_tool(command, cwd=staging, timeout=timeout)
+    return final / "libtessera_rt.so"

@@ -1,0 +1,194 @@
+"""The tsr* C runtime (seed 004 §3.5, §11.1): a C host runs an exported kernel without Python.
+
+Both the runtime and the host are built with AddressSanitizer and UndefinedBehaviorSanitizer; the
+host runs the seed's minimal flow on an exported GEMM+bias+ReLU and compares with a C reference
+loop (float32 sums of 48 products: 1e-4 absolute), then feeds every kind of bad input and prints
+the status and message of each. A sanitizer report or a crash fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from tessera.cli import main
+from tessera_tvm._tvm import tvm_ffi_paths
+from tessera_tvm.target.cpu.build import RUNTIME_INCLUDE_DIR
+from tessera_tvm.target.tsr import build_runtime
+
+from .test_export import KERNEL
+
+HOST = textwrap.dedent(
+    r"""
+    #include <math.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <dlpack/dlpack.h>
+    #include <tessera/tsr.h>
+
+    enum { M = 32, K = 48, N = 40 };
+
+    static void* read_file(const char* path, size_t* size) {
+      FILE* f = fopen(path, "rb");
+      if (!f) return NULL;
+      fseek(f, 0, SEEK_END);
+      *size = (size_t)ftell(f);
+      fseek(f, 0, SEEK_SET);
+      void* data = malloc(*size);
+      if (fread(data, 1, *size, f) != *size) { free(data); data = NULL; }
+      fclose(f);
+      return data;
+    }
+
+    static DLTensor tensor(float* data, int ndim, int64_t* shape) {
+      DLTensor t;
+      memset(&t, 0, sizeof(t));
+      t.data = data;
+      t.device.device_type = kDLCPU;
+      t.ndim = ndim;
+      t.dtype.code = kDLFloat;
+      t.dtype.bits = 32;
+      t.dtype.lanes = 1;
+      t.shape = shape;
+      return t;
+    }
+
+    #define SHOW(what, call) do { tsr_status_t s_ = (call); printf("%s: %d %s\n", what, (int)s_, tsrGetLastError()); } while (0)
+
+    int main(int argc, char** argv) {
+      size_t size = 0;
+      unsigned char* image = read_file(argv[1], &size);
+      if (!image) { printf("cannot read %s\n", argv[1]); return 1; }
+
+      /* The seed's minimal host flow. */
+      tsr_context_t ctx;
+      if (tsrCreateContext(&ctx) != TSR_SUCCESS) return 1;
+      tsr_module_t mod = NULL;
+      if (tsrLoadModule(ctx, image, size, &mod) != TSR_SUCCESS) { printf("load: %s\n", tsrGetLastError()); return 1; }
+      tsr_kernel_t k;
+      if (tsrGetKernel(mod, "linear_relu", &k) != TSR_SUCCESS) return 1;
+      float *x, *w, *b, *out;
+      if (tsrAlloc(ctx, sizeof(float) * M * K, (void**)&x) || tsrAlloc(ctx, sizeof(float) * K * N, (void**)&w) ||
+          tsrAlloc(ctx, sizeof(float) * N, (void**)&b) || tsrAlloc(ctx, sizeof(float) * M * N, (void**)&out)) return 1;
+      for (int i = 0; i < M * K; ++i) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+      for (int i = 0; i < K * N; ++i) w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+      for (int i = 0; i < N; ++i) b[i] = (float)(i % 3) - 1.0f;
+      int64_t sx[] = {M, K}, sw[] = {K, N}, sb[] = {N}, so[] = {M, N};
+      DLTensor A = tensor(x, 2, sx), W = tensor(w, 2, sw), B = tensor(b, 1, sb), C = tensor(out, 2, so);
+      void* args[] = {&A, &W, &B, &C};
+      tsr_launch_t launch;
+      memset(&launch, 0, sizeof(launch));
+      tsr_stream_t stream = NULL;
+      SHOW("launch", tsrLaunch(k, stream, launch, args, 4));
+      double worst = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          float acc = b[j];
+          for (int kk = 0; kk < K; ++kk) acc += x[i * K + kk] * w[kk * N + j];
+          acc = acc > 0 ? acc : 0;
+          double d = fabs((double)acc - out[i * N + j]);
+          worst = d > worst ? d : worst;
+        }
+      printf("max error %s\n", worst < 1e-4 ? "ok" : "too large");
+
+      /* Bad inputs: each a status and a message. */
+      unsigned char* other = malloc(size);
+      memcpy(other, image, size);
+      other[4] = 2;  /* ABI major 2 */
+      tsr_module_t bad = NULL;
+      SHOW("abi", tsrLoadModule(ctx, other, size, &bad));
+      SHOW("truncated", tsrLoadModule(ctx, image, size - 100, &bad));
+      for (size_t i = 0; i < size; ++i) other[i] = (unsigned char)(i * 131 + 7);
+      SHOW("garbage", tsrLoadModule(ctx, other, size, &bad));
+      SHOW("short", tsrLoadModule(ctx, image, 16, &bad));
+      uint64_t meta_len = 0;
+      for (int i = 7; i >= 0; --i) meta_len = (meta_len << 8) | image[12 + i];
+      memcpy(other, image, size);
+      other[20 + meta_len + 8] ^= 0xff;  /* the library's ELF magic */
+      SHOW("corrupt", tsrLoadModule(ctx, other, size, &bad));
+      free(other);
+      tsr_kernel_t none;
+      SHOW("unknown kernel", tsrGetKernel(mod, "softmax", &none));
+      SHOW("nargs", tsrLaunch(k, NULL, launch, args, 3));
+      SHOW("null args", tsrLaunch(k, NULL, launch, NULL, 4));
+      void* holes[] = {&A, NULL, &B, &C};
+      SHOW("null arg", tsrLaunch(k, NULL, launch, holes, 4));
+      SHOW("null ctx out", tsrCreateContext(NULL));
+      SHOW("null image", tsrLoadModule(ctx, NULL, size, &bad));
+      int64_t wrong[] = {K + 1, N};
+      DLTensor W2 = tensor(w, 2, wrong);
+      void* misshapen[] = {&A, &W2, &B, &C};
+      SHOW("shape", tsrLaunch(k, NULL, launch, misshapen, 4));
+      tsr_launch_t odd = launch;
+      odd.grid_x = 1000; odd.block_x = 7;
+      SHOW("launch spec", tsrLaunch(k, NULL, odd, args, 4));
+      SHOW("stream", tsrLaunch(k, (tsr_stream_t)&odd, launch, args, 4));
+      SHOW("free", tsrFree(ctx, b));
+      SHOW("double free", tsrFree(ctx, b));
+      SHOW("foreign free", tsrFree(ctx, image));
+      SHOW("destroy", tsrDestroyContext(ctx));
+      SHOW("kernel after destroy", tsrLaunch(k, NULL, launch, args, 4));
+      SHOW("module after destroy", tsrGetKernel(mod, "linear_relu", &none));
+      SHOW("alloc after destroy", tsrAlloc(ctx, 16, (void**)&x));
+      SHOW("destroy twice", tsrDestroyContext(ctx));
+      printf("abi %d\n", tsrGetAbiVersion());
+      free(image);
+      return 0;
+    }
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tsr")
+    (root / "linear_relu.py").write_text(KERNEL)
+    assert main(["export", str(root / "linear_relu.py"), "--target", "cpu", "--out", str(root / "bundle")]) == 0
+    return root / "bundle" / "linear_relu.tsrb"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_path):
+    runtime = build_runtime(tmp_path / "rt", sanitize=True)
+    include, dlpack, lib = tvm_ffi_paths()
+    (tmp_path / "host.c").write_text(HOST)
+    sanitize = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
+    subprocess.run(
+        ["gcc", "-std=c11", "-Wall", "-Werror", *sanitize, f"-I{RUNTIME_INCLUDE_DIR}", f"-I{dlpack}", "host.c",
+         "-o", "host", str(runtime), f"-Wl,-rpath,{runtime.parent}", "-lm"],
+        cwd=tmp_path, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    run = subprocess.run([str(tmp_path / "host"), str(image)], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0 and "Sanitizer" not in run.stderr, run.stdout + run.stderr[-3000:]
+    out = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
+    assert out["launch"] == "0 " and "max error ok" in run.stdout
+    assert out["abi"] == "4 tsrLoadModule: the image needs ABI 2.0; this runtime has ABI 1.0"
+    assert out["truncated"] == "2 tsrLoadModule: the image is truncated (library)"
+    assert out["garbage"].startswith("2 tsrLoadModule: not a Tessera image (no TSRB header)")
+    assert out["short"] == "2 tsrLoadModule: the image is truncated (metadata)"
+    assert out["corrupt"].startswith("2 tsrLoadModule: the image's library does not load: ")
+    assert out["unknown kernel"] == "5 tsrGetKernel: no kernel 'softmax' in the module; it has linear_relu"
+    assert out["nargs"] == "2 tsrLaunch: linear_relu takes 4 arguments, got 3"
+    assert out["null args"] == "2 tsrLaunch: args is NULL"
+    assert out["null arg"] == "2 tsrLaunch: argument 1 (w) is NULL"
+    assert out["null ctx out"] == "2 tsrCreateContext: ctx is NULL"
+    assert out["null image"] == "2 tsrLoadModule: image or mod is NULL"
+    assert out["shape"] == "2 tsrLaunch: ValueError: linear_relu: argument w has shape[0] = 49; expected 48"
+    assert out["launch spec"].startswith(
+        "2 tsrLaunch: launch spec grid [1000, 0, 0] block [7, 0, 0] smem 0 contradicts"
+    )
+    assert out["stream"].startswith("2 tsrLaunch: CPU kernels run on the default stream")
+    assert out["free"] == "0 " and out["double free"].startswith("2 tsrFree: the pointer was not allocated")
+    assert out["foreign free"].startswith("2 tsrFree: the pointer was not allocated")
+    assert out["destroy"] == "0 "
+    assert out["kernel after destroy"].startswith("2 tsrLaunch: not a live kernel")
+    assert out["module after destroy"] == "2 tsrGetKernel: not a live module"
+    assert out["alloc after destroy"] == "2 tsrAlloc: not a live context"
+    assert out["destroy twice"].startswith("2 tsrDestroyContext: not a live context")
+    assert "abi 1000" in run.stdout
