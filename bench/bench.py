@@ -145,6 +145,34 @@ def np_attention(q, k, v):
 # ------------------------------------------------------------------------------------------- sections
 
 
+def per_call(fn, calls: int = 2000, rounds: int = 5) -> float:
+    """Seconds per call of ``fn``: the best of ``rounds`` loops of ``calls`` calls (tiny kernels)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def call_overhead(rng) -> None:
+    """A 16^3 GEMM, where the call is all there is: ts.compile's call vs its tvm-ffi library's entry
+    (CompiledKernel.build_module, preallocated DLPack tensors) vs numpy."""
+    import tvm_ffi
+
+    a, b = (rng.standard_normal((16, 16), dtype=np.float32) for _ in range(2))
+    k = ts.compile(matmul, target="cpu", shapes={"M": 16, "N": 16, "K": 16})
+    entry = tvm_ffi.load_module(str(k.build_module()))["matmul"]
+    out = np.empty((16, 16), np.float32)
+    tensors = [tvm_ffi.from_dlpack(x) for x in (a, b, out)]
+    entry(*tensors)
+    assert np.allclose(out, k(a, b)) and np.allclose(out, a @ b, atol=1e-4)
+    t_call, t_entry, t_numpy = per_call(lambda: k(a, b)), per_call(lambda: entry(*tensors)), per_call(lambda: a @ b)
+    row("cpu", "call gemm 16^3: k(a, b) vs tvm-ffi entry", f"{t_call * 1e6:.1f} us", f"{t_entry * 1e6:.1f} us", "-")
+    row("cpu", "call gemm 16^3: tvm-ffi entry vs numpy", f"{t_entry * 1e6:.1f} us", f"{t_numpy * 1e6:.1f} us", "-")
+
+
 def bench_cpu(quick: bool) -> None:
     rng = np.random.default_rng(0)
     for n in (512, 1024, 2048):
@@ -169,6 +197,8 @@ def bench_cpu(quick: bool) -> None:
             f"{tn / t:.2f}x",
         )
         row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
+
+    call_overhead(rng)
 
     # Not a goal of the suite, measured to say where Tessera stands: both use the CPU's bf16 dot
     # products where it has them (Tessera: bf16 k-pairs and vdpbf16ps, tessera/cpu_gemm.h).
