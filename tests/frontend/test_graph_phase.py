@@ -12,6 +12,7 @@ from tessera_tvm import ConfigError, TesseraError
 from tessera_tvm._tvm import tvm
 from tessera_tvm.config import load_config
 from tessera_tvm.graph import graph_pass_names
+from tests.pipeline.test_pass_context import _Names
 
 from .helpers import assert_close, random_array
 
@@ -35,15 +36,6 @@ SHAPES = {"M": 24, "K": 16, "N": 40}
 
 def families(graph) -> list[tuple[str, str]]:
     return [(g.family, g.describe()) for g in graph.groups]
-
-
-@tvm.ir.instrument.pass_instrument
-class _Names:
-    def __init__(self):
-        self.names = []
-
-    def run_before_pass(self, mod, info):
-        self.names.append(info.name)
 
 
 def test_every_config_lists_the_shared_graph_phase():

@@ -31,16 +31,9 @@ KERNEL = textwrap.dedent(
     """
 )
 
-HOST = textwrap.dedent(
-    r"""
-    #include <math.h>
-    #include <stdio.h>
-    #include <string.h>
-    #include "linear_relu.h"
-
-    enum { M = 32, K = 48, N = 40 };
-    static float x[M * K], w[K * N], b[N], out[M * N];
-
+#: C: a float32 CPU DLTensor over ``data`` (both C hosts use it).
+C_TENSOR = textwrap.dedent(
+    """
     static DLTensor tensor(float* data, int ndim, int64_t* shape) {
       DLTensor t;
       memset(&t, 0, sizeof(t));
@@ -53,6 +46,20 @@ HOST = textwrap.dedent(
       t.shape = shape;
       return t;
     }
+    """
+)
+
+HOST = textwrap.dedent(
+    r"""
+    #include <math.h>
+    #include <stdio.h>
+    #include <string.h>
+    #include "linear_relu.h"
+
+    enum { M = 32, K = 48, N = 40 };
+    static float x[M * K], w[K * N], b[N], out[M * N];
+
+    TENSOR_HELPER
 
     static const char* last_error(void) {
       static char text[512];
@@ -104,7 +111,7 @@ HOST = textwrap.dedent(
       return worst < 1e-4 ? 0 : 4;
     }
     """
-)
+).replace("TENSOR_HELPER", C_TENSOR)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from tessera_tvm._tvm import tvm_ffi_paths
 from tessera_tvm.target.cpu.build import RUNTIME_INCLUDE_DIR
 from tessera_tvm.target.tsr import build_runtime
 
-from .test_export import KERNEL
+from .test_export import C_TENSOR, KERNEL
 
 HOST = textwrap.dedent(
     r"""
@@ -45,18 +45,7 @@ HOST = textwrap.dedent(
       return data;
     }
 
-    static DLTensor tensor(float* data, int ndim, int64_t* shape) {
-      DLTensor t;
-      memset(&t, 0, sizeof(t));
-      t.data = data;
-      t.device.device_type = kDLCPU;
-      t.ndim = ndim;
-      t.dtype.code = kDLFloat;
-      t.dtype.bits = 32;
-      t.dtype.lanes = 1;
-      t.shape = shape;
-      return t;
-    }
+    TENSOR_HELPER
 
     #define SHOW(what, call) do { tsr_status_t s_ = (call); printf("%s: %d %s\n", what, (int)s_, tsrGetLastError()); } while (0)
 
@@ -141,7 +130,7 @@ HOST = textwrap.dedent(
       return 0;
     }
     """
-)
+).replace("TENSOR_HELPER", C_TENSOR)
 
 
 @pytest.fixture(scope="module")
