@@ -57,8 +57,11 @@ def test_wheel_holds_every_source_package(wheel):
     assert not missing, f"packages missing from the wheel (add them to pyproject.toml): {sorted(missing)}"
     assert "tessera_tvm/configs/hopper.yaml" in names
     assert "tessera_tvm/configs/shared/lower_and_legalize.yaml" in names
+    assert "tessera_tvm/configs/shared/graph.yaml" in names
     for header in ("cpu.h", "cpu_parallel.h", "cpu_gemm.h", "cpu_math.h"):  # included by every generated CPU kernel
         assert f"tessera_tvm/target/include/tessera/{header}" in names
+    # The tsr* C runtime: its header and the source `tessera runtime` builds.
+    assert "tessera_tvm/target/include/tessera/tsr.h" in names and "tessera_tvm/target/tsr/tsr.cc" in names
 
 
 def test_installed_wheel_loads_configs_and_pass_lists(wheel, tmp_path):
