@@ -307,7 +307,6 @@ def has_leaking_intermediate_variables(context) -> bool:
 def tvm_ffi_paths() -> tuple[str, str, str]:
     """(include dir, DLPack include dir, library dir) of the tvm-ffi that TileLang's TVM runs on: what a
     library exporting ``__tvm_ffi_<name>`` entries compiles and links against."""
-    import tvm_ffi
 
     root = os.path.dirname(os.path.abspath(tvm_ffi.__file__))
     return (
@@ -315,3 +314,6 @@ def tvm_ffi_paths() -> tuple[str, str, str]:
         os.path.join(root, "3rdparty", "dlpack", "include"),
         os.path.join(root, "lib"),
     )
+
+
+import tvm_ffi  # noqa: E402,F401  (the FFI TileLang's TVM runs on: loading tvm-ffi libraries)

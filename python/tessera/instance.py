@@ -71,6 +71,10 @@ class DeviceKernel:
         self.lowered(*[arrays[p.name] for p in self.spec.params()])
 
 
+#: Dtypes numpy hands to DLPack as they are (the entry's numpy path; bf16 and fp8 go kernel by kernel).
+_NUMPY_DLPACK = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+
+
 @dataclass(frozen=True)
 class Launch:
     """One fused kernel's run, prepared once per instance: the graph values it reads (as its tile
@@ -112,9 +116,55 @@ class Instance:
             launches.append(Launch(dk, inputs, (out.name, out.dtype, tuple(out.shape)), result))
         return tuple(launches)
 
+    @functools.cached_property
+    def host_entry(self) -> tuple[Any, Any] | None:
+        """``(function, plan)``: the tvm-ffi entry that runs every device kernel in one call (its
+        backend's ``linked_module``, CPU), or None where there is none: another backend, a kernel not
+        built, or values the entry does not take as numpy arrays (fp8 held as f32, bf16)."""
+        from tessera_tvm.target.backend import backend_for
+        from tessera_tvm.target.module import ModuleError
+
+        from .module import module_plan
+
+        link = backend_for(self.config).hook("linked_module")
+        libraries = [dk.lowered.artifacts.get("library") for dk in self.devices]
+        if link is None or not libraries or any(lib is None for lib in libraries):
+            return None
+        try:
+            plan = module_plan(self)
+        except ModuleError:
+            return None
+        if any(t.dtype not in _NUMPY_DLPACK for t in (*plan.inputs, *plan.outputs)):
+            return None
+        return link(plan, libraries), plan
+
+    def _run_entry(self, arrays: Sequence[Any]) -> Any:
+        """Run through :attr:`host_entry` when the arrays are what it takes as they are (numpy, the
+        parameters' dtypes and shapes, C-contiguous); None otherwise (the caller runs kernel by kernel)."""
+        entry = self.host_entry
+        if entry is None:
+            return None
+        function, plan = entry
+        for array, t in zip(arrays, plan.inputs, strict=True):
+            if not (
+                type(array) is np.ndarray
+                and array.dtype.name == t.dtype
+                and array.shape == t.shape
+                and array.flags.c_contiguous
+            ):
+                return None
+        outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
+        function(*arrays, *outs)
+        return tuple(outs) if self.graph.simplified.tuple_output else outs[0]
+
     def run(self, arrays: Sequence[Any], memory: Memory | None = None) -> Any:
         """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
-        output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``)."""
+        output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``).
+        On the host, one call of the tvm-ffi entry runs them all where it can (:attr:`host_entry`)."""
+        if memory is None:
+            result = self._run_entry(arrays)
+            if result is not None:
+                return result
         memory = memory or HOST
         values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
         for launch in self.launches:

@@ -128,3 +128,35 @@ def test_tvm_runtime_load_module_finds_the_same_entry(library):
     out = tvm.runtime.tensor(np.zeros((24, 40), np.float32))
     tvm.runtime.load_module(str(library))["mlp"](*[tvm.runtime.tensor(a) for a in (x, w, b)], out)
     np.testing.assert_allclose(out.numpy(), _reference(x, w, b), rtol=1e-5, atol=1e-6)
+
+
+def test_calls_run_the_kernels_in_one_entry_call(monkeypatch):
+    """ts.compile's calls on numpy arrays go through the tvm-ffi entry (linked against the device
+    kernels' own libraries): with the kernel-by-kernel path broken, they still compute."""
+    from tessera.instance import DeviceKernel
+
+    compiled = ts.compile(mlp, target="cpu", shapes=SHAPES)
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((24, 16), (16, 40), (40,)))
+    assert compiled._instance.host_entry is not None
+
+    def broken(self, arrays):
+        raise AssertionError("ran kernel by kernel")
+
+    monkeypatch.setattr(DeviceKernel, "run", broken)
+    np.testing.assert_allclose(compiled(x, w, b), _reference(x, w, b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(AssertionError, match="kernel by kernel"):  # an array the entry would refuse: the old path
+        compiled._instance.run((x, np.asfortranarray(w), b))
+
+
+def test_values_numpy_cannot_hand_over_run_kernel_by_kernel():
+    @ts.kernel
+    def scale(x: Tensor["M", ts.bf16]) -> Tensor["M", ts.bf16]:
+        return ops.relu(x)
+
+    import ml_dtypes
+
+    compiled = ts.compile(scale, target="cpu", shapes={"M": 8})
+    assert compiled._instance.host_entry is None  # bf16: numpy has no DLPack code for it
+    x = np.linspace(-1, 1, 8, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(compiled(x).astype(np.float32), np.maximum(x.astype(np.float32), 0))

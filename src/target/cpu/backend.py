@@ -47,6 +47,7 @@ CPU = register_backend(
         run="tessera_tvm.target.cpu.lowered:run",
         reload="tessera_tvm.target.cpu.lowered:reload",
         module="tessera_tvm.target.cpu.module:build_module",
+        linked_module="tessera_tvm.target.cpu.module:linked_entry",
         runs_on="host",
         fixed_shapes=False,
         kernels_in_host=True,

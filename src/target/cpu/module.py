@@ -4,9 +4,13 @@ The entry ``__tvm_ffi_<kernel>`` is what ``tvm_ffi.load_module(path)[kernel]`` (
 ``tvm.runtime.load_module``) calls. It takes DLPack tensors, the kernel's inputs then its outputs
 (destination passing, as TVM's kernels do): numpy arrays through ``tvm_ffi.from_dlpack``, torch CPU
 tensors as they are. It checks each argument's device, dtype, shape and strides, with an error that
-names the argument, allocates the intermediates and runs the device kernels in order. The device
-kernels' C sources and the entry build into one library, linked against tvm-ffi's runtime library
-(the ABI TileLang's TVM, upstream TVM and tvm-ffi itself share).
+names the argument, allocates the intermediates and runs the device kernels in order. It is written
+against tvm-ffi's C API (the ABI TileLang's TVM, upstream TVM and tvm-ffi itself share).
+
+Two builds: :func:`build_module` puts the device kernels' C sources and the entry into one library
+(``build_module()``, ``tessera export``); :func:`linked_entry` compiles the entry alone (a fraction
+of a second) against the device kernels' own libraries in the kernel cache, and loads it: what
+``ts.compile``'s calls run.
 
 :class:`~tessera_tvm.target.module.ModulePlan` says what the entry does; the frontend makes one
 per compiled instance (``CompiledKernel.build_module``), so this module knows nothing of graphs.
@@ -57,19 +61,84 @@ def _dtype_of(arg, kernel: str) -> tuple[str, int]:
         ) from None
 
 
+#: The entry's helpers: tvm-ffi's C API only, so the entry compiles in a fraction of a second.
+_PRELUDE = r"""
+#include <tvm/ffi/c_api.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace {
+
+int Fail(const char* kind, const char* format, ...) {
+  char message[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message, sizeof(message), format, args);
+  va_end(args);
+  TVMFFIErrorSetRaisedFromCStr(kind, message);
+  return -1;
+}
+
+// The data of argument ``a`` when it is a CPU tensor of ``dtype`` and ``shape``, densely laid out;
+// null (with the error raised) otherwise. Tensors come as DLTensor* (C hosts, from_dlpack) or as
+// tvm-ffi Tensor objects (torch and numpy passed to a tvm-ffi Function).
+void* Checked(const char* kernel, const TVMFFIAny* a, const char* name, int code, int bits, int ndim,
+              const int64_t* shape) {
+  DLTensor* t = nullptr;
+  if (a->type_index == kTVMFFIDLTensorPtr) t = static_cast<DLTensor*>(a->v_ptr);
+  if (a->type_index == kTVMFFITensor) t = reinterpret_cast<DLTensor*>(reinterpret_cast<char*>(a->v_obj) + sizeof(TVMFFIObject));
+  if (t == nullptr) {
+    Fail("TypeError", "%s: argument %s is not a tensor (tvm-ffi type index %d)", kernel, name, a->type_index);
+    return nullptr;
+  }
+  if (t->device.device_type != kDLCPU) {
+    Fail("ValueError", "%s: argument %s is on device type %d; this library runs on the CPU (kDLCPU)", kernel, name,
+         static_cast<int>(t->device.device_type));
+    return nullptr;
+  }
+  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
+    Fail("TypeError", "%s: argument %s has DLPack dtype (code %d, bits %d, lanes %d); expected (code %d, bits %d, lanes 1)",
+         kernel, name, t->dtype.code, t->dtype.bits, t->dtype.lanes, code, bits);
+    return nullptr;
+  }
+  if (t->ndim != ndim) {
+    Fail("ValueError", "%s: argument %s has %d dims; expected %d", kernel, name, t->ndim, ndim);
+    return nullptr;
+  }
+  for (int i = 0; i < ndim; ++i) {
+    if (t->shape[i] != shape[i]) {
+      Fail("ValueError", "%s: argument %s has shape[%d] = %lld; expected %lld", kernel, name, i,
+           static_cast<long long>(t->shape[i]), static_cast<long long>(shape[i]));
+      return nullptr;
+    }
+  }
+  int64_t stride = 1;  // row-major and dense (DLPack: null strides mean exactly that)
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (t->strides != nullptr && shape[i] != 1 && t->strides[i] != stride) {
+      Fail("ValueError", "%s: argument %s is not contiguous (stride[%d] = %lld, expected %lld); pass a contiguous copy",
+           kernel, name, i, static_cast<long long>(t->strides[i]), static_cast<long long>(stride));
+      return nullptr;
+    }
+    stride *= shape[i];
+  }
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+}  // namespace
+"""
+
+
 def entry_source(plan: ModulePlan) -> str:
-    """The C++ of the entry ``__tvm_ffi_<plan.name>`` (tvm-ffi's typed-function export)."""
+    """The C++ of the entry ``__tvm_ffi_<plan.name>``, written against tvm-ffi's C API."""
     name = plan.name
-    lines = [
-        f"// The tvm-ffi entry of Tessera kernel {name}: checks its arguments, runs its device kernels.",
-        "#include <tvm/ffi/error.h>",
-        "#include <tvm/ffi/function.h>",
-        "",
-        "#include <cstdint>",
-        "#include <cstring>",
-        "#include <memory>",
-        "",
-    ]
+    tensors = [*plan.inputs, *plan.outputs]
+    lines = [f"// The tvm-ffi entry of Tessera kernel {name}: checks its arguments, runs its device kernels."]
+    lines += _PRELUDE.strip("\n").splitlines()
+    lines.append("")
     declared = set()
     for call in plan.calls:
         if call.symbol not in declared:
@@ -78,55 +147,23 @@ def entry_source(plan: ModulePlan) -> str:
             lines.append(f'extern "C" int32_t {call.symbol}({params});')
     lines += [
         "",
-        "namespace {",
-        "",
-        "// The data of ``t`` when it is a CPU tensor of ``dtype`` and ``shape``, densely laid out.",
-        "void* Checked(DLTensor* t, const char* name, DLDataTypeCode code, int bits, int ndim, const int64_t* shape) {",
+        f'extern "C" __attribute__((visibility("default"))) int __tvm_ffi_{name}(',
+        "    void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {",
         f'  const char* kernel = "{name}";',
-        '  if (t == nullptr) TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " is null";',
-        "  if (t->device.device_type != kDLCPU) {",
-        '    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " is on device type "',
-        '                              << t->device.device_type << "; this library runs on the CPU (kDLCPU)";',
+        f"  if (num_args != {len(tensors)}) {{",
+        f'    return Fail("TypeError", "%s: takes {len(tensors)} tensors ({", ".join(t.name for t in tensors)}), '
+        'got %d", kernel, num_args);',
         "  }",
-        "  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {",
-        '    TVM_FFI_THROW(TypeError) << kernel << ": argument " << name << " has DLPack dtype (code "',
-        '                             << int(t->dtype.code) << ", bits " << int(t->dtype.bits) << ", lanes "',
-        '                             << int(t->dtype.lanes) << "); expected (code " << int(code) << ", bits " << bits',
-        '                             << ", lanes 1)";',
-        "  }",
-        "  if (t->ndim != ndim) {",
-        '    TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has " << t->ndim << " dims; expected "',
-        "                              << ndim;",
-        "  }",
-        "  for (int i = 0; i < ndim; ++i) {",
-        "    if (t->shape[i] != shape[i]) {",
-        '      TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " has shape[" << i << "] = "',
-        '                                << t->shape[i] << "; expected " << shape[i];',
-        "    }",
-        "  }",
-        "  int64_t stride = 1;  // row-major and dense (DLPack: null strides mean exactly that)",
-        "  for (int i = ndim - 1; i >= 0; --i) {",
-        "    if (t->strides != nullptr && shape[i] != 1 && t->strides[i] != stride) {",
-        '      TVM_FFI_THROW(ValueError) << kernel << ": argument " << name << " is not contiguous (stride["',
-        '                                << i << "] = " << t->strides[i] << ", expected " << stride',
-        '                                << "); pass a contiguous copy";',
-        "    }",
-        "    stride *= shape[i];",
-        "  }",
-        "  return static_cast<char*>(t->data) + t->byte_offset;",
-        "}",
-        "",
     ]
-    tensors = [*plan.inputs, *plan.outputs]
-    signature = ", ".join(f"DLTensor* {t.name}" for t in tensors)
-    lines.append(f"void Run({signature}) {{")
-    for t in tensors:
+    for i, t in enumerate(tensors):
         code, bits = _dtype_of(t, name)
         dims = ", ".join(str(d) for d in t.shape) or "1"
         lines.append(f"  static const int64_t shape_{t.name}[] = {{{dims}}};")
         lines.append(
-            f'  void* data_{t.name} = Checked({t.name}, "{t.name}", {code}, {bits}, {len(t.shape)}, shape_{t.name});'
+            f'  void* data_{t.name} = Checked(kernel, &args[{i}], "{t.name}", {code}, {bits}, {len(t.shape)}, '
+            f"shape_{t.name});"
         )
+        lines.append(f"  if (data_{t.name} == nullptr) return -1;")
     for t in plan.intermediates:
         _, bits = _dtype_of(t, name)
         lines.append(f"  std::unique_ptr<char[]> own_{t.name}(new char[{max(1, t.numel * bits // 8)}]);")
@@ -134,14 +171,57 @@ def entry_source(plan: ModulePlan) -> str:
     for call in plan.calls:
         args = ", ".join(f"data_{a}" if isinstance(a, str) else str(a) for a in call.args)
         lines.append(f"  if ({call.symbol}({args}) != 0) {{")
-        lines.append(f'    TVM_FFI_THROW(RuntimeError) << "{name}: device kernel {call.kernel} failed";')
+        lines.append(f'    return Fail("RuntimeError", "%s: device kernel {call.kernel} failed", kernel);')
         lines.append("  }")
     by_name = {t.name: t for t in tensors}
     for src, dst in plan.copies:
         _, bits = _dtype_of(by_name[src], name)
         lines.append(f"  std::memcpy(data_{dst}, data_{src}, {by_name[src].numel * bits // 8});")
-    lines += ["}", "", "}  // namespace", "", f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, Run);", ""]
+    lines += [
+        "  result->type_index = kTVMFFINone;",
+        "  result->v_int64 = 0;",
+        "  return 0;",
+        "}",
+        "",
+    ]
     return "\n".join(lines)
+
+
+def _entry_command(cxx: str, name: str, flags: Sequence[str]) -> list[str]:
+    include, dlpack, _ = tvm_ffi_paths()
+    return [cxx, "-std=c++17", "-shared", "-fPIC", *map(str, flags), f"-I{include}", f"-I{dlpack}", "-o", f"{name}.so"]
+
+
+def _link_flags() -> list[str]:
+    _, _, lib = tvm_ffi_paths()
+    return [f"-L{lib}", "-ltvm_ffi", f"-Wl,-rpath,{lib}"]
+
+
+def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], timeout: float = 300):
+    """The entry of ``plan`` built alone, linked against ``libraries`` (the device kernels' own, built
+    already), loaded: a tvm-ffi Function. Kept in the kernel cache under ``modules/<hash>/`` (a
+    scratch directory when the cache is off), so an instance pays the ~0.3 s of g++ once."""
+    import hashlib
+    import tempfile
+
+    from ..._tvm import tvm_ffi
+    from ...cache import KernelCache
+
+    validate_artifact_name(plan.name)
+    source = entry_source(plan)
+    libraries = [str(Path(p).absolute()) for p in libraries]
+    digest = hashlib.sha256("\0".join([source, *libraries, *tvm_ffi_paths()]).encode()).hexdigest()[:24]
+    root = KernelCache.from_env().root
+    final = (Path(root) / "modules" / digest) if root is not None else Path(tempfile.mkdtemp(prefix="tessera_"))
+    library = final / f"{plan.name}.so"
+    if not library.is_file():
+        cxx = require_tool("g++")
+        rpaths = sorted({f"-Wl,-rpath,{Path(p).parent}" for p in libraries})
+        command = [*_entry_command(cxx, plan.name, ("-O2",)), f"{plan.name}.entry.cc", *libraries, *rpaths]
+        with untouched_on_failure(final), atomic_output_dir(final) as staging:
+            (staging / f"{plan.name}.entry.cc").write_text(source, encoding="utf-8")
+            run_tool([*command, *_link_flags()], cwd=staging, timeout=timeout)
+    return tvm_ffi.load_module(str(library))[plan.name]
 
 
 def build_module(
@@ -156,26 +236,10 @@ def build_module(
     for call in plan.calls:
         validate_artifact_name(call.kernel)
     cxx = require_tool("g++")
-    include, dlpack, lib = tvm_ffi_paths()
     entry = f"{plan.name}.entry.cc"
     files = {entry: entry_source(plan), **{f"{kernel}.cpp": source for kernel, source in plan.sources}}
-    command = [
-        cxx,
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        *map(str, flags),
-        f"-I{RUNTIME_INCLUDE_DIR}",
-        f"-I{tilelang_include_dirs()[0]}",
-        f"-I{include}",
-        f"-I{dlpack}",
-        "-o",
-        f"{plan.name}.so",
-        *files,
-        f"-L{lib}",
-        "-ltvm_ffi",
-        f"-Wl,-rpath,{lib}",
-    ]
+    includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # what the kernel sources include
+    command = [*_entry_command(cxx, plan.name, flags), *includes, *files, *_link_flags()]
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         for file, text in files.items():
