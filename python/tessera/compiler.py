@@ -267,7 +267,7 @@ class CompiledKernel:
                 "do not run in this process (no runtime for this target here): their source and metadata are "
                 "the result (.source, .artifacts, .metadata). Compile with target='cpu' to run it here."
             )
-        arrays = _check_args(self.kernel, arrays, self.shapes)
+        arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
         env = _bind(self.kernel, arrays, self.shapes)
         instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
         return instance.run(arrays)

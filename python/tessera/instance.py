@@ -71,7 +71,7 @@ class DeviceKernel:
         self.lowered(*[arrays[p.name] for p in self.spec.params()])
 
 
-#: Dtypes numpy hands to DLPack as they are (the entry's numpy path; bf16 and fp8 go kernel by kernel).
+#: Dtypes numpy hands to DLPack as they are (numpy bf16 and fp8 arrays go kernel by kernel).
 _NUMPY_DLPACK = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
@@ -134,26 +134,34 @@ class Instance:
             plan = module_plan(self)
         except ModuleError:
             return None
-        if any(t.dtype not in _NUMPY_DLPACK for t in (*plan.inputs, *plan.outputs)):
-            return None
         return link(plan, libraries), plan
 
     def _run_entry(self, arrays: Sequence[Any]) -> Any:
-        """Run through :attr:`host_entry` when the arrays are what it takes as they are (numpy, the
-        parameters' dtypes and shapes, C-contiguous); None otherwise (the caller runs kernel by kernel)."""
+        """Run through :attr:`host_entry` when the arrays are what it takes as they are: numpy arrays
+        (of dtypes numpy hands to DLPack) or torch CPU tensors, of the parameters' dtypes and shapes,
+        contiguous. The results are of the kind given. None otherwise (the caller runs kernel by kernel)."""
         entry = self.host_entry
         if entry is None:
             return None
         function, plan = entry
-        for array, t in zip(arrays, plan.inputs, strict=True):
-            if not (
-                type(array) is np.ndarray
-                and array.dtype.name == t.dtype
-                and array.shape == t.shape
-                and array.flags.c_contiguous
-            ):
+        if arrays and all(type(a) is np.ndarray for a in arrays):
+            for array, t in zip(arrays, plan.inputs, strict=True):
+                if not (
+                    array.dtype.name == t.dtype
+                    and t.dtype in _NUMPY_DLPACK
+                    and array.shape == t.shape
+                    and array.flags.c_contiguous
+                ):
+                    return None
+            if any(t.dtype not in _NUMPY_DLPACK for t in plan.outputs):
                 return None
-        outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
+            outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
+        else:  # torch CPU tensors (_check_args let nothing else through)
+            import torch
+
+            from .gpu import torch_dtype
+
+            outs = [torch.empty(t.shape, dtype=torch_dtype(t.dtype)) for t in plan.outputs]
         function(*arrays, *outs)
         return tuple(outs) if self.graph.simplified.tuple_output else outs[0]
 
@@ -165,6 +173,12 @@ class Instance:
             result = self._run_entry(arrays)
             if result is not None:
                 return result
+            if arrays and not isinstance(arrays[0], np.ndarray):
+                raise ArgumentError(
+                    f"{self.kernel.name}: torch CPU tensors run through the kernel's tvm-ffi entry, which "
+                    f"{self.kernel.name} on {self.config.name} does not have (its values are held in another "
+                    "dtype on the CPU); pass numpy arrays"
+                )
         memory = memory or HOST
         values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
         for launch in self.launches:
@@ -214,24 +228,40 @@ def _numpy_dtype(tvm_dtype: str):
 
 
 def _check_args(
-    kernel: Kernel, arrays: Sequence[Any], shapes: dict[str, int], *, allow_torch: bool = False
+    kernel: Kernel,
+    arrays: Sequence[Any],
+    shapes: dict[str, int],
+    *,
+    allow_torch: bool = False,
+    allow_torch_cpu: bool = False,
 ) -> list[Any]:
     """The arrays, checked against the kernel's parameters and made contiguous.
 
-    With ``allow_torch`` (CUDA configs) torch CUDA tensors are accepted next to numpy arrays."""
+    With ``allow_torch`` (CUDA configs) torch CUDA tensors are accepted next to numpy arrays; with
+    ``allow_torch_cpu`` (CPU configs) torch CPU tensors, all arguments or none."""
     from . import gpu
 
     names = ", ".join(n for n, _ in kernel.params)
     if len(arrays) != len(kernel.params):
         raise ArgumentError(f"{kernel.name} takes {len(kernel.params)} arrays ({names}), got {len(arrays)}")
+    if allow_torch_cpu and 0 < sum(gpu.is_torch_tensor(a) for a in arrays) < len(arrays):
+        raise ArgumentError(
+            f"{kernel.name}: pass all arguments as torch CPU tensors or all as numpy arrays, not a mix "
+            "(the results come back as the kind given)"
+        )
     out = []
     for (name, ttype), arr in zip(kernel.params, arrays, strict=True):
-        torch_arg = allow_torch and gpu.is_torch_tensor(arr)
+        torch_arg = (allow_torch or allow_torch_cpu) and gpu.is_torch_tensor(arr)
         if torch_arg:
-            if not gpu.on_gpu(arr):
+            if allow_torch and not gpu.on_gpu(arr):
                 raise ArgumentError(
                     f"{kernel.name}: argument {name} is a torch tensor on {arr.device}; expected a CUDA tensor "
                     f"or a numpy array {ttype.describe()}: move it with {name}.cuda()"
+                )
+            if allow_torch_cpu and arr.device.type != "cpu":
+                raise ArgumentError(
+                    f"{kernel.name}: argument {name} is a torch tensor on {arr.device}, but this kernel runs on "
+                    f"the CPU: pass {name}.cpu() or a numpy array {ttype.describe()}"
                 )
             if arr.dtype != gpu.torch_dtype(ttype.dtype.tvm):
                 wanted = gpu.torch_dtype(ttype.dtype.tvm)
@@ -240,7 +270,13 @@ def _check_args(
                     f"({wanted}); convert it: {name}.to({wanted})"
                 )
         elif not isinstance(arr, np.ndarray):
-            expected = "a torch CUDA tensor or a numpy array" if allow_torch else "a numpy array"
+            expected = (
+                "a torch CUDA tensor or a numpy array"
+                if allow_torch
+                else "a numpy array or a torch CPU tensor"
+                if allow_torch_cpu
+                else "a numpy array"
+            )
             raise ArgumentError(
                 f"{kernel.name}: argument {name} is a {type(arr).__name__}; expected {expected} {ttype.describe()}"
             )

@@ -389,7 +389,7 @@ def scale2(x: Tensor["M", 4, ts.f32]) -> Tensor["M", 4, ts.f32]:
     "args, message",
     [
         ((), "scale2 takes 1 arrays (x), got 0"),
-        (([[1.0]],), "scale2: argument x is a list; expected a numpy array [M, 4] f32"),
+        (([[1.0]],), "scale2: argument x is a list; expected a numpy array or a torch CPU tensor [M, 4] f32"),
         (
             (np.zeros((3, 4), np.float64),),
             "scale2: argument x has dtype float64, expected f32 (float32); convert it: x.astype(np.float32)",

@@ -149,14 +149,45 @@ def test_calls_run_the_kernels_in_one_entry_call(monkeypatch):
         compiled._instance.run((x, np.asfortranarray(w), b))
 
 
-def test_values_numpy_cannot_hand_over_run_kernel_by_kernel():
+def test_torch_cpu_tensors_in_give_torch_tensors_out():
+    import torch
+
+    compiled = ts.compile(mlp, target="cpu", shapes=SHAPES)
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((24, 16), (16, 40), (40,)))
+    out = compiled(torch.from_numpy(x), torch.from_numpy(w).t().contiguous().t(), torch.from_numpy(b))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and tuple(out.shape) == (24, 40)
+    np.testing.assert_allclose(out.numpy(), _reference(x, w, b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ts.ArgumentError, match="pass all arguments as torch CPU tensors or all as numpy arrays, not a mix"):
+        compiled(torch.from_numpy(x), w, b)
+    with pytest.raises(ts.ArgumentError, match=r"argument x is a torch tensor on meta, but this kernel runs on"):
+        compiled(torch.empty(24, 16, device="meta"), torch.from_numpy(w), torch.from_numpy(b))
+    with pytest.raises(ts.ArgumentError, match=r"argument w has dtype torch.float64, expected f32"):
+        compiled(torch.from_numpy(x), torch.from_numpy(w).double(), torch.from_numpy(b))
+
+
+def test_bf16_numpy_runs_kernel_by_kernel_and_bf16_torch_in_the_entry(monkeypatch):
+    """numpy cannot hand bf16 over through DLPack (ml_dtypes), torch can."""
+    import ml_dtypes
+    import torch
+
+    from tessera.instance import DeviceKernel
+
     @ts.kernel
-    def scale(x: Tensor["M", ts.bf16]) -> Tensor["M", ts.bf16]:
+    def act(x: Tensor["M", ts.bf16]) -> Tensor["M", ts.bf16]:
         return ops.relu(x)
 
-    import ml_dtypes
-
-    compiled = ts.compile(scale, target="cpu", shapes={"M": 8})
-    assert compiled._instance.host_entry is None  # bf16: numpy has no DLPack code for it
+    compiled = ts.compile(act, target="cpu", shapes={"M": 8})
     x = np.linspace(-1, 1, 8, dtype=np.float32).astype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(compiled(x).astype(np.float32), np.maximum(x.astype(np.float32), 0))
+    want = np.maximum(x.astype(np.float32), 0)
+    np.testing.assert_array_equal(compiled(x).astype(np.float32), want)
+
+    def broken(self, arrays):
+        raise AssertionError("ran kernel by kernel")
+
+    monkeypatch.setattr(DeviceKernel, "run", broken)
+    out = compiled(torch.from_numpy(x.astype(np.float32)).bfloat16())
+    assert out.dtype == torch.bfloat16
+    np.testing.assert_array_equal(out.float().numpy(), want)
+    with pytest.raises(AssertionError, match="kernel by kernel"):
+        compiled(x)
