@@ -136,14 +136,18 @@ class Instance:
             return None
         return link(plan, libraries), plan
 
-    def _run_entry(self, arrays: Sequence[Any]) -> Any:
+    def _run_entry(self, arrays: Sequence[Any], exact_only: bool = False) -> Any:
         """Run through :attr:`host_entry` when the arrays are what it takes as they are: numpy arrays
         (of dtypes numpy hands to DLPack) or torch CPU tensors, of the parameters' dtypes and shapes,
-        contiguous. The results are of the kind given. None otherwise (the caller runs kernel by kernel)."""
+        contiguous. The results are of the kind given. None otherwise (the caller runs kernel by kernel).
+        ``exact_only``: the arrays were not checked yet, so only numpy arrays whose dtype, shape and
+        order this checks here run."""
         entry = self.host_entry
         if entry is None:
             return None
         function, plan = entry
+        if len(arrays) != len(plan.inputs):
+            return None
         if arrays and all(type(a) is np.ndarray for a in arrays):
             for array, t in zip(arrays, plan.inputs, strict=True):
                 if not (
@@ -156,6 +160,8 @@ class Instance:
             if any(t.dtype not in _NUMPY_DLPACK for t in plan.outputs):
                 return None
             outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
+        elif exact_only:  # the caller has not checked the arguments: numpy arrays only
+            return None
         else:  # torch CPU tensors (_check_args let nothing else through)
             import torch
 

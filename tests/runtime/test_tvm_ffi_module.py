@@ -158,7 +158,9 @@ def test_torch_cpu_tensors_in_give_torch_tensors_out():
     out = compiled(torch.from_numpy(x), torch.from_numpy(w).t().contiguous().t(), torch.from_numpy(b))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and tuple(out.shape) == (24, 40)
     np.testing.assert_allclose(out.numpy(), _reference(x, w, b), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ts.ArgumentError, match="pass all arguments as torch CPU tensors or all as numpy arrays, not a mix"):
+    with pytest.raises(
+        ts.ArgumentError, match="pass all arguments as torch CPU tensors or all as numpy arrays, not a mix"
+    ):
         compiled(torch.from_numpy(x), w, b)
     with pytest.raises(ts.ArgumentError, match=r"argument x is a torch tensor on meta, but this kernel runs on"):
         compiled(torch.empty(24, 16, device="meta"), torch.from_numpy(w), torch.from_numpy(b))
