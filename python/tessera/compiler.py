@@ -175,12 +175,13 @@ class CompiledKernel:
 
         from .module import module_plan
 
-        self._module_builder()  # before planning: says which targets build libraries
+        build = self._module_builder()  # first: says which targets build libraries, before any planning
         plan = module_plan(self._require_instance("build_module()"))
         out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
-        return self._build_module_into(plan, out)
+        return build(plan, out)
 
     def _module_builder(self):
+        """``(plan, out_dir) -> library``: the backend's ``module`` hook with the config's flags."""
         backend = backend_for(self.config)
         build = backend.hook("module")
         if build is None:
@@ -188,10 +189,8 @@ class CompiledKernel:
                 f"{self.kernel.name}: build_module() is not supported for {self.config.name} ({backend.title}) yet; "
                 "CPU configs build tvm-ffi libraries"
             )
-        return build
-
-    def _build_module_into(self, plan, out_dir: Path) -> Path:
-        return self._module_builder()(plan, out_dir, tuple(self.config.codegen_dict["flags"]))
+        flags = tuple(self.config.codegen_dict["flags"])
+        return lambda plan, out_dir: build(plan, out_dir, flags)
 
     def export(self, out_dir: str | Path) -> dict[str, Path]:
         """Write the AOT bundle to ``out_dir``: ``<kernel>.so`` (the tvm-ffi library of

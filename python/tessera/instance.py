@@ -117,10 +117,11 @@ class Instance:
         return tuple(launches)
 
     @functools.cached_property
-    def host_entry(self) -> tuple[Any, Any] | None:
-        """``(function, plan)``: the tvm-ffi entry that runs every device kernel in one call (its
-        backend's ``linked_module``, CPU), or None where there is none: another backend, a kernel not
-        built, or values the entry does not take as numpy arrays (fp8 held as f32, bf16)."""
+    def host_entry(self) -> tuple[Any, Any, bool] | None:
+        """``(function, plan, takes_numpy)``: the tvm-ffi entry that runs every device kernel in one
+        call (its backend's ``linked_module``, CPU), and whether numpy can hand it every argument
+        (not bf16: ml_dtypes has no DLPack). None where there is none: another backend, a kernel not
+        built, or a plan the entry cannot run (fp8 held as f32 needs a conversion)."""
         from tessera_tvm.target.backend import backend_for
         from tessera_tvm.target.module import ModuleError
 
@@ -134,7 +135,8 @@ class Instance:
             plan = module_plan(self)
         except ModuleError:
             return None
-        return link(plan, libraries), plan
+        takes_numpy = all(t.dtype in _NUMPY_DLPACK for t in (*plan.inputs, *plan.outputs))
+        return link(plan, libraries), plan, takes_numpy
 
     def _run_entry(self, arrays: Sequence[Any], exact_only: bool = False) -> Any:
         """Run through :attr:`host_entry` when the arrays are what it takes as they are: numpy arrays
@@ -145,20 +147,15 @@ class Instance:
         entry = self.host_entry
         if entry is None:
             return None
-        function, plan = entry
+        function, plan, takes_numpy = entry
         if len(arrays) != len(plan.inputs):
             return None
         if arrays and all(type(a) is np.ndarray for a in arrays):
-            for array, t in zip(arrays, plan.inputs, strict=True):
-                if not (
-                    array.dtype.name == t.dtype
-                    and t.dtype in _NUMPY_DLPACK
-                    and array.shape == t.shape
-                    and array.flags.c_contiguous
-                ):
-                    return None
-            if any(t.dtype not in _NUMPY_DLPACK for t in plan.outputs):
+            if not takes_numpy:
                 return None
+            for array, t in zip(arrays, plan.inputs, strict=True):
+                if not (array.dtype.name == t.dtype and array.shape == t.shape and array.flags.c_contiguous):
+                    return None
             outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
         elif exact_only:  # the caller has not checked the arguments: numpy arrays only
             return None

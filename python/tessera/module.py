@@ -111,7 +111,7 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
     the entry. All files appear together or none does."""
     from tessera_tvm.target.toolchain import atomic_output_dir, untouched_on_failure
 
-    compiled._module_builder()  # before planning: says which targets build libraries
+    build = compiled._module_builder()  # first: says which targets build libraries, before any planning
     inst = compiled._require_instance("export()")
     plan = module_plan(inst)
     bound = ", ".join(f"{k}={v}" for k, v in inst.env.items())
@@ -137,7 +137,7 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
     }
     final = Path(out_dir).absolute()
     with untouched_on_failure(final), atomic_output_dir(final) as staging:
-        library = compiled._build_module_into(plan, staging)
+        library = build(plan, staging)
         (staging / f"{name}.h").write_text(entry_header(plan, f" Target {compiled.config.name}, {bound}."))
         (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
         launches = [m["launch"] for m in metadata["kernels"]]

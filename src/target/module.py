@@ -13,11 +13,39 @@ from dataclasses import dataclass
 
 from ..errors import TesseraError
 
-__all__ = ["Call", "ModuleError", "ModulePlan", "TensorArg", "entry_header"]
+__all__ = ["DLPACK_CODE_NAMES", "Call", "ModuleError", "ModulePlan", "TensorArg", "dlpack_type", "entry_header"]
+
+#: The dtypes an entry takes: dtype -> (DLPack type code, bits), codes as dlpack.h's DLDataTypeCode.
+_DLPACK_TYPES = {
+    "float64": (2, 64),
+    "float32": (2, 32),
+    "float16": (2, 16),
+    "bfloat16": (4, 16),
+    "int64": (0, 64),
+    "int32": (0, 32),
+    "int16": (0, 16),
+    "int8": (0, 8),
+    "uint8": (1, 8),
+    "bool": (6, 8),
+}
+
+#: dlpack.h's names of those codes (what generated C++ spells).
+DLPACK_CODE_NAMES = {0: "kDLInt", 1: "kDLUInt", 2: "kDLFloat", 4: "kDLBfloat", 6: "kDLBool"}
 
 
 class ModuleError(TesseraError):
     """A compiled kernel that cannot become a tvm-ffi module (yet)."""
+
+
+def dlpack_type(arg: TensorArg, kernel: str) -> tuple[int, int]:
+    """``arg``'s (DLPack type code, bits); a dtype the entry does not take is a :class:`ModuleError`."""
+    try:
+        return _DLPACK_TYPES[arg.dtype]
+    except KeyError:
+        raise ModuleError(
+            f"{kernel}: tensor {arg.name} has dtype {arg.dtype}, which the tvm-ffi entry does not take yet "
+            f"(it takes {', '.join(_DLPACK_TYPES)})"
+        ) from None
 
 
 @dataclass(frozen=True)

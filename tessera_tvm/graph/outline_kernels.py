@@ -121,6 +121,7 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
         groups.append(KernelGroup(str(kernel.attrs["tessera.family"]), members, str(callee.name_hint)))
     result = func.body.body
     outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
-    flat = FlatFunction(name, list(func.params), nodes, [value_of.get(o, o) for o in outputs])
-    flat.tuple_output = isinstance(result, relax.Tuple)
+    flat = FlatFunction(
+        name, list(func.params), nodes, [value_of.get(o, o) for o in outputs], isinstance(result, relax.Tuple)
+    )
     return flat, groups

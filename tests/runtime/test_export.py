@@ -31,9 +31,12 @@ KERNEL = textwrap.dedent(
     """
 )
 
-#: C: a float32 CPU DLTensor over ``data`` (both C hosts use it).
-C_TENSOR = textwrap.dedent(
+#: C shared by both hosts: the GEMM+bias+ReLU's sizes, a float32 CPU DLTensor over ``data``, its
+#: deterministic inputs, and the largest |relu(x @ w + b) - out| against a C reference loop.
+C_COMMON = textwrap.dedent(
     """
+    enum { M = 32, K = 48, N = 40 };
+
     static DLTensor tensor(float* data, int ndim, int64_t* shape) {
       DLTensor t;
       memset(&t, 0, sizeof(t));
@@ -46,6 +49,25 @@ C_TENSOR = textwrap.dedent(
       t.shape = shape;
       return t;
     }
+
+    static void fill(float* x, float* w, float* b) {
+      for (int i = 0; i < M * K; ++i) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+      for (int i = 0; i < K * N; ++i) w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+      for (int i = 0; i < N; ++i) b[i] = (float)(i % 3) - 1.0f;
+    }
+
+    static double max_error(const float* x, const float* w, const float* b, const float* out) {
+      double worst = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          float acc = b[j];
+          for (int k = 0; k < K; ++k) acc += x[i * K + k] * w[k * N + j];
+          acc = acc > 0 ? acc : 0;
+          double d = fabs((double)acc - out[i * N + j]);
+          worst = d > worst ? d : worst;
+        }
+      return worst;
+    }
     """
 )
 
@@ -56,10 +78,9 @@ HOST = textwrap.dedent(
     #include <string.h>
     #include "linear_relu.h"
 
-    enum { M = 32, K = 48, N = 40 };
-    static float x[M * K], w[K * N], b[N], out[M * N];
+    COMMON
 
-    TENSOR_HELPER
+    static float x[M * K], w[K * N], b[N], out[M * N];
 
     static const char* last_error(void) {
       static char text[512];
@@ -74,9 +95,7 @@ HOST = textwrap.dedent(
     }
 
     int main(void) {
-      for (int i = 0; i < M * K; ++i) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-      for (int i = 0; i < K * N; ++i) w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
-      for (int i = 0; i < N; ++i) b[i] = (float)(i % 3) - 1.0f;
+      fill(x, w, b);
       int64_t sx[] = {M, K}, sw[] = {K, N}, sb[] = {N}, so[] = {M, N};
       DLTensor tx = tensor(x, 2, sx), tw = tensor(w, 2, sw), tb = tensor(b, 1, sb), to = tensor(out, 2, so);
       DLTensor* ptrs[] = {&tx, &tw, &tb, &to};
@@ -91,15 +110,7 @@ HOST = textwrap.dedent(
         printf("call failed: %s\n", last_error());
         return 1;
       }
-      double worst = 0;
-      for (int i = 0; i < M; ++i)
-        for (int j = 0; j < N; ++j) {
-          float acc = b[j];
-          for (int k = 0; k < K; ++k) acc += x[i * K + k] * w[k * N + j];
-          acc = acc > 0 ? acc : 0;
-          double d = fabs((double)acc - out[i * N + j]);
-          worst = d > worst ? d : worst;
-        }
+      double worst = max_error(x, w, b, out);
       printf("max error %g\n", worst);
       int64_t bad[] = {K + 1, N};
       DLTensor tbad = tensor(w, 2, bad);
@@ -111,7 +122,7 @@ HOST = textwrap.dedent(
       return worst < 1e-4 ? 0 : 4;
     }
     """
-).replace("TENSOR_HELPER", C_TENSOR)
+).replace("COMMON", C_COMMON)
 
 
 @pytest.fixture(scope="module")

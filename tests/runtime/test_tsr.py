@@ -20,7 +20,7 @@ from tessera_tvm._tvm import tvm_ffi_paths
 from tessera_tvm.target.cpu.build import RUNTIME_INCLUDE_DIR
 from tessera_tvm.target.tsr import build_runtime
 
-from .test_export import C_TENSOR, KERNEL
+from .test_export import C_COMMON, KERNEL
 
 HOST = textwrap.dedent(
     r"""
@@ -31,7 +31,6 @@ HOST = textwrap.dedent(
     #include <dlpack/dlpack.h>
     #include <tessera/tsr.h>
 
-    enum { M = 32, K = 48, N = 40 };
 
     static void* read_file(const char* path, size_t* size) {
       FILE* f = fopen(path, "rb");
@@ -45,7 +44,7 @@ HOST = textwrap.dedent(
       return data;
     }
 
-    TENSOR_HELPER
+    COMMON
 
     #define SHOW(what, call) do { tsr_status_t s_ = (call); printf("%s: %d %s\n", what, (int)s_, tsrGetLastError()); } while (0)
 
@@ -64,9 +63,7 @@ HOST = textwrap.dedent(
       float *x, *w, *b, *out;
       if (tsrAlloc(ctx, sizeof(float) * M * K, (void**)&x) || tsrAlloc(ctx, sizeof(float) * K * N, (void**)&w) ||
           tsrAlloc(ctx, sizeof(float) * N, (void**)&b) || tsrAlloc(ctx, sizeof(float) * M * N, (void**)&out)) return 1;
-      for (int i = 0; i < M * K; ++i) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-      for (int i = 0; i < K * N; ++i) w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
-      for (int i = 0; i < N; ++i) b[i] = (float)(i % 3) - 1.0f;
+      fill(x, w, b);
       int64_t sx[] = {M, K}, sw[] = {K, N}, sb[] = {N}, so[] = {M, N};
       DLTensor A = tensor(x, 2, sx), W = tensor(w, 2, sw), B = tensor(b, 1, sb), C = tensor(out, 2, so);
       void* args[] = {&A, &W, &B, &C};
@@ -74,16 +71,7 @@ HOST = textwrap.dedent(
       memset(&launch, 0, sizeof(launch));
       tsr_stream_t stream = NULL;
       SHOW("launch", tsrLaunch(k, stream, launch, args, 4));
-      double worst = 0;
-      for (int i = 0; i < M; ++i)
-        for (int j = 0; j < N; ++j) {
-          float acc = b[j];
-          for (int kk = 0; kk < K; ++kk) acc += x[i * K + kk] * w[kk * N + j];
-          acc = acc > 0 ? acc : 0;
-          double d = fabs((double)acc - out[i * N + j]);
-          worst = d > worst ? d : worst;
-        }
-      printf("max error %s\n", worst < 1e-4 ? "ok" : "too large");
+      printf("max error %s\n", max_error(x, w, b, out) < 1e-4 ? "ok" : "too large");
 
       /* Bad inputs: each a status and a message. */
       unsigned char* other = malloc(size);
@@ -130,7 +118,7 @@ HOST = textwrap.dedent(
       return 0;
     }
     """
-).replace("TENSOR_HELPER", C_TENSOR)
+).replace("COMMON", C_COMMON)
 
 
 @pytest.fixture(scope="module")

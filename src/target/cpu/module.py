@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..._tvm import tvm_ffi_paths
-from ..module import ModuleError, ModulePlan
+from ..module import DLPACK_CODE_NAMES, ModulePlan, dlpack_type
 from ..toolchain import (
     atomic_output_dir,
     require_tool,
@@ -35,31 +35,6 @@ from ..toolchain import (
 from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR
 
 __all__ = ["build_module", "entry_source"]
-
-#: Tensor dtypes the entry accepts: name -> (DLPack type code, bits, C element size in bytes).
-_DLPACK = {
-    "float64": ("kDLFloat", 64),
-    "float32": ("kDLFloat", 32),
-    "float16": ("kDLFloat", 16),
-    "bfloat16": ("kDLBfloat", 16),
-    "int64": ("kDLInt", 64),
-    "int32": ("kDLInt", 32),
-    "int16": ("kDLInt", 16),
-    "int8": ("kDLInt", 8),
-    "uint8": ("kDLUInt", 8),
-    "bool": ("kDLBool", 8),
-}
-
-
-def _dtype_of(arg, kernel: str) -> tuple[str, int]:
-    try:
-        return _DLPACK[arg.dtype]
-    except KeyError:
-        raise ModuleError(
-            f"{kernel}: tensor {arg.name} has dtype {arg.dtype}, which the tvm-ffi entry does not take yet "
-            f"(it takes {', '.join(_DLPACK)})"
-        ) from None
-
 
 #: The entry's helpers: tvm-ffi's C API only, so the entry compiles in a fraction of a second.
 _PRELUDE = r"""
@@ -156,16 +131,17 @@ def entry_source(plan: ModulePlan) -> str:
         "  }",
     ]
     for i, t in enumerate(tensors):
-        code, bits = _dtype_of(t, name)
+        code, bits = dlpack_type(t, name)
+        code_name = DLPACK_CODE_NAMES[code]  # spelled as dlpack.h does, in the generated C++
         dims = ", ".join(str(d) for d in t.shape) or "1"
         lines.append(f"  static const int64_t shape_{t.name}[] = {{{dims}}};")
         lines.append(
-            f'  void* data_{t.name} = Checked(kernel, &args[{i}], "{t.name}", {code}, {bits}, {len(t.shape)}, '
+            f'  void* data_{t.name} = Checked(kernel, &args[{i}], "{t.name}", {code_name}, {bits}, {len(t.shape)}, '
             f"shape_{t.name});"
         )
         lines.append(f"  if (data_{t.name} == nullptr) return -1;")
     for t in plan.intermediates:
-        _, bits = _dtype_of(t, name)
+        _, bits = dlpack_type(t, name)
         lines.append(f"  std::unique_ptr<char[]> own_{t.name}(new char[{max(1, t.numel * bits // 8)}]);")
         lines.append(f"  void* data_{t.name} = own_{t.name}.get();")
     for call in plan.calls:
@@ -175,7 +151,7 @@ def entry_source(plan: ModulePlan) -> str:
         lines.append("  }")
     by_name = {t.name: t for t in tensors}
     for src, dst in plan.copies:
-        _, bits = _dtype_of(by_name[src], name)
+        _, bits = dlpack_type(by_name[src], name)
         lines.append(f"  std::memcpy(data_{dst}, data_{src}, {by_name[src].numel * bits // 8});")
     lines += [
         "  result->type_index = kTVMFFINone;",

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..._tvm import tvm_ffi_paths
 from ..cpu.build import RUNTIME_INCLUDE_DIR
-from ..module import ModulePlan
+from ..module import ModulePlan, dlpack_type
 from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_failure
 
 __all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_metadata", "write_image"]
@@ -25,18 +25,6 @@ ABI_MAJOR, ABI_MINOR = 1, 0
 
 SOURCE = Path(__file__).resolve().parent / "tsr.cc"
 
-#: DLPack type codes (dlpack.h's DLDataTypeCode) of the dtypes an entry takes.
-_CODES = {"float": 2, "bfloat": 4, "int": 0, "uint": 1, "bool": 6}
-
-
-def _code_bits(dtype: str) -> tuple[int, int]:
-    if dtype == "bool":
-        return _CODES["bool"], 8
-    for prefix in ("bfloat", "float", "uint", "int"):
-        if dtype.startswith(prefix) and dtype[len(prefix) :].isdigit():
-            return _CODES[prefix], int(dtype[len(prefix) :])
-    raise ValueError(f"no DLPack code for dtype {dtype!r}")
-
 
 def image_metadata(plan: ModulePlan, launches: list[dict[str, Any]]) -> str:
     """The image's metadata text (tsr.cc documents the format): the kernel, its arguments in order,
@@ -44,7 +32,7 @@ def image_metadata(plan: ModulePlan, launches: list[dict[str, Any]]) -> str:
     args = [(t, "input") for t in plan.inputs] + [(t, "output") for t in plan.outputs]
     lines = [f"kernel {plan.name} __tvm_ffi_{plan.name} {len(args)}"]
     for i, (t, role) in enumerate(args):
-        code, bits = _code_bits(t.dtype)
+        code, bits = dlpack_type(t, plan.name)
         lines.append(f"arg {i} {t.name} {role} {code} {bits} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip())
     if len(launches) == 1 and all(isinstance(v, int) for v in (*launches[0]["grid"], *launches[0]["block"])):
         launch = launches[0]
