@@ -62,6 +62,7 @@ def test_wheel_holds_every_source_package(wheel):
         assert f"tessera_tvm/target/include/tessera/{header}" in names
     # The tsr* C runtime: its header and the source `tessera runtime` builds.
     assert "tessera_tvm/target/include/tessera/tsr.h" in names and "tessera_tvm/target/tsr/tsr.cc" in names
+    assert "tessera_tvm/target/include/tessera/cuda_driver.h" in names  # CUDA libraries and tsr include it
 
 
 def test_installed_wheel_loads_configs_and_pass_lists(wheel, tmp_path):

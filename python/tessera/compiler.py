@@ -170,7 +170,8 @@ class CompiledKernel:
         entry ``__tvm_ffi_<kernel>``: ``tvm_ffi.load_module(path)[kernel](*inputs, *outputs)`` with
         DLPack tensors (numpy through ``tvm_ffi.from_dlpack``, torch CPU tensors as they are), or TVM's
         ``tvm.runtime.load_module``. Returns the library's path (in ``out_dir``, or a new scratch
-        directory). CPU configs only, for now."""
+        directory). CPU and CUDA configs (a CUDA library embeds its cubins and runs on torch CUDA
+        tensors or kDLCUDA DLTensors); not HIP yet."""
         import tempfile
 
         from .module import module_plan
@@ -187,7 +188,7 @@ class CompiledKernel:
         if build is None:
             raise NotRunnableError(
                 f"{self.kernel.name}: build_module() is not supported for {self.config.name} ({backend.title}) yet; "
-                "CPU configs build tvm-ffi libraries"
+                "CPU and CUDA configs build tvm-ffi libraries"
             )
         flags = tuple(self.config.codegen_dict["flags"])
         return lambda plan, out_dir: build(plan, out_dir, flags)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera_tvm.graph.nodes import static_shape
+from tessera_tvm.target.backend import backend_for
 from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg, entry_header
 from tessera_tvm.target.tsr import ABI_MAJOR, ABI_MINOR, image_metadata, write_image
 
@@ -60,6 +61,8 @@ def module_plan(instance: Instance) -> ModulePlan:
             names[var] = name
     intermediates = []
     calls = []
+    backend = backend_for(instance.config)
+    launches = backend.hook("device_launches")
     for launch in instance.launches:
         dk = launch.device
         by_param: dict[str, str] = {}
@@ -81,6 +84,15 @@ def module_plan(instance: Instance) -> ModulePlan:
         if var not in names:
             intermediates.append(tensor(var, f"{dk.name}_out"))
         by_param[pname] = names[var]
+        if launches is not None:  # a GPU: the host code's launches, over the program's buffers in order
+            missing = [p for p in dk.lowered._program_order if p not in by_param]
+            if missing:
+                raise ModuleError(f"{where}: kernel {dk.name} takes {missing}, which are not tensors of the kernel")
+            cubin = dk.lowered.artifacts.get("cubin")
+            args = tuple(by_param[p] for p in dk.lowered._program_order)
+            binary = str(cubin) if cubin is not None else None
+            calls.append(Call(dk.name, dk.lowered.name, args, launches=launches(dk.lowered), binary=binary))
+            continue
         entry = dk.lowered.entry
         if entry is None:
             raise ModuleError(f"{where}: kernel {dk.name} has no C entry on this target")
@@ -102,6 +114,7 @@ def module_plan(instance: Instance) -> ModulePlan:
         calls=tuple(calls),
         copies=tuple(copies),
         sources=tuple((launch.device.name, launch.device.lowered.source) for launch in instance.launches),
+        device="cuda" if backend.device == "gpu" else "cpu",
     )
 
 

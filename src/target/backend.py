@@ -85,6 +85,9 @@ class Backend:
     # Hook ``(ModulePlan, out_dir, flags) -> Path`` building a compiled kernel into one tvm-ffi library
     # (``__tvm_ffi_<kernel>``: every device kernel, intermediates inside); None: not yet for this kind.
     module: str | None = None
+    # Hook ``(lowered) -> tuple[GpuLaunch]``: what a GPU kernel's host code launches, read out of it
+    # (a backend whose module entry launches device functions itself); None: calls are C functions.
+    device_launches: str | None = None
     # Hook ``(ModulePlan, libraries) -> function``: the same entry linked against the device kernels'
     # own built libraries and loaded, which ts.compile's calls run (None: they run kernel by kernel).
     linked_module: str | None = None

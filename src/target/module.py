@@ -13,7 +13,19 @@ from dataclasses import dataclass
 
 from ..errors import TesseraError
 
-__all__ = ["DLPACK_CODE_NAMES", "Call", "ModuleError", "ModulePlan", "TensorArg", "dlpack_type", "entry_header"]
+__all__ = [
+    "DLPACK_CODE_NAMES",
+    "Call",
+    "GpuLaunch",
+    "ModuleError",
+    "ModulePlan",
+    "TensorArg",
+    "TensorMap",
+    "dlpack_type",
+    "entry_header",
+    "entry_helpers",
+    "entry_opening",
+]
 
 #: The dtypes an entry takes: dtype -> (DLPack type code, bits), codes as dlpack.h's DLDataTypeCode.
 _DLPACK_TYPES = {
@@ -65,12 +77,51 @@ class TensorArg:
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """A TMA descriptor the host encodes before a launch: ``cuTensorMapEncodeTiled``'s arguments.
+
+    Dims, box and element strides run innermost first, as the driver takes them; ``strides`` are
+    the byte strides of dims 1.. (dim 0 is dense). ``buffer`` indexes the call's ``args``."""
+
+    buffer: int
+    data_type: int  # CUtensorMapDataType
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: int
+    swizzle: int
+    l2_promotion: int
+    oob_fill: int
+
+
+@dataclass(frozen=True)
+class GpuLaunch:
+    """One launch of a device function of a cubin: its parameters in order, grid, block, shared memory.
+
+    A parameter is ``("tensormap", i)`` (the i-th of ``tensormaps``, passed by value),
+    ``("pointer", i)`` (the data of the call's ``args[i]``) or ``("int32"|"int64", value)``."""
+
+    function: str
+    params: tuple[tuple[str, int], ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    tensormaps: tuple[TensorMap, ...] = ()
+
+
+@dataclass(frozen=True)
 class Call:
-    """One device kernel run: its C symbol and arguments, tensor names (buffers) or ints (scalars)."""
+    """One device kernel run: its C symbol and arguments, tensor names (buffers) or ints (scalars).
+
+    On a GPU, ``args`` are the kernel's buffers in the tile program's order, ``launches`` what its
+    host code launches (in order) and ``binary`` the cubin holding their functions."""
 
     kernel: str  # the fused kernel's name, for errors
     symbol: str
     args: tuple[str | int, ...]
+    launches: tuple[GpuLaunch, ...] = ()
+    binary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +135,7 @@ class ModulePlan:
     calls: tuple[Call, ...]
     copies: tuple[tuple[str, str], ...]  # (input, output): an output that is an input, copied
     sources: tuple[tuple[str, str], ...]  # (device kernel name, its C source)
+    device: str = "cpu"  # where its tensors live: "cpu" or "cuda"
 
 
 def entry_header(plan: ModulePlan, note: str = "") -> str:
@@ -91,6 +143,7 @@ def entry_header(plan: ModulePlan, note: str = "") -> str:
     guard = "TESSERA_EXPORT_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper()) + "_H_"
     macro = "TESSERA_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper())
     width = max(len(t.name) for t in (*plan.inputs, *plan.outputs))
+    memory = "memory of one CUDA device" if plan.device == "cuda" else "CPU memory"
     rows = [
         f" *   args[{i}]  {t.name:<{width}}  {t.dtype} [{', '.join(map(str, t.shape))}]  {role}"
         for i, (t, role) in enumerate(
@@ -101,7 +154,7 @@ def entry_header(plan: ModulePlan, note: str = "") -> str:
         f"/* {plan.name}: a Tessera kernel exported as a tvm-ffi library ({plan.name}.so).{note}",
         " *",
         f" * Call __tvm_ffi_{plan.name} with {len(rows)} arguments, each a DLTensor* passed as a TVMFFIAny of",
-        " * type_index kTVMFFIDLTensorPtr, CPU memory, dense row-major:",
+        f" * type_index kTVMFFIDLTensorPtr, {memory}, dense row-major:",
         *rows,
         " * It returns 0, or -1 with the error kept for TVMFFIErrorMoveFromRaised. tvm_ffi.load_module and",
         " * TVM's tvm.runtime.load_module find the same entry by the kernel's name.",
@@ -127,3 +180,108 @@ def entry_header(plan: ModulePlan, note: str = "") -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+#: The entry's helpers: tvm-ffi's C API only, so an entry compiles in a fraction of a second.
+#: ``@DEVICE@`` is the DLPack device type its tensors must be on, ``@WHERE@`` says where in words.
+_HELPERS = r"""
+#include <tvm/ffi/c_api.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace {
+
+int Fail(const char* kind, const char* format, ...) {
+  char message[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message, sizeof(message), format, args);
+  va_end(args);
+  TVMFFIErrorSetRaisedFromCStr(kind, message);
+  return -1;
+}
+
+// The data of argument ``a`` when it is a tensor on @DEVICE@ of ``dtype`` and ``shape``, densely laid
+// out (its device id in ``*device``); null (with the error raised) otherwise. Tensors come as DLTensor*
+// (C hosts, from_dlpack) or as tvm-ffi Tensor objects (torch and numpy passed to a tvm-ffi Function).
+void* Checked(const char* kernel, const TVMFFIAny* a, const char* name, int code, int bits, int ndim,
+              const int64_t* shape, int* device) {
+  DLTensor* t = nullptr;
+  if (a->type_index == kTVMFFIDLTensorPtr) t = static_cast<DLTensor*>(a->v_ptr);
+  if (a->type_index == kTVMFFITensor) t = reinterpret_cast<DLTensor*>(reinterpret_cast<char*>(a->v_obj) + sizeof(TVMFFIObject));
+  if (t == nullptr) {
+    Fail("TypeError", "%s: argument %s is not a tensor (tvm-ffi type index %d)", kernel, name, a->type_index);
+    return nullptr;
+  }
+  if (t->device.device_type != @DEVICE@) {
+    Fail("ValueError", "%s: argument %s is on device type %d; this library runs on @WHERE@ (@DEVICE@)", kernel, name,
+         static_cast<int>(t->device.device_type));
+    return nullptr;
+  }
+  *device = t->device.device_id;
+  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
+    Fail("TypeError", "%s: argument %s has DLPack dtype (code %d, bits %d, lanes %d); expected (code %d, bits %d, lanes 1)",
+         kernel, name, t->dtype.code, t->dtype.bits, t->dtype.lanes, code, bits);
+    return nullptr;
+  }
+  if (t->ndim != ndim) {
+    Fail("ValueError", "%s: argument %s has %d dims; expected %d", kernel, name, t->ndim, ndim);
+    return nullptr;
+  }
+  for (int i = 0; i < ndim; ++i) {
+    if (t->shape[i] != shape[i]) {
+      Fail("ValueError", "%s: argument %s has shape[%d] = %lld; expected %lld", kernel, name, i,
+           static_cast<long long>(t->shape[i]), static_cast<long long>(shape[i]));
+      return nullptr;
+    }
+  }
+  int64_t stride = 1;  // row-major and dense (DLPack: null strides mean exactly that)
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (t->strides != nullptr && shape[i] != 1 && t->strides[i] != stride) {
+      Fail("ValueError", "%s: argument %s is not contiguous (stride[%d] = %lld, expected %lld); pass a contiguous copy",
+           kernel, name, i, static_cast<long long>(t->strides[i]), static_cast<long long>(stride));
+      return nullptr;
+    }
+    stride *= shape[i];
+  }
+  return static_cast<char*>(t->data) + t->byte_offset;
+}
+
+}  // namespace
+"""
+
+
+def entry_helpers(device: str, where: str) -> str:
+    """The C++ helpers every entry starts with (``Fail``, ``Checked``), for tensors on DLPack ``device``."""
+    return _HELPERS.strip("\n").replace("@DEVICE@", device).replace("@WHERE@", where)
+
+
+def entry_opening(plan: ModulePlan) -> list[str]:
+    """The entry's signature and its argument checks: ``data_<name>`` for every input and output,
+    their device ids in ``device_<name>``."""
+    name = plan.name
+    tensors = [*plan.inputs, *plan.outputs]
+    lines = [
+        f'extern "C" __attribute__((visibility("default"))) int __tvm_ffi_{name}(',
+        "    void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {",
+        f'  const char* kernel = "{name}";',
+        f"  if (num_args != {len(tensors)}) {{",
+        f'    return Fail("TypeError", "%s: takes {len(tensors)} tensors ({", ".join(t.name for t in tensors)}), '
+        'got %d", kernel, num_args);',
+        "  }",
+    ]
+    for i, t in enumerate(tensors):
+        code, bits = dlpack_type(t, name)
+        dims = ", ".join(str(d) for d in t.shape) or "1"
+        lines += [
+            f"  static const int64_t shape_{t.name}[] = {{{dims}}};",
+            f"  int device_{t.name} = 0;",
+            f'  void* data_{t.name} = Checked(kernel, &args[{i}], "{t.name}", {DLPACK_CODE_NAMES[code]}, {bits}, '
+            f"{len(t.shape)}, shape_{t.name}, &device_{t.name});",
+            f"  if (data_{t.name} == nullptr) return -1;",
+        ]
+    return lines

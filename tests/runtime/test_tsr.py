@@ -61,8 +61,10 @@ HOST = textwrap.dedent(
       tsr_kernel_t k;
       if (tsrGetKernel(mod, "linear_relu", &k) != TSR_SUCCESS) return 1;
       float *x, *w, *b, *out;
-      if (tsrAlloc(ctx, sizeof(float) * M * K, (void**)&x) || tsrAlloc(ctx, sizeof(float) * K * N, (void**)&w) ||
-          tsrAlloc(ctx, sizeof(float) * N, (void**)&b) || tsrAlloc(ctx, sizeof(float) * M * N, (void**)&out)) return 1;
+      if (tsrAlloc(ctx, sizeof(float) * M * K, TSR_ALLOC_HOST, (void**)&x) ||
+          tsrAlloc(ctx, sizeof(float) * K * N, TSR_ALLOC_HOST, (void**)&w) ||
+          tsrAlloc(ctx, sizeof(float) * N, TSR_ALLOC_HOST, (void**)&b) ||
+          tsrAlloc(ctx, sizeof(float) * M * N, TSR_ALLOC_HOST, (void**)&out)) return 1;
       fill(x, w, b);
       int64_t sx[] = {M, K}, sw[] = {K, N}, sb[] = {N}, so[] = {M, N};
       DLTensor A = tensor(x, 2, sx), W = tensor(w, 2, sw), B = tensor(b, 1, sb), C = tensor(out, 2, so);
@@ -76,7 +78,7 @@ HOST = textwrap.dedent(
       /* Bad inputs: each a status and a message. */
       unsigned char* other = malloc(size);
       memcpy(other, image, size);
-      other[4] = 2;  /* ABI major 2 */
+      other[4] = 3;  /* ABI major 3 */
       tsr_module_t bad = NULL;
       SHOW("abi", tsrLoadModule(ctx, other, size, &bad));
       SHOW("truncated", tsrLoadModule(ctx, image, size - 100, &bad));
@@ -105,20 +107,58 @@ HOST = textwrap.dedent(
       odd.grid_x = 1000; odd.block_x = 7;
       SHOW("launch spec", tsrLaunch(k, NULL, odd, args, 4));
       SHOW("stream", tsrLaunch(k, (tsr_stream_t)&odd, launch, args, 4));
+      size_t count = 0;
+      SHOW("num args", tsrGetKernelNumArgs(k, &count));
+      printf("count %zu\n", count);
+      float* copy = NULL;
+      SHOW("alloc copy", tsrAlloc(ctx, sizeof(float) * N, TSR_ALLOC_HOST, (void**)&copy));
+      SHOW("memcpy", tsrMemcpy(ctx, copy, b, sizeof(float) * N));
+      printf("copied %s\n", memcmp(copy, b, sizeof(float) * N) == 0 ? "same" : "different");
+      SHOW("memcpy past end", tsrMemcpy(ctx, copy, b, sizeof(float) * N + 4));
+      SHOW("flags", tsrAlloc(ctx, 16, 5, (void**)&copy));
+      SHOW("device alloc", tsrAlloc(ctx, 16, TSR_ALLOC_DEVICE, (void**)&copy));
+      tsr_stream_t made = NULL;
+      SHOW("create stream", tsrCreateStream(ctx, &made));
+      SHOW("sync", tsrSynchronize(ctx, NULL));
+      SHOW("wrong kind", tsrGetKernel((tsr_module_t)ctx, "linear_relu", &none));
+      SHOW("bad context device", tsrCreateContextOnDevice(-1, &ctx));
+      if (argc > 2) {  /* a CUDA image: where there is no driver, a status that says so */
+        size_t cuda_size = 0;
+        unsigned char* cuda_image = read_file(argv[2], &cuda_size);
+        SHOW("cuda image", tsrLoadModule(ctx, cuda_image, cuda_size, &bad));
+        free(cuda_image);
+      }
       SHOW("free", tsrFree(ctx, b));
       SHOW("double free", tsrFree(ctx, b));
       SHOW("foreign free", tsrFree(ctx, image));
       SHOW("destroy", tsrDestroyContext(ctx));
       SHOW("kernel after destroy", tsrLaunch(k, NULL, launch, args, 4));
       SHOW("module after destroy", tsrGetKernel(mod, "linear_relu", &none));
-      SHOW("alloc after destroy", tsrAlloc(ctx, 16, (void**)&x));
+      SHOW("alloc after destroy", tsrAlloc(ctx, 16, TSR_ALLOC_HOST, (void**)&x));
       SHOW("destroy twice", tsrDestroyContext(ctx));
+      /* A new context never takes a destroyed one's handle: the old handle stays dead. */
+      tsr_context_t again;
+      SHOW("create again", tsrCreateContext(&again));
+      printf("same handle %s\n", again == ctx ? "yes" : "no");
+      SHOW("old handle", tsrAlloc(ctx, 16, TSR_ALLOC_HOST, (void**)&x));
+      SHOW("new handle", tsrAlloc(again, 16, TSR_ALLOC_HOST, (void**)&x));
+      SHOW("destroy again", tsrDestroyContext(again));
       printf("abi %d\n", tsrGetAbiVersion());
       free(image);
       return 0;
     }
     """
 ).replace("COMMON", C_COMMON)
+
+
+def _driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +169,8 @@ def image(tmp_path_factory):
     return root / "bundle" / "linear_relu.tsrb"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_path):
+def _run_host(image, tmp_path, *extra) -> dict[str, str]:
+    """Build the runtime and the host with ASan + UBSan, run the host on ``image`` (and ``extra``)."""
     runtime = build_runtime(tmp_path / "rt", sanitize=True)
     include, dlpack, lib = tvm_ffi_paths()
     (tmp_path / "host.c").write_text(HOST)
@@ -141,11 +181,20 @@ def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_
         cwd=tmp_path, check=True, capture_output=True, text=True,
     )  # fmt: skip
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
-    run = subprocess.run([str(tmp_path / "host"), str(image)], capture_output=True, text=True, timeout=300, env=env)
+    command = [str(tmp_path / "host"), str(image), *map(str, extra)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0 and "Sanitizer" not in run.stderr, run.stdout + run.stderr[-3000:]
     out = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
-    assert out["launch"] == "0 " and "max error ok" in run.stdout
-    assert out["abi"] == "4 tsrLoadModule: the image needs ABI 2.0; this runtime has ABI 1.0"
+    out["stdout"] = run.stdout
+    return out
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_path):
+    out = _run_host(image, tmp_path)
+    stdout = out["stdout"]
+    assert out["launch"] == "0 " and "max error ok" in stdout
+    assert out["abi"] == "4 tsrLoadModule: the image needs ABI 3.0; this runtime has ABI 2.0"
     assert out["truncated"] == "2 tsrLoadModule: the image is truncated (library)"
     assert out["garbage"].startswith("2 tsrLoadModule: not a Tessera image (no TSRB header)")
     assert out["short"] == "2 tsrLoadModule: the image is truncated (metadata)"
@@ -168,4 +217,27 @@ def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_
     assert out["module after destroy"] == "2 tsrGetKernel: not a live module"
     assert out["alloc after destroy"] == "2 tsrAlloc: not a live context"
     assert out["destroy twice"].startswith("2 tsrDestroyContext: not a live context")
-    assert "abi 1000" in run.stdout
+    assert "abi 2000" in stdout
+    assert out["num args"] == "0 " and "count 4" in stdout
+    assert out["memcpy"] == "0 " and "copied same" in stdout
+    assert out["memcpy past end"] == "2 tsrMemcpy: 164 bytes run past the end of a tsrAlloc block"
+    assert out["flags"] == "2 tsrAlloc: flags 5 is neither TSR_ALLOC_HOST nor TSR_ALLOC_DEVICE"
+    assert out["wrong kind"] == "2 tsrGetKernel: not a live module"
+    assert out["bad context device"] == "2 tsrCreateContextOnDevice: CUDA device -1 < 0"
+    assert out["sync"] == "0 "
+    assert out["create again"] == "0 " and "same handle no" in stdout
+    assert out["old handle"] == "2 tsrAlloc: not a live context" and out["new handle"] == "0 "
+    assert out["destroy again"] == "0 "
+    if not _driver_present():  # CUDA work where there is no driver: a status that says so
+        for what, call in (("device alloc", "tsrAlloc"), ("create stream", "tsrCreateStream")):
+            assert out[what].startswith(f"7 {call}: ") and "no CUDA driver here" in out[what], out[what]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nvcc") is None, reason="needs gcc and nvcc")
+@pytest.mark.skipif(_driver_present(), reason="checks the machine without a CUDA driver (the gpu tests run it)")
+def test_a_cuda_image_without_a_driver_is_a_status(image, tmp_path):
+    kernel = image.parent.parent / "linear_relu.py"
+    assert main(["export", str(kernel), "--target", "hopper", "--shapes", "M=256,N=256,K=128",
+                 "--out", str(tmp_path / "cuda")]) == 0  # fmt: skip
+    out = _run_host(image, tmp_path, tmp_path / "cuda" / "linear_relu.tsrb")
+    assert out["cuda image"].startswith("7 tsrLoadModule: linear_relu runs on CUDA, and no CUDA driver here")

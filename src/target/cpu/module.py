@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..._tvm import tvm_ffi_paths
-from ..module import DLPACK_CODE_NAMES, ModulePlan, dlpack_type
+from ..module import ModulePlan, dlpack_type, entry_helpers, entry_opening
 from ..toolchain import (
     atomic_output_dir,
     require_tool,
@@ -36,83 +36,13 @@ from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR
 
 __all__ = ["build_module", "entry_source"]
 
-#: The entry's helpers: tvm-ffi's C API only, so the entry compiles in a fraction of a second.
-_PRELUDE = r"""
-#include <tvm/ffi/c_api.h>
-
-#include <cstdarg>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-
-namespace {
-
-int Fail(const char* kind, const char* format, ...) {
-  char message[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(message, sizeof(message), format, args);
-  va_end(args);
-  TVMFFIErrorSetRaisedFromCStr(kind, message);
-  return -1;
-}
-
-// The data of argument ``a`` when it is a CPU tensor of ``dtype`` and ``shape``, densely laid out;
-// null (with the error raised) otherwise. Tensors come as DLTensor* (C hosts, from_dlpack) or as
-// tvm-ffi Tensor objects (torch and numpy passed to a tvm-ffi Function).
-void* Checked(const char* kernel, const TVMFFIAny* a, const char* name, int code, int bits, int ndim,
-              const int64_t* shape) {
-  DLTensor* t = nullptr;
-  if (a->type_index == kTVMFFIDLTensorPtr) t = static_cast<DLTensor*>(a->v_ptr);
-  if (a->type_index == kTVMFFITensor) t = reinterpret_cast<DLTensor*>(reinterpret_cast<char*>(a->v_obj) + sizeof(TVMFFIObject));
-  if (t == nullptr) {
-    Fail("TypeError", "%s: argument %s is not a tensor (tvm-ffi type index %d)", kernel, name, a->type_index);
-    return nullptr;
-  }
-  if (t->device.device_type != kDLCPU) {
-    Fail("ValueError", "%s: argument %s is on device type %d; this library runs on the CPU (kDLCPU)", kernel, name,
-         static_cast<int>(t->device.device_type));
-    return nullptr;
-  }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    Fail("TypeError", "%s: argument %s has DLPack dtype (code %d, bits %d, lanes %d); expected (code %d, bits %d, lanes 1)",
-         kernel, name, t->dtype.code, t->dtype.bits, t->dtype.lanes, code, bits);
-    return nullptr;
-  }
-  if (t->ndim != ndim) {
-    Fail("ValueError", "%s: argument %s has %d dims; expected %d", kernel, name, t->ndim, ndim);
-    return nullptr;
-  }
-  for (int i = 0; i < ndim; ++i) {
-    if (t->shape[i] != shape[i]) {
-      Fail("ValueError", "%s: argument %s has shape[%d] = %lld; expected %lld", kernel, name, i,
-           static_cast<long long>(t->shape[i]), static_cast<long long>(shape[i]));
-      return nullptr;
-    }
-  }
-  int64_t stride = 1;  // row-major and dense (DLPack: null strides mean exactly that)
-  for (int i = ndim - 1; i >= 0; --i) {
-    if (t->strides != nullptr && shape[i] != 1 && t->strides[i] != stride) {
-      Fail("ValueError", "%s: argument %s is not contiguous (stride[%d] = %lld, expected %lld); pass a contiguous copy",
-           kernel, name, i, static_cast<long long>(t->strides[i]), static_cast<long long>(stride));
-      return nullptr;
-    }
-    stride *= shape[i];
-  }
-  return static_cast<char*>(t->data) + t->byte_offset;
-}
-
-}  // namespace
-"""
-
 
 def entry_source(plan: ModulePlan) -> str:
     """The C++ of the entry ``__tvm_ffi_<plan.name>``, written against tvm-ffi's C API."""
     name = plan.name
     tensors = [*plan.inputs, *plan.outputs]
     lines = [f"// The tvm-ffi entry of Tessera kernel {name}: checks its arguments, runs its device kernels."]
-    lines += _PRELUDE.strip("\n").splitlines()
+    lines += entry_helpers("kDLCPU", "the CPU").splitlines()
     lines.append("")
     declared = set()
     for call in plan.calls:
@@ -120,26 +50,7 @@ def entry_source(plan: ModulePlan) -> str:
             declared.add(call.symbol)
             params = ", ".join("void*" if isinstance(a, str) else "int32_t" for a in call.args)
             lines.append(f'extern "C" int32_t {call.symbol}({params});')
-    lines += [
-        "",
-        f'extern "C" __attribute__((visibility("default"))) int __tvm_ffi_{name}(',
-        "    void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {",
-        f'  const char* kernel = "{name}";',
-        f"  if (num_args != {len(tensors)}) {{",
-        f'    return Fail("TypeError", "%s: takes {len(tensors)} tensors ({", ".join(t.name for t in tensors)}), '
-        'got %d", kernel, num_args);',
-        "  }",
-    ]
-    for i, t in enumerate(tensors):
-        code, bits = dlpack_type(t, name)
-        code_name = DLPACK_CODE_NAMES[code]  # spelled as dlpack.h does, in the generated C++
-        dims = ", ".join(str(d) for d in t.shape) or "1"
-        lines.append(f"  static const int64_t shape_{t.name}[] = {{{dims}}};")
-        lines.append(
-            f'  void* data_{t.name} = Checked(kernel, &args[{i}], "{t.name}", {code_name}, {bits}, {len(t.shape)}, '
-            f"shape_{t.name});"
-        )
-        lines.append(f"  if (data_{t.name} == nullptr) return -1;")
+    lines += ["", *entry_opening(plan)]
     for t in plan.intermediates:
         _, bits = dlpack_type(t, name)
         lines.append(f"  std::unique_ptr<char[]> own_{t.name}(new char[{max(1, t.numel * bits // 8)}]);")

@@ -46,5 +46,7 @@ CUDA = register_backend(
         run="tessera_tvm.target.cuda.lowered:run",
         run_needs="runtime",
         runs_on="gpu",
+        module="tessera_tvm.target.cuda.module:build_module",
+        device_launches="tessera_tvm.target.cuda.module:device_launches",
     )
 )

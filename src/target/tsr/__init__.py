@@ -1,6 +1,7 @@
 """Tessera's embeddable runtime (seed 004 §3.5): the ``tsr*`` C ABI, its images and its build.
 
-``include/tessera/tsr.h`` is the ABI; ``tsr.cc`` implements it over tvm-ffi's C API for CPU kernels.
+``include/tessera/tsr.h`` is the ABI; ``tsr.cc`` implements it over tvm-ffi's C API, and over the
+CUDA driver API for CUDA kernels when the CUDA headers are there to build it with.
 :func:`write_image` packs an exported kernel (its tvm-ffi library, argument list and launch) into
 the image ``tsrLoadModule`` takes; :func:`build_runtime` builds ``libtessera_rt.so`` with g++ (with
 AddressSanitizer and UndefinedBehaviorSanitizer when ``sanitize``), linked against tvm-ffi.
@@ -21,7 +22,7 @@ from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_
 __all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_metadata", "write_image"]
 
 #: The ABI version images are written for (``TSR_ABI_MAJOR`` / ``TSR_ABI_MINOR`` in tsr.h).
-ABI_MAJOR, ABI_MINOR = 1, 0
+ABI_MAJOR, ABI_MINOR = 2, 0
 
 SOURCE = Path(__file__).resolve().parent / "tsr.cc"
 
@@ -30,7 +31,7 @@ def image_metadata(plan: ModulePlan, launches: list[dict[str, Any]]) -> str:
     """The image's metadata text (tsr.cc documents the format): the kernel, its arguments in order,
     and its launch when it runs one device kernel (``launches``: each device kernel's metadata launch)."""
     args = [(t, "input") for t in plan.inputs] + [(t, "output") for t in plan.outputs]
-    lines = [f"kernel {plan.name} __tvm_ffi_{plan.name} {len(args)}"]
+    lines = [f"kernel {plan.name} __tvm_ffi_{plan.name} {len(args)}", f"device {plan.device}"]
     for i, (t, role) in enumerate(args):
         code, bits = dlpack_type(t, plan.name)
         lines.append(f"arg {i} {t.name} {role} {code} {bits} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip())
@@ -53,12 +54,27 @@ def write_image(path: str | os.PathLike[str], metadata: str, library: str | os.P
     return Path(path)
 
 
-def build_runtime(out_dir: str | os.PathLike[str], *, sanitize: bool = False, timeout: float = 600) -> Path:
+def build_runtime(
+    out_dir: str | os.PathLike[str], *, sanitize: bool = False, cuda: bool | None = None, timeout: float = 600
+) -> Path:
     """Build ``out_dir/libtessera_rt.so`` from tsr.cc (``sanitize``: with ASan and UBSan); return it.
-    A C host compiles against ``include/tessera/tsr.h`` (:data:`RUNTIME_INCLUDE_DIR`) and links it."""
+    A C host compiles against ``include/tessera/tsr.h`` (:data:`RUNTIME_INCLUDE_DIR`) and links it.
+
+    ``cuda``: build the CUDA path in (it needs the CUDA headers, not a GPU: the driver is opened when
+    first used); None builds it in when the headers are found. Without it, CUDA images and device
+    memory are ``TSR_ENODEVICE``."""
+    from ...errors import TesseraError
+    from ..cuda.module import cuda_include_dir
+
     cxx = require_tool("g++")
     include, dlpack, lib = tvm_ffi_paths()
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else ["-O2"]
+    if cuda is not False:
+        try:
+            flags += ["-DTSR_WITH_CUDA", f"-I{cuda_include_dir()}"]
+        except TesseraError:
+            if cuda:
+                raise
     command = [
         cxx, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Werror", *flags,
         f"-I{RUNTIME_INCLUDE_DIR}", f"-I{include}", f"-I{dlpack}",

@@ -1,18 +1,21 @@
-// Tessera's embeddable runtime (include/tessera/tsr.h): the seed's C ABI over tvm-ffi's C API.
+// Tessera's embeddable runtime (include/tessera/tsr.h): the seed's C ABI over tvm-ffi's C API and,
+// for CUDA images, the CUDA driver API (tessera/cuda_driver.h; built in when TSR_WITH_CUDA is defined).
 //
 // An image (<kernel>.tsrb, written by tessera_tvm.target.tsr.write_image) is
 //
 //   "TSRB" | u32 abi_major | u32 abi_minor | u64 n | n bytes of metadata text | u64 m | m bytes of library
 //
-// (little-endian). The metadata text lists the kernel, its arguments and its launch:
+// (little-endian). The metadata text lists the kernel, the device it runs on, its arguments and its launch:
 //
 //   kernel <name> <entry symbol> <nargs>
+//   device <cpu|cuda>
 //   arg <index> <name> <input|output> <DLPack code> <bits> <ndim> <dims...>
 //   launch <gx> <gy> <gz> <bx> <by> <bz> <smem>      (or: launch none)
 //
 // The library is the tvm-ffi library `tessera export` builds; it is loaded from memory (memfd) and
-// its entry called with the DLTensor arguments as TVMFFIAny values. Every handle is checked against
-// the set of live handles under one lock, so stale or foreign handles are errors, not crashes.
+// its entry called with the DLTensor arguments as TVMFFIAny values (a CUDA library launches its own
+// kernels on the stream tvm-ffi's environment names, which tsrLaunch sets). Handles are numbers
+// looked up under one lock and never reused, so a stale, foreign or mistyped handle is an error.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -22,22 +25,30 @@
 #include <dlpack/dlpack.h>
 #include <sys/mman.h>
 #include <tvm/ffi/c_api.h>
+#include <tvm/ffi/extra/c_env_api.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
-#include <set>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#ifdef TSR_WITH_CUDA
+#include <tessera/cuda_driver.h>
+#endif
+
+struct tsr_context;
 struct tsr_module;
 
 struct tsr_kernel {
   tsr_module* module = nullptr;
+  uintptr_t id = 0;
   std::string name;
   TVMFFISafeCallType entry = nullptr;
   std::vector<std::string> arg_names;
@@ -45,16 +56,28 @@ struct tsr_kernel {
   tsr_launch_t launch{};
 };
 
-struct tsr_context {
-  std::set<void*> allocations;
-  std::vector<tsr_module*> modules;
-};
-
 struct tsr_module {
   tsr_context* context = nullptr;
+  uintptr_t id = 0;
+  bool cuda = false;
   void* library = nullptr;
   int fd = -1;
   std::vector<std::unique_ptr<tsr_kernel>> kernels;
+};
+
+struct tsr_stream {
+  tsr_context* context = nullptr;
+  uintptr_t id = 0;
+  void* stream = nullptr;  // a CUstream
+};
+
+struct tsr_context {
+  uintptr_t id = 0;
+  int device = 0;                          // its CUDA device
+  std::map<uintptr_t, size_t> host;        // tsrAlloc blocks: start -> bytes
+  std::map<uintptr_t, size_t> device_mem;  // device blocks: start -> bytes
+  std::vector<tsr_module*> modules;
+  std::vector<tsr_stream*> streams;
 };
 
 namespace {
@@ -62,9 +85,12 @@ namespace {
 constexpr size_t kMaxArgs = 1024;
 constexpr int kMaxDims = 16;
 
+enum class Kind { kContext, kModule, kKernel, kStream };
+
 thread_local std::string last_error;
-std::mutex mu;                 // every call holds it: handles are checked and used under one lock
-std::set<const void*> live;    // contexts, modules and kernels not destroyed yet
+std::mutex mu;  // every call holds it: handles are looked up and used under one lock
+std::unordered_map<uintptr_t, std::pair<Kind, void*>> handles;  // live handles: id -> (kind, object)
+uintptr_t next_id = 0x75720000;                                 // ids grow by 16 and are never reused
 
 tsr_status_t Fail(tsr_status_t status, const std::string& message) {
   last_error = message;
@@ -76,7 +102,20 @@ tsr_status_t Ok() {
   return TSR_SUCCESS;
 }
 
-bool Live(const void* handle) { return handle != nullptr && live.count(handle) != 0; }
+template <typename T>
+T* Register(T* object, Kind kind) {
+  next_id += 16;
+  object->id = next_id;
+  handles[object->id] = {kind, object};
+  return reinterpret_cast<T*>(object->id);  // what the caller holds: a number, not the object's address
+}
+
+template <typename T>
+T* Find(const void* handle, Kind kind) {
+  auto found = handles.find(reinterpret_cast<uintptr_t>(handle));
+  if (found == handles.end() || found->second.first != kind) return nullptr;
+  return static_cast<T*>(found->second.second);
+}
 
 // Reads the image's fields in order; any read past the end marks it truncated.
 struct Reader {
@@ -100,12 +139,41 @@ struct Reader {
   }
 };
 
+// CUDA, when built in: "" on success, else why not.
+std::string CudaError() {
+#ifdef TSR_WITH_CUDA
+  return tessera::cuda::GetDriver().error;
+#else
+  return "this libtessera_rt was built without CUDA (no CUDA headers where it was built)";
+#endif
+}
+
+#ifdef TSR_WITH_CUDA
+namespace cu = tessera::cuda;
+
+// Enters the context's device for the rest of the scope; "" on success.
+#define TSR_ENTER_DEVICE(ctx, where)                                            \
+  cu::ContextGuard guard_;                                                      \
+  {                                                                             \
+    std::string error_ = guard_.Enter((ctx)->device);                           \
+    if (!error_.empty()) return Fail(TSR_ENODEVICE, std::string(where) + ": " + error_); \
+  }
+#endif
+
 void Unload(tsr_module* mod) {
-  for (auto& kernel : mod->kernels) live.erase(kernel.get());
-  live.erase(mod);
+  for (auto& kernel : mod->kernels) handles.erase(kernel->id);
+  handles.erase(mod->id);
   if (mod->library != nullptr) dlclose(mod->library);
   if (mod->fd >= 0) close(mod->fd);
   delete mod;
+}
+
+void DestroyStream(tsr_stream* stream) {
+#ifdef TSR_WITH_CUDA
+  if (stream->stream != nullptr) cu::GetDriver().cuStreamDestroy(static_cast<CUstream>(stream->stream));
+#endif
+  handles.erase(stream->id);
+  delete stream;
 }
 
 tsr_status_t ParseMetadata(const std::string& text, tsr_module* mod) {
@@ -131,6 +199,12 @@ tsr_status_t ParseMetadata(const std::string& text, tsr_module* mod) {
       kernel->module = mod;
       kernel->name = name;
       kernel->entry = reinterpret_cast<TVMFFISafeCallType>(entry);
+    } else if (what == "device") {
+      std::string device;
+      if (!(words >> device) || (device != "cpu" && device != "cuda")) {
+        return Fail(TSR_EINVAL, "tsrLoadModule: image metadata names an unknown device: " + line);
+      }
+      mod->cuda = device == "cuda";
     } else if (what == "arg" && kernel != nullptr) {
       size_t index = 0;
       std::string name, role;
@@ -186,6 +260,28 @@ std::string Describe(const tsr_launch_t& l) {
   return out.str();
 }
 
+// The tsrAlloc block of `blocks` holding [ptr, ptr + bytes): 1 if inside one, 0 if in none, -1 if it
+// starts inside one and runs past its end.
+int Within(const std::map<uintptr_t, size_t>& blocks, const void* ptr, size_t bytes) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+  auto next = blocks.upper_bound(at);
+  if (next == blocks.begin()) return 0;
+  --next;
+  if (at >= next->first + next->second) return 0;
+  return bytes <= next->first + next->second - at ? 1 : -1;
+}
+
+tsr_status_t CreateContext(int32_t device, tsr_context_t* ctx, const char* where) {
+  if (ctx == nullptr) return Fail(TSR_EINVAL, std::string(where) + ": ctx is NULL");
+  if (device < 0) return Fail(TSR_EINVAL, std::string(where) + ": CUDA device " + std::to_string(device) + " < 0");
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_context* created = new (std::nothrow) tsr_context();
+  if (created == nullptr) return Fail(TSR_EOOM, std::string(where) + ": out of memory");
+  created->device = device;
+  *ctx = Register(created, Kind::kContext);
+  return Ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -194,29 +290,36 @@ const char* tsrGetLastError(void) { return last_error.c_str(); }
 
 int tsrGetAbiVersion(void) { return TSR_ABI_MAJOR * 1000 + TSR_ABI_MINOR; }
 
-tsr_status_t tsrCreateContext(tsr_context_t* ctx) {
-  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrCreateContext: ctx is NULL");
-  std::lock_guard<std::mutex> lock(mu);
-  tsr_context* created = new (std::nothrow) tsr_context();
-  if (created == nullptr) return Fail(TSR_EOOM, "tsrCreateContext: out of memory");
-  live.insert(created);
-  *ctx = created;
-  return Ok();
+tsr_status_t tsrCreateContext(tsr_context_t* ctx) { return CreateContext(0, ctx, "tsrCreateContext"); }
+
+tsr_status_t tsrCreateContextOnDevice(int32_t cuda_device, tsr_context_t* ctx) {
+  return CreateContext(cuda_device, ctx, "tsrCreateContextOnDevice");
 }
 
-tsr_status_t tsrDestroyContext(tsr_context_t ctx) {
+tsr_status_t tsrDestroyContext(tsr_context_t handle) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(ctx)) return Fail(TSR_EINVAL, "tsrDestroyContext: not a live context (destroyed already?)");
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrDestroyContext: not a live context (destroyed already?)");
   for (tsr_module* mod : ctx->modules) Unload(mod);
-  for (void* ptr : ctx->allocations) std::free(ptr);
-  live.erase(ctx);
+  for (tsr_stream* stream : ctx->streams) DestroyStream(stream);
+  for (auto& block : ctx->host) std::free(reinterpret_cast<void*>(block.first));
+#ifdef TSR_WITH_CUDA
+  if (!ctx->device_mem.empty()) {
+    cu::ContextGuard guard;
+    if (guard.Enter(ctx->device).empty()) {
+      for (auto& block : ctx->device_mem) cu::GetDriver().cuMemFree(static_cast<CUdeviceptr>(block.first));
+    }
+  }
+#endif
+  handles.erase(ctx->id);
   delete ctx;
   return Ok();
 }
 
-tsr_status_t tsrLoadModule(tsr_context_t ctx, const void* image, size_t size, tsr_module_t* mod) {
+tsr_status_t tsrLoadModule(tsr_context_t handle, const void* image, size_t size, tsr_module_t* mod) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(ctx)) return Fail(TSR_EINVAL, "tsrLoadModule: not a live context");
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrLoadModule: not a live context");
   if (image == nullptr || mod == nullptr) return Fail(TSR_EINVAL, "tsrLoadModule: image or mod is NULL");
   Reader in{static_cast<const unsigned char*>(image), size};
   const unsigned char* magic = nullptr;
@@ -259,6 +362,10 @@ tsr_status_t tsrLoadModule(tsr_context_t ctx, const void* image, size_t size, ts
     return Fail(TSR_EINVAL, std::string("tsrLoadModule: the image's library does not load: ") + (why ? why : "?"));
   }
   tsr_status_t status = ParseMetadata(std::string(reinterpret_cast<const char*>(meta), meta_size), loaded.get());
+  std::string cuda_error = status == TSR_SUCCESS && loaded->cuda ? CudaError() : "";
+  if (status == TSR_SUCCESS && !cuda_error.empty()) {
+    status = Fail(TSR_ENODEVICE, "tsrLoadModule: " + loaded->kernels[0]->name + " runs on CUDA, and " + cuda_error);
+  }
   if (status != TSR_SUCCESS) {
     std::string message = last_error;
     dlclose(loaded->library);
@@ -268,16 +375,16 @@ tsr_status_t tsrLoadModule(tsr_context_t ctx, const void* image, size_t size, ts
     return Fail(status, message);
   }
   tsr_module* module = loaded.release();
-  live.insert(module);
-  for (auto& kernel : module->kernels) live.insert(kernel.get());
+  *mod = Register(module, Kind::kModule);
+  for (auto& kernel : module->kernels) Register(kernel.get(), Kind::kKernel);
   ctx->modules.push_back(module);
-  *mod = module;
   return Ok();
 }
 
-tsr_status_t tsrUnloadModule(tsr_module_t mod) {
+tsr_status_t tsrUnloadModule(tsr_module_t handle) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(mod)) return Fail(TSR_EINVAL, "tsrUnloadModule: not a live module");
+  tsr_module* mod = Find<tsr_module>(handle, Kind::kModule);
+  if (mod == nullptr) return Fail(TSR_EINVAL, "tsrUnloadModule: not a live module");
   auto& modules = mod->context->modules;
   for (size_t i = 0; i < modules.size(); ++i) {
     if (modules[i] == mod) {
@@ -289,14 +396,15 @@ tsr_status_t tsrUnloadModule(tsr_module_t mod) {
   return Ok();
 }
 
-tsr_status_t tsrGetKernel(tsr_module_t mod, const char* name, tsr_kernel_t* kernel) {
+tsr_status_t tsrGetKernel(tsr_module_t handle, const char* name, tsr_kernel_t* kernel) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(mod)) return Fail(TSR_EINVAL, "tsrGetKernel: not a live module");
+  tsr_module* mod = Find<tsr_module>(handle, Kind::kModule);
+  if (mod == nullptr) return Fail(TSR_EINVAL, "tsrGetKernel: not a live module");
   if (name == nullptr || kernel == nullptr) return Fail(TSR_EINVAL, "tsrGetKernel: name or kernel is NULL");
   std::string names;
   for (auto& k : mod->kernels) {
     if (k->name == name) {
-      *kernel = k.get();
+      *kernel = reinterpret_cast<tsr_kernel_t>(k->id);
       return Ok();
     }
     names += (names.empty() ? "" : ", ") + k->name;
@@ -304,42 +412,171 @@ tsr_status_t tsrGetKernel(tsr_module_t mod, const char* name, tsr_kernel_t* kern
   return Fail(TSR_ENOTFOUND, std::string("tsrGetKernel: no kernel '") + name + "' in the module; it has " + names);
 }
 
-tsr_status_t tsrGetKernelNumArgs(tsr_kernel_t kernel, int32_t* nargs) {
+tsr_status_t tsrGetKernelNumArgs(tsr_kernel_t handle, size_t* nargs) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(kernel) || nargs == nullptr) return Fail(TSR_EINVAL, "tsrGetKernelNumArgs: not a live kernel, or NULL");
-  *nargs = static_cast<int32_t>(kernel->arg_names.size());
+  tsr_kernel* kernel = Find<tsr_kernel>(handle, Kind::kKernel);
+  if (kernel == nullptr || nargs == nullptr) return Fail(TSR_EINVAL, "tsrGetKernelNumArgs: not a live kernel, or NULL");
+  *nargs = kernel->arg_names.size();
   return Ok();
 }
 
-tsr_status_t tsrAlloc(tsr_context_t ctx, size_t bytes, void** ptr) {
+tsr_status_t tsrAlloc(tsr_context_t handle, size_t bytes, uint32_t flags, void** ptr) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(ctx)) return Fail(TSR_EINVAL, "tsrAlloc: not a live context");
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrAlloc: not a live context");
   if (ptr == nullptr || bytes == 0) return Fail(TSR_EINVAL, "tsrAlloc: ptr is NULL or bytes is 0");
-  size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded < bytes) return Fail(TSR_EOOM, "tsrAlloc: " + std::to_string(bytes) + " bytes is too many");
-  void* memory = std::aligned_alloc(64, rounded);
-  if (memory == nullptr) return Fail(TSR_EOOM, "tsrAlloc: out of memory for " + std::to_string(bytes) + " bytes");
-  ctx->allocations.insert(memory);
-  *ptr = memory;
-  return Ok();
-}
-
-tsr_status_t tsrFree(tsr_context_t ctx, void* ptr) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (!Live(ctx)) return Fail(TSR_EINVAL, "tsrFree: not a live context");
-  if (ctx->allocations.erase(ptr) == 0) {
-    return Fail(TSR_EINVAL, "tsrFree: the pointer was not allocated by this context with tsrAlloc (or was freed)");
+  if (flags == TSR_ALLOC_HOST) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded < bytes) return Fail(TSR_EOOM, "tsrAlloc: " + std::to_string(bytes) + " bytes is too many");
+    void* memory = std::aligned_alloc(64, rounded);
+    if (memory == nullptr) return Fail(TSR_EOOM, "tsrAlloc: out of memory for " + std::to_string(bytes) + " bytes");
+    ctx->host[reinterpret_cast<uintptr_t>(memory)] = bytes;
+    *ptr = memory;
+    return Ok();
   }
-  std::free(ptr);
+  if (flags != TSR_ALLOC_DEVICE) {
+    return Fail(TSR_EINVAL, "tsrAlloc: flags " + std::to_string(flags) + " is neither TSR_ALLOC_HOST nor TSR_ALLOC_DEVICE");
+  }
+#ifdef TSR_WITH_CUDA
+  TSR_ENTER_DEVICE(ctx, "tsrAlloc");
+  CUdeviceptr memory = 0;
+  CUresult status = cu::GetDriver().cuMemAlloc(&memory, bytes);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    return Fail(TSR_EOOM, "tsrAlloc: the CUDA device is out of memory for " + std::to_string(bytes) + " bytes");
+  }
+  if (status != CUDA_SUCCESS) return Fail(TSR_EINVAL, "tsrAlloc: " + cu::Describe("cuMemAlloc", status));
+  ctx->device_mem[static_cast<uintptr_t>(memory)] = bytes;
+  *ptr = reinterpret_cast<void*>(memory);
+  return Ok();
+#else
+  return Fail(TSR_ENODEVICE, "tsrAlloc: TSR_ALLOC_DEVICE needs CUDA, and " + CudaError());
+#endif
+}
+
+tsr_status_t tsrFree(tsr_context_t handle, void* ptr) {
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrFree: not a live context");
+  uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+  if (ctx->host.erase(at) != 0) {
+    std::free(ptr);
+    return Ok();
+  }
+#ifdef TSR_WITH_CUDA
+  if (ctx->device_mem.count(at) != 0) {
+    TSR_ENTER_DEVICE(ctx, "tsrFree");
+    ctx->device_mem.erase(at);
+    CUresult status = cu::GetDriver().cuMemFree(static_cast<CUdeviceptr>(at));
+    if (status != CUDA_SUCCESS) return Fail(TSR_EINVAL, "tsrFree: " + cu::Describe("cuMemFree", status));
+    return Ok();
+  }
+#endif
+  return Fail(TSR_EINVAL, "tsrFree: the pointer was not allocated by this context with tsrAlloc (or was freed)");
+}
+
+tsr_status_t tsrMemcpy(tsr_context_t handle, void* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrMemcpy: not a live context");
+  if (dst == nullptr || src == nullptr) return Fail(TSR_EINVAL, "tsrMemcpy: dst or src is NULL");
+  int dst_host = Within(ctx->host, dst, bytes), src_host = Within(ctx->host, src, bytes);
+  int dst_dev = Within(ctx->device_mem, dst, bytes), src_dev = Within(ctx->device_mem, src, bytes);
+  if (dst_host < 0 || src_host < 0 || dst_dev < 0 || src_dev < 0) {
+    return Fail(TSR_EINVAL, "tsrMemcpy: " + std::to_string(bytes) + " bytes run past the end of a tsrAlloc block");
+  }
+  if (dst_dev == 0 && src_dev == 0) {
+    std::memmove(dst, src, bytes);
+    return Ok();
+  }
+#ifdef TSR_WITH_CUDA
+  TSR_ENTER_DEVICE(ctx, "tsrMemcpy");
+  CUresult status = cu::GetDriver().cuMemcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes);
+  if (status != CUDA_SUCCESS) return Fail(TSR_EKERNEL, "tsrMemcpy: " + cu::Describe("cuMemcpy", status));
+  return Ok();
+#else
+  return Fail(TSR_ENODEVICE, "tsrMemcpy: " + CudaError());
+#endif
+}
+
+tsr_status_t tsrCreateStream(tsr_context_t handle, tsr_stream_t* stream) {
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrCreateStream: not a live context");
+  if (stream == nullptr) return Fail(TSR_EINVAL, "tsrCreateStream: stream is NULL");
+#ifdef TSR_WITH_CUDA
+  TSR_ENTER_DEVICE(ctx, "tsrCreateStream");
+  CUstream created = nullptr;
+  CUresult status = cu::GetDriver().cuStreamCreate(&created, CU_STREAM_NON_BLOCKING);
+  if (status != CUDA_SUCCESS) return Fail(TSR_EINVAL, "tsrCreateStream: " + cu::Describe("cuStreamCreate", status));
+  tsr_stream* object = new (std::nothrow) tsr_stream();
+  if (object == nullptr) {
+    cu::GetDriver().cuStreamDestroy(created);
+    return Fail(TSR_EOOM, "tsrCreateStream: out of memory");
+  }
+  object->context = ctx;
+  object->stream = created;
+  ctx->streams.push_back(object);
+  *stream = Register(object, Kind::kStream);
+  return Ok();
+#else
+  return Fail(TSR_ENODEVICE, "tsrCreateStream: streams are CUDA streams, and " + CudaError());
+#endif
+}
+
+tsr_status_t tsrDestroyStream(tsr_stream_t handle) {
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_stream* stream = Find<tsr_stream>(handle, Kind::kStream);
+  if (stream == nullptr) return Fail(TSR_EINVAL, "tsrDestroyStream: not a live stream");
+  auto& streams = stream->context->streams;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (streams[i] == stream) {
+      streams.erase(streams.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+  DestroyStream(stream);
   return Ok();
 }
 
-tsr_status_t tsrLaunch(tsr_kernel_t kernel, tsr_stream_t stream, tsr_launch_t launch, void** args, int32_t nargs) {
+tsr_status_t tsrSynchronize(tsr_context_t handle, tsr_stream_t stream_handle) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!Live(kernel)) return Fail(TSR_EINVAL, "tsrLaunch: not a live kernel (its module or context was destroyed?)");
-  if (stream != nullptr) return Fail(TSR_EINVAL, "tsrLaunch: CPU kernels run on the default stream: pass NULL");
+  tsr_context* ctx = Find<tsr_context>(handle, Kind::kContext);
+  if (ctx == nullptr) return Fail(TSR_EINVAL, "tsrSynchronize: not a live context");
+  tsr_stream* stream = nullptr;
+  if (stream_handle != nullptr) {
+    stream = Find<tsr_stream>(stream_handle, Kind::kStream);
+    if (stream == nullptr || stream->context != ctx) {
+      return Fail(TSR_EINVAL, "tsrSynchronize: not a live stream of this context");
+    }
+  }
+#ifdef TSR_WITH_CUDA
+  if (stream == nullptr && ctx->device_mem.empty()) return Ok();  // no device work can have been queued
+  TSR_ENTER_DEVICE(ctx, "tsrSynchronize");
+  const cu::Driver& driver = cu::GetDriver();
+  CUresult status = stream != nullptr ? driver.cuStreamSynchronize(static_cast<CUstream>(stream->stream))
+                                      : driver.cuCtxSynchronize();
+  if (status != CUDA_SUCCESS) return Fail(TSR_EKERNEL, "tsrSynchronize: " + cu::Describe("synchronize", status));
+#endif
+  return Ok();  // CPU work has finished when tsrLaunch returns
+}
+
+tsr_status_t tsrLaunch(tsr_kernel_t handle, tsr_stream_t stream_handle, tsr_launch_t launch, void** args,
+                       size_t nargs) {
+  std::lock_guard<std::mutex> lock(mu);
+  tsr_kernel* kernel = Find<tsr_kernel>(handle, Kind::kKernel);
+  if (kernel == nullptr) return Fail(TSR_EINVAL, "tsrLaunch: not a live kernel (its module or context was destroyed?)");
+  tsr_context* ctx = kernel->module->context;
+  bool cuda = kernel->module->cuda;
+  tsr_stream* stream = nullptr;
+  if (stream_handle != nullptr) {
+    if (!cuda) return Fail(TSR_EINVAL, "tsrLaunch: CPU kernels run on the default stream: pass NULL");
+    stream = Find<tsr_stream>(stream_handle, Kind::kStream);
+    if (stream == nullptr || stream->context != ctx) {
+      return Fail(TSR_EINVAL, "tsrLaunch: not a live stream of the kernel's context");
+    }
+  }
   size_t expected = kernel->arg_names.size();
-  if (nargs < 0 || static_cast<size_t>(nargs) != expected) {
+  if (nargs != expected) {
     return Fail(TSR_EINVAL, "tsrLaunch: " + kernel->name + " takes " + std::to_string(expected) + " arguments, got " +
                                 std::to_string(nargs));
   }
@@ -360,13 +597,25 @@ tsr_status_t tsrLaunch(tsr_kernel_t kernel, tsr_stream_t stream, tsr_launch_t la
     if (args[i] == nullptr) {
       return Fail(TSR_EINVAL, "tsrLaunch: argument " + std::to_string(i) + " (" + kernel->arg_names[i] + ") is NULL");
     }
+    const DLTensor* tensor = static_cast<const DLTensor*>(args[i]);
+    if (cuda && tensor->device.device_type == kDLCUDA && tensor->device.device_id != ctx->device) {
+      return Fail(TSR_EINVAL, "tsrLaunch: argument " + kernel->arg_names[i] + " is on CUDA device " +
+                                  std::to_string(tensor->device.device_id) + "; the context runs on device " +
+                                  std::to_string(ctx->device));
+    }
     std::memset(&packed[i], 0, sizeof(TVMFFIAny));
     packed[i].type_index = kTVMFFIDLTensorPtr;
     packed[i].v_ptr = args[i];
   }
+  TVMFFIStreamHandle previous = nullptr;
+  if (cuda) {  // the library launches on the stream tvm-ffi's environment names for the device
+    TVMFFIEnvSetStream(kDLCUDA, ctx->device, stream != nullptr ? stream->stream : nullptr, &previous);
+  }
   TVMFFIAny result;
   std::memset(&result, 0, sizeof(result));
-  if (kernel->entry(nullptr, packed.data(), static_cast<int32_t>(expected), &result) != 0) {
+  int failed = kernel->entry(nullptr, packed.data(), static_cast<int32_t>(expected), &result);
+  if (cuda) TVMFFIEnvSetStream(kDLCUDA, ctx->device, previous, nullptr);
+  if (failed != 0) {
     std::string error = RaisedError();
     bool bad_input = error.rfind("ValueError", 0) == 0 || error.rfind("TypeError", 0) == 0;
     return Fail(bad_input ? TSR_EINVAL : TSR_EKERNEL, "tsrLaunch: " + error);
