@@ -140,6 +140,7 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
             "image": f"{name}.tsrb",  # for the tsr* C runtime: tsrLoadModule(ctx, image, size, &mod)
             "tsr_abi": f"{ABI_MAJOR}.{ABI_MINOR}",
         },
+        "device": plan.device,  # where the arguments live: cpu or cuda
         "shapes": dict(inst.env),
         "arguments": [
             {"name": t.name, "role": role, "dtype": t.dtype, "shape": list(t.shape)}

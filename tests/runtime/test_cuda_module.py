@@ -200,6 +200,35 @@ def test_the_exported_bundle_says_it_runs_on_cuda(compiled, tmp_path):
     assert b"\ndevice cuda\n" in paths["image"].read_bytes()[:4096]
 
 
+EXAMPLES = {
+    "linear": {"M": 256, "N": 256, "K": 128},
+    "softmax": {"M": 128, "N": 256},
+    "layer_norm": {"M": 128, "N": 256},
+    "flash_attention": {"B": 1, "H": 4, "H_kv": 2, "S": 256, "D": 64},
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_every_example_kernel_builds_a_library_whose_launches_match_its_metadata(example, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{example}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{example}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compiled = ts.compile(getattr(module, example), target="hopper", shapes=EXAMPLES[example])
+    plan = module_plan(compiled._require_instance("test"))
+    metadata = [m for dk in compiled._require_instance("test").devices for m in dk.lowered.metadata]
+    launches = [launch for call in plan.calls for launch in call.launches]
+    assert [launch.function for launch in launches] == [m["name"] for m in metadata]
+    for launch, meta in zip(launches, metadata, strict=True):
+        assert [list(launch.grid), list(launch.block)] == [meta["launch"]["grid"], meta["launch"]["block"]]
+        assert launch.smem_bytes == meta["launch"].get("smem_bytes", 0)
+    paths = compiled.export(tmp_path)
+    assert json.loads(paths["metadata"].read_text())["device"] == "cuda"
+
+
 def test_rocm_says_it_builds_no_library_yet(tmp_path):
     compiled = ts.compile(linear, target="rocm", shapes=SHAPES)
     with pytest.raises(ts.NotRunnableError, match=r"not supported for rocm \(HIP\) yet"):
