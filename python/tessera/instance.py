@@ -121,7 +121,7 @@ class Instance:
         """``(function, plan, takes_numpy)``: the tvm-ffi entry that runs every device kernel in one
         call (its backend's ``linked_module``, CPU), and whether numpy can hand it every argument
         (not bf16: ml_dtypes has no DLPack). None where there is none: another backend, a kernel not
-        built, or a plan the entry cannot run (fp8 held as f32 needs a conversion)."""
+        built, or a plan the entry cannot run."""
         from tessera_tvm.target.backend import backend_for
         from tessera_tvm.target.module import ModuleError
 

@@ -29,6 +29,20 @@ def _numel(shape) -> int:
     return count
 
 
+#: What a CPU tile program holds an fp8 value as (tessera_tvm.tile.CPU_WIDENED): the entry converts.
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def _widened(value_dtype: str, kernel_dtype: str) -> bool:
+    return value_dtype in _FP8 and kernel_dtype == "float32"
+
+
+def _intermediate(tensors: dict[str, TensorArg], name: str, dtype: str, shape) -> TensorArg:
+    arg = TensorArg(name, dtype, tuple(shape))
+    tensors[name] = arg
+    return arg
+
+
 def module_plan(instance: Instance) -> ModulePlan:
     """The entry plan of ``instance``: inputs, outputs, intermediates, calls (see the module docstring)."""
     kernel, graph, env = instance.kernel, instance.graph, instance.env
@@ -66,24 +80,40 @@ def module_plan(instance: Instance) -> ModulePlan:
     for launch in instance.launches:
         dk = launch.device
         by_param: dict[str, str] = {}
+        converts_in: list[tuple[str, str]] = []
         for var, pname, dtype, shape in launch.inputs:
             held = tensors[names[var]]
-            if dtype != held.dtype or _numel(shape) != held.numel:
+            if _numel(shape) != held.numel or (dtype != held.dtype and not _widened(held.dtype, dtype)):
                 raise ModuleError(
                     f"{where}: kernel {dk.name} takes {pname} as {dtype} {list(shape)} but the value is "
-                    f"{held.dtype} {list(held.shape)}; the tvm-ffi entry does not convert dtypes (yet)"
+                    f"{held.dtype} {list(held.shape)}; the tvm-ffi entry does not convert between them"
                 )
-            by_param[pname] = held.name
+            if dtype != held.dtype:  # fp8 held as float32 by this kernel: decoded before it runs
+                wide = f"{held.name}_{dtype}"
+                if wide not in tensors:
+                    intermediates.append(_intermediate(tensors, wide, dtype, held.shape))
+                converts_in.append((held.name, wide))
+                by_param[pname] = wide
+            else:
+                by_param[pname] = held.name
         pname, dtype, shape = launch.output
         var, graph_dtype, graph_shape = launch.result
-        if dtype != graph_dtype:
+        if dtype != graph_dtype and not _widened(graph_dtype, dtype):
             raise ModuleError(
                 f"{where}: kernel {dk.name} writes {dtype} for a {graph_dtype} value; the tvm-ffi entry does not "
-                "convert dtypes (yet)"
+                "convert between them"
             )
         if var not in names:
             intermediates.append(tensor(var, f"{dk.name}_out"))
-        by_param[pname] = names[var]
+        converts_out: list[tuple[str, str]] = []
+        if dtype != graph_dtype:  # written as float32, encoded to the value's fp8 after the kernel
+            wide = f"{names[var]}_{dtype}"
+            intermediates.append(_intermediate(tensors, wide, dtype, tensors[names[var]].shape))
+            converts_out.append((wide, names[var]))
+            by_param[pname] = wide
+        else:
+            by_param[pname] = names[var]
+        conversions = {"converts_in": tuple(converts_in), "converts_out": tuple(converts_out)}
         if launches is not None:  # a GPU: the host code's launches, over the program's buffers in order
             missing = [p for p in dk.lowered._program_order if p not in by_param]
             if missing:
@@ -91,7 +121,9 @@ def module_plan(instance: Instance) -> ModulePlan:
             cubin = dk.lowered.artifacts.get("cubin")
             args = tuple(by_param[p] for p in dk.lowered._program_order)
             binary = str(cubin) if cubin is not None else None
-            calls.append(Call(dk.name, dk.lowered.name, args, launches=launches(dk.lowered), binary=binary))
+            calls.append(
+                Call(dk.name, dk.lowered.name, args, launches=launches(dk.lowered), binary=binary, **conversions)
+            )
             continue
         entry = dk.lowered.entry
         if entry is None:
@@ -105,7 +137,7 @@ def module_plan(instance: Instance) -> ModulePlan:
                 args.append(int(env[p.name]))
             else:
                 raise ModuleError(f"{where}: kernel {dk.name} takes scalar {p.name}, which is not a bound dim")
-        calls.append(Call(dk.name, symbol, tuple(args)))
+        calls.append(Call(dk.name, symbol, tuple(args), **conversions))
     return ModulePlan(
         name=kernel.name,
         inputs=inputs,

@@ -39,10 +39,20 @@ _DLPACK_TYPES = {
     "int8": (0, 8),
     "uint8": (1, 8),
     "bool": (6, 8),
+    "float8_e4m3fn": (10, 8),
+    "float8_e5m2": (12, 8),
 }
 
 #: dlpack.h's names of those codes (what generated C++ spells).
-DLPACK_CODE_NAMES = {0: "kDLInt", 1: "kDLUInt", 2: "kDLFloat", 4: "kDLBfloat", 6: "kDLBool"}
+DLPACK_CODE_NAMES = {
+    0: "kDLInt",
+    1: "kDLUInt",
+    2: "kDLFloat",
+    4: "kDLBfloat",
+    6: "kDLBool",
+    10: "kDLFloat8_e4m3fn",
+    12: "kDLFloat8_e5m2",
+}
 
 
 class ModuleError(TesseraError):
@@ -122,6 +132,10 @@ class Call:
     args: tuple[str | int, ...]
     launches: tuple[GpuLaunch, ...] = ()
     binary: str | None = None
+    # (fp8 tensor, its float32 copy) decoded before the call, (float32 result, fp8 tensor) encoded
+    # after it: a kernel that holds fp8 values as float32 (the CPU's tile programs).
+    converts_in: tuple[tuple[str, str], ...] = ()
+    converts_out: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,7 @@ def entry_header(plan: ModulePlan, note: str = "") -> str:
 _HELPERS = r"""
 #include <tvm/ffi/c_api.h>
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .base import SpecError
 from .specs import ElementwiseSpec, GemmSpec, KernelSpec
 
 #: Dtypes the CPU's C code cannot hold (TVM's C codegen has no fp8 type, and its C legalisation
@@ -37,4 +38,23 @@ def cpu_storage(spec: KernelSpec) -> KernelSpec:
         )
     if isinstance(spec, ElementwiseSpec):
         changes["operands"] = tuple((p.name, p.shape, widen(p.dtype)) for p in spec.operands)
+        changes["expr"] = _without_final_fp8_cast(spec)
     return dataclasses.replace(spec, **changes)
+
+
+def _without_final_fp8_cast(spec: ElementwiseSpec):
+    """``spec.expr`` without a last cast to its fp8 output dtype: the result is rounded to fp8 where
+    it is stored (the runner, the tvm-ffi entry), which is that cast. An fp8 cast inside the
+    expression would need rounding in C, which the CPU codegen cannot express: a clear error."""
+    from .expr import Unary, expr_nodes
+
+    expr = spec.expr
+    if isinstance(expr, Unary) and expr.op == "cast" and expr.dtype == spec.dtype_out in CPU_WIDENED:
+        expr = expr.x
+    inner = [n for n in expr_nodes(expr) if isinstance(n, Unary) and n.op == "cast" and n.dtype in CPU_WIDENED]
+    if inner:
+        raise SpecError(
+            f"the CPU cannot round to {inner[0].dtype} inside an element-wise expression (TVM's C codegen has no "
+            "fp8 type); cast to fp8 only as the kernel's last step on CPU configs"
+        )
+    return expr

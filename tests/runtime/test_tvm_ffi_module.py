@@ -12,6 +12,8 @@ import sys
 import textwrap
 
 import numpy as np
+import torch
+import tvm_ffi
 import pytest
 
 import tessera as ts
@@ -193,3 +195,57 @@ def test_bf16_numpy_runs_kernel_by_kernel_and_bf16_torch_in_the_entry(monkeypatc
     np.testing.assert_array_equal(out.float().numpy(), want)
     with pytest.raises(AssertionError, match="kernel by kernel"):
         compiled(x)
+
+
+@ts.kernel
+def to_e4m3(x: Tensor["N", ts.f32]) -> Tensor["N", ts.fp8_e4m3]:
+    return ops.cast(x, ts.fp8_e4m3)
+
+
+@ts.kernel
+def to_e5m2(x: Tensor["N", ts.f32]) -> Tensor["N", ts.fp8_e5m2]:
+    return ops.cast(x, ts.fp8_e5m2)
+
+
+@ts.kernel
+def from_e4m3(x: Tensor["N", ts.fp8_e4m3]) -> Tensor["N", ts.f32]:
+    return ops.cast(x, ts.f32) * 2.0
+
+
+@pytest.mark.parametrize("kernel, name", [(to_e4m3, "float8_e4m3fn"), (to_e5m2, "float8_e5m2")])
+def test_fp8_results_are_encoded_as_ml_dtypes_encodes_them(kernel, name, tmp_path):
+    # CPU tile programs hold fp8 as float32; the entry encodes the result. Every value, the midpoints
+    # between neighbours (ties go to the even code), overflow, subnormals, inf and NaN: bit for bit.
+    import ml_dtypes
+
+    fp8 = getattr(ml_dtypes, name)
+    values = np.arange(256, dtype=np.uint8).view(fp8).astype(np.float32)
+    finite = np.sort(values[np.isfinite(values)])
+    midpoints = (finite[:-1] + finite[1:]) / 2
+    rng = np.random.default_rng(1)
+    x = np.concatenate(
+        [finite, midpoints, np.nextafter(midpoints, np.inf), np.nextafter(midpoints, -np.inf),
+         [1e9, -1e9, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 0.0, -0.0],
+         rng.standard_normal(500).astype(np.float32) * 100]
+    ).astype(np.float32)  # fmt: skip
+    compiled = ts.compile(kernel, target="cpu", shapes={"N": x.size})
+    f = tvm_ffi.load_module(str(compiled.build_module(tmp_path)))[kernel.name]
+    out = torch.empty(x.size, dtype=getattr(torch, name))
+    f(torch.from_numpy(x), out)
+    got = out.view(torch.uint8).numpy()
+    want = x.astype(fp8)
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.view(fp8).astype(np.float32)), nan)
+    assert np.array_equal(got[~nan], want.view(np.uint8)[~nan])
+
+
+def test_fp8_inputs_are_decoded_exactly(tmp_path):
+    import ml_dtypes
+
+    codes = np.arange(256, dtype=np.uint8)
+    compiled = ts.compile(from_e4m3, target="cpu", shapes={"N": 256})
+    f = tvm_ffi.load_module(str(compiled.build_module(tmp_path)))["from_e4m3"]
+    out = torch.empty(256)
+    f(torch.from_numpy(codes).view(torch.float8_e4m3fn), out)
+    want = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * 2
+    np.testing.assert_array_equal(out.numpy(), want)  # NaN where the code is NaN, exact elsewhere

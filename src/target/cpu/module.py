@@ -50,17 +50,25 @@ def entry_source(plan: ModulePlan) -> str:
             declared.add(call.symbol)
             params = ", ".join("void*" if isinstance(a, str) else "int32_t" for a in call.args)
             lines.append(f'extern "C" int32_t {call.symbol}({params});')
+    pairs = [pair for call in plan.calls for pair in (*call.converts_in, *call.converts_out)]
+    formats = sorted({_dtype_of(plan, pair) for pair in pairs})
+    for dtype in formats:
+        lines += fp8_helpers(dtype)
     lines += ["", *entry_opening(plan)]
     for t in plan.intermediates:
         _, bits = dlpack_type(t, name)
         lines.append(f"  std::unique_ptr<char[]> own_{t.name}(new char[{max(1, t.numel * bits // 8)}]);")
         lines.append(f"  void* data_{t.name} = own_{t.name}.get();")
+    by_name = {t.name: t for t in (*tensors, *plan.intermediates)}
     for call in plan.calls:
+        for fp8, wide in call.converts_in:
+            lines.append(f"  Decode{_FP8[by_name[fp8].dtype]}(data_{fp8}, data_{wide}, {by_name[fp8].numel});")
         args = ", ".join(f"data_{a}" if isinstance(a, str) else str(a) for a in call.args)
         lines.append(f"  if ({call.symbol}({args}) != 0) {{")
         lines.append(f'    return Fail("RuntimeError", "%s: device kernel {call.kernel} failed", kernel);')
         lines.append("  }")
-    by_name = {t.name: t for t in tensors}
+        for wide, fp8 in call.converts_out:
+            lines.append(f"  Encode{_FP8[by_name[fp8].dtype]}(data_{wide}, data_{fp8}, {by_name[fp8].numel});")
     for src, dst in plan.copies:
         _, bits = dlpack_type(by_name[src], name)
         lines.append(f"  std::memcpy(data_{dst}, data_{src}, {by_name[src].numel * bits // 8});")
@@ -72,6 +80,74 @@ def entry_source(plan: ModulePlan) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+#: fp8 dtype -> the suffix of its conversion helpers in the entry.
+_FP8 = {"float8_e4m3fn": "E4M3FN", "float8_e5m2": "E5M2"}
+
+
+def _dtype_of(plan: ModulePlan, pair: tuple[str, str]) -> str:
+    """The fp8 dtype of a conversion (whichever side of ``pair`` is not float32)."""
+    by_name = {t.name: t for t in (*plan.inputs, *plan.outputs, *plan.intermediates)}
+    return next(by_name[n].dtype for n in pair if by_name[n].dtype in _FP8)
+
+
+def fp8_helpers(dtype: str) -> list[str]:
+    """C++ converting ``dtype`` (fp8) to and from float32 exactly as ml_dtypes does (what the
+    kernel-by-kernel runner uses): decoding by a table of all 256 values, encoding to the nearest
+    value with ties to the even code, past the largest finite value to NaN (e4m3fn) or inf (e5m2)."""
+    import ml_dtypes
+    import numpy as np
+
+    values = np.arange(256, dtype=np.uint8).view(getattr(ml_dtypes, dtype)).astype(np.float32)
+    bits = values.view(np.uint32)
+    finite = np.isfinite(values[:128])
+    largest = int(np.nonzero(finite)[0].max())  # the largest finite positive code; codes ascend to it
+    info = ml_dtypes.finfo(getattr(ml_dtypes, dtype))
+    step = float(values[largest]) - float(values[largest - 1])
+    next_code = 0x7C if dtype == "float8_e5m2" else 0x7F  # inf (e5m2) or NaN (e4m3fn): what overflow gives
+    nan_code = int(np.array([np.nan], np.float32).astype(getattr(ml_dtypes, dtype)).view(np.uint8)[0])
+    assert float(values[largest]) == float(info.max)
+    suffix = _FP8[dtype]
+    table = ", ".join(f"0x{b:08x}u" for b in bits)
+    return [
+        "",
+        f"// {dtype} <-> float32 as ml_dtypes converts them.",
+        f"const uint32_t kBits{suffix}[256] = {{{table}}};",
+        f"inline float Value{suffix}(int code) {{",
+        "  float value;",
+        f"  std::memcpy(&value, &kBits{suffix}[code], sizeof(value));",
+        "  return value;",
+        "}",
+        f"void Decode{suffix}(const void* in, void* out, int64_t n) {{",
+        "  const uint8_t* codes = static_cast<const uint8_t*>(in);",
+        "  float* values = static_cast<float*>(out);",
+        f"  for (int64_t i = 0; i < n; ++i) values[i] = Value{suffix}(codes[i]);",
+        "}",
+        f"void Encode{suffix}(const void* in, void* out, int64_t n) {{",
+        "  const float* values = static_cast<const float*>(in);",
+        "  uint8_t* codes = static_cast<uint8_t*>(out);",
+        "  for (int64_t i = 0; i < n; ++i) {",
+        "    float x = values[i];",
+        "    uint8_t sign = std::signbit(x) ? 0x80 : 0;",
+        "    if (std::isnan(x)) {",
+        f"      codes[i] = static_cast<uint8_t>({nan_code} | sign);",
+        "      continue;",
+        "    }",
+        "    float a = std::fabs(x);",
+        f"    int lo = 0, hi = {largest};  // the largest code whose value is <= a",
+        "    while (lo < hi) {",
+        "      int mid = (lo + hi + 1) / 2;",
+        f"      if (Value{suffix}(mid) <= a) lo = mid; else hi = mid - 1;",
+        "    }",
+        f"    float below = Value{suffix}(lo);",
+        f"    float above = lo < {largest} ? Value{suffix}(lo + 1) : {float(values[largest]) + step!r}f;",
+        f"    int above_code = lo < {largest} ? lo + 1 : {next_code};",
+        "    int code = a - below < above - a ? lo : a - below > above - a ? above_code : (lo % 2 == 0 ? lo : above_code);",
+        "    codes[i] = static_cast<uint8_t>(code | sign);",
+        "  }",
+        "}",
+    ]
 
 
 def _entry_command(cxx: str, name: str, flags: Sequence[str]) -> list[str]:

@@ -175,6 +175,8 @@ def entry_source(plan: ModulePlan) -> str:
     """The C++ of the CUDA entry ``__tvm_ffi_<plan.name>`` (the cubins are ``binary<i>.cubin`` beside it)."""
     name = plan.name
     tensors = [*plan.inputs, *plan.outputs]
+    if any(call.converts_in or call.converts_out for call in plan.calls):
+        raise ModuleError(f"{name}: a CUDA kernel holds every dtype as it is; the plan asks for conversions")
     functions = [(i, j, launch) for i, call in enumerate(plan.calls) for j, launch in enumerate(call.launches)]
     names = [f'"{launch.function}"' for _, _, launch in functions]
     lines = [f"// The tvm-ffi entry of Tessera kernel {name} on CUDA: checks its arguments, launches its kernels."]
