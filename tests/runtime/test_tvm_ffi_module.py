@@ -12,9 +12,9 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 import torch
 import tvm_ffi
-import pytest
 
 import tessera as ts
 from tessera import Tensor, ops
