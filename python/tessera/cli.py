@@ -11,7 +11,7 @@ tessera compile FILE.py[:KERNEL] --target T [--shapes M=4096,N=4096] [--dump gra
 tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [--workers N]
              [--max-candidates N] [--repeats N] [--compile-timeout S] [--no-cache] [--dry-run] [--json FILE]
                                         autotune its schedules; prints every candidate and the best
-tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64] --out DIR
+tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64 [--shapes M=256,N=64]] --out DIR
                                         write <kernel>.so (tvm-ffi entry), <kernel>.h, <kernel>.tsrb, metadata.json
 tessera runtime --out DIR [--sanitize]  build libtessera_rt.so, the tsr* C runtime (include/tessera/tsr.h)
 """
@@ -156,11 +156,12 @@ def _load_kernel(program: str, command: str):
     )
 
 
-def _shapes(args: argparse.Namespace, kernel, module, command: str) -> dict[str, int]:
-    """The file's SHAPES dict, then --shapes NAME=INT,..."""
+def _shapes(args: argparse.Namespace, kernel, module, command: str, text: str | None = None) -> dict[str, int]:
+    """The file's SHAPES dict, then --shapes NAME=INT,... (``text``: one of several --shapes)."""
     defaults = getattr(module, "SHAPES", {}) or {}
     shapes = {k: v for k, v in defaults.items() if k in kernel.symbols}
-    for item in filter(None, (args.shapes or "").split(",")):
+    given = args.shapes if text is None else text
+    for item in filter(None, (given or "").split(",")):
         name, sep, value = item.partition("=")
         if not sep or not value.strip().isdigit():
             raise _Usage(f"tessera {command}: --shapes expects NAME=INT[,NAME=INT...], found {item!r}")
@@ -261,14 +262,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import tessera as ts
 
     kernel, module = _load_kernel(args.program, "export")
-    shapes = _shapes(args, kernel, module, "export")
-    missing = [s for s in kernel.symbols if s not in shapes]
-    if missing:
-        raise _Usage(f"tessera export: bind every dim of {kernel.name}; {', '.join(missing)} not given (--shapes)")
+    sets = [_shapes(args, kernel, module, "export", text) for text in (args.shapes or [None])]
+    for shapes in sets:
+        missing = [s for s in kernel.symbols if s not in shapes]
+        if missing:
+            raise _Usage(f"tessera export: bind every dim of {kernel.name}; {', '.join(missing)} not given (--shapes)")
     schedule = _json_arg(args.schedule, "--schedule", "export")
-    compiled = ts.compile(kernel, target=args.target, shapes=shapes, schedule=schedule)
-    files = compiled.export(args.out)
-    bound = ", ".join(f"{k}={v}" for k, v in compiled.shapes.items())
+    compiled = ts.compile(kernel, target=args.target, shapes=sets[0], schedule=schedule)
+    files = compiled.export(args.out, shapes=sets if len(sets) > 1 else None)
+    bound = " | ".join(", ".join(f"{k}={v}" for k, v in shapes.items()) for shapes in sets)
     print(f"{kernel.name} for {compiled.target} ({bound}) exported:")
     for key, file in files.items():
         print(f"  {key:<9} {file}")
@@ -324,7 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export", help="write a kernel's AOT bundle: tvm-ffi library, C header, metadata.json")
     p.add_argument("program", help="FILE.py[:KERNEL] (KERNEL may be omitted when the file defines one)")
     p.add_argument("--target", default="cpu", help="a config name or a path to a YAML file (default: cpu)")
-    p.add_argument("--shapes", help="NAME=INT,... (default: the file's SHAPES dict); every dim must be bound")
+    p.add_argument(
+        "--shapes",
+        action="append",
+        help="NAME=INT,... (default: the file's SHAPES dict); every dim must be bound. Repeat it for one library "
+        "that takes each set of dims, bound from the arguments' shapes at each call",
+    )
     p.add_argument("--schedule", help="schedule overrides as JSON (or a JSON file)")
     p.add_argument("--out", required=True, help="directory for <kernel>.so, <kernel>.h and metadata.json")
     p.set_defaults(run=_cmd_export)

@@ -165,24 +165,30 @@ class CompiledKernel:
             return "\n\n".join(dk.tile_text() for dk in inst.devices)
         return self.source
 
-    def build_module(self, out_dir: str | Path | None = None) -> Path:
-        """Build this kernel (its last instantiated shapes) into one library exporting the tvm-ffi
-        entry ``__tvm_ffi_<kernel>``: ``tvm_ffi.load_module(path)[kernel](*inputs, *outputs)`` with
-        DLPack tensors (numpy through ``tvm_ffi.from_dlpack``, torch CPU tensors as they are), or TVM's
-        ``tvm.runtime.load_module``. Returns the library's path (in ``out_dir``, or a new scratch
-        directory). CPU and CUDA configs (a CUDA library embeds its cubins and runs on torch CUDA
-        tensors or kDLCUDA DLTensors); not HIP yet."""
+    def build_module(
+        self, out_dir: str | Path | None = None, shapes: Sequence[Mapping[str, int]] | None = None
+    ) -> Path:
+        """Build this kernel into one library exporting the tvm-ffi entry ``__tvm_ffi_<kernel>``:
+        ``tvm_ffi.load_module(path)[kernel](*inputs, *outputs)`` with DLPack tensors (numpy through
+        ``tvm_ffi.from_dlpack``, torch tensors as they are), or TVM's ``tvm.runtime.load_module``.
+        Returns the library's path (in ``out_dir``, or a new scratch directory). CPU and CUDA configs
+        (a CUDA library embeds its cubins and runs on torch CUDA tensors or kDLCUDA DLTensors); not
+        HIP yet.
+
+        ``shapes``: several sets of dims (each over the compiled ``shapes``), e.g. ``[{"M": 64},
+        {"M": 128}]``. The library holds a kernel for each and binds the dims from the arguments'
+        shapes at each call. None: the last instantiated shapes."""
         import tempfile
 
-        from .module import module_plan
+        from .module import module_plans
 
         build = self._module_builder()  # first: says which targets build libraries, before any planning
-        plan = module_plan(self._require_instance("build_module()"))
+        plans = module_plans(self, shapes, "build_module()")
         out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
-        return build(plan, out)
+        return build(plans, out)
 
     def _module_builder(self):
-        """``(plan, out_dir) -> library``: the backend's ``module`` hook with the config's flags."""
+        """``(plans, out_dir) -> library``: the backend's ``module`` hook with the config's flags."""
         backend = backend_for(self.config)
         build = backend.hook("module")
         if build is None:
@@ -191,15 +197,27 @@ class CompiledKernel:
                 "CPU and CUDA configs build tvm-ffi libraries"
             )
         flags = tuple(self.config.codegen_dict["flags"])
-        return lambda plan, out_dir: build(plan, out_dir, flags)
+        return lambda plans, out_dir: build(plans, out_dir, flags)
 
-    def export(self, out_dir: str | Path) -> dict[str, Path]:
+    def _instance_for(self, env: dict[str, int]) -> Instance:
+        """The instance of ``env`` (compiled if new), leaving the instance calls and inspect_ir use alone."""
+        known = self._instances.get(tuple(sorted(env.items())))
+        if known is not None:
+            return known
+        current = self._instance
+        try:
+            return self._instantiate(env)
+        finally:
+            self._instance = current if current is not None else self._instance
+
+    def export(self, out_dir: str | Path, shapes: Sequence[Mapping[str, int]] | None = None) -> dict[str, Path]:
         """Write the AOT bundle to ``out_dir``: ``<kernel>.so`` (the tvm-ffi library of
-        :meth:`build_module`), ``<kernel>.h`` (a C header declaring its entry) and ``metadata.json``
-        (the entry, each argument's dtype and shape, each device kernel's metadata)."""
+        :meth:`build_module`, ``shapes`` as there), ``<kernel>.h`` (a C header declaring its entry),
+        ``metadata.json`` (the entry, each argument's dtype and shape, each device kernel's metadata)
+        and ``<kernel>.tsrb`` (the image the tsr* C runtime loads)."""
         from .module import export_bundle
 
-        return export_bundle(self, out_dir)
+        return export_bundle(self, out_dir, shapes)
 
     @property
     def graph(self) -> GraphIR:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tessera_tvm.graph.nodes import static_shape
 from tessera_tvm.target.backend import backend_for
-from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg, entry_header
+from tessera_tvm.target.module import Call, ModuleError, ModulePlan, TensorArg, check_variants, entry_header
 from tessera_tvm.target.tsr import ABI_MAJOR, ABI_MINOR, image_metadata, write_image
 
 from .instance import Instance
@@ -147,20 +147,54 @@ def module_plan(instance: Instance) -> ModulePlan:
         copies=tuple(copies),
         sources=tuple((launch.device.name, launch.device.lowered.source) for launch in instance.launches),
         device="cuda" if backend.device == "gpu" else "cpu",
+        bound=tuple((s, int(instance.env[s])) for s in kernel.symbols if s in instance.env),
     )
 
 
-def export_bundle(compiled, out_dir) -> dict[str, Path]:
+def module_plans(compiled, shapes, what: str) -> list[ModulePlan]:
+    """One plan per set of dims in ``shapes`` (each over ``compiled.shapes``), or the last instance's."""
+    from .errors import ShapeError
+
+    if not shapes:
+        return [module_plan(compiled._require_instance(what))]
+    if isinstance(shapes, dict):
+        raise ShapeError(f"{what}: shapes takes a list of dicts, one per set of dims, e.g. [{{'M': 64}}, {{'M': 128}}]")
+    plans = []
+    for extra in shapes:
+        env = {**compiled.shapes, **{k: int(v) for k, v in dict(extra).items()}}
+        unknown = [k for k in env if k not in compiled.kernel.symbols]
+        missing = [k for k in compiled.kernel.symbols if k not in env]
+        if unknown or missing:
+            raise ShapeError(
+                f"{what}: {compiled.kernel.name} has dims {', '.join(compiled.kernel.symbols)}; shapes {dict(extra)} "
+                + (f"names unknown dims {unknown}" if unknown else f"leaves {missing} unbound")
+            )
+        plans.append(module_plan(compiled._instance_for(env)))
+    check_variants(plans)
+    return plans
+
+
+def export_bundle(compiled, out_dir, shapes=None) -> dict[str, Path]:
     """Write ``compiled``'s AOT bundle to ``out_dir``: the tvm-ffi library, ``metadata.json`` (the
-    entry, every argument's dtype and shape, each device kernel's metadata) and a C header declaring
-    the entry. All files appear together or none does."""
+    entry, every argument's dtype and shape, each device kernel's metadata), a C header declaring
+    the entry and the tsr* image. ``shapes``: several sets of dims, as ``build_module`` takes them.
+    All files appear together or none does."""
     from tessera_tvm.target.toolchain import atomic_output_dir, untouched_on_failure
 
     build = compiled._module_builder()  # first: says which targets build libraries, before any planning
-    inst = compiled._require_instance("export()")
-    plan = module_plan(inst)
-    bound = ", ".join(f"{k}={v}" for k, v in inst.env.items())
+    plans = module_plans(compiled, shapes, "export()")
+    plan = plans[0]
     name = plan.name
+    instances = [compiled._instances[tuple(sorted(dict(p.bound).items()))] for p in plans]
+    bound = " | ".join(", ".join(f"{k}={v}" for k, v in p.bound) for p in plans)
+
+    def arguments(p: ModulePlan) -> list[dict[str, Any]]:
+        return [
+            {"name": t.name, "role": role, "dtype": t.dtype, "shape": list(t.shape)}
+            for group, role in ((p.inputs, "input"), (p.outputs, "output"))
+            for t in group
+        ]
+
     metadata = {
         "name": name,
         "target": compiled.config.name,
@@ -173,21 +207,26 @@ def export_bundle(compiled, out_dir) -> dict[str, Path]:
             "tsr_abi": f"{ABI_MAJOR}.{ABI_MINOR}",
         },
         "device": plan.device,  # where the arguments live: cpu or cuda
-        "shapes": dict(inst.env),
-        "arguments": [
-            {"name": t.name, "role": role, "dtype": t.dtype, "shape": list(t.shape)}
-            for group, role in ((plan.inputs, "input"), (plan.outputs, "output"))
-            for t in group
-        ],
-        "kernels": [m for dk in inst.devices for m in dk.lowered.metadata],
+        "shapes": dict(plan.bound),
+        "arguments": arguments(plan),
+        "kernels": [m for dk in instances[0].devices for m in dk.lowered.metadata],
     }
+    if len(plans) > 1:  # the entry binds the dims from the arguments and runs the matching variant
+        metadata["variants"] = [
+            {
+                "shapes": dict(p.bound),
+                "arguments": arguments(p),
+                "kernels": [m for dk in inst.devices for m in dk.lowered.metadata],
+            }
+            for p, inst in zip(plans, instances, strict=True)
+        ]
     final = Path(out_dir).absolute()
     with untouched_on_failure(final), atomic_output_dir(final) as staging:
-        library = build(plan, staging)
-        (staging / f"{name}.h").write_text(entry_header(plan, f" Target {compiled.config.name}, {bound}."))
+        library = build(plans, staging)
+        (staging / f"{name}.h").write_text(entry_header(plans, f" Target {compiled.config.name}, {bound}."))
         (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
-        launches = [m["launch"] for m in metadata["kernels"]]
-        write_image(staging / f"{name}.tsrb", image_metadata(plan, launches), library)
+        launches = [m["launch"] for m in metadata["kernels"]] if len(plans) == 1 else []
+        write_image(staging / f"{name}.tsrb", image_metadata(plans, launches), library)
     return {
         "library": final / library.name,
         "header": final / f"{name}.h",

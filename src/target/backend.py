@@ -82,8 +82,9 @@ class Backend:
     # Hook ``(lowered, arrays, named) -> None`` that runs a lowered module in this process; None: it cannot.
     run: str | None = None
     run_needs: str | None = None  # the artifact the runner needs (CUDA: the runtime library)
-    # Hook ``(ModulePlan, out_dir, flags) -> Path`` building a compiled kernel into one tvm-ffi library
-    # (``__tvm_ffi_<kernel>``: every device kernel, intermediates inside); None: not yet for this kind.
+    # Hook ``(plans, out_dir, flags) -> Path`` building a compiled kernel (a ModulePlan per set of
+    # dims) into one tvm-ffi library (``__tvm_ffi_<kernel>``: every device kernel, intermediates
+    # inside, the dims bound from the arguments); None: not yet for this kind.
     module: str | None = None
     # Hook ``(lowered) -> tuple[GpuLaunch]``: what a GPU kernel's host code launches, read out of it
     # (a backend whose module entry launches device functions itself); None: calls are C functions.

@@ -22,9 +22,12 @@ __all__ = [
     "TensorArg",
     "TensorMap",
     "dlpack_type",
+    "check_variants",
+    "entry_dispatch",
     "entry_header",
     "entry_helpers",
     "entry_opening",
+    "varying_dims",
 ]
 
 #: The dtypes an entry takes: dtype -> (DLPack type code, bits), codes as dlpack.h's DLDataTypeCode.
@@ -150,24 +153,40 @@ class ModulePlan:
     copies: tuple[tuple[str, str], ...]  # (input, output): an output that is an input, copied
     sources: tuple[tuple[str, str], ...]  # (device kernel name, its C source)
     device: str = "cpu"  # where its tensors live: "cpu" or "cuda"
+    bound: tuple[tuple[str, int], ...] = ()  # the dims this plan was compiled for, (symbol, value)
 
 
-def entry_header(plan: ModulePlan, note: str = "") -> str:
-    """A C header declaring ``plan``'s tvm-ffi entry, its arguments listed in order (for C hosts)."""
+def varying_dims(plans) -> list[tuple[int | None, ...]]:
+    """Each argument's dims over ``plans``: the value where all plans agree, None where they differ."""
+    columns = [[*p.inputs, *p.outputs] for p in plans]
+    return [
+        tuple(dims[0] if len(set(dims)) == 1 else None for dims in zip(*(t.shape for t in ts), strict=True))
+        for ts in zip(*columns, strict=True)
+    ]
+
+
+def entry_header(plans, note: str = "") -> str:
+    """A C header declaring the entry of ``plans`` (one kernel, a plan per set of dims), its
+    arguments listed in order (for C hosts); a dim that differs between plans shows as ``?``."""
+    plans = list(plans)
+    plan = plans[0]
     guard = "TESSERA_EXPORT_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper()) + "_H_"
     macro = "TESSERA_" + "".join(c if c.isalnum() else "_" for c in plan.name.upper())
     width = max(len(t.name) for t in (*plan.inputs, *plan.outputs))
     memory = "memory of one CUDA device" if plan.device == "cuda" else "CPU memory"
+    dims = varying_dims(plans)
+    tensors = [(t, "input") for t in plan.inputs] + [(t, "output, written by the kernel") for t in plan.outputs]
     rows = [
-        f" *   args[{i}]  {t.name:<{width}}  {t.dtype} [{', '.join(map(str, t.shape))}]  {role}"
-        for i, (t, role) in enumerate(
-            [(t, "input") for t in plan.inputs] + [(t, "output, written by the kernel") for t in plan.outputs]
-        )
+        f" *   args[{i}]  {t.name:<{width}}  {t.dtype} [{', '.join('?' if d is None else str(d) for d in dims[i])}]  {role}"
+        for i, (t, role) in enumerate(tensors)
     ]
+    if len(plans) > 1:
+        built = " | ".join(_binding_text(p) for p in plans)
+        rows += [" *", f" * Built for {built}: the entry takes the dims from the arguments' shapes."]
     lines = [
         f"/* {plan.name}: a Tessera kernel exported as a tvm-ffi library ({plan.name}.so).{note}",
         " *",
-        f" * Call __tvm_ffi_{plan.name} with {len(rows)} arguments, each a DLTensor* passed as a TVMFFIAny of",
+        f" * Call __tvm_ffi_{plan.name} with {len(tensors)} arguments, each a DLTensor* passed as a TVMFFIAny of",
         f" * type_index kTVMFFIDLTensorPtr, {memory}, dense row-major:",
         *rows,
         " * It returns 0, or -1 with the error kept for TVMFFIErrorMoveFromRaised. tvm_ffi.load_module and",
@@ -182,7 +201,7 @@ def entry_header(plan: ModulePlan, note: str = "") -> str:
         'extern "C" {',
         "#endif",
         "",
-        f"#define {macro}_NUM_ARGS {len(rows)}",
+        f"#define {macro}_NUM_ARGS {len(tensors)}",
         "",
         f"int __tvm_ffi_{plan.name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result);",
         "",
@@ -266,6 +285,18 @@ void* Checked(const char* kernel, const TVMFFIAny* a, const char* name, int code
   return static_cast<char*>(t->data) + t->byte_offset;
 }
 
+// Whether argument ``a`` is a tensor of ``ndim`` dims equal to ``shape`` (no error raised).
+bool Shaped(const TVMFFIAny* a, int ndim, const int64_t* shape) {
+  DLTensor* t = nullptr;
+  if (a->type_index == kTVMFFIDLTensorPtr) t = static_cast<DLTensor*>(a->v_ptr);
+  if (a->type_index == kTVMFFITensor) t = reinterpret_cast<DLTensor*>(reinterpret_cast<char*>(a->v_obj) + sizeof(TVMFFIObject));
+  if (t == nullptr || t->ndim != ndim) return false;
+  for (int i = 0; i < ndim; ++i) {
+    if (t->shape[i] != shape[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 """
 
@@ -275,14 +306,71 @@ def entry_helpers(device: str, where: str) -> str:
     return _HELPERS.strip("\n").replace("@DEVICE@", device).replace("@WHERE@", where)
 
 
-def entry_opening(plan: ModulePlan) -> list[str]:
-    """The entry's signature and its argument checks: ``data_<name>`` for every input and output,
-    their device ids in ``device_<name>``."""
-    name = plan.name
-    tensors = [*plan.inputs, *plan.outputs]
+def check_variants(plans) -> None:
+    """Plans one library holds (one per set of dims) must take the same arguments: names, dtypes, ranks."""
+    first = plans[0]
+    for plan in plans[1:]:
+        if plan.name != first.name or plan.device != first.device:
+            raise ModuleError(f"one library holds one kernel on one device, not {first.name} and {plan.name}")
+        mine, theirs = [*first.inputs, *first.outputs], [*plan.inputs, *plan.outputs]
+        same = len(mine) == len(theirs) and all(
+            (a.name, a.dtype, len(a.shape)) == (b.name, b.dtype, len(b.shape))
+            for a, b in zip(mine, theirs, strict=False)
+        )
+        if not same:
+            raise ModuleError(
+                f"{first.name}: the shapes given compile to kernels with different arguments "
+                f"({_binding_text(first)}: {mine}; {_binding_text(plan)}: {theirs}); build one library per argument list"
+            )
+    bindings = [plan.bound for plan in plans]
+    if len(set(bindings)) != len(bindings):
+        raise ModuleError(f"{first.name}: the same dims were given twice: {bindings}")
+
+
+def _binding_text(plan: ModulePlan) -> str:
+    return ",".join(f"{k}={v}" for k, v in plan.bound) or "static shapes"
+
+
+def entry_dispatch(plans, variant) -> list[str]:
+    """The public entry ``__tvm_ffi_<name>`` over ``plans`` (one per set of dims): it binds the dims
+    from the arguments' shapes and calls ``variant(i)``, the function of the plan they match."""
+    check_variants(plans)
+    name = plans[0].name
     lines = [
         f'extern "C" __attribute__((visibility("default"))) int __tvm_ffi_{name}(',
         "    void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {",
+    ]
+    if len(plans) == 1:  # one set of dims: its function checks every argument itself
+        return [*lines, f"  return {variant(0)}(self, args, num_args, result);", "}", ""]
+    tensors = [*plans[0].inputs, *plans[0].outputs]
+    lines += [
+        f"  if (num_args == {len(tensors)}) {{",
+    ]
+    for i, plan in enumerate(plans):
+        shapes = []
+        for j, t in enumerate((*plan.inputs, *plan.outputs)):
+            lines.append(f"    static const int64_t shape{i}_{j}[] = {{{', '.join(map(str, t.shape)) or '1'}}};")
+            shapes.append(f"Shaped(&args[{j}], {len(t.shape)}, shape{i}_{j})")
+        lines.append(f"    if ({' && '.join(shapes)}) return {variant(i)}(self, args, num_args, result);")
+    built = " | ".join(_binding_text(plan) for plan in plans)
+    lines += [
+        "  }",
+        f"  if (num_args != {len(tensors)}) return {variant(0)}(self, args, num_args, result);  // its error",
+        f'  return Fail("ValueError", "{name}: the arguments\' shapes match none of the dims this library was '
+        f'built for ({built})");',
+        "}",
+        "",
+    ]
+    return lines
+
+
+def entry_opening(plan: ModulePlan, function: str) -> list[str]:
+    """The signature of ``function`` (one plan's entry) and its argument checks: ``data_<name>`` for
+    every input and output, their device ids in ``device_<name>``."""
+    name = plan.name
+    tensors = [*plan.inputs, *plan.outputs]
+    lines = [
+        f"int {function}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{",
         f'  const char* kernel = "{name}";',
         f"  if (num_args != {len(tensors)}) {{",
         f'    return Fail("TypeError", "%s: takes {len(tensors)} tensors ({", ".join(t.name for t in tensors)}), '

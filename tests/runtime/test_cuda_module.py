@@ -87,7 +87,7 @@ def test_an_intermediate_is_allocated_and_freed_in_stream_order(tmp_path):
     assert plan.device == "cuda" and [t.shape for t in plan.intermediates] == [(256, 256)]
     gemm, softmax = plan.calls
     assert gemm.args[-1] == softmax.args[0] == plan.intermediates[0].name
-    source = entry_source(plan)
+    source = entry_source([plan])
     assert source.count("cuMemAllocAsync(&scratch.pointers") == 1
     assert source.index(f"// {gemm.kernel}:") < source.index(f"// {softmax.kernel}:")  # launched in order
     library = compiled.build_module(tmp_path)
@@ -264,3 +264,13 @@ def test_two_kernels_with_an_intermediate_run_on_the_gpu(tmp_path):
     torch.cuda.synchronize()
     expected = torch.softmax((x.float() @ w.float()).half().float(), dim=1).half()
     torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-3)
+
+
+def test_one_cuda_library_holds_a_kernel_per_set_of_dims(compiled, tmp_path):
+    library = compiled.build_module(tmp_path, shapes=[{"M": 128}, {"M": 256}])
+    source = (tmp_path / "linear.entry.cc").read_text()
+    assert "namespace v0 {  // linear for M=128, K=128, N=256" in source and "namespace v1 {" in source
+    assert sorted(p.name for p in tmp_path.glob("*.cubin")) == ["binary0.cubin", "binary1.cubin"]
+    run = subprocess.run([sys.executable, "-c", _CHILD, str(library)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "runs on an NVIDIA GPU" in run.stdout  # the M=256 variant's checks, reached through the entry

@@ -191,3 +191,17 @@ def test_export_needs_every_dim_bound(tmp_path, capsys):
     assert main(["export", str(tmp_path / "k.py"), "--out", str(tmp_path / "out"), "--shapes", "M=4"]) == 2
     assert "bind every dim of linear_relu; K, N not given" in capsys.readouterr().err
     assert not Path(tmp_path / "out").exists()
+
+
+def test_repeated_shapes_export_one_library_for_each_set_of_dims(tmp_path, capsys):
+    (tmp_path / "k.py").write_text(KERNEL)
+    out = tmp_path / "out"
+    assert main(["export", str(tmp_path / "k.py"), "--out", str(out), "--shapes", "M=16", "--shapes", "M=64"]) == 0
+    assert "(M=16, K=48, N=40 | M=64, K=48, N=40) exported" in capsys.readouterr().out
+    meta = json.loads((out / "metadata.json").read_text())
+    assert [v["shapes"]["M"] for v in meta["variants"]] == [16, 64]
+    assert [v["arguments"][0]["shape"] for v in meta["variants"]] == [[16, 48], [64, 48]]
+    header = (out / "linear_relu.h").read_text()
+    assert "args[0]  x    float32 [?, 48]  input" in header and "Built for M=16,K=48,N=40 | M=64,K=48,N=40" in header
+    image = (out / "linear_relu.tsrb").read_bytes()
+    assert b"arg 0 x input 2 32 2 -1 48\n" in image and b"launch none\n" in image

@@ -249,3 +249,33 @@ def test_fp8_inputs_are_decoded_exactly(tmp_path):
     f(torch.from_numpy(codes).view(torch.float8_e4m3fn), out)
     want = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * 2
     np.testing.assert_array_equal(out.numpy(), want)  # NaN where the code is NaN, exact elsewhere
+
+
+def test_one_library_binds_the_dims_from_the_arguments(tmp_path):
+    # A kernel compiled for M = 8 and M = 24: the entry picks by the arguments' shapes.
+    compiled = ts.compile(mlp, target="cpu", shapes={"K": 16, "N": 40})
+    f = tvm_ffi.load_module(str(compiled.build_module(tmp_path, shapes=[{"M": 8}, {"M": 24}])))["mlp"]
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((16, 40)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    for m in (8, 24, 8):
+        x = rng.standard_normal((m, 16)).astype(np.float32)
+        out = torch.zeros(m, 40)
+        f(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), out)
+        np.testing.assert_allclose(out.numpy(), _reference(x, w, b), rtol=1e-5, atol=1e-6)
+    x = torch.zeros(10, 16)
+    with pytest.raises(ValueError, match=r"mlp: the arguments' shapes match none of the dims this library was built "
+                       r"for \(M=8,K=16,N=40 \| M=24,K=16,N=40\)"):  # fmt: skip
+        f(x, torch.from_numpy(w), torch.from_numpy(b), torch.zeros(10, 40))
+    with pytest.raises(TypeError, match="mlp: takes 4 tensors"):
+        f(x)
+
+
+def test_several_shapes_are_checked_before_anything_is_built(tmp_path):
+    compiled = ts.compile(mlp, target="cpu", shapes={"K": 16, "N": 40})
+    with pytest.raises(ts.ShapeError, match=r"shapes \{'Q': 3\} names unknown dims \['Q'\]"):
+        compiled.build_module(tmp_path / "a", shapes=[{"M": 8}, {"Q": 3}])
+    with pytest.raises(ts.ShapeError, match="shapes takes a list of dicts"):
+        compiled.build_module(tmp_path / "b", shapes={"M": 8})
+    with pytest.raises(ts.TesseraError, match="the same dims were given twice"):
+        compiled.build_module(tmp_path / "c", shapes=[{"M": 8}, {"M": 8}])
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()

@@ -19,11 +19,12 @@ per compiled instance (``CompiledKernel.build_module``), so this module knows no
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..._tvm import tvm_ffi_paths
-from ..module import ModulePlan, dlpack_type, entry_helpers, entry_opening
+from ..module import ModulePlan, dlpack_type, entry_dispatch, entry_helpers, entry_opening
 from ..toolchain import (
     atomic_output_dir,
     require_tool,
@@ -37,24 +38,41 @@ from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR
 __all__ = ["build_module", "entry_source"]
 
 
-def entry_source(plan: ModulePlan) -> str:
-    """The C++ of the entry ``__tvm_ffi_<plan.name>``, written against tvm-ffi's C API."""
-    name = plan.name
-    tensors = [*plan.inputs, *plan.outputs]
+def entry_source(plans: Sequence[ModulePlan]) -> str:
+    """The C++ of the entry ``__tvm_ffi_<name>``, written against tvm-ffi's C API: one function per
+    plan (``Variant<i>``, calling the plan's kernels renamed by :func:`variant_symbol`), and the
+    entry that picks one by the arguments' shapes."""
+    plans = list(plans)
+    name = plans[0].name
     lines = [f"// The tvm-ffi entry of Tessera kernel {name}: checks its arguments, runs its device kernels."]
     lines += entry_helpers("kDLCPU", "the CPU").splitlines()
     lines.append("")
+    pairs = [(plan, pair) for plan in plans for call in plan.calls for pair in (*call.converts_in, *call.converts_out)]
+    for dtype in sorted({_dtype_of(plan, pair) for plan, pair in pairs}):
+        lines += fp8_helpers(dtype)
+    for i, plan in enumerate(plans):
+        lines += ["", *_variant(plan, i, len(plans))]
+    lines += ["", *entry_dispatch(plans, lambda i: f"Variant{i}")]
+    return "\n".join(lines)
+
+
+def variant_symbol(symbol: str, index: int, count: int) -> str:
+    """A device kernel's C symbol in a library of ``count`` plans (renamed apart when there are several)."""
+    return symbol if count == 1 else f"{symbol}_v{index}"
+
+
+def _variant(plan: ModulePlan, index: int, count: int) -> list[str]:
+    """``Variant<index>``: check the arguments, allocate the intermediates, run ``plan``'s kernels."""
+    name = plan.name
+    tensors = [*plan.inputs, *plan.outputs]
+    lines = []
     declared = set()
     for call in plan.calls:
         if call.symbol not in declared:
             declared.add(call.symbol)
             params = ", ".join("void*" if isinstance(a, str) else "int32_t" for a in call.args)
-            lines.append(f'extern "C" int32_t {call.symbol}({params});')
-    pairs = [pair for call in plan.calls for pair in (*call.converts_in, *call.converts_out)]
-    formats = sorted({_dtype_of(plan, pair) for pair in pairs})
-    for dtype in formats:
-        lines += fp8_helpers(dtype)
-    lines += ["", *entry_opening(plan)]
+            lines.append(f'extern "C" int32_t {variant_symbol(call.symbol, index, count)}({params});')
+    lines += ["", "static", *entry_opening(plan, f"Variant{index}")]
     for t in plan.intermediates:
         _, bits = dlpack_type(t, name)
         lines.append(f"  std::unique_ptr<char[]> own_{t.name}(new char[{max(1, t.numel * bits // 8)}]);")
@@ -64,7 +82,7 @@ def entry_source(plan: ModulePlan) -> str:
         for fp8, wide in call.converts_in:
             lines.append(f"  Decode{_FP8[by_name[fp8].dtype]}(data_{fp8}, data_{wide}, {by_name[fp8].numel});")
         args = ", ".join(f"data_{a}" if isinstance(a, str) else str(a) for a in call.args)
-        lines.append(f"  if ({call.symbol}({args}) != 0) {{")
+        lines.append(f"  if ({variant_symbol(call.symbol, index, count)}({args}) != 0) {{")
         lines.append(f'    return Fail("RuntimeError", "%s: device kernel {call.kernel} failed", kernel);')
         lines.append("  }")
         for wide, fp8 in call.converts_out:
@@ -77,9 +95,8 @@ def entry_source(plan: ModulePlan) -> str:
         "  result->v_int64 = 0;",
         "  return 0;",
         "}",
-        "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 #: fp8 dtype -> the suffix of its conversion helpers in the entry.
@@ -171,7 +188,7 @@ def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], 
     from ...cache import KernelCache
 
     validate_artifact_name(plan.name)
-    source = entry_source(plan)
+    source = entry_source([plan])
     libraries = [str(Path(p).absolute()) for p in libraries]
     digest = hashlib.sha256("\0".join([source, *libraries, *tvm_ffi_paths()]).encode()).hexdigest()[:24]
     root = KernelCache.from_env().root
@@ -188,24 +205,34 @@ def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], 
 
 
 def build_module(
-    plan: ModulePlan, out_dir: str | os.PathLike[str], flags: Sequence[str] = DEFAULT_CPU_FLAGS, timeout: float = 600
+    plans: Sequence[ModulePlan],
+    out_dir: str | os.PathLike[str],
+    flags: Sequence[str] = DEFAULT_CPU_FLAGS,
+    timeout: float = 600,
 ) -> Path:
-    """Build ``plan`` into ``out_dir/<name>.so`` (sources kept beside it); return the library.
+    """Build ``plans`` (one kernel, one plan per set of dims) into ``out_dir/<name>.so`` (sources kept
+    beside it); return the library.
 
     Like every build here, the files appear together only on success; a failing compile raises a
     ``ToolchainError`` with the command and the compiler's first errors.
     """
-    validate_artifact_name(plan.name)
-    for call in plan.calls:
-        validate_artifact_name(call.kernel)
+    plans = list(plans)
+    name = plans[0].name
+    validate_artifact_name(name)
+    files = {f"{name}.entry.cc": entry_source(plans)}
+    for i, plan in enumerate(plans):
+        symbols = {call.symbol for call in plan.calls}
+        for kernel, source in plan.sources:
+            validate_artifact_name(kernel)
+            for symbol in symbols:  # two plans define the same kernel names: rename each plan's apart
+                source = re.sub(rf"\b{re.escape(symbol)}\b", variant_symbol(symbol, i, len(plans)), source)
+            files[f"{kernel}{'' if len(plans) == 1 else f'_v{i}'}.cpp"] = source
     cxx = require_tool("g++")
-    entry = f"{plan.name}.entry.cc"
-    files = {entry: entry_source(plan), **{f"{kernel}.cpp": source for kernel, source in plan.sources}}
     includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # what the kernel sources include
-    command = [*_entry_command(cxx, plan.name, flags), *includes, *files, *_link_flags()]
+    command = [*_entry_command(cxx, name, flags), *includes, *files, *_link_flags()]
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         for file, text in files.items():
             (staging / file).write_text(text, encoding="utf-8")
         run_tool(command, cwd=staging, timeout=timeout)
-    return final_dir / f"{plan.name}.so"
+    return final_dir / f"{name}.so"

@@ -22,7 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import TesseraError
-from ..module import GpuLaunch, ModuleError, ModulePlan, TensorMap, dlpack_type, entry_helpers, entry_opening
+from ..module import (
+    GpuLaunch,
+    ModuleError,
+    ModulePlan,
+    TensorMap,
+    dlpack_type,
+    entry_dispatch,
+    entry_helpers,
+    entry_opening,
+)
 from ..toolchain import (
     atomic_output_dir,
     find_tool,
@@ -171,14 +180,12 @@ def cuda_include_dir() -> Path:
     )
 
 
-def entry_source(plan: ModulePlan) -> str:
-    """The C++ of the CUDA entry ``__tvm_ffi_<plan.name>`` (the cubins are ``binary<i>.cubin`` beside it)."""
-    name = plan.name
-    tensors = [*plan.inputs, *plan.outputs]
-    if any(call.converts_in or call.converts_out for call in plan.calls):
-        raise ModuleError(f"{name}: a CUDA kernel holds every dtype as it is; the plan asks for conversions")
-    functions = [(i, j, launch) for i, call in enumerate(plan.calls) for j, launch in enumerate(call.launches)]
-    names = [f'"{launch.function}"' for _, _, launch in functions]
+def entry_source(plans: Sequence[ModulePlan]) -> str:
+    """The C++ of the CUDA entry ``__tvm_ffi_<name>``: one namespace per plan (``v<k>::Entry``, its
+    cubins ``binary<i>.cubin`` beside the source, numbered across plans) and the entry that picks
+    one by the arguments' shapes."""
+    plans = list(plans)
+    name = plans[0].name
     lines = [f"// The tvm-ffi entry of Tessera kernel {name} on CUDA: checks its arguments, launches its kernels."]
     lines += entry_helpers("kDLCUDA", "an NVIDIA GPU").splitlines()
     lines += [
@@ -188,8 +195,27 @@ def entry_source(plan: ModulePlan) -> str:
         "",
         "#include <mutex>",
         "",
+        "namespace cu = tessera::cuda;",
     ]
-    for i, _ in enumerate(plan.calls):  # each fused kernel's cubin, embedded as it is
+    first = 0
+    for k, plan in enumerate(plans):
+        lines += ["", *_variant(plan, k, first)]
+        first += len(plan.calls)
+    lines += ["", *entry_dispatch(plans, lambda k: f"v{k}::Entry")]
+    return "\n".join(lines)
+
+
+def _variant(plan: ModulePlan, k: int, first: int) -> list[str]:
+    """Namespace ``v<k>``: ``plan``'s embedded cubins (``binary<first + i>.cubin``), their functions
+    loaded per device, and ``Entry``, which checks the arguments and launches them."""
+    name = plan.name
+    tensors = [*plan.inputs, *plan.outputs]
+    if any(call.converts_in or call.converts_out for call in plan.calls):
+        raise ModuleError(f"{name}: a CUDA kernel holds every dtype as it is; the plan asks for conversions")
+    functions = [(first + i, launch) for i, call in enumerate(plan.calls) for launch in call.launches]
+    names = [f'"{launch.function}"' for _, launch in functions]
+    lines = [f"namespace v{k} {{  // {plan.name} for {', '.join(f'{a}={b}' for a, b in plan.bound) or 'its shapes'}"]
+    for i in range(first, first + len(plan.calls)):  # each fused kernel's cubin, embedded as it is
         lines += [
             "__asm__(",
             '    ".section .rodata\\n"',
@@ -202,15 +228,11 @@ def entry_source(plan: ModulePlan) -> str:
         ]
     lines += [
         "",
-        "namespace {",
-        "",
-        "namespace cu = tessera::cuda;",
-        "",
         f"constexpr int kFunctions = {len(functions)};",
         "constexpr int kMaxDevices = 64;",
         f"const char* const kNames[kFunctions] = {{{', '.join(names)}}};",
-        f"const char* const kBinaries[kFunctions] = {{{', '.join(f'tessera_cubin_{i}' for i, _, _ in functions)}}};",
-        f"const unsigned kSmem[kFunctions] = {{{', '.join(str(launch.smem_bytes) for _, _, launch in functions)}}};",
+        f"const char* const kBinaries[kFunctions] = {{{', '.join(f'tessera_cubin_{i}' for i, _ in functions)}}};",
+        f"const unsigned kSmem[kFunctions] = {{{', '.join(str(launch.smem_bytes) for _, launch in functions)}}};",
         "",
         "// Each device's functions, loaded from the embedded cubins on first use there.",
         "struct Loaded {",
@@ -261,20 +283,18 @@ def entry_source(plan: ModulePlan) -> str:
         "  }",
         "};",
         "",
-        "}  // namespace",
-        "",
-        *entry_opening(plan),
+        *entry_opening(plan, "Entry"),
     ]
-    first = tensors[0].name
+    lead = tensors[0].name
     for t in tensors[1:]:
         lines += [
-            f"  if (device_{t.name} != device_{first}) {{",
-            f'    return Fail("ValueError", "%s: arguments {first} and {t.name} are on CUDA devices %d and %d; put them '
-            f'on one", kernel, device_{first}, device_{t.name});',
+            f"  if (device_{t.name} != device_{lead}) {{",
+            f'    return Fail("ValueError", "%s: arguments {lead} and {t.name} are on CUDA devices %d and %d; put them '
+            f'on one", kernel, device_{lead}, device_{t.name});',
             "  }",
         ]
     lines += [
-        f"  const int device = device_{first};",
+        f"  const int device = device_{lead};",
         "  if (device < 0 || device >= kMaxDevices) {",
         '    return Fail("ValueError", "%s: CUDA device %d is out of range", kernel, device);',
         "  }",
@@ -320,9 +340,9 @@ def entry_source(plan: ModulePlan) -> str:
         "  result->v_int64 = 0;",
         "  return 0;",
         "}",
-        "",
+        f"}}  // namespace v{k}",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _launch_lines(call, launch: GpuLaunch, tag: str, slot: int) -> list[str]:
@@ -375,34 +395,41 @@ def _launch_lines(call, launch: GpuLaunch, tag: str, slot: int) -> list[str]:
     return lines
 
 
-def build_module(plan: ModulePlan, out_dir: str | os.PathLike[str], flags: Sequence[str] = (), timeout: float = 600):
-    """Build ``plan`` into ``out_dir/<name>.so`` (the entry's source and cubins kept beside it).
+def build_module(
+    plans: Sequence[ModulePlan], out_dir: str | os.PathLike[str], flags: Sequence[str] = (), timeout: float = 600
+) -> Path:
+    """Build ``plans`` (one kernel, one plan per set of dims) into ``out_dir/<name>.so``, the entry's
+    source and cubins kept beside it.
 
     ``flags`` are the config's nvcc flags, which do not apply to this host build (g++ -O2). The
     files appear together only on success; a failing compile raises ``ToolchainError``."""
     from ..._tvm import tvm_ffi_paths
     from ..cpu.build import RUNTIME_INCLUDE_DIR
 
-    validate_artifact_name(plan.name)
-    for call in plan.calls:
+    plans = list(plans)
+    name = plans[0].name
+    validate_artifact_name(name)
+    calls = [call for plan in plans for call in plan.calls]
+    for call in calls:
         if not call.launches or call.binary is None or not Path(call.binary).is_file():
             raise ModuleError(
-                f"{plan.name}: device kernel {call.kernel} has no cubin to embed (nvcc was not on PATH when it was "
+                f"{name}: device kernel {call.kernel} has no cubin to embed (nvcc was not on PATH when it was "
                 "compiled?); compile again where nvcc is, or set TESSERA_NVCC"
             )
+    source = entry_source(plans)
     cxx = require_tool("g++")
     include, dlpack, lib = tvm_ffi_paths()
-    entry = f"{plan.name}.entry.cc"
+    entry = f"{name}.entry.cc"
     command = [
         cxx, "-std=c++17", "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-fno-gnu-unique",
         f"-I{RUNTIME_INCLUDE_DIR}", f"-I{cuda_include_dir()}",
-        f"-I{include}", f"-I{dlpack}", "-o", f"{plan.name}.so", entry,
+        f"-I{include}", f"-I{dlpack}", "-o", f"{name}.so", entry,
         f"-L{lib}", "-ltvm_ffi", f"-Wl,-rpath,{lib}", "-ldl",
     ]  # fmt: skip
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
-        (staging / entry).write_text(entry_source(plan), encoding="utf-8")
-        for i, call in enumerate(plan.calls):
+        (staging / entry).write_text(source, encoding="utf-8")
+        for i, call in enumerate(calls):
             (staging / f"binary{i}.cubin").write_bytes(Path(call.binary).read_bytes())
         run_tool(command, cwd=staging, timeout=timeout)
-    return final_dir / f"{plan.name}.so"
+    return final_dir / f"{name}.so"

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..._tvm import tvm_ffi_paths
 from ..cpu.build import RUNTIME_INCLUDE_DIR
-from ..module import ModulePlan, dlpack_type
+from ..module import dlpack_type, varying_dims
 from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_failure
 
 __all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_metadata", "write_image"]
@@ -27,14 +27,18 @@ ABI_MAJOR, ABI_MINOR = 2, 0
 SOURCE = Path(__file__).resolve().parent / "tsr.cc"
 
 
-def image_metadata(plan: ModulePlan, launches: list[dict[str, Any]]) -> str:
-    """The image's metadata text (tsr.cc documents the format): the kernel, its arguments in order,
-    and its launch when it runs one device kernel (``launches``: each device kernel's metadata launch)."""
+def image_metadata(plans, launches: list[dict[str, Any]]) -> str:
+    """The image's metadata text (tsr.cc documents the format): the kernel, its device, its arguments
+    in order (-1 for a dim that differs between ``plans``, one per set of dims), and its launch when it
+    runs one device kernel (``launches``: each device kernel's metadata launch)."""
+    plans = list(plans)
+    plan = plans[0]
     args = [(t, "input") for t in plan.inputs] + [(t, "output") for t in plan.outputs]
     lines = [f"kernel {plan.name} __tvm_ffi_{plan.name} {len(args)}", f"device {plan.device}"]
-    for i, (t, role) in enumerate(args):
+    for i, ((t, role), dims) in enumerate(zip(args, varying_dims(plans), strict=True)):
         code, bits = dlpack_type(t, plan.name)
-        lines.append(f"arg {i} {t.name} {role} {code} {bits} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip())
+        shape = " ".join(str(-1 if d is None else d) for d in dims)
+        lines.append(f"arg {i} {t.name} {role} {code} {bits} {len(t.shape)} {shape}".rstrip())
     if len(launches) == 1 and all(isinstance(v, int) for v in (*launches[0]["grid"], *launches[0]["block"])):
         launch = launches[0]
         dims = [*launch["grid"], *launch["block"], int(launch.get("smem_bytes", 0))]
