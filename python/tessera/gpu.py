@@ -4,9 +4,11 @@
     out = k(a, w, b)        # torch CUDA tensors in, a torch CUDA tensor out (zero-copy)
     out = k(a_np, w_np, b_np)  # numpy in: copied to the GPU, the result copied back to numpy
 
-Each fused kernel's runtime library (``.artifacts[kernel]["runtime"]``, built next to the cubin
-whenever nvcc is on PATH) runs through :class:`tessera_tvm.target.cuda.runtime.CudaKernel`;
-intermediates between fused kernels stay on the GPU. Without a GPU, compiling still writes every
+One call of the kernel's tvm-ffi library (``Instance.gpu_entry``: the CUDA backend's
+``linked_module``, built into the kernel cache on first use) runs every fused kernel, with the
+intermediates allocated on the GPU in stream order, on torch's current stream. A kernel the library
+cannot express runs kernel by kernel through each fused kernel's runtime library
+(``.artifacts[kernel]["runtime"]``, :class:`tessera_tvm.target.cuda.runtime.CudaKernel`). Without a GPU, compiling still writes every
 artifact, and calling raises :class:`~tessera.errors.NotRunnableError` saying why.
 """
 
@@ -137,7 +139,16 @@ def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
         value if is_torch_tensor(value) else to_torch(value, ttype.dtype.tvm, device)
         for value, (_, ttype) in zip(arrays, instance.kernel.params, strict=True)
     ]
-    result = instance.run(inputs, TorchMemory(device))
+    memory = TorchMemory(device)
+    entry = instance.gpu_entry
+    if entry is not None:  # one call of the kernel's tvm-ffi library runs every device kernel
+        function, plan = entry  # it enters the tensors' device itself, and runs on torch's current stream
+        held = [memory.hold(value, t.dtype, t.shape) for value, t in zip(inputs, plan.inputs, strict=True)]
+        outs = [memory.empty(t.shape, t.dtype) for t in plan.outputs]
+        function(*held, *outs)
+        result = tuple(outs) if instance.graph.simplified.tuple_output else outs[0]
+    else:
+        result = instance.run(inputs, memory)
     if tensors:
         return result
     if isinstance(result, tuple):

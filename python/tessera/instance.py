@@ -138,6 +138,30 @@ class Instance:
         takes_numpy = all(t.dtype in _NUMPY_DLPACK for t in (*plan.inputs, *plan.outputs))
         return link(plan, libraries), plan, takes_numpy
 
+    @functools.cached_property
+    def gpu_entry(self) -> tuple[Any, Any] | None:
+        """``(function, plan)``: the tvm-ffi library that runs every device kernel of a GPU instance
+        in one call (its backend's ``linked_module``: CUDA), built into the kernel cache on first
+        use. None where a kernel has no cubin or the plan cannot be a library; its kernels then run
+        one by one through their runtime libraries."""
+        from tessera_tvm.target.backend import backend_for
+        from tessera_tvm.target.module import ModuleError
+
+        from .module import module_plan
+
+        backend = backend_for(self.config)
+        link = backend.hook("linked_module")
+        if link is None or backend.runs_on != "gpu":
+            return None
+        try:
+            plan = module_plan(self)
+        except ModuleError:
+            return None
+        binaries = [call.binary for call in plan.calls]
+        if not binaries or any(b is None for b in binaries):
+            return None
+        return link(plan, binaries), plan
+
     def _run_entry(self, arrays: Sequence[Any], exact_only: bool = False) -> Any:
         """Run through :attr:`host_entry` when the arrays are what it takes as they are: numpy arrays
         (of dtypes numpy hands to DLPack) or torch CPU tensors, of the parameters' dtypes and shapes,

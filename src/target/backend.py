@@ -89,8 +89,9 @@ class Backend:
     # Hook ``(lowered) -> tuple[GpuLaunch]``: what a GPU kernel's host code launches, read out of it
     # (a backend whose module entry launches device functions itself); None: calls are C functions.
     device_launches: str | None = None
-    # Hook ``(ModulePlan, libraries) -> function``: the same entry linked against the device kernels'
-    # own built libraries and loaded, which ts.compile's calls run (None: they run kernel by kernel).
+    # Hook ``(ModulePlan, libraries) -> function``: the entry built against what the device kernels
+    # were built into (CPU: their libraries; CUDA: their cubins), kept in the kernel cache and loaded,
+    # which ts.compile's calls run (None: they run kernel by kernel).
     linked_module: str | None = None
     # Hook ``(lowered) -> None`` reloading a built library after its files moved (cache, out_dir).
     reload: str | None = None

@@ -10,6 +10,7 @@ copy an output that is an input. The frontend makes one per compiled instance
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import TesseraError
 
@@ -27,6 +28,7 @@ __all__ = [
     "entry_header",
     "entry_helpers",
     "entry_opening",
+    "module_cache_dir",
     "varying_dims",
 ]
 
@@ -60,6 +62,24 @@ DLPACK_CODE_NAMES = {
 
 class ModuleError(TesseraError):
     """A compiled kernel that cannot become a tvm-ffi module (yet)."""
+
+
+def module_cache_dir(*parts: str | bytes) -> Path:
+    """Where a library built from ``parts`` (its sources, what it links) is kept: the kernel cache's
+    ``modules/<hash>/``, or a scratch directory when the cache is off."""
+    import hashlib
+    import tempfile
+
+    from ..cache import KernelCache
+
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    root = KernelCache.from_env().root
+    if root is None:
+        return Path(tempfile.mkdtemp(prefix="tessera_"))
+    return Path(root) / "modules" / digest.hexdigest()[:24]
 
 
 def dlpack_type(arg: TensorArg, kernel: str) -> tuple[int, int]:

@@ -274,3 +274,14 @@ def test_one_cuda_library_holds_a_kernel_per_set_of_dims(compiled, tmp_path):
     run = subprocess.run([sys.executable, "-c", _CHILD, str(library)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "runs on an NVIDIA GPU" in run.stdout  # the M=256 variant's checks, reached through the entry
+
+
+def test_ts_compile_calls_run_the_same_library_built_into_the_cache(compiled, tmp_path, monkeypatch):
+    import torch
+
+    instance = compiled._require_instance("test")
+    function, plan = instance.gpu_entry
+    assert instance.gpu_entry[0] is function  # built and loaded once per instance
+    assert [t.name for t in plan.inputs] == ["x", "w", "b"]
+    with pytest.raises(ValueError, match="argument x is on device type 1; this library runs on an NVIDIA GPU"):
+        function(torch.zeros(256, 128, dtype=torch.float16), *[torch.zeros(1)] * 3)

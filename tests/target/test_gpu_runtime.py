@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+import tvm_ffi
 
 import tessera as ts
 from tessera import Tensor, ops
@@ -224,3 +225,36 @@ def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch)
     out = k(*(to_torch(a, "bfloat16", "cpu") for a in (x, w)))  # torch in: torch out
     assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16
     np.testing.assert_array_equal(out.float().numpy(), expected.astype(np.float32))
+
+
+def test_gpu_calls_go_through_the_kernels_library_in_one_call(monkeypatch):
+    """With cubins built, k(...) on a CUDA config calls the kernel's tvm-ffi library once (here a
+    stand-in that runs the CPU target's library on torch CPU tensors): numpy in gives numpy out."""
+    import tessera.gpu as gpu
+
+    shapes = {"M": 40, "N": 48, "P": 24}
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 48)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((48, 24)) / 8).astype(ml_dtypes.bfloat16)
+    cpu = ts.compile(block, target="cpu", shapes=shapes)
+    expected = cpu(x, w)
+    cpu_library = tvm_ffi.load_module(str(cpu.build_module()))["block"]
+    k = ts.compile(block, target="hopper", shapes=shapes, build=False)
+    instance = k._require_instance("test")
+    from tessera.module import module_plan
+
+    calls = []
+
+    def library(*tensors):
+        calls.append([tuple(t.shape) for t in tensors])
+        cpu_library(*tensors)
+
+    instance.__dict__["gpu_entry"] = (library, module_plan(instance))
+    for dk in k.device_kernels:
+        dk.lowered.artifacts["runtime"] = dk.lowered.artifacts["source"]  # stands in for the built library
+    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
+    monkeypatch.setattr(gpu, "_default_device", lambda: torch.device("cpu"))
+    got = k(x, w)
+    assert calls == [[(40, 48), (48, 24), (40, 24)]]  # one call: inputs, then the output
+    assert isinstance(got, np.ndarray) and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), expected.astype(np.float32))

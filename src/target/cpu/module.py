@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..._tvm import tvm_ffi_paths
-from ..module import ModulePlan, dlpack_type, entry_dispatch, entry_helpers, entry_opening
+from ..module import ModulePlan, dlpack_type, entry_dispatch, entry_helpers, entry_opening, module_cache_dir
 from ..toolchain import (
     atomic_output_dir,
     require_tool,
@@ -181,18 +181,12 @@ def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], 
     """The entry of ``plan`` built alone, linked against ``libraries`` (the device kernels' own, built
     already), loaded: a tvm-ffi Function. Kept in the kernel cache under ``modules/<hash>/`` (a
     scratch directory when the cache is off), so an instance pays the ~0.3 s of g++ once."""
-    import hashlib
-    import tempfile
-
     from ..._tvm import tvm_ffi
-    from ...cache import KernelCache
 
     validate_artifact_name(plan.name)
     source = entry_source([plan])
     libraries = [str(Path(p).absolute()) for p in libraries]
-    digest = hashlib.sha256("\0".join([source, *libraries, *tvm_ffi_paths()]).encode()).hexdigest()[:24]
-    root = KernelCache.from_env().root
-    final = (Path(root) / "modules" / digest) if root is not None else Path(tempfile.mkdtemp(prefix="tessera_"))
+    final = module_cache_dir(source, *libraries, *tvm_ffi_paths())
     library = final / f"{plan.name}.so"
     if not library.is_file():
         cxx = require_tool("g++")

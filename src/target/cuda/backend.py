@@ -47,6 +47,7 @@ CUDA = register_backend(
         run_needs="runtime",
         runs_on="gpu",
         module="tessera_tvm.target.cuda.module:build_module",
+        linked_module="tessera_tvm.target.cuda.module:linked_module",
         device_launches="tessera_tvm.target.cuda.module:device_launches",
     )
 )

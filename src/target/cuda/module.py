@@ -31,6 +31,7 @@ from ..module import (
     entry_dispatch,
     entry_helpers,
     entry_opening,
+    module_cache_dir,
 )
 from ..toolchain import (
     atomic_output_dir,
@@ -41,7 +42,7 @@ from ..toolchain import (
     validate_artifact_name,
 )
 
-__all__ = ["build_module", "cuda_include_dir", "device_launches", "entry_source"]
+__all__ = ["build_module", "cuda_include_dir", "device_launches", "entry_source", "linked_module"]
 
 _TENSORMAP = "__tvm_tensormap_create_tiled"
 _GRID = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -433,3 +434,17 @@ def build_module(
             (staging / f"binary{i}.cubin").write_bytes(Path(call.binary).read_bytes())
         run_tool(command, cwd=staging, timeout=timeout)
     return final_dir / f"{name}.so"
+
+
+def linked_module(plan: ModulePlan, binaries: Sequence[str | os.PathLike[str]] = (), timeout: float = 600):
+    """``plan``'s library built into the kernel cache (keyed by its entry and its cubins, so each
+    instance pays the ~1 s of g++ once) and loaded: the tvm-ffi Function ts.compile's CUDA calls run.
+    ``binaries`` are the cubins the plan's calls name (given for the cache key's sake)."""
+    from ..._tvm import tvm_ffi, tvm_ffi_paths
+
+    cubins = [Path(call.binary).read_bytes() for call in plan.calls if call.binary is not None]
+    final = module_cache_dir(entry_source([plan]), *cubins, *tvm_ffi_paths(), str(cuda_include_dir()))
+    library = final / f"{plan.name}.so"
+    if not library.is_file():
+        build_module([plan], final, timeout=timeout)
+    return tvm_ffi.load_module(str(library))[plan.name]
