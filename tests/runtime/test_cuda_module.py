@@ -9,7 +9,6 @@ frontend's GPU tests allow for 128-term fp16 dot products).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import subprocess
@@ -23,6 +22,8 @@ from tessera import Tensor, ops
 from tessera.module import module_plan
 from tessera_tvm._tvm import tvm_ffi_paths
 from tessera_tvm.target.cuda.module import device_launches, entry_source
+
+from .test_tsr import _driver_present
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (cubins) and the CUDA headers")
 
@@ -39,14 +40,6 @@ def linear(
 @ts.kernel
 def scores(x: Tensor["M", "K", ts.f16], w: Tensor["K", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
     return ops.softmax(ops.matmul(x, w))  # two device kernels, an intermediate between them
-
-
-def _driver_present() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -160,6 +160,17 @@ namespace cu = tessera::cuda;
   }
 #endif
 
+// Drops ``item`` from its context's list (a module unloaded or a stream destroyed before the context).
+template <typename T>
+void Forget(std::vector<T*>& items, T* item) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i] == item) {
+      items.erase(items.begin() + static_cast<long>(i));
+      return;
+    }
+  }
+}
+
 void Unload(tsr_module* mod) {
   for (auto& kernel : mod->kernels) handles.erase(kernel->id);
   handles.erase(mod->id);
@@ -385,13 +396,7 @@ tsr_status_t tsrUnloadModule(tsr_module_t handle) {
   std::lock_guard<std::mutex> lock(mu);
   tsr_module* mod = Find<tsr_module>(handle, Kind::kModule);
   if (mod == nullptr) return Fail(TSR_EINVAL, "tsrUnloadModule: not a live module");
-  auto& modules = mod->context->modules;
-  for (size_t i = 0; i < modules.size(); ++i) {
-    if (modules[i] == mod) {
-      modules.erase(modules.begin() + static_cast<long>(i));
-      break;
-    }
-  }
+  Forget(mod->context->modules, mod);
   Unload(mod);
   return Ok();
 }
@@ -527,13 +532,7 @@ tsr_status_t tsrDestroyStream(tsr_stream_t handle) {
   std::lock_guard<std::mutex> lock(mu);
   tsr_stream* stream = Find<tsr_stream>(handle, Kind::kStream);
   if (stream == nullptr) return Fail(TSR_EINVAL, "tsrDestroyStream: not a live stream");
-  auto& streams = stream->context->streams;
-  for (size_t i = 0; i < streams.size(); ++i) {
-    if (streams[i] == stream) {
-      streams.erase(streams.begin() + static_cast<long>(i));
-      break;
-    }
-  }
+  Forget(stream->context->streams, stream);
   DestroyStream(stream);
   return Ok();
 }
