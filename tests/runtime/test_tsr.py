@@ -241,3 +241,96 @@ def test_a_cuda_image_without_a_driver_is_a_status(image, tmp_path):
                  "--out", str(tmp_path / "cuda")]) == 0  # fmt: skip
     out = _run_host(image, tmp_path, tmp_path / "cuda" / "linear_relu.tsrb")
     assert out["cuda image"].startswith("7 tsrLoadModule: linear_relu runs on CUDA, and no CUDA driver here")
+
+
+CUDA_HOST = textwrap.dedent(
+    r"""
+    #include <math.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <dlpack/dlpack.h>
+    #include <tessera/tsr.h>
+
+    enum { M = 256, K = 128, N = 256 };
+
+    static DLTensor tensor(void* data, int ndim, int64_t* shape) {
+      DLTensor t;
+      memset(&t, 0, sizeof(t));
+      t.data = data;
+      t.device.device_type = kDLCUDA;
+      t.ndim = ndim;
+      t.dtype.code = kDLFloat; t.dtype.bits = 32; t.dtype.lanes = 1;
+      t.shape = shape;
+      return t;
+    }
+
+    #define CHECK(call) do { tsr_status_t s_ = (call); if (s_) { printf("%s: %d %s\n", #call, (int)s_, tsrGetLastError()); return 1; } } while (0)
+
+    int main(int argc, char** argv) {
+      FILE* f = fopen(argv[1], "rb");
+      fseek(f, 0, SEEK_END);
+      size_t size = (size_t)ftell(f);
+      fseek(f, 0, SEEK_SET);
+      void* image = malloc(size);
+      if (fread(image, 1, size, f) != size) return 1;
+      fclose(f);
+      static float x[M * K], w[K * N], b[N], out[M * N];
+      for (int i = 0; i < M * K; ++i) x[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+      for (int i = 0; i < K * N; ++i) w[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+      for (int i = 0; i < N; ++i) b[i] = (float)(i % 3) - 1.0f;
+
+      tsr_context_t ctx; CHECK(tsrCreateContext(&ctx));
+      tsr_module_t mod; CHECK(tsrLoadModule(ctx, image, size, &mod));
+      tsr_kernel_t k; CHECK(tsrGetKernel(mod, "linear_relu", &k));
+      void *dx, *dw, *db, *dout;
+      CHECK(tsrAlloc(ctx, sizeof(x), TSR_ALLOC_DEVICE, &dx));
+      CHECK(tsrAlloc(ctx, sizeof(w), TSR_ALLOC_DEVICE, &dw));
+      CHECK(tsrAlloc(ctx, sizeof(b), TSR_ALLOC_DEVICE, &db));
+      CHECK(tsrAlloc(ctx, sizeof(out), TSR_ALLOC_DEVICE, &dout));
+      CHECK(tsrMemcpy(ctx, dx, x, sizeof(x)));
+      CHECK(tsrMemcpy(ctx, dw, w, sizeof(w)));
+      CHECK(tsrMemcpy(ctx, db, b, sizeof(b)));
+      int64_t sx[] = {M, K}, sw[] = {K, N}, sb[] = {N}, so[] = {M, N};
+      DLTensor A = tensor(dx, 2, sx), W = tensor(dw, 2, sw), B = tensor(db, 1, sb), C = tensor(dout, 2, so);
+      void* args[] = {&A, &W, &B, &C};
+      tsr_launch_t launch;
+      memset(&launch, 0, sizeof(launch));
+      tsr_stream_t stream; CHECK(tsrCreateStream(ctx, &stream));
+      CHECK(tsrLaunch(k, stream, launch, args, 4));
+      CHECK(tsrSynchronize(ctx, stream));
+      CHECK(tsrMemcpy(ctx, out, dout, sizeof(out)));
+      double worst = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          float acc = b[j];
+          for (int q = 0; q < K; ++q) acc += x[i * K + q] * w[q * N + j];
+          acc = acc > 0 ? acc : 0;
+          double d = fabs((double)acc - out[i * N + j]) / (1.0 + fabs((double)acc));
+          worst = d > worst ? d : worst;
+        }
+      printf("max relative error %g\n", worst);
+      CHECK(tsrDestroyContext(ctx));
+      free(image);
+      return worst < 2e-2 ? 0 : 1;  /* a float32 GEMM may run in TF32 on the tensor cores */
+    }
+    """
+)
+
+
+@pytest.mark.gpu
+def test_a_c_host_runs_a_cuda_image_on_the_gpu(image, tmp_path):
+    kernel = image.parent.parent / "linear_relu.py"
+    assert main(["export", str(kernel), "--target", "hopper", "--shapes", "M=256,N=256,K=128",
+                 "--out", str(tmp_path / "cuda")]) == 0  # fmt: skip
+    runtime = build_runtime(tmp_path / "rt", cuda=True)
+    _, dlpack, _ = tvm_ffi_paths()
+    (tmp_path / "host.c").write_text(CUDA_HOST)
+    subprocess.run(
+        ["gcc", "-std=c11", "-Wall", "-Werror", f"-I{RUNTIME_INCLUDE_DIR}", f"-I{dlpack}", "host.c", "-o", "host",
+         str(runtime), f"-Wl,-rpath,{runtime.parent}", "-lm"],
+        cwd=tmp_path, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    run = subprocess.run([str(tmp_path / "host"), str(tmp_path / "cuda" / "linear_relu.tsrb")],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
