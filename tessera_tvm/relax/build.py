@@ -57,7 +57,13 @@ def export_options(config: TargetConfig | str) -> list[str]:
     config = load_config(config)
     # Kernels compiled into the host library (CPU) take the config's flags; a GPU's host code needs few.
     flags = list(config.codegen_dict["flags"]) if backend_for(config).kernels_in_host else ["-O2"]
-    return ["-std=c++17", *(f for f in flags if not f.startswith("-D"))]
+    return ["-std=c++17", *(f for f in flags if not f.startswith("-D")), *C_CONSTANTS]
+
+
+#: TVM's C codegen prints a float32 infinity as ``inff`` (``-inff`` in the masks torch's decomposed
+#: attention builds), which no C compiler knows: define it as the value meant. (Not ``nanf``, which
+#: libm declares as a function.)
+C_CONSTANTS = ("-Dinff=__builtin_inff()",)
 
 
 def export_library(executable, path: str | Path, config: TargetConfig | str) -> Path:
