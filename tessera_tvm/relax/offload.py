@@ -14,6 +14,7 @@ lowers them inside ``tvm.compile``. Everything else is left to TVM.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,15 @@ from ..graph.nodes import call_with, flatten
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
 from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
-from .pipeline import CONFIG_ATTR, FINGERPRINT_ATTR, KERNEL_ATTR, RELAX_ATTRS, check_supported, pipeline_name
+from .pipeline import (
+    CONFIG_ATTR,
+    FINGERPRINT_ATTR,
+    KERNEL_ATTR,
+    RELAX_ATTRS,
+    check_supported,
+    is_tessera_kernel,
+    pipeline_name,
+)
 
 relax = tvm.relax
 
@@ -133,6 +142,7 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
     name = pipeline_name(config)
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
+    _refuse_legalized(mod)
     log = MatchLog()
 
     def composite_attrs(_annotations) -> dict[str, str]:  # the name of the binding a kernel replaces
@@ -160,6 +170,40 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
     return out, report
+
+
+#: Names LegalizeOps gives the PrimFuncs of the operators Tessera would have offloaded.
+_OFFLOADABLE_PRIMFUNC = re.compile(r"^(matmul|attention|softmax|layer_norm|rms_norm|group_norm|dense)")
+
+
+def _refuse_legalized(mod) -> None:
+    """A module LegalizeOps already ran on has no operators left to match, only ``call_tir`` of
+    TVM's PrimFuncs: partitioning it would offload nothing. Say so, and where to partition."""
+    prim_funcs = {gv for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    legalized: list[str] = []
+    high_level = 0
+
+    def visit(node):
+        nonlocal high_level
+        if not isinstance(node, relax.Call) or not isinstance(node.op, tvm.ir.Op):
+            return
+        if node.op.name == "relax.call_tir" and node.args[0] in prim_funcs:
+            name = str(node.args[0].name_hint)
+            if _OFFLOADABLE_PRIMFUNC.match(name) and not is_tessera_kernel(mod[node.args[0]]):
+                legalized.append(name)
+        elif node.op.name.startswith(("relax.matmul", "relax.nn.", "relax.linear")):
+            high_level += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    if legalized and not high_level:
+        shown = ", ".join(sorted(set(legalized))[:4])
+        raise TesseraError(
+            f"this module was already legalized (LegalizeOps turned its operators into R.call_tir of TVM PrimFuncs: "
+            f"{shown}), so Tessera has nothing to offload. Call partition_for_tessera on the module as imported, "
+            "before relax.transform.LegalizeOps or tvm.compile's pipeline"
+        )
 
 
 def _is_composite(func) -> bool:

@@ -22,6 +22,7 @@ same source ``tessera_tvm.lower`` writes, and TVM imports it into the host modul
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -120,6 +121,9 @@ def ensure_registered() -> None:
         if name == "tenstorrent":
             continue
         registry.setdefault(PREFIX + name, _factory(PREFIX + name))
+    default = registry.get(_DEFAULT)
+    if default is not None and not getattr(default, "_tessera_guard", False):
+        registry[_DEFAULT] = _guarded(default)
     builder = "target.build." + CARRIER_TARGET_KIND
     ours = tvm.get_global_func(_OWNER_MARK, allow_missing=True) is not None
     if tvm.get_global_func(builder, allow_missing=True) is not None and not ours:
@@ -132,6 +136,37 @@ def ensure_registered() -> None:
 
 
 _OWNER_MARK = "tessera.relax.owns_ext_dev_builder"
+
+#: The pipeline TVM's "default" TIR pipeline is in this TVM (tvm.tirx.get_default_tir_pipeline).
+_DEFAULT = "s_tir"
+
+
+def _guarded(original):
+    """TVM's default TIR pipeline, refusing a module that holds Tessera kernels with the fix: it
+    cannot lower TileLang's tile programs, and fails deep inside with "Unknown device id in
+    current IR" (what ``tvm.compile(mod, target)`` without ``tir_pipeline=`` gives)."""
+
+    def make(**kwargs):
+        inner = original(**kwargs)
+
+        def run(mod, _ctx):
+            kernels = sorted(str(gv.name_hint) for gv, f in mod.functions.items() if is_tessera_kernel(f))
+            if kernels:
+                configs = sorted({str(f.attrs[CONFIG_ATTR]) for f in mod.functions.values() if is_tessera_kernel(f)})
+                shown = ", ".join(kernels[:3]) + (f" and {len(kernels) - 3} more" if len(kernels) > 3 else "")
+                raise PipelineError(
+                    f"the module holds Tessera kernels ({shown}) and is compiled with TVM's default TIR pipeline, "
+                    "which cannot lower them. Compile with tvm.compile(mod, report.target, "
+                    f"tir_pipeline=report.tir_pipeline) ('{PREFIX}{configs[0]}' here), or with "
+                    f"tessera_tvm.relax.build(mod, '{configs[0]}')"
+                )
+            return inner(mod)
+
+        return tvm.transform.module_pass(run, opt_level=0, name="tessera.CheckNoTesseraKernels")
+
+    make._tessera_guard = True
+    make.__doc__ = original.__doc__
+    return make
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +361,37 @@ def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
     defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]
     if defines:
         source = "// compiler flags of the config, as macros\n" + "\n".join(defines) + "\n" + source
+    pragmas = optimization_pragmas(tuple(flags))
+    if pragmas:
+        source = "\n".join(pragmas) + "\n" + source
     return tvm.get_global_func("runtime.CSourceModuleCreate")(source, "cc", kernel_names, [])
+
+
+@functools.cache
+def optimization_pragmas(flags: tuple[str, ...]) -> list[str]:
+    """The config's ``-O`` and ``-march`` flags as GCC pragmas, so that the kernels are optimised
+    even when ``export_library`` (or the VM's own ``jit``) compiles them without options: without
+    them g++ builds at -O0 and a model runs ~20x slower. They apply only to a compile without -O. ``-march=native`` is resolved to this
+    machine's CPU name (pragmas do not take "native"). ``-fopenmp`` has no pragma: without the
+    export options the kernels run on one thread."""
+    from ..target.toolchain import find_tool, run_tool
+
+    lines = []
+    level = next((f[2:] for f in reversed(flags) if re.fullmatch(r"-O[0-3sfast]*", f)), None)
+    if level:
+        lines.append(f'#pragma GCC optimize("O{level}")')
+    arch = next((f.split("=", 1)[1] for f in reversed(flags) if f.startswith("-march=")), None)
+    cxx = find_tool("g++")
+    if arch == "native" and cxx is not None:
+        report = run_tool([cxx, "-march=native", "-Q", "--help=target"], timeout=60).output
+        found = re.search(r"^\s*-march=\s+(\S+)", report, re.MULTILINE)
+        arch = found[1] if found else None
+    if arch and arch != "native":
+        lines.append(f'#pragma GCC target("arch={arch}")')
+    if lines:  # only when the compile has no -O (pragmas next to the same flags would block inlining)
+        lines.insert(0, "// the config's optimisation flags, for a compile without them (GCC)")
+        lines = ["#if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__)", *lines, "#endif"]
+    return lines
 
 
 def _define(definition: str) -> str:

@@ -1,0 +1,49 @@
+"""What TVM users get wrong with Tessera, each a clear error or a default that is fast anyway.
+
+- ``tvm.compile`` without ``tir_pipeline=``: TVM's default TIR pipeline meets TileLang's tile
+  programs and fails deep inside ("Unknown device id in current IR"); it must say how to compile.
+- A plain ``relax.VirtualMachine(executable, tvm.cpu())`` compiles the kernels without options (-O0,
+  ~20x slower); the kernel sources carry the config's -O/-march as pragmas for that compile.
+- Partitioning after ``LegalizeOps`` finds nothing to offload; it must say where to partition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera_tvm import tvm
+from tessera_tvm.errors import TesseraError
+from tessera_tvm.relax import partition_for_tessera
+
+from .models import block_inputs, block_module, block_reference
+
+
+def test_compiling_without_tesseras_tir_pipeline_says_how():
+    mod, _ = block_module("float32")
+    partitioned, report = partition_for_tessera(mod, "cpu")
+    with pytest.raises(Exception, match=r"compiled with TVM's default TIR pipeline, which cannot lower them") as info:
+        tvm.compile(partitioned, report.target)
+    assert "tir_pipeline=report.tir_pipeline) ('tessera.cpu' here)" in str(info.value)
+    assert "Unknown device id" not in str(info.value)
+
+
+def test_a_plain_vm_compiles_the_kernels_optimised(cpu_block):
+    built, params = cpu_block
+    for source in built.kernel_sources().values():
+        guard = source.index("!defined(__OPTIMIZE__)")  # only for a compile without -O
+        assert source.index('#pragma GCC optimize("O3")') > guard
+        assert '#pragma GCC target("arch=' in source  # -march=native, resolved to this CPU's name
+    vm = tvm.relax.VirtualMachine(built.executable, tvm.cpu())  # TVM's jit: no compiler options
+    arrays = block_inputs(params)
+    out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays])
+    out = out.numpy() if hasattr(out, "numpy") else out[0].numpy()
+    np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
+
+
+def test_partitioning_a_legalized_module_says_where_to_partition():
+    mod, _ = block_module("float32")
+    legalized = tvm.relax.transform.LegalizeOps()(mod)
+    with pytest.raises(TesseraError, match=r"already legalized .*: attention, layer_norm, matmul.*before "
+                       r"relax.transform.LegalizeOps"):  # fmt: skip
+        partition_for_tessera(legalized, "cpu")
