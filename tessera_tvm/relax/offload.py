@@ -34,6 +34,7 @@ from .pipeline import (
     is_tessera_kernel,
     pipeline_name,
 )
+from .recover import recover_attention
 
 relax = tvm.relax
 
@@ -93,6 +94,7 @@ class OffloadReport:
     tir_pipeline: str  # pass to tvm.compile(..., tir_pipeline=...)
     offloaded: list[Offloaded] = field(default_factory=list)
     not_offloaded: list[LeftToTVM] = field(default_factory=list)
+    recovered_attention: int = 0  # attentions rebuilt from torch's decomposition (relax.recover)
 
     @property
     def target(self):
@@ -113,6 +115,7 @@ class OffloadReport:
                 for o in self.offloaded
             ],
             "not_offloaded": [vars(n) for n in self.not_offloaded],
+            "recovered_attention": self.recovered_attention,
         }
 
     def __str__(self) -> str:
@@ -121,6 +124,11 @@ class OffloadReport:
             f"{len(self.offloaded)} call(s) on {len(self.kernels)} Tessera kernel(s), "
             f"{len(self.not_offloaded)} operator call(s) left to TVM"
         ]
+        if self.recovered_attention:
+            lines.append(
+                f"  {self.recovered_attention} attention(s) rebuilt from torch's decomposition "
+                "(matmul, mask, softmax, matmul) as R.nn.attention"
+            )
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
             lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}")
@@ -143,6 +151,7 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     _refuse_legalized(mod)
+    mod, recovered = recover_attention(mod)
     log = MatchLog()
 
     def composite_attrs(_annotations) -> dict[str, str]:  # the name of the binding a kernel replaces
@@ -155,7 +164,7 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
         entry_functions=functions,
     )
     fused = fuse(mod)
-    report = OffloadReport(config, name)
+    report = OffloadReport(config, name, recovered_attention=recovered)
     rewriter = _Offloader(fused, config, report, log)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):

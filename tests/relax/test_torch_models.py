@@ -22,8 +22,9 @@ from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exp
 class Gpt2Block(nn.Module):
     """Pre-norm GPT-2 block: causal SDPA over 3 heads, a GELU MLP, two residual adds."""
 
-    def __init__(self, dim: int = 48, heads: int = 3, hidden: int = 96) -> None:
+    def __init__(self, dim: int = 48, heads: int = 3, hidden: int = 96, causal: bool = True) -> None:
         super().__init__()
+        self.causal = causal
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
@@ -33,7 +34,7 @@ class Gpt2Block(nn.Module):
         b, s, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, s, d)
         x = x + self.proj(a)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
@@ -58,7 +59,13 @@ def test_gpt2_block_imported_with_the_frontends_defaults_builds_and_matches_torc
     built = build(_import(model, x), "cpu")
     (got,) = built.run("main", x.numpy())
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    assert built.report.offloaded  # the GEMMs at least
+    # The decomposed SDPA (scaled matmul, causal mask from arange, softmax, torch's empty-row guard,
+    # matmul) is rebuilt and offloaded as one flash-attention kernel: no matmul or softmax is left.
+    assert built.report.recovered_attention == 1
+    families = [row.family for row in built.report.offloaded]
+    assert families.count("attention") == 1 and "softmax" not in families, built.report
+    left = {row.op for row in built.report.not_offloaded}
+    assert not left & {"R.matmul", "R.nn.softmax"}, built.report
 
 
 def test_gpt2_block_without_decomposition_offloads_attention_as_one_kernel(gpt2):
@@ -82,3 +89,31 @@ def test_an_infinity_in_tvm_code_compiles_with_the_export_options(tmp_path):
     vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
     (got,) = vm["main"](tvm.runtime.tensor(x.numpy()))
     np.testing.assert_array_equal(got.numpy(), [[1.0, 0.0, 3.0]])
+
+
+def test_an_encoder_blocks_decomposed_attention_without_a_mask_is_recovered_too():
+    torch.manual_seed(1)
+    model, x = Gpt2Block(causal=False), torch.randn(2, 20, 48)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert built.report.recovered_attention == 1
+    assert [row.family for row in built.report.offloaded].count("attention") == 1, built.report
+
+
+def test_attention_with_a_mask_that_is_not_causal_is_left_as_decomposed():
+    class Masked(nn.Module):
+        def forward(self, q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    mask = torch.randn(16, 16)  # an input: its values are unknown when the model is compiled
+    with torch.no_grad():
+        expected = Masked()(q, k, v, mask).numpy()
+    built = build(_import(Masked(), q, k, v, mask), "cpu")
+    (got,) = built.run("main", *(t.numpy() for t in (q, k, v, mask)))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert built.report.recovered_attention == 0

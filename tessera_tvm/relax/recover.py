@@ -1,0 +1,282 @@
+"""Attention recovered from the ops torch's decomposition spells it with.
+
+TVM's torch frontend at its defaults (``run_ep_decomposition=True``) imports
+``scaled_dot_product_attention`` as torch decomposes it, in ``[B, H, S, D]``:
+
+    scores = reshape(matmul(reshape(broadcast_to(q * sq)), reshape(broadcast_to(permute(k) * sk))))
+    probs  = softmax(scores + mask)                    # mask: 0 / -inf, built from arange and where
+    probs  = where(row_all_masked(scores + mask), 0, probs)         # torch's guard for empty rows
+    out    = reshape(matmul(reshape(broadcast_to(probs)), reshape(broadcast_to(v))))
+
+:func:`recover_attention` rewrites that back into one ``R.nn.attention`` (``[B, S, H, D]``, scale
+``sq * sk``, ``causal_mask="TopLeft"`` when the mask is causal), which ``partition_for_tessera``
+offloads as one flash-attention kernel. The mask is evaluated (it is built from constants only) and
+must be all zeros or exactly the causal mask; every reshape must only merge B and H. Anything else
+is left as it is, so a rewrite never changes what the model computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._tvm import tvm
+
+relax = tvm.relax
+dpl = relax.dpl
+
+__all__ = ["recover_attention"]
+
+
+def _merged(inner):
+    """``reshape(broadcast_to(inner))``: the decomposition's [B, H, ...] -> [B*H, ...] (checked later)."""
+    return dpl.is_op("relax.reshape")(dpl.is_op("relax.broadcast_to")(inner, dpl.wildcard()), dpl.wildcard())
+
+
+def _pattern():
+    q, k, v = dpl.wildcard(), dpl.wildcard(), dpl.wildcard()
+    q_scale, k_scale, mask = dpl.is_const(), dpl.is_const(), dpl.wildcard()
+    q_scaled = dpl.is_op("relax.multiply")(q, q_scale)
+    k_t = dpl.is_op("relax.permute_dims")(k)
+    k_scaled = dpl.is_op("relax.multiply")(k_t, k_scale)
+    scores = dpl.is_op("relax.reshape")(dpl.is_op("relax.matmul")(_merged(q_scaled), _merged(k_scaled)), dpl.wildcard())
+    masked = dpl.is_op("relax.add")(scores, mask)
+    probs = dpl.is_op("relax.nn.softmax")(masked | scores)
+    guard, zeros = dpl.wildcard(), dpl.wildcard()
+    guarded = dpl.is_op("relax.where")(guard, zeros, probs)
+    out = dpl.is_op("relax.matmul")(_merged(guarded | probs), _merged(v))
+    result = dpl.is_op("relax.reshape")(out, dpl.wildcard())
+    parts = dict(q=q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, mask=mask, masked=masked, scores=scores)
+    parts.update(probs=probs, guard=guard, guarded=guarded, zeros=zeros, k_t=k_t, out=out)
+    return result, parts
+
+
+def recover_attention(mod) -> tuple[Any, int]:
+    """``mod`` with each decomposed attention rewritten to ``R.nn.attention``; and how many."""
+    pattern, parts = _pattern()
+    count = 0
+
+    def rewrite(orig, matched):
+        nonlocal count
+        new = _rewritten(orig, matched, parts, bindings)
+        if new is None:
+            return orig
+        count += 1
+        return new
+
+    out = mod
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            bindings = _bindings(func)
+            rewritten = dpl.rewrite_call(pattern, rewrite, func)
+            if not rewritten.same_as(func):
+                out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+                out[gv] = relax.transform.DeadCodeElimination()(tvm.IRModule({gv: rewritten}))[gv]
+    return out, count
+
+
+def _bindings(func) -> dict:
+    table = {}
+
+    def visit(node):
+        if isinstance(node, relax.VarBinding):
+            table[node.var] = node.value
+
+    for block in getattr(func.body, "blocks", []):
+        for binding in block.bindings:
+            visit(binding)
+    return table
+
+
+def _shape(expr) -> tuple[int, ...] | None:
+    sinfo = expr.struct_info
+    if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
+        return None
+    dims = []
+    for d in sinfo.shape.values:
+        if not isinstance(d, tvm.tirx.IntImm):
+            return None
+        dims.append(int(d))
+    return tuple(dims)
+
+
+def _scalar(const) -> float | None:
+    value = const.data.numpy()
+    return float(value) if value.size == 1 else None
+
+
+def _rewritten(orig, m, p, bindings):
+    q, k, v = m[p["q"]], m[p["k"]], m[p["v"]]
+    shapes = [_shape(t) for t in (q, k, v, orig)]
+    if any(s is None or len(s) != 4 for s in shapes):
+        return None
+    (b, h, s_q, d), (bk, hk, s_k, dk), (bv, hv, s_v, dv), out_shape = shapes
+    if (bk, hk, dk) != (b, h, d) or (bv, hv, s_v) != (b, h, s_k) or out_shape != (b, h, s_q, dv):
+        return None  # grouped heads, or shapes the rewrite does not cover
+    if [int(a) for a in m[p["k_t"]].attrs.axes] != [0, 1, 3, 2]:
+        return None
+    if _shape(m[p["out"]]) != (b * h, s_q, dv):  # every reshape only merges B and H
+        return None
+    scale_q, scale_k = _scalar(m[p["q_scale"]]), _scalar(m[p["k_scale"]])
+    if scale_q is None or scale_k is None:
+        return None
+    causal = False
+    if p["masked"] in m:
+        mask = _evaluate(m[p["mask"]], bindings)
+        if mask is None:
+            return None
+        causal = _causal(mask, s_q, s_k)
+        if causal is None:
+            return None
+    # Under a causal or an all-zero mask no row is empty, so torch's guard keeps the probabilities.
+    softmax_input = m[p["masked"]] if p["masked"] in m else m[p["scores"]]
+    if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):
+        return None
+
+    def bshd(t):  # [B, H, S, D] -> [B, S, H, D]; the permute undone when it was one
+        value = bindings.get(t, t)
+        if isinstance(value, relax.Call) and value.op.name == "relax.permute_dims":
+            if [int(a) for a in value.attrs.axes] == [0, 2, 1, 3]:
+                return value.args[0]
+        return relax.op.permute_dims(t, [0, 2, 1, 3])
+
+    attention = relax.op.nn.attention(
+        bshd(q), bshd(k), bshd(v), scale=scale_q * scale_k, causal_mask="TopLeft" if causal else None
+    )
+    return relax.op.permute_dims(attention, [0, 2, 1, 3])
+
+
+def _causal(mask: np.ndarray, s_q: int, s_k: int) -> bool | None:
+    """True for torch's causal mask (0 at or below the diagonal, -inf above), False for all zeros,
+    None for any other mask (not rewritten)."""
+    try:
+        full = np.broadcast_to(mask, mask.shape[:-2] + (s_q, s_k))
+    except ValueError:
+        return None
+    if np.all(full == 0):
+        return False
+    rows, cols = np.indices((s_q, s_k))
+    want = np.where(cols <= rows, 0.0, -np.inf)
+    return True if np.all(full == want) else None
+
+
+def _is_empty_row_guard(guard, zeros, scores, bindings) -> bool:
+    """``where(guard, zeros, probs)`` as torch writes its guard for rows whose every score is
+    masked: ``zeros`` zeros, and ``guard`` = not(any(scores != -inf)) along the row, spelled with
+    logical_not, astype and max around ``equal(scores, -inf)``."""
+    value = bindings.get(zeros, zeros)
+    if isinstance(value, relax.Constant):
+        if not np.all(value.data.numpy() == 0):
+            return False
+    elif not (
+        isinstance(value, relax.Call)
+        and (
+            value.op.name == "relax.zeros_like"
+            or (value.op.name == "relax.full_like" and _scalar_of(value.args[1]) == 0)
+        )
+    ):
+        return False
+    node, ops = bindings.get(guard, guard), []
+    while isinstance(node, relax.Call) and node.op.name in ("relax.logical_not", "relax.astype", "relax.max"):
+        ops.append(node.op.name)
+        node = bindings.get(node.args[0], node.args[0])
+    if ops.count("relax.logical_not") != 2 or "relax.max" not in ops:
+        return False
+    if not (isinstance(node, relax.Call) and node.op.name == "relax.equal"):
+        return False
+    compared = node.args[0]
+    if not (compared.same_as(scores) or bindings.get(compared, compared).same_as(bindings.get(scores, scores))):
+        return False
+    limit = _scalar_of(node.args[1])
+    return limit is not None and limit == -np.inf
+
+
+def _scalar_of(expr) -> float | None:
+    return _scalar(expr) if isinstance(expr, relax.Constant) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluating a mask built from constants
+# ---------------------------------------------------------------------------------------------
+
+_BINARY = {
+    "relax.add": np.add,
+    "relax.subtract": np.subtract,
+    "relax.multiply": np.multiply,
+    "relax.less": np.less,
+    "relax.less_equal": np.less_equal,
+    "relax.greater": np.greater,
+    "relax.greater_equal": np.greater_equal,
+    "relax.equal": np.equal,
+    "relax.not_equal": np.not_equal,
+    "relax.logical_and": np.logical_and,
+    "relax.logical_or": np.logical_or,
+}
+
+
+def _evaluate(expr, bindings, depth: int = 0) -> np.ndarray | None:
+    """The value of ``expr`` when it is built from constants with the ops masks are built with
+    (arange, full, comparisons, where, ...); None otherwise."""
+    if depth > 64:
+        return None
+    if isinstance(expr, relax.Var) and expr in bindings:
+        return _evaluate(bindings[expr], bindings, depth + 1)
+    if isinstance(expr, relax.Constant):
+        return expr.data.numpy()
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+        return None
+    name, args = expr.op.name, expr.args
+
+    def arg(i):
+        return _evaluate(args[i], bindings, depth + 1)
+
+    def ints(values):
+        return [int(x) for x in values]
+
+    if name in _BINARY:
+        a, b = arg(0), arg(1)
+        return None if a is None or b is None else _BINARY[name](a, b)
+    if name == "relax.logical_not":
+        a = arg(0)
+        return None if a is None else np.logical_not(a)
+    if name == "relax.where":
+        c, a, b = arg(0), arg(1), arg(2)
+        return None if c is None or a is None or b is None else np.where(c, a, b)
+    if name == "relax.arange":
+        start, end, step = (_prim(a) for a in args[:3])
+        if None in (start, end, step):
+            return None
+        return np.arange(start, end, step)
+    if name == "relax.full":
+        value = arg(1)
+        shape = _shape_value(args[0])
+        return None if value is None or shape is None else np.full(shape, value)
+    if name == "relax.expand_dims":
+        a = arg(0)
+        if a is None:
+            return None
+        for axis in sorted(ints(expr.attrs.axis), key=lambda x: x % (a.ndim + 1)):
+            a = np.expand_dims(a, axis)
+        return a
+    if name in ("relax.broadcast_to", "relax.reshape"):
+        a, shape = arg(0), _shape_value(args[1])
+        if a is None or shape is None:
+            return None
+        return np.broadcast_to(a, shape) if name == "relax.broadcast_to" else a.reshape(shape)
+    if name == "relax.astype":
+        a = arg(0)
+        return None if a is None else a.astype(str(expr.attrs.dtype))
+    return None
+
+
+def _prim(expr) -> int | None:
+    if isinstance(expr, relax.PrimValue) and isinstance(expr.value, tvm.tirx.IntImm):
+        return int(expr.value)
+    return None
+
+
+def _shape_value(expr) -> tuple[int, ...] | None:
+    if isinstance(expr, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in expr.values):
+        return tuple(int(d) for d in expr.values)
+    return None
