@@ -34,7 +34,7 @@ from .pipeline import (
     is_tessera_kernel,
     pipeline_name,
 )
-from .recover import recover_attention
+from .recover import recover_attention, sink_reshapes
 
 relax = tvm.relax
 
@@ -152,6 +152,7 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     _refuse_legalized(mod)
     mod, recovered = recover_attention(mod)
+    mod, _ = sink_reshapes(mod)
     log = MatchLog()
 
     def composite_attrs(_annotations) -> dict[str, str]:  # the name of the binding a kernel replaces

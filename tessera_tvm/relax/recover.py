@@ -26,7 +26,7 @@ from .._tvm import tvm
 relax = tvm.relax
 dpl = relax.dpl
 
-__all__ = ["recover_attention"]
+__all__ = ["recover_attention", "sink_reshapes"]
 
 
 def _merged(inner):
@@ -280,3 +280,74 @@ def _shape_value(expr) -> tuple[int, ...] | None:
     if isinstance(expr, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in expr.values):
         return tuple(int(d) for d in expr.values)
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise ops moved in front of a reshape
+# ---------------------------------------------------------------------------------------------
+
+#: Element-wise ops a GEMM epilogue can take, which commute with any reshape.
+_UNARY = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh")
+_BINARY_EPILOGUE = ("relax.add", "relax.multiply")
+
+
+def sink_reshapes(mod) -> tuple[Any, int]:
+    """``op(reshape(x))`` -> ``reshape(op(x))`` for a 2-D ``x`` (a linear on a 3-D input is imported
+    as reshape, 2-D matmul + bias, reshape back), so that the GELU or the residual add after it meets
+    the matmul and fuses as its epilogue. A binary op's other operand must have the reshaped shape
+    (it is reshaped too) or broadcast along the last dim only, which the reshape keeps."""
+    reshape = dpl.is_op("relax.reshape")(dpl.wildcard(), dpl.wildcard())
+    other = dpl.wildcard()
+    unary = dpl.is_op(_UNARY[0])(reshape)
+    for name in _UNARY[1:]:
+        unary = unary | dpl.is_op(name)(reshape)
+    binary = None
+    for name in _BINARY_EPILOGUE:
+        for pattern in (dpl.is_op(name)(reshape, other), dpl.is_op(name)(other, reshape)):
+            binary = pattern if binary is None else binary | pattern
+    count = 0
+    state: dict[str, Any] = {}
+
+    def rewrite(orig, matched):
+        nonlocal count
+        inner = matched[reshape]
+        x = inner.args[0]
+        x_shape, out_shape = _shape(x), _shape(orig)
+        if x_shape is None or out_shape is None or len(x_shape) != 2 or len(out_shape) < 3:
+            return orig
+        if x_shape[-1] != out_shape[-1]:
+            return orig  # the reshape must keep the last dim (a linear's output features)
+        if len(orig.args) == 1:
+            new = relax.Call(orig.op, [x], orig.attrs)
+        else:
+            r = matched[other]
+            r_shape = _shape(r)
+            if r_shape is None:
+                return orig
+            if r_shape == out_shape:
+                r = relax.op.reshape(r, x_shape)
+            elif not (len(r_shape) >= 1 and r_shape[-1] == x_shape[-1] and all(d == 1 for d in r_shape[:-1])):
+                return orig
+            elif len(r_shape) > 2:
+                r = relax.op.reshape(r, (x_shape[-1],))
+            first = orig.args[0]
+            args = [x, r] if state["bindings"].get(first, first).same_as(inner) else [r, x]
+            new = relax.Call(orig.op, args, orig.attrs)
+        count += 1
+        return relax.op.reshape(new, out_shape)
+
+    out = mod
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        rewritten = func
+        for _ in range(4):  # a unary op, then the add after it, ...
+            before = count
+            state["bindings"] = _bindings(rewritten)
+            rewritten = dpl.rewrite_call(unary | binary, rewrite, rewritten)
+            if count == before:
+                break
+        if not rewritten.same_as(func):
+            out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+            out[gv] = rewritten
+    return out, count

@@ -66,6 +66,11 @@ def test_gpt2_block_imported_with_the_frontends_defaults_builds_and_matches_torc
     assert families.count("attention") == 1 and "softmax" not in families, built.report
     left = {row.op for row in built.report.not_offloaded}
     assert not left & {"R.matmul", "R.nn.softmax"}, built.report
+    # Each linear is a 2-D matmul between reshapes; the GELU and the residual adds after the reshape
+    # back to 3-D still fuse into the GEMMs.
+    ops = sorted(row.ops for row in built.report.offloaded if row.family == "gemm")
+    assert ops == ["matmul + add", "matmul + add + add", "matmul + add + add", "matmul + add + gelu"], ops
+    assert not left & {"R.nn.gelu", "R.add"}, built.report
 
 
 def test_gpt2_block_without_decomposition_offloads_attention_as_one_kernel(gpt2):
@@ -117,3 +122,22 @@ def test_attention_with_a_mask_that_is_not_causal_is_left_as_decomposed():
     (got,) = built.run("main", *(t.numpy() for t in (q, k, v, mask)))
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert built.report.recovered_attention == 0
+
+
+def test_an_add_that_broadcasts_over_tokens_per_batch_is_not_moved_before_the_reshape():
+    class PerBatch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 24)
+
+        def forward(self, x, shift):  # shift [B, 1, N]: depends on the batch, so it cannot go 2-D
+            return F.gelu(self.fc(x)) + shift
+
+    torch.manual_seed(3)
+    model, x, shift = PerBatch(), torch.randn(2, 5, 16), torch.randn(2, 1, 24)
+    with torch.no_grad():
+        expected = model(x, shift).numpy()
+    built = build(_import(model, x, shift), "cpu")
+    (got,) = built.run("main", x.numpy(), shift.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [row.ops for row in built.report.offloaded] == ["matmul + add + gelu"], built.report
