@@ -34,7 +34,7 @@ from .pipeline import (
     is_tessera_kernel,
     pipeline_name,
 )
-from .recover import recover_attention, sink_reshapes
+from .recover import recover_attention, recover_rms_norm, recover_silu, sink_reshapes
 
 relax = tvm.relax
 
@@ -94,7 +94,12 @@ class OffloadReport:
     tir_pipeline: str  # pass to tvm.compile(..., tir_pipeline=...)
     offloaded: list[Offloaded] = field(default_factory=list)
     not_offloaded: list[LeftToTVM] = field(default_factory=list)
-    recovered_attention: int = 0  # attentions rebuilt from torch's decomposition (relax.recover)
+    # Ops rebuilt from how torch's decomposition spells them (relax.recover): name -> count.
+    rebuilt: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def recovered_attention(self) -> int:
+        return self.rebuilt.get("attention", 0)
 
     @property
     def target(self):
@@ -115,7 +120,7 @@ class OffloadReport:
                 for o in self.offloaded
             ],
             "not_offloaded": [vars(n) for n in self.not_offloaded],
-            "recovered_attention": self.recovered_attention,
+            "rebuilt": dict(self.rebuilt),
         }
 
     def __str__(self) -> str:
@@ -124,11 +129,9 @@ class OffloadReport:
             f"{len(self.offloaded)} call(s) on {len(self.kernels)} Tessera kernel(s), "
             f"{len(self.not_offloaded)} operator call(s) left to TVM"
         ]
-        if self.recovered_attention:
-            lines.append(
-                f"  {self.recovered_attention} attention(s) rebuilt from torch's decomposition "
-                "(matmul, mask, softmax, matmul) as R.nn.attention"
-            )
+        rebuilt = ", ".join(f"{n} {op}" for op, n in self.rebuilt.items() if n)
+        if rebuilt:
+            lines.append(f"  rebuilt from the ops torch decomposes them into: {rebuilt}")
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
             lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}")
@@ -151,7 +154,9 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     _refuse_legalized(mod)
-    mod, recovered = recover_attention(mod)
+    rebuilt = {}
+    for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", recover_attention)):
+        mod, rebuilt[op] = rebuild(mod)
     mod, _ = sink_reshapes(mod)
     log = MatchLog()
 
@@ -165,7 +170,7 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
         entry_functions=functions,
     )
     fused = fuse(mod)
-    report = OffloadReport(config, name, recovered_attention=recovered)
+    report = OffloadReport(config, name, rebuilt=rebuilt)
     rewriter = _Offloader(fused, config, report, log)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):

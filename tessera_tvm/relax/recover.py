@@ -26,7 +26,7 @@ from .._tvm import tvm
 relax = tvm.relax
 dpl = relax.dpl
 
-__all__ = ["recover_attention", "sink_reshapes"]
+__all__ = ["recover_attention", "recover_rms_norm", "recover_silu", "rewrite_functions", "sink_reshapes"]
 
 
 def _merged(inner):
@@ -55,11 +55,19 @@ def _pattern():
 def recover_attention(mod) -> tuple[Any, int]:
     """``mod`` with each decomposed attention rewritten to ``R.nn.attention``; and how many."""
     pattern, parts = _pattern()
+    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings))
+
+
+def rewrite_functions(mod, pattern, make, rounds: int = 1) -> tuple[Any, int]:
+    """Every Relax function of ``mod`` with the calls matching ``pattern`` replaced by ``make(orig,
+    matched, bindings)`` (None: keep the call), up to ``rounds`` passes; and how many were replaced.
+    Dead bindings are dropped afterwards."""
     count = 0
+    state: dict[str, Any] = {}
 
     def rewrite(orig, matched):
         nonlocal count
-        new = _rewritten(orig, matched, parts, bindings)
+        new = make(orig, matched, state["bindings"])
         if new is None:
             return orig
         count += 1
@@ -67,12 +75,18 @@ def recover_attention(mod) -> tuple[Any, int]:
 
     out = mod
     for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            bindings = _bindings(func)
-            rewritten = dpl.rewrite_call(pattern, rewrite, func)
-            if not rewritten.same_as(func):
-                out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-                out[gv] = relax.transform.DeadCodeElimination()(tvm.IRModule({gv: rewritten}))[gv]
+        if not isinstance(func, relax.Function):
+            continue
+        rewritten = func
+        for _ in range(rounds):
+            before = count
+            state["bindings"] = _bindings(rewritten)
+            rewritten = dpl.rewrite_call(pattern, rewrite, rewritten)
+            if count == before:
+                break
+        if not rewritten.same_as(func):
+            out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+            out[gv] = relax.transform.DeadCodeElimination()(tvm.IRModule({gv: rewritten}))[gv]
     return out, count
 
 
@@ -305,49 +319,77 @@ def sink_reshapes(mod) -> tuple[Any, int]:
     for name in _BINARY_EPILOGUE:
         for pattern in (dpl.is_op(name)(reshape, other), dpl.is_op(name)(other, reshape)):
             binary = pattern if binary is None else binary | pattern
-    count = 0
-    state: dict[str, Any] = {}
 
-    def rewrite(orig, matched):
-        nonlocal count
+    def rewrite(orig, matched, bindings):
         inner = matched[reshape]
         x = inner.args[0]
         x_shape, out_shape = _shape(x), _shape(orig)
         if x_shape is None or out_shape is None or len(x_shape) != 2 or len(out_shape) < 3:
-            return orig
+            return None
         if x_shape[-1] != out_shape[-1]:
-            return orig  # the reshape must keep the last dim (a linear's output features)
+            return None  # the reshape must keep the last dim (a linear's output features)
         if len(orig.args) == 1:
             new = relax.Call(orig.op, [x], orig.attrs)
         else:
             r = matched[other]
             r_shape = _shape(r)
             if r_shape is None:
-                return orig
+                return None
             if r_shape == out_shape:
                 r = relax.op.reshape(r, x_shape)
             elif not (len(r_shape) >= 1 and r_shape[-1] == x_shape[-1] and all(d == 1 for d in r_shape[:-1])):
-                return orig
+                return None
             elif len(r_shape) > 2:
                 r = relax.op.reshape(r, (x_shape[-1],))
             first = orig.args[0]
-            args = [x, r] if state["bindings"].get(first, first).same_as(inner) else [r, x]
+            args = [x, r] if bindings.get(first, first).same_as(inner) else [r, x]
             new = relax.Call(orig.op, args, orig.attrs)
-        count += 1
         return relax.op.reshape(new, out_shape)
 
-    out = mod
-    for gv, func in list(mod.functions.items()):
-        if not isinstance(func, relax.Function):
-            continue
-        rewritten = func
-        for _ in range(4):  # a unary op, then the add after it, ...
-            before = count
-            state["bindings"] = _bindings(rewritten)
-            rewritten = dpl.rewrite_call(unary | binary, rewrite, rewritten)
-            if count == before:
-                break
-        if not rewritten.same_as(func):
-            out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-            out[gv] = rewritten
-    return out, count
+    return rewrite_functions(mod, unary | binary, rewrite, rounds=4)  # a unary op, then the add after it
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm and SiLU written out
+# ---------------------------------------------------------------------------------------------
+
+
+def _either(op: str, a, b):
+    return dpl.is_op(op)(a, b) | dpl.is_op(op)(b, a)
+
+
+def recover_rms_norm(mod) -> tuple[Any, int]:
+    """``x * rsqrt(mean(x^2, -1) + eps) * w`` (by hand, or torch.nn.RMSNorm decomposed) ->
+    ``R.nn.rms_norm(x, w, axes=[-1], epsilon=eps)``."""
+    x, w, eps, two = dpl.wildcard(), dpl.wildcard(), dpl.is_const(), dpl.is_const()
+    square = dpl.is_op("relax.power")(x, two) | dpl.is_op("relax.multiply")(x, x)
+    mean = dpl.is_op("relax.mean")(square)
+    inverse = dpl.is_op("relax.rsqrt")(_either("relax.add", mean, eps))
+    normed = _either("relax.multiply", x, inverse)
+    pattern = _either("relax.multiply", normed, w)
+
+    def rewrite(orig, m, bindings):
+        data, weight = m[x], m[w]
+        shape, w_shape = _shape(data), _shape(weight)
+        if shape is None or w_shape != shape[-1:]:
+            return None
+        if two in m and _scalar(m[two]) != 2.0:
+            return None
+        axes = [int(a) for a in m[mean].attrs.axis] if m[mean].attrs.axis is not None else []
+        if axes not in ([-1], [len(shape) - 1]) or not bool(m[mean].attrs.keepdims):
+            return None
+        epsilon = _scalar(m[eps])
+        dtypes = {str(t.struct_info.dtype) for t in (data, weight, orig)}
+        if epsilon is None or len(dtypes) != 1:
+            return None
+        return relax.op.nn.rms_norm(data, weight, axes=[-1], epsilon=epsilon)
+
+    return rewrite_functions(mod, pattern, rewrite)
+
+
+def recover_silu(mod) -> tuple[Any, int]:
+    """``x * sigmoid(x)`` -> ``R.nn.silu(x)`` (torch's decomposition of SiLU), so a GEMM takes it
+    as its epilogue."""
+    x = dpl.wildcard()
+    pattern = _either("relax.multiply", x, dpl.is_op("relax.sigmoid")(x))
+    return rewrite_functions(mod, pattern, lambda orig, m, bindings: relax.op.nn.silu(m[x]))

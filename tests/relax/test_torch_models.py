@@ -39,6 +39,60 @@ class Gpt2Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm as LLaMA code writes it by hand."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(d) + 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w
+
+
+def rope(x, cos, sin):
+    """Rotary position embedding, the rotate-half form."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, RoPE, grouped-query causal attention (4 query heads, 2 KV heads), a SwiGLU MLP."""
+
+    def __init__(self, d=64, h=4, kv=2, hidden=128, s=16):
+        super().__init__()
+        self.h, self.kv, self.hd = h, kv, d // h
+        self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+        self.wq, self.wk, self.wv = (
+            nn.Linear(d, d, bias=False),
+            nn.Linear(d, kv * self.hd, bias=False),
+            nn.Linear(d, kv * self.hd, bias=False),
+        )
+        self.wo = nn.Linear(d, d, bias=False)
+        self.w1, self.w3, self.w2 = (
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(hidden, d, bias=False),
+        )
+        t = torch.arange(s)[:, None] / (10000 ** (torch.arange(0, self.hd, 2) / self.hd))[None]
+        emb = torch.cat((t, t), -1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+
+    def forward(self, x):
+        b, s, d = x.shape
+        y = self.n1(x)
+        q = self.wq(y).view(b, s, self.h, self.hd).transpose(1, 2)
+        k = self.wk(y).view(b, s, self.kv, self.hd).transpose(1, 2)
+        v = self.wv(y).view(b, s, self.kv, self.hd).transpose(1, 2)
+        q, k = rope(q, self.cos, self.sin), rope(k, self.cos, self.sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
+        y = self.n2(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
 def _import(model: nn.Module, *args: torch.Tensor, **options):
     exported = torch.export.export(model.eval(), args)
     return from_exported_program(exported, keep_params_as_input=False, **options)
@@ -141,3 +195,19 @@ def test_an_add_that_broadcasts_over_tokens_per_batch_is_not_moved_before_the_re
     (got,) = built.run("main", x.numpy(), shift.numpy())
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert [row.ops for row in built.report.offloaded] == ["matmul + add + gelu"], built.report
+
+
+@pytest.mark.parametrize("decompose", [True, False], ids=["frontend defaults", "no decomposition"])
+def test_llama_block_offloads_its_norms_attention_and_gemms(decompose):
+    torch.manual_seed(0)
+    model, x = LlamaBlock().eval(), torch.randn(2, 16, 64)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    ops = sorted(row.ops for row in built.report.offloaded)
+    assert ops.count("rms_norm") == 2 and ops.count("attention") == 1, built.report  # hand-written RMSNorm
+    assert "matmul + silu" in ops, built.report  # SiLU (x * sigmoid(x) when decomposed) fuses into W1's GEMM
+    left = {row.op for row in built.report.not_offloaded}
+    assert not left & {"R.matmul", "R.nn.softmax", "R.rsqrt", "R.mean", "R.sigmoid"}, built.report
