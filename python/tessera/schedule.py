@@ -386,7 +386,7 @@ def _epilogue(spec: KernelSpec) -> tuple[str, ...]:
     if isinstance(spec, GemmSpec):
         steps = [f"acc {_short(spec.dtype_acc)}"]
         for op in spec.epilogue:
-            if op.kind in ("bias", "residual"):
+            if op.operand is not None:  # bias, residual, gate
                 steps.append(f"{op.kind} {op.operand}")
             elif op.kind in ("scale", "add_scalar"):
                 steps.append(f"{op.kind} {op.value:g}")

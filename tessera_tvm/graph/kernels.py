@@ -147,7 +147,12 @@ def _gemm(group: KernelGroup, env, where) -> KernelBinding:
                     operand_names[other] = names.take(str(other.name_hint))
                     extra.append(other)
                 rank = len(other.struct_info.shape.values)
-                kind = "bias" if rank == 1 else "residual"  # fusion admits [N] vectors and output-shaped tensors
+                if node.op == "multiply":
+                    kind = "gate"  # a product with a tensor of the output's shape (SwiGLU)
+                elif node.op == "add":
+                    kind = "bias" if rank == 1 else "residual"  # fusion admits [N] vectors and output-shaped tensors
+                else:
+                    raise GraphIRError(f"{node.op} with a tensor cannot be a GEMM epilogue step (add or multiply can)")
                 epilogue.append(EpilogueOp(kind, operand=operand_names[other], dtype=_dtype(other)))
         cur = node.var
     spec = GemmSpec(

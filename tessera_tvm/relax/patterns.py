@@ -46,7 +46,7 @@ ANCHORS = {
 }
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
-_EPILOGUE = ("cast", "add", "act", "add", "cast")
+_EPILOGUE = ("cast", "add", "act", "mul", "add", "cast")  # mul: a gate of the output's shape (SwiGLU)
 
 _BHSD = (0, 2, 1, 3)
 
@@ -73,9 +73,9 @@ def _gemm_pattern(steps: tuple[str, ...], transpose_a: bool, transpose_b: bool):
     for step in steps:
         if step == "cast":
             out = _is("relax.astype")(out)
-        elif step == "add":
-            other = wildcard()
-            out = _is("relax.add")(out, other) | _is("relax.add")(other, out)
+        elif step in ("add", "mul"):
+            op, other = "relax.add" if step == "add" else "relax.multiply", wildcard()
+            out = _is(op)(out, other) | _is(op)(other, out)
         else:
             acts = [_is(f"relax.{name}")(out) for name in EPILOGUE_ACTIVATIONS]
             out = acts[0]
@@ -223,6 +223,8 @@ def _check_gemm_group(nodes: list[Node]) -> None:
             )
     out_dims = _dims(matmul.var)
     for n in nodes:
+        if n.op == "multiply":
+            _check_gate(n, by_var, out_dims)
         if n.op != "add":
             continue
         others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
@@ -235,6 +237,22 @@ def _check_gemm_group(nodes: list[Node]) -> None:
                 f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue adds a bias "
                 f"[{out[-1]}] or a residual {tuple(out)}"
             )
+
+
+def _check_gate(node: Node, by_var, out_dims) -> None:
+    """An epilogue multiply takes a scalar constant (a scale) or a tensor of the output's shape (a gate)."""
+    others = [a for a in node.args if not (isinstance(a, relax.Var) and a in by_var)]
+    if len(others) == 1 and isinstance(others[0], relax.Constant) and others[0].data.numpy().size == 1:
+        return
+    if len(others) == 1 and isinstance(others[0], relax.Var):
+        dims = [int(d) for d in _dims(others[0])]
+        if dims == [int(d) for d in out_dims]:
+            return
+        raise OffloadRejected(
+            f"{node.name}: multiplies by {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue multiplies by a "
+            f"scalar or a gate of the output's shape {tuple(int(d) for d in out_dims)}"
+        )
+    raise OffloadRejected(f"{node.name}: an epilogue multiply takes a scalar or a tensor, found {others}")
 
 
 def _check_norm(node: Node) -> None:

@@ -51,9 +51,10 @@ def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, ma
         if op.kind == "bias":
             bias = to_compute(operands[op.operand][col], compute)
             value = value + (guard(col < spec.N, bias, zero) if masked else bias)
-        elif op.kind == "residual":
+        elif op.kind in ("residual", "gate"):
             res = to_compute(operands[op.operand][(*out_coords, row, col)], compute)
-            value = value + (guard(all_of(row < spec.M, col < spec.N), res, zero) if masked else res)
+            res = guard(all_of(row < spec.M, col < spec.N), res, zero) if masked else res
+            value = value + res if op.kind == "residual" else value * res
         elif op.kind == "scale":
             value = value * T.cast(op.value, compute)
         elif op.kind == "add_scalar":

@@ -38,6 +38,7 @@ from .expr import Binary, Const, Expr, Input, Unary, expr_nodes
 EPILOGUE_KINDS = (
     "bias",
     "residual",
+    "gate",
     "scale",
     "add_scalar",
     "relu",
@@ -51,12 +52,17 @@ EPILOGUE_KINDS = (
 )
 
 
+#: Epilogue steps that read a tensor operand.
+OPERAND_KINDS = ("bias", "residual", "gate")
+
+
 @dataclass(frozen=True)
 class EpilogueOp:
     """One step applied, in order, to a GEMM's fp32 accumulator before it is stored.
 
     ``bias`` adds the per-column vector ``operand`` ([N]); ``residual`` adds ``operand`` of the
-    output's shape; ``scale`` multiplies by ``value``; ``add_scalar`` adds ``value``; ``cast``
+    output's shape; ``gate`` multiplies by ``operand`` of the output's shape (SwiGLU's
+    ``silu(x W1) * (x W3)``); ``scale`` multiplies by ``value``; ``add_scalar`` adds ``value``; ``cast``
     rounds to ``dtype`` (e.g. to reproduce a graph that casts before an activation). ``dtype`` of a
     bias/residual operand defaults to the GEMM's ``dtype_out``.
     """
@@ -70,7 +76,7 @@ class EpilogueOp:
         where = f"EpilogueOp({self.kind!r})"
         if self.kind not in EPILOGUE_KINDS:
             raise SpecError(f"{where}: kind is {self.kind!r}; expected one of {', '.join(EPILOGUE_KINDS)}")
-        if self.kind in ("bias", "residual"):
+        if self.kind in OPERAND_KINDS:
             _check_name(where, "operand", self.operand)
         elif self.operand is not None:
             raise _fail(where, f"takes no operand, found operand={self.operand!r}")
@@ -171,7 +177,7 @@ class GemmSpec(KernelSpec):
         return self.batch + (self.M, self.N)
 
     def epilogue_operands(self) -> list[TensorArg]:
-        """Operands of bias/residual epilogue steps, in epilogue order (each name once)."""
+        """Operands of bias/residual/gate epilogue steps, in epilogue order (each name once)."""
         seen: dict[str, TensorArg] = {}
         for op in self.epilogue:
             if op.operand is None or op.operand in seen:

@@ -16,6 +16,7 @@ EVERY_STEP = (
     EpilogueOp("scale", value=0.5),
     EpilogueOp("add_scalar", value=0.25),
     EpilogueOp("residual", operand="res"),
+    EpilogueOp("gate", operand="gate"),
     EpilogueOp("tanh"),
     EpilogueOp("cast", dtype="float16"),
     EpilogueOp("silu"),
@@ -38,6 +39,8 @@ def reference(spec: GemmSpec, arrays: dict) -> np.ndarray:
             x = x + as64(arrays[op.operand])
         elif op.kind == "residual":
             x = x + as64(arrays[op.operand])
+        elif op.kind == "gate":
+            x = x * as64(arrays[op.operand])
         elif op.kind == "scale":
             x = x * op.value
         elif op.kind == "add_scalar":
