@@ -15,6 +15,7 @@ lowers them inside ``tvm.compile``. Everything else is left to TVM.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -374,7 +375,27 @@ def _list_left_to_tvm(
                 reason = f"not considered: partition_for_tessera(functions={functions}) leaves {gv.name_hint} out"
             if anchor and reason == "no Tessera kernel":
                 reason = "no Tessera pattern matched this use"
+            if op.startswith("nn.attention") and _grouped_heads(value):
+                reason += f". {GQA_WARNING}"
+                warnings.warn(f"{gv.name_hint}.{binding.var.name_hint}: {GQA_WARNING}", stacklevel=3)
             report.not_offloaded.append(LeftToTVM(str(gv.name_hint), str(binding.var.name_hint), f"R.{op}", reason))
+
+
+#: What a grouped-query attention left to TVM computes (TVM's lowering of R.nn.attention, measured).
+GQA_WARNING = (
+    "WARNING: this attention has fewer KV heads than query heads, and TVM's own lowering pairs query "
+    "head h with KV head h % H_kv where torch (and Tessera) use h // (H / H_kv): its results will "
+    "differ from torch's"
+)
+
+
+def _grouped_heads(call) -> bool:
+    """Whether ``R.nn.attention`` ``call`` ([B, S, H, D] operands) has fewer KV heads than query heads."""
+    q, k = call.args[0], call.args[1]
+    try:
+        return int(q.struct_info.shape.values[2]) != int(k.struct_info.shape.values[2])
+    except (AttributeError, IndexError, TypeError):
+        return False
 
 
 def _var_bindings(func) -> list:

@@ -47,3 +47,22 @@ def test_partitioning_a_legalized_module_says_where_to_partition():
     with pytest.raises(TesseraError, match=r"already legalized .*: attention, layer_norm, matmul.*before "
                        r"relax.transform.LegalizeOps"):  # fmt: skip
         partition_for_tessera(legalized, "cpu")
+
+
+def test_a_grouped_query_attention_left_to_tvm_is_flagged():
+    # TVM's own lowering of R.nn.attention pairs query head h with KV head h % H_kv (torch: h // 2
+    # here), so a GQA attention Tessera does not take (here: it has a bias) gets a warning.
+    relax = tvm.relax
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorStructInfo((1, 8, 4, 16), "float32"))
+    k = relax.Var("k", relax.TensorStructInfo((1, 8, 2, 16), "float32"))
+    v = relax.Var("v", relax.TensorStructInfo((1, 8, 2, 16), "float32"))
+    bias = relax.Var("bias", relax.TensorStructInfo((1, 4, 8, 8), "float32"))
+    with bb.function("main", [q, k, v, bias]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.attention(q, k, v, bias))
+        bb.emit_func_output(out)
+    with pytest.warns(UserWarning, match=r"pairs query head h with KV head h % H_kv"):
+        _, report = partition_for_tessera(bb.get(), "cpu")
+    (row,) = [r for r in report.not_offloaded if r.op.startswith("R.nn.attention")]
+    assert "results will differ from torch's" in row.reason
