@@ -498,6 +498,51 @@ def bench_gpu(quick: bool, target: str) -> None:
                 )
 
 
+# -------------------------------------------------------------------------------------------- models
+
+
+def bench_models(quick: bool) -> None:
+    """Whole PyTorch models (examples/torch_models.py) imported with TVM's frontend at its defaults,
+    offloaded to Tessera and run in the Relax VM (exported with export_options), vs torch eager on
+    the same inputs and threads. The case names carry the offload report's counts."""
+    import torch_models
+
+    from tessera_tvm import tvm
+    from tessera_tvm.relax import build
+
+    torch.manual_seed(0)
+    cases = {
+        "GPT-2 block (B=1 S=128 D=256 H=4)": (torch_models.Gpt2Block(256, 4, 1024), torch.randn(1, 128, 256)),
+        "LLaMA block (B=1 S=128 D=256 H=8/4)": (torch_models.LlamaBlock(256, 8, 4, 688, 128), torch.randn(1, 128, 256)),
+        "MLP (B=64, 784-1024-1024-10)": (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784)),
+    }
+    for name, (model, x) in cases.items():
+        model = model.eval()
+        try:
+            built = build(torch_models.import_model(model, x), "cpu")
+            vm, arg = built.vm()["main"], tvm.runtime.tensor(x.numpy())
+            (got,) = built.run("main", x.numpy())
+        except Exception as exc:  # noqa: BLE001 - a row that says why
+            row("models", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
+            continue
+        with torch.no_grad():
+            error = float(np.abs(got - model(x).numpy()).max())
+
+            def eager():
+                return model(x)
+
+            times = interleaved_medians({"tessera": lambda: vm(arg), "torch": eager}, 5 if quick else 11)
+        report = built.report
+        counts = f"{len(report.offloaded)} offloaded, {len(report.not_offloaded)} left"
+        row(
+            "models",
+            f"{name} vs torch eager ({counts}; err {error:.0e})",
+            f"{times['tessera'] * 1e3:.2f} ms",
+            f"{times['torch'] * 1e3:.2f} ms",
+            f"{times['torch'] / times['tessera']:.2f}x",
+        )
+
+
 def machine() -> str:
     model = "unknown"
     try:
@@ -514,7 +559,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
-    parser.add_argument("--only", default="cpu,compile,gpu", help="sections, comma-separated")
+    parser.add_argument("--only", default="cpu,models,compile,gpu", help="sections, comma-separated")
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
     threads = numpy_threads()
@@ -524,6 +569,8 @@ def main(argv=None) -> int:
     sections = args.only.split(",")
     if "cpu" in sections:
         bench_cpu(args.quick)
+    if "models" in sections:
+        bench_models(args.quick)
     if "compile" in sections:
         bench_compile(args.quick)
     if "gpu" in sections:

@@ -6,6 +6,9 @@ Tolerance 1e-5 absolute on outputs of magnitude ~1: float32 everywhere, sums of 
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -18,79 +21,12 @@ from tessera_tvm.relax.build import export_options
 
 from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
 
-
-class Gpt2Block(nn.Module):
-    """Pre-norm GPT-2 block: causal SDPA over 3 heads, a GELU MLP, two residual adds."""
-
-    def __init__(self, dim: int = 48, heads: int = 3, hidden: int = 96, causal: bool = True) -> None:
-        super().__init__()
-        self.causal = causal
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.heads = heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, s, d)
-        x = x + self.proj(a)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm as LLaMA code writes it by hand."""
-
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.w = nn.Parameter(torch.rand(d) + 0.5)
-        self.eps = eps
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w
-
-
-def rope(x, cos, sin):
-    """Rotary position embedding, the rotate-half form."""
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
-class LlamaBlock(nn.Module):
-    """RMSNorm, RoPE, grouped-query causal attention (4 query heads, 2 KV heads), a SwiGLU MLP."""
-
-    def __init__(self, d=64, h=4, kv=2, hidden=128, s=16):
-        super().__init__()
-        self.h, self.kv, self.hd = h, kv, d // h
-        self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
-        self.wq, self.wk, self.wv = (
-            nn.Linear(d, d, bias=False),
-            nn.Linear(d, kv * self.hd, bias=False),
-            nn.Linear(d, kv * self.hd, bias=False),
-        )
-        self.wo = nn.Linear(d, d, bias=False)
-        self.w1, self.w3, self.w2 = (
-            nn.Linear(d, hidden, bias=False),
-            nn.Linear(d, hidden, bias=False),
-            nn.Linear(hidden, d, bias=False),
-        )
-        t = torch.arange(s)[:, None] / (10000 ** (torch.arange(0, self.hd, 2) / self.hd))[None]
-        emb = torch.cat((t, t), -1)
-        self.register_buffer("cos", emb.cos())
-        self.register_buffer("sin", emb.sin())
-
-    def forward(self, x):
-        b, s, d = x.shape
-        y = self.n1(x)
-        q = self.wq(y).view(b, s, self.h, self.hd).transpose(1, 2)
-        k = self.wk(y).view(b, s, self.kv, self.hd).transpose(1, 2)
-        v = self.wv(y).view(b, s, self.kv, self.hd).transpose(1, 2)
-        q, k = rope(q, self.cos, self.sin), rope(k, self.cos, self.sin)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
-        y = self.n2(x)
-        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+_spec = importlib.util.spec_from_file_location(
+    "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
+)
+models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(models)
+Gpt2Block, LlamaBlock, Mlp = models.Gpt2Block, models.LlamaBlock, models.Mlp
 
 
 def _import(model: nn.Module, *args: torch.Tensor, **options):
