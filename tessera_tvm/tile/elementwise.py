@@ -19,27 +19,27 @@ from .schedule import TileSchedule
 from .specs import ElementwiseSpec
 
 
-def evaluate(expr, values: dict, dtype: str):
-    """The PrimExpr of ``expr`` given each input's (already cast) value."""
+def evaluate(expr, values: dict, dtype: str, host: bool = False):
+    """The PrimExpr of ``expr`` given each input's (already cast) value (``host``: a CPU program)."""
     if isinstance(expr, Input):
         return values[expr.name]
     if isinstance(expr, Const):
         return const(expr.value, dtype)
     if isinstance(expr, Unary):
-        return unary(expr.op, evaluate(expr.x, values, dtype), dtype, cast_to=expr.dtype)
+        return unary(expr.op, evaluate(expr.x, values, dtype, host), dtype, cast_to=expr.dtype, host=host)
     if isinstance(expr, Binary):
-        return binary(expr.op, evaluate(expr.x, values, dtype), evaluate(expr.y, values, dtype))
+        return binary(expr.op, evaluate(expr.x, values, dtype, host), evaluate(expr.y, values, dtype, host))
     raise TypeError(f"not an expression node: {expr!r}")
 
 
-def element_value(spec: ElementwiseSpec, inputs: list, row, col):
+def element_value(spec: ElementwiseSpec, inputs: list, row, col, host: bool = False):
     """``expr`` at output element (row, col) of the [rows, cols] view, cast to ``dtype_out``."""
     coords = [*unravel(row, spec.shape[:-1]), col]
     values = {}
     for arg, buf in zip(spec.operands, inputs[: len(spec.operands)], strict=True):
         index = broadcast_coords(coords, arg.shape, spec.shape)
         values[arg.name] = to_compute(buf[tuple(index)], spec.dtype_compute)
-    return T.cast(evaluate(spec.expr, values, spec.dtype_compute), spec.dtype_out)
+    return T.cast(evaluate(spec.expr, values, spec.dtype_compute, host), spec.dtype_out)
 
 
 def _out_index(spec: ElementwiseSpec, row, col) -> tuple:
@@ -63,7 +63,7 @@ def elementwise_cpu_program(spec: ElementwiseSpec, schedule: TileSchedule):
             for i in T.serial(T.min(block_m, rows - by * block_m)):
                 for j in T.serial(T.min(block_n, cols - bx * block_n)):
                     io.buffers[n_inputs][_out_index(spec, by * block_m + i, bx * block_n + j)] = element_value(
-                        spec, io.buffers, by * block_m + i, bx * block_n + j
+                        spec, io.buffers, by * block_m + i, bx * block_n + j, host=True
                     )
 
     return main

@@ -39,10 +39,11 @@ def _batch_coords(spec: GemmSpec, bz):
     return (broadcast_coords(out, spec.batch_a, spec.batch), broadcast_coords(out, spec.batch_b, spec.batch), out)
 
 
-def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, masked: bool = True):
+def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, masked: bool = True, host: bool = False):
     """The epilogue steps on accumulator value ``acc`` of output element (row, col).
 
-    With ``masked`` the operand reads are guarded by the matrix bounds (GPU tiles cover the edge).
+    With ``masked`` the operand reads are guarded by the matrix bounds (GPU tiles cover the edge);
+    ``host``: a CPU program (vectorisable exp/erf/tanh, :func:`unary`).
     """
     compute = spec.dtype_acc
     zero = T.cast(0, compute)
@@ -62,7 +63,7 @@ def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, ma
         elif op.kind == "cast":
             value = round_to(value, op.dtype, compute)
         else:
-            value = unary(op.kind, value, compute)
+            value = unary(op.kind, value, compute, host=host)
     return value
 
 
@@ -189,7 +190,7 @@ def _store_cpu_block(spec, io, acc, rows, cols, row0, col0, out_batch):
     for i in T.serial(rows):
         for j in T.serial(cols):
             io.out[(*out_batch, row0 + i, col0 + j)] = T.cast(
-                apply_epilogue(spec, acc[i, j], row0 + i, col0 + j, out_batch, io.operands, masked=False),
+                apply_epilogue(spec, acc[i, j], row0 + i, col0 + j, out_batch, io.operands, masked=False, host=True),
                 spec.dtype_out,
             )
 

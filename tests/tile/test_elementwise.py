@@ -116,3 +116,35 @@ def test_gpu_elementwise_masks_the_edge(target):
     source = tessera_tvm.lower(build_tile_program(spec, None, target), target, build=False).source
     assert "elementwise_kernel" in source
     assert "< 1001)" in source and "tanhf" in source
+
+
+@pytest.mark.parametrize("op", ["tanh", "gelu_erf", "gelu_tanh", "sigmoid", "silu", "exp"])
+def test_cpu_vectorised_math_over_the_whole_float_range(op, cpu_config, tmp_path):
+    # The CPU evaluates exp, erf and tanh with tessera/cpu_math.h's inline functions (g++ vectorises
+    # them; libm's calls stay scalar). Their accuracy, against float64 numpy, where it is hardest: tiny
+    # values (tanh's cancellation), the switch at |x| = 0.25, large magnitudes, overflow, inf and NaN.
+    # Bounds: 2 float32 ulps plus 2e-7 absolute (erf is A&S 7.1.26, |error| < 1.5e-7).
+    x = np.concatenate(
+        [np.linspace(-30, 30, 2001), np.geomspace(1e-30, 0.3, 200), -np.geomspace(1e-30, 0.3, 200),
+         [0.25, -0.25, 0.2499999, 88.0, -88.0, 100.0, -100.0, 0.0, -0.0]]
+    ).astype(np.float32)  # fmt: skip
+    if op == "exp":
+        x = x[x < 88]  # beyond, float32 exp overflows to inf (checked below)
+    spec = ElementwiseSpec(shape=(x.size,), operands=(("x", (x.size,), "float32"),), expr=Unary(op, Input("x")))
+    out = run_cpu(spec, {"x": x}, cpu_config, tmp_path)["out"]
+    want = UNARY[op](x.astype(np.float64))
+    bound = 2 * np.spacing(np.abs(want).astype(np.float32)).astype(np.float64) + 2e-7 * np.maximum(1, np.abs(x))
+    if op in ("tanh",):
+        bound = 2 * np.spacing(np.abs(want).astype(np.float32)).astype(np.float64) + 2e-7
+    err = np.abs(out.astype(np.float64) - want)
+    assert np.all(err <= bound), (x[np.argmax(err - bound)], float(np.max(err - bound)))
+    if op == "tanh":  # tiny values keep their relative accuracy (no 1 - 2 / (e^2x + 1) cancellation)
+        tiny = np.abs(x) < 0.25
+        np.testing.assert_allclose(out[tiny], want[tiny], rtol=1e-6)
+    special = ElementwiseSpec(shape=(3,), operands=(("x", (3,), "float32"),), expr=Unary(op, Input("x")))
+    edge = run_cpu(special, {"x": np.array([np.inf, -np.inf, np.nan], np.float32)}, cpu_config, tmp_path / "e")["out"]
+    with np.errstate(all="ignore"):
+        expected = UNARY[op](np.array([np.inf, -np.inf, np.nan]))
+    np.testing.assert_array_equal(np.isnan(edge), np.isnan(expected))
+    finite = ~np.isnan(expected)
+    np.testing.assert_array_equal(edge[finite], expected[finite].astype(np.float32))

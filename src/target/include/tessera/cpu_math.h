@@ -39,3 +39,31 @@ TESSERA_EXTERN_C inline float tessera_expf(float x) {
   result = x > highest ? __builtin_inff() : result;
   return x != x ? x : result;  // NaN in, NaN out
 }
+
+// erf(x) to within 1.5e-7 absolute (Abramowitz & Stegun 7.1.26, the formula torch's vectorised CPU
+// erf uses): 1 - t (a1 + t (a2 + ... + t a5)) exp(-x^2) with t = 1 / (1 + p |x|), sign restored.
+// GELU reads it through 0.5 x (1 + erf(x / sqrt 2)), where the error stays below 1e-7 of x.
+TESSERA_EXTERN_C inline float tessera_erff(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float y = 1.0f - p * t * tessera_expf(-a * a);
+  const float result = x < 0.0f ? -y : y;
+  return x != x ? x : result;  // NaN in, NaN out
+}
+
+// tanh(x): odd Taylor polynomial below |x| = 0.25 (relative error < 1e-8 there, where the formula
+// below would cancel), else 1 - 2 / (exp(2|x|) + 1) (absolute error ~1e-7), sign restored. exp
+// overflowing to inf gives exactly +-1.
+TESSERA_EXTERN_C inline float tessera_tanhf(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float x2 = x * x;
+  const float small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * (-0.053968254f + x2 * 0.021869489f))));
+  const float large = 1.0f - 2.0f / (tessera_expf(2.0f * a) + 1.0f);
+  const float result = a < 0.25f ? small : (x < 0.0f ? -large : large);
+  return x != x ? x : result;
+}
