@@ -32,7 +32,8 @@ import torch  # noqa: E402
 import tessera as ts  # noqa: E402
 from tessera import Tensor, ops  # noqa: E402
 
-ROWS: list[tuple[str, str, str, str, str]] = []  # section, case, tessera, peer, ratio
+ROWS: list[tuple[str, str, str, str, str, str]] = []  # section, case, tessera, peer, ratio, of peak
+PEAK: dict[str, float] = {}  # "f32" / "bf16" -> the CPU's measured GFLOP/s on the bench's threads
 
 
 def median_time(fn, repeats: int, warmup: int = 1) -> float:
@@ -75,9 +76,46 @@ def interleaved_medians(fns: dict, repeats: int, pause: float = 0.25, warm: floa
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def row(section, case, ours, peer, ratio):
-    ROWS.append((section, case, ours, peer, ratio))
-    print(f"{section:<10} {case:<44} {ours:>16} {peer:>26} {ratio:>8}", flush=True)
+def row(section, case, ours, peer, ratio, of_peak="-"):
+    ROWS.append((section, case, ours, peer, ratio, of_peak))
+    print(f"{section:<10} {case:<44} {ours:>16} {peer:>26} {ratio:>8} {of_peak:>8}", flush=True)
+
+
+def measure_peak(threads: int) -> None:
+    """The CPU's arithmetic peak on ``threads`` threads (bench/peak.cpp: an FMA-bound f32 loop and a
+    loop of AVX512-BF16 dot products), as rows and in PEAK for the "of peak" column. Our machines
+    differ (DESIGN.md §3.2): a GFLOP/s figure means little alone, its fraction of peak carries over."""
+    import subprocess
+
+    from tessera_tvm.target.toolchain import require_tool
+
+    exe = Path(tempfile.mkdtemp(prefix="tessera-peak-")) / "peak"
+    source = ROOT / "bench" / "peak.cpp"
+    try:
+        subprocess.run(
+            [require_tool("g++"), "-O2", "-march=native", "-std=c++17", "-pthread", str(source), "-o", str(exe)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        out = subprocess.run([str(exe), str(threads), "0.5"], check=True, capture_output=True, text=True).stdout
+    except (subprocess.CalledProcessError, OSError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        row("peak", f"{source.name} failed", type(exc).__name__, detail.strip().splitlines()[-1][:60], "-")
+        return
+    for line in out.splitlines():
+        kind, value = line.split()
+        if float(value) > 0:
+            PEAK[kind] = float(value)
+    what = {"f32": "f32 FMA loop", "bf16": "bf16 dot-product loop (vdpbf16ps)"}
+    for kind, label in what.items():
+        figure = f"{PEAK[kind]:.1f} GFLOP/s" if kind in PEAK else "no AVX512-BF16"
+        row("peak", f"{label}, {threads} thread(s)", figure, "-", "-", "100%" if kind in PEAK else "-")
+
+
+def of_peak(gflops: float, kind: str = "f32") -> str:
+    """``gflops`` as a percentage of the measured peak of ``kind`` ("-" when it was not measured)."""
+    return f"{100 * gflops / PEAK[kind]:.0f}%" if kind in PEAK else "-"
 
 
 def numpy_threads() -> int:
@@ -188,15 +226,16 @@ def bench_cpu(quick: bool) -> None:
             {"tessera": lambda: k(a, b), "numpy": lambda: a @ b, "torch": lambda: torch.matmul(ta, tb)}, reps
         )
         t, tn, tt = times["tessera"], times["numpy"], times["torch"]
-        ours = f"{flops / t / 1e9:.1f} GFLOP/s"
+        ours, peak = f"{flops / t / 1e9:.1f} GFLOP/s", of_peak(flops / t / 1e9)
         row(
             "cpu",
             f"gemm f32 {n}^3 vs numpy (rel err {err:.0e})",
             ours,
             f"{flops / tn / 1e9:.1f} GFLOP/s",
             f"{tn / t:.2f}x",
+            peak,
         )
-        row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
+        row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x", peak)
 
     call_overhead(rng)
 
@@ -217,6 +256,7 @@ def bench_cpu(quick: bool) -> None:
         f"{2 * n**3 / t / 1e9:.1f} GFLOP/s",
         f"{2 * n**3 / tt / 1e9:.1f} GFLOP/s",
         f"{tt / t:.2f}x",
+        of_peak(2 * n**3 / t / 1e9, "bf16"),
     )
 
     x = rng.standard_normal((4096, 4096), dtype=np.float32)
@@ -263,15 +303,23 @@ def bench_cpu(quick: bool) -> None:
             reps,
         )
         t, tn, tt = times["tessera"], times["numpy"], times["torch"]
-        ours = f"{flops / t / 1e9:.1f} GFLOP/s"
+        ours, peak = f"{flops / t / 1e9:.1f} GFLOP/s", of_peak(flops / t / 1e9)
         row(
             "cpu",
             f"attention B1 H8 S{s} D64 vs numpy (err {err:.0e})",
             ours,
             f"{flops / tn / 1e9:.1f} GFLOP/s",
             f"{tn / t:.2f}x",
+            peak,
         )
-        row("cpu", f"attention B1 H8 S{s} D64 vs torch SDPA", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x")
+        row(
+            "cpu",
+            f"attention B1 H8 S{s} D64 vs torch SDPA",
+            ours,
+            f"{flops / tt / 1e9:.1f} GFLOP/s",
+            f"{tt / t:.2f}x",
+            peak,
+        )
 
     # Beyond the goals: causal attention (half the work; the mask only on the diagonal blocks).
     s = 2048
@@ -295,6 +343,7 @@ def bench_cpu(quick: bool) -> None:
         f"{flops / t / 1e9:.1f} GFLOP/s",
         f"{flops / tt / 1e9:.1f} GFLOP/s",
         f"{tt / t:.2f}x",
+        of_peak(flops / t / 1e9),
     )
 
 
@@ -565,8 +614,10 @@ def main(argv=None) -> int:
     threads = numpy_threads()
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    print(f"{'section':<10} {'case':<44} {'tessera':>16} {'peer':>26} {'ratio':>8}")
+    print(f"{'section':<10} {'case':<44} {'tessera':>16} {'peer':>26} {'ratio':>8} {'of peak':>8}")
     sections = args.only.split(",")
+    if "cpu" in sections:
+        measure_peak(threads)
     if "cpu" in sections:
         bench_cpu(args.quick)
     if "models" in sections:
@@ -582,10 +633,11 @@ def main(argv=None) -> int:
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; numpy/torch threads: {threads}",
         f"- command: `python {' '.join(['bench/bench.py', *(argv if argv is not None else sys.argv[1:])])}`",
-        f"- total time: {total:.0f} s; each figure the median of several runs; ratio > 1: Tessera faster",
+        f"- total time: {total:.0f} s; each figure the median of several runs; ratio > 1: Tessera faster; "
+        "of peak: Tessera's GFLOP/s over the peak rows (bench/peak.cpp on the same threads)",
         "",
-        "| section | case | tessera | peer | ratio |",
-        "|---|---|---|---|---|",
+        "| section | case | tessera | peer | ratio | tessera of peak |",
+        "|---|---|---|---|---|---|",
         *(f"| {' | '.join(r)} |" for r in ROWS),
         "",
     ]

@@ -1,0 +1,126 @@
+// The machine's arithmetic peak, for bench.py's "of peak" column: an FMA-bound loop in f32 and, where
+// the CPU has AVX512-BF16, a loop of bf16 dot products (vdpbf16ps), each on `threads` threads.
+//
+//   peak <threads> <seconds>   prints "f32 <GFLOP/s>" and "bf16 <GFLOP/s>" (0 without bf16 dot products)
+//
+// Each thread keeps 12 independent accumulator registers so the FMA latency is hidden behind the
+// throughput (the chain loop fully unrolled, so they stay in registers); the multiplier and addend are read from volatile memory so the compiler cannot fold the
+// loop. Built by bench/peak.py with g++ -O2 -march=native.
+#include <immintrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kChains = 12;
+constexpr long kInner = 1 << 16;
+
+#if defined(__AVX512F__)
+using vec = __m512;
+constexpr int kLanes = 16;
+inline vec splat(float x) { return _mm512_set1_ps(x); }
+inline vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float sum(vec v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using vec = __m256;
+constexpr int kLanes = 8;
+inline vec splat(float x) { return _mm256_set1_ps(x); }
+inline vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float sum(vec v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  float s = 0;
+  for (float x : lanes) s += x;
+  return s;
+}
+#else
+#error "bench/peak.cpp needs AVX2+FMA or AVX-512"
+#endif
+
+volatile float g_mul = 0.999999f, g_add = 1e-7f;
+
+// FLOPs done by one thread in `blocks` blocks; the accumulators' sum goes to `sink` so nothing is dead.
+double f32_loop(long blocks, float* sink) {
+  vec acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = splat(float(i));
+  const vec m = splat(g_mul), a = splat(g_add);
+  for (long b = 0; b < blocks; ++b) {
+    for (long k = 0; k < kInner; ++k) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChains; ++i) acc[i] = fma(acc[i], m, a);
+    }
+  }
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) s += sum(acc[i]);
+  *sink = s;
+  return 2.0 * kLanes * kChains * kInner * double(blocks);
+}
+
+#if defined(__AVX512BF16__)
+double bf16_loop(long blocks, float* sink) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(g_mul), _mm512_set1_ps(g_add));
+  for (long b = 0; b < blocks; ++b) {
+    for (long k = 0; k < kInner; ++k) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, x);
+    }
+  }
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  *sink = s;
+  return 4.0 * 16 * kChains * kInner * double(blocks);  // 16 lanes, 2 products + 2 adds each
+}
+#endif
+
+// GFLOP/s of `loop` on `threads` threads: each first times one block, then runs blocks for ~seconds.
+template <typename Loop>
+double measure(Loop loop, int threads, double seconds) {
+  float sink = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  loop(1, &sink);
+  const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long blocks = std::max(1L, long(seconds / std::max(one, 1e-6)));
+  std::vector<std::thread> pool;
+  std::vector<double> flops(threads);
+  std::vector<float> sinks(threads);
+  std::atomic<int> ready{0};
+  t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      flops[t] = loop(blocks, &sinks[t]);
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double total = 0;
+  for (int t = 0; t < threads; ++t) total += flops[t] + 0.0f * sinks[t];
+  return total / elapsed / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 0.3;
+  if (threads < 1 || seconds <= 0) {
+    std::fprintf(stderr, "usage: peak <threads >= 1> <seconds > 0>\n");
+    return 2;
+  }
+  std::printf("f32 %.1f\n", measure(f32_loop, threads, seconds));
+#if defined(__AVX512BF16__)
+  std::printf("bf16 %.1f\n", measure(bf16_loop, threads, seconds));
+#else
+  std::printf("bf16 0\n");
+#endif
+  return 0;
+}
