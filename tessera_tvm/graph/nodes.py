@@ -174,7 +174,10 @@ def rebuild(flat: FlatFunction, attrs: dict[str, Any] | None = None, *, private:
 
 
 def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
-    """The shape of ``expr`` with symbolic dims replaced by their values in ``env``."""
+    """The shape of ``expr`` with symbolic dims replaced by their values in ``env``.
+
+    A value may itself be a symbolic dim (an int32 ``tirx.Var``, tile/base.py ``is_symbolic``): the
+    dim then stays symbolic in the shape, for a kernel that binds it at call time."""
     out = []
     for d in expr.struct_info.shape.values:
         if isinstance(d, tir.IntImm):
@@ -182,16 +185,27 @@ def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
         elif isinstance(d, tir.Var):
             if str(d.name) not in env:
                 raise GraphIRError(f"{where}: dim {d.name} has no value; bind it (shapes={{'{d.name}': ...}})")
-            out.append(int(env[str(d.name)]))
+            value = env[str(d.name)]
+            out.append(value if isinstance(value, tir.Var) else int(value))
+        elif isinstance(env.get(_dim_name(d)), tir.Var):  # an expression of symbolic dims, kept as one
+            out.append(env[_dim_name(d)])
         else:
             vmap = {
-                v: tir.IntImm("int64", env[str(v.name)]) for v in tir.analysis.undefined_vars(d) if str(v.name) in env
+                v: tir.IntImm("int64", env[str(v.name)])
+                for v in tir.analysis.undefined_vars(d)
+                if str(v.name) in env and not isinstance(env[str(v.name)], tir.Var)
             }
             value = tvm.arith.Analyzer().simplify(tir.stmt_functor.substitute(d, vmap))
             if not isinstance(value, tir.IntImm):
                 raise GraphIRError(f"{where}: dim {d} has no value with {env}")
             out.append(int(value.value))
     return tuple(out)
+
+
+def _dim_name(dim) -> str:
+    from ..relax.patterns import kernel_dim_name
+
+    return kernel_dim_name(dim)
 
 
 def scalar_const(value: float | int, dtype: str):

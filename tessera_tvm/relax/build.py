@@ -164,9 +164,16 @@ def _to_numpy(value):
     return tuple(_to_numpy(v) for v in value)
 
 
-def build(mod, config: TargetConfig | str, *, target=None, functions: list[str] | None = None) -> RelaxBuild:
+def build(
+    mod,
+    config: TargetConfig | str,
+    *,
+    target=None,
+    functions: list[str] | None = None,
+    dim_hints: dict[str, int] | None = None,
+) -> RelaxBuild:
     """Partition ``mod`` for ``config`` and compile it with ``tvm.compile`` (Tessera's TIR pipeline)."""
     config = load_config(config)
-    partitioned, report = partition_for_tessera(mod, config, functions=functions)
+    partitioned, report = partition_for_tessera(mod, config, functions=functions, dim_hints=dim_hints)
     executable = compile_module(partitioned, config, target=target)
     return RelaxBuild(partitioned, report, executable, config)

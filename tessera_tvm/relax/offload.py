@@ -25,7 +25,7 @@ from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
-from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
+from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, kernel_dim_name, plan_kernel, tessera_patterns
 from .pipeline import (
     CONFIG_ATTR,
     FINGERPRINT_ATTR,
@@ -71,6 +71,8 @@ class Offloaded:
     kernel: str  # the PrimFunc (and TIR pipeline kernel) name
     ops: str  # e.g. "matmul + add + gelu"
     spec: KernelSpec
+    # Symbolic dims the kernel binds at call time -> the value its schedule was chosen for.
+    dynamic: dict[str, int] = field(default_factory=dict)
 
     @property
     def family(self) -> str:
@@ -117,7 +119,14 @@ class OffloadReport:
             "config": self.config.name,
             "tir_pipeline": self.tir_pipeline,
             "offloaded": [
-                {"function": o.function, "binding": o.binding, "kernel": o.kernel, "ops": o.ops, "family": o.family}
+                {
+                    "function": o.function,
+                    "binding": o.binding,
+                    "kernel": o.kernel,
+                    "ops": o.ops,
+                    "family": o.family,
+                    "dynamic": dict(o.dynamic),
+                }
                 for o in self.offloaded
             ],
             "not_offloaded": [vars(n) for n in self.not_offloaded],
@@ -135,22 +144,34 @@ class OffloadReport:
             lines.append(f"  rebuilt from the ops torch decomposes them into: {rebuilt}")
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
-            lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}")
+            dynamic = ", ".join(f"{d} ~ {v}" for d, v in o.dynamic.items())
+            scheduled = f"  (dynamic {dynamic}: scheduled for that size)" if dynamic else ""
+            lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}{scheduled}")
         for n in self.not_offloaded:
             lines.append(f"  TVM      {n.function + '.' + n.binding:<{width}}  {n.op:<24} {n.reason}")
         return "\n".join(lines)
 
 
-def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[str] | None = None):
+def partition_for_tessera(
+    mod,
+    config: TargetConfig | str,
+    *,
+    functions: list[str] | None = None,
+    dim_hints: dict[str, int] | None = None,
+):
     """Offload matmul(+epilogue), attention, softmax, layer_norm and rms_norm to Tessera kernels.
 
     ``config`` is a config name (``"cpu"``, ``"hopper"``, ...) or a TargetConfig/YAML path; it is
     loaded and checked first, so a bad config fails before any work. ``functions`` limits the
-    Relax functions considered (default: all). Returns ``(module, OffloadReport)``; compile the
-    module with ``tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)``.
+    Relax functions considered (default: all). Symbolic dims (a dynamic batch) stay symbolic in the
+    kernels that loop over them; ``dim_hints`` gives the value each is expected to take (by the
+    Relax name, e.g. ``{"s0": 8}``, default 64), for which the kernel's schedule is chosen. Returns
+    ``(module, OffloadReport)``; compile the module with ``tvm.compile(mod, report.target,
+    tir_pipeline=report.tir_pipeline)``.
     """
     config = load_config(config)
     check_supported(config)
+    dim_hints = _checked_hints(dim_hints)
     name = pipeline_name(config)
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
@@ -165,14 +186,14 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
         return {BINDING_ATTR: log.last_accepted}
 
     fuse = relax.transform.FuseOpsByPattern(
-        tessera_patterns(config, log, composite_attrs),
+        tessera_patterns(config, log, composite_attrs, dim_hints),
         bind_constants=False,
         annotate_codegen=False,
         entry_functions=functions,
     )
     fused = fuse(mod)
     report = OffloadReport(config, name, rebuilt=rebuilt)
-    rewriter = _Offloader(fused, config, report, log)
+    rewriter = _Offloader(fused, config, report, log, dim_hints)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):
             rewriter.current = str(gv.name_hint)
@@ -186,6 +207,17 @@ def partition_for_tessera(mod, config: TargetConfig | str, *, functions: list[st
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
     return out, report
+
+
+def _checked_hints(dim_hints) -> dict[str, int]:
+    if dim_hints is None:
+        return {}
+    if not isinstance(dim_hints, dict):
+        raise TesseraError(f"dim_hints is {dim_hints!r}; expected a dict of symbolic dim name -> positive int")
+    for name, value in dim_hints.items():
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise TesseraError(f"dim_hints[{name!r}] is {value!r}; expected a positive int for symbolic dim {name!r}")
+    return dict(dim_hints)
 
 
 #: Names LegalizeOps gives the PrimFuncs of the operators Tessera would have offloaded.
@@ -234,8 +266,10 @@ def _is_composite(func) -> bool:
 class _Offloader(relax.PyExprMutator):
     """Rewrites each call of a Tessera composite function into ``R.call_tir`` of its tile program."""
 
-    def __init__(self, mod, config: TargetConfig, report: OffloadReport, log: MatchLog) -> None:
+    def __init__(self, mod, config: TargetConfig, report: OffloadReport, log: MatchLog, dim_hints=None) -> None:
         super().__init__(mod)
+        self.dim_hints = dim_hints or {}
+        self.kernel_vars: dict[str, Any] = {}  # symbolic dim name -> its int32 kernel dim (one per name)
         self.mod_ = mod
         self.config = config
         self.report = report
@@ -266,7 +300,7 @@ class _Offloader(relax.PyExprMutator):
         params = list(func.params)
         inputs = [call.args[params.index(v)] if v in params else v for v in plan.inputs]
         out = plan.spec.outputs()[0]
-        sinfo = relax.TensorStructInfo(out.shape, out.dtype)
+        sinfo = relax.TensorStructInfo(_relax_shape(out.shape, inputs), out.dtype)
         if plan.layout == "bshd":  # the kernel reads [B, H, S, D]; TVM transposes around it
             inputs = [
                 self.builder_.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), name_hint=f"{binding}_{t}_bhsd")
@@ -277,7 +311,9 @@ class _Offloader(relax.PyExprMutator):
             self.layout_bindings.update(str(v.name_hint) for v in [*inputs, result])
         else:
             result = relax.call_tir(gv, inputs, sinfo)
-        self.report.offloaded.append(Offloaded(self.current, binding, str(gv.name_hint), plan.name, plan.spec))
+        self.report.offloaded.append(
+            Offloaded(self.current, binding, str(gv.name_hint), plan.name, plan.spec, dict(plan.hints))
+        )
         return result
 
     def _kernel(self, composite_gv, func):
@@ -286,7 +322,7 @@ class _Offloader(relax.PyExprMutator):
         family = str(func.attrs["Composite"])[len(_COMPOSITE_PREFIX) :]
         flat = flatten(func, str(composite_gv.name_hint))
         try:
-            plan = plan_kernel(family, flat.nodes, self.config)
+            plan = plan_kernel(family, flat.nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints)
             key = (plan.spec, plan.schedule)
             if key not in self.by_spec:
                 try:
@@ -341,6 +377,17 @@ class _Offloader(relax.PyExprMutator):
             value = self.builder_.emit(call_with(node, [subst.get(a, a) for a in node.args]), name_hint=name)
             subst[node.var] = value
         return subst.get(flat.outputs[0], value)
+
+
+def _relax_shape(shape, inputs) -> list:
+    """A kernel's output ``shape`` in the caller's terms: each symbolic kernel dim becomes the Relax
+    dim of that name in the inputs' shapes (the call binds it from them)."""
+    by_name = {}
+    for x in inputs:
+        sinfo = x.struct_info
+        if isinstance(sinfo, relax.TensorStructInfo) and sinfo.shape is not None:
+            by_name.update({kernel_dim_name(d): d for d in sinfo.shape.values if not isinstance(d, tvm.tirx.IntImm)})
+    return [by_name[str(d.name)] if isinstance(d, tvm.tirx.Var) else d for d in shape]
 
 
 def _op_name(call) -> str:

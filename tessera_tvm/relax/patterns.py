@@ -11,7 +11,8 @@ Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPa
     tessera.norm        R.nn.layer_norm / R.nn.rms_norm over the last axis [+ astype]
 
 Longer patterns come first (FuseOpsByPattern takes the first that matches and passes its check). A
-check accepts a match only when Tessera can build the kernel for the config: static shapes, dtypes
+check accepts a match only when Tessera can build the kernel for the config: symbolic dims only where
+the tile program loops over them (a dynamic batch), dtypes
 the target holds, a tile spec that validates and a schedule that fits. Every rejection is recorded
 with its reason, so the offload report can say why an operator stayed with TVM.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,7 @@ from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, node_of
 from ..target.backend import backend_for
 from ..tile import AttentionSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
+from ..tile import base as tile_base
 
 relax = tvm.relax
 tir = tvm.tirx
@@ -168,25 +171,84 @@ def _name(expr) -> str:
     return str(expr.name_hint) if isinstance(expr, relax.Var) else type(expr).__name__
 
 
-def _static(expr) -> bool:
-    return all(isinstance(d, tir.IntImm) for d in _dims(expr))
+def _dim_keys(dims) -> list:
+    """Dims as comparable values: a static dim its int, a symbolic one its name."""
+    return [int(d) if isinstance(d, tir.IntImm) else str(d) for d in dims]
 
 
-def _dynamic_reason(anchor: Node, nodes: list[Node]) -> str | None:
-    """'matmul with dynamic K (k)' when a shape in the group is symbolic; None when all are static."""
+#: The value a symbolic dim takes where Tessera needs a number (choosing the schedule, checking that
+#: it fits): ``partition_for_tessera(..., dim_hints={"batch": 8})`` overrides it per dim.
+DEFAULT_DIM_HINT = 64
+
+
+def kernel_dim_name(dim) -> str:
+    """The name of the kernel dim standing for symbolic Relax dim ``dim``: its name for a variable,
+    an identifier spelled from the expression for a product such as ``s0 * 24`` (``s0_x_24``)."""
+    if isinstance(dim, tir.Var):
+        return str(dim.name)
+    text = re.sub(r"T\.int(32|64)\((\d+)\)", r"\2", str(dim)).replace("*", " x ")
+    return re.sub(r"\W+", "_", text).strip("_")
+
+
+def _symbols(
+    anchor: Node, nodes: list[Node], kernel_vars: dict[str, Any], dim_hints: dict[str, int]
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """The group's symbolic dims as Tessera kernel dims, and the value each is expected to take.
+
+    Each symbolic dim, a variable (``s0``) or an expression of variables (``s0 * 24``, where a
+    reshape flattened the batch into the rows), becomes one int32 ``tirx.Var`` named by
+    :func:`kernel_dim_name` (kept in ``kernel_vars``, so equal kernels compare equal) that the kernel
+    binds from its buffers' shapes. Its hint is the expression at ``dim_hints`` (DEFAULT_DIM_HINT for
+    a variable not given)."""
     exprs = [n.var for n in nodes] + [a for n in nodes for a in n.args if isinstance(a, relax.Var)]
-    if all(_static(e) for e in exprs):
-        return None
+    found: dict[str, Any] = {}
+    hints: dict[str, int] = {}
+    for e in exprs:
+        for d in _dims(e):
+            if isinstance(d, tir.IntImm):
+                continue
+            name = kernel_dim_name(d)
+            found[name] = kernel_vars.setdefault(name, tir.Var(name, "int32"))
+            values = {
+                v: tir.IntImm(v.dtype, dim_hints.get(str(v.name), DEFAULT_DIM_HINT))
+                for v in tir.analysis.undefined_vars(d)
+            }
+            value = tvm.arith.Analyzer().simplify(tir.stmt_functor.substitute(d, values))
+            if not isinstance(value, tir.IntImm) or value.value <= 0:
+                op = ANCHORS.get(f"relax.{anchor.op}", anchor.op)
+                raise OffloadRejected(
+                    f"{op} with dynamic dim {d} of {_name(e)}: it has no positive value at {dim_hints}"
+                )
+            hints[name] = int(value.value)
+    return found, hints
+
+
+def _symbolic_reason(anchor: Node, spec: KernelSpec) -> str | None:
+    """Why ``spec`` cannot keep its symbolic dims (None when it can): tile programs take a symbolic
+    dim only where they loop over it, never where it sizes a tile, a reduction or a head."""
+    is_sym = tile_base.is_symbolic
     op = ANCHORS.get(f"relax.{anchor.op}", anchor.op)
-    if anchor.op == "matmul":
-        a, b = (_dims(x) for x in anchor.args)
-        roles = {"M": a[-2], "K": a[-1], "N": b[-1]}
-        roles.update({f"batch[{i}]": d for i, d in enumerate(_dims(anchor.var)[:-2])})
-        named = [f"{role} ({d})" for role, d in roles.items() if not isinstance(d, tir.IntImm)]
+    if isinstance(spec, GemmSpec):
+        named = [f"{role} ({spec_dim})" for role, spec_dim in (("K", spec.K), ("N", spec.N)) if is_sym(spec_dim)]
         if named:
-            return f"{op} with dynamic {', '.join(named)}: Tessera kernels are compiled for static shapes"
-    symbols = sorted({str(d) for e in exprs for d in _dims(e) if not isinstance(d, tir.IntImm)})
-    return f"{op} with dynamic dims ({', '.join(symbols)}): Tessera kernels are compiled for static shapes"
+            return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only"
+        return None
+    if isinstance(spec, AttentionSpec):
+        named = [f"{f} ({getattr(spec, f)})" for f in ("H", "H_kv", "S_q", "S_kv", "D") if is_sym(getattr(spec, f))]
+        if named:
+            return f"{op} with dynamic {', '.join(named)}: Tessera's attention takes a symbolic batch only"
+        return None
+    axes = getattr(spec, "axis", -1)
+    shape = tuple(spec.shape)
+    axes = tuple(a % len(shape) for a in (axes if isinstance(axes, tuple) else (axes,)))
+    if spec.family == "elementwise":
+        axes = (len(shape) - 1,)
+    named = [str(shape[a]) for a in axes if is_sym(shape[a])]
+    if named:
+        return (
+            f"{op} over a dynamic axis ({', '.join(named)}): Tessera takes symbolic dims outside the reduced axis only"
+        )
+    return None
 
 
 def _check_dtypes(nodes: list[Node], config: TargetConfig) -> None:
@@ -230,8 +292,8 @@ def _check_gemm_group(nodes: list[Node]) -> None:
         others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
         if len(others) != 1 or not isinstance(others[0], relax.Var):
             raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor (bias [N] or residual), found {others}")
-        dims = [int(d) for d in _dims(others[0])]
-        out = [int(d) for d in out_dims]
+        dims = _dim_keys(_dims(others[0]))
+        out = _dim_keys(out_dims)
         if not (dims == out[-1:] or dims == out):
             raise OffloadRejected(
                 f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue adds a bias "
@@ -245,12 +307,12 @@ def _check_gate(node: Node, by_var, out_dims) -> None:
     if len(others) == 1 and isinstance(others[0], relax.Constant) and others[0].data.numpy().size == 1:
         return
     if len(others) == 1 and isinstance(others[0], relax.Var):
-        dims = [int(d) for d in _dims(others[0])]
-        if dims == [int(d) for d in out_dims]:
+        dims = _dim_keys(_dims(others[0]))
+        if dims == _dim_keys(out_dims):
             return
         raise OffloadRejected(
             f"{node.name}: multiplies by {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue multiplies by a "
-            f"scalar or a gate of the output's shape {tuple(int(d) for d in out_dims)}"
+            f"scalar or a gate of the output's shape {tuple(_dim_keys(out_dims))}"
         )
     raise OffloadRejected(f"{node.name}: an epilogue multiply takes a scalar or a tensor, found {others}")
 
@@ -264,12 +326,17 @@ def _check_norm(node: Node) -> None:
         raise OffloadRejected("layer_norm with center=False or scale=False: Tessera's kernel applies both")
 
 
-def attention_spec_bshd(node: Node, dtype_out: str) -> KernelSpec:
-    """The AttentionSpec of a plain ``R.nn.attention`` on [B, S, H, D] (the kernel reads [B, H, S, D])."""
+def attention_spec_bshd(node: Node, dtype_out: str, symbols: dict[str, Any] | None = None) -> KernelSpec:
+    """The AttentionSpec of a plain ``R.nn.attention`` on [B, S, H, D] (the kernel reads [B, H, S, D]);
+    ``symbols``: the kernel dims of its symbolic dims (:func:`_symbols`)."""
+
+    def dim(x):
+        return int(x) if isinstance(x, tir.IntImm) else (symbols or {})[kernel_dim_name(x)]
+
     q, k, v = node.args[:3]
-    b, s_q, h, d = (int(x) for x in _dims(q))
-    _, s_kv, h_kv, d_k = (int(x) for x in _dims(k))
-    d_v = int(_dims(v)[-1])
+    b, s_q, h, d = (dim(x) for x in _dims(q))
+    _, s_kv, h_kv, d_k = (dim(x) for x in _dims(k))
+    d_v = dim(_dims(v)[-1])
     if d_k != d or d_v != d:
         raise OffloadRejected(f"attention with head dims q={d}, k={d_k}, v={d_v}: Tessera's kernel needs one D")
     mask = node.attrs.get("causal_mask")
@@ -318,16 +385,27 @@ class KernelPlan:
     schedule: TileSchedule
     inputs: tuple[Any, ...]  # Relax exprs, in spec.inputs() order
     layout: str = ""  # "bshd": the kernel reads [B, H, S, D]; the caller transposes around it
+    hints: tuple[tuple[str, int], ...] = ()  # symbolic dim -> the value its schedule was chosen for
 
 
-def plan_kernel(family: str, nodes: list[Node], config: TargetConfig) -> KernelPlan:
-    """The kernel Tessera builds for ``nodes`` (one fused group) on ``config``; raises OffloadRejected."""
+def plan_kernel(
+    family: str,
+    nodes: list[Node],
+    config: TargetConfig,
+    *,
+    kernel_vars: dict[str, Any] | None = None,
+    dim_hints: dict[str, int] | None = None,
+) -> KernelPlan:
+    """The kernel Tessera builds for ``nodes`` (one fused group) on ``config``; raises OffloadRejected.
+
+    Symbolic dims (a model exported with a dynamic batch) stay symbolic in the spec where the tile
+    program loops over them (:func:`_symbolic_reason`); the schedule is chosen and checked for the
+    dim's hint (``dim_hints``, else DEFAULT_DIM_HINT). ``kernel_vars`` keeps one kernel dim per name
+    across calls, so the kernels of equal groups are one PrimFunc."""
     anchor = next(n for n in nodes if f"relax.{n.op}" in ANCHORS)
     if anchor.op == "matmul" and any(len(_dims(a)) < 2 for a in anchor.args):
         raise OffloadRejected("matmul of a rank-1 operand (a matrix-vector product): Tessera's GEMM needs rank >= 2")
-    reason = _dynamic_reason(anchor, nodes)
-    if reason:
-        raise OffloadRejected(reason)
+    symbols, hints = _symbols(anchor, nodes, {} if kernel_vars is None else kernel_vars, dim_hints or {})
     _check_dtypes(nodes, config)
     group = KernelGroup(family, list(nodes))
     layout = ""
@@ -340,23 +418,27 @@ def plan_kernel(family: str, nodes: list[Node], config: TargetConfig) -> KernelP
             _check_attention(anchor, nodes)
         if family == "attention" and nodes[0].op != "permute_dims":  # plain [B, S, H, D] attention
             out_dtype = str(nodes[-1].var.struct_info.dtype)
-            spec = attention_spec_bshd(anchor, out_dtype)
+            spec = attention_spec_bshd(anchor, out_dtype, symbols)
             binding = KernelBinding("attention", spec, (*anchor.args[:3], nodes[-1].var))
             layout = "bshd"
         else:
-            binding = kernel_spec(group, {})
+            binding = kernel_spec(group, symbols)
             spec = binding.spec
+        reason = _symbolic_reason(anchor, spec) if symbols else None
+        if reason:
+            raise OffloadRejected(reason)
         if isinstance(spec, GemmSpec) and spec.dtype_acc in ("float16", "bfloat16"):
             # Relax's f16 matmul (out_dtype void) accumulates in f16; Tessera accumulates in f32 and rounds once.
             spec = dataclasses.replace(spec, dtype_acc="float32")
         spec = canonical_names(spec)
-        schedule = TileSchedule.from_config(config, spec)
-        validate_schedule(spec, schedule, config)
+        hinted = tile_base.bind_dims(spec, hints) if symbols else spec
+        schedule = TileSchedule.from_config(config, hinted)
+        validate_schedule(hinted, schedule, config)
     except OffloadRejected:
         raise
     except TesseraError as exc:
         raise OffloadRejected(str(exc)) from None
-    return KernelPlan(group.family, group.describe(), spec, schedule, binding.inputs, layout)
+    return KernelPlan(group.family, group.describe(), spec, schedule, binding.inputs, layout, tuple(hints.items()))
 
 
 def canonical_names(spec: KernelSpec) -> KernelSpec:
@@ -382,7 +464,9 @@ def canonical_names(spec: KernelSpec) -> KernelSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def make_check(family: str, config: TargetConfig, log: MatchLog) -> Callable[[Any], bool]:
+def make_check(
+    family: str, config: TargetConfig, log: MatchLog, dim_hints: dict[str, int] | None = None
+) -> Callable[[Any], bool]:
     """The FusionPattern check for ``family`` on ``config`` (records why a match is rejected)."""
     from .._tvm import has_leaking_intermediate_variables
 
@@ -397,7 +481,7 @@ def make_check(family: str, config: TargetConfig, log: MatchLog) -> Callable[[An
         try:
             if has_leaking_intermediate_variables(context):
                 raise OffloadRejected("an intermediate value of the fused kernel is used elsewhere")
-            plan_kernel(family, nodes, config)
+            plan_kernel(family, nodes, config, dim_hints=dim_hints)
         except OffloadRejected as exc:
             log.record(anchor.var, str(exc))
             return False
@@ -410,7 +494,12 @@ def make_check(family: str, config: TargetConfig, log: MatchLog) -> Callable[[An
     return check
 
 
-def tessera_patterns(config: TargetConfig, log: MatchLog, attrs_getter: Callable | None = None) -> list:
+def tessera_patterns(
+    config: TargetConfig,
+    log: MatchLog,
+    attrs_getter: Callable | None = None,
+    dim_hints: dict[str, int] | None = None,
+) -> list:
     """Every FusionPattern, highest priority first.
 
     ``attrs_getter(annotations)`` receives the matched root expression as ``annotations["root"]``
@@ -423,13 +512,13 @@ def tessera_patterns(config: TargetConfig, log: MatchLog, attrs_getter: Callable
         return relax.transform.FusionPattern(name, pattern, {"root": pattern}, check, attrs_getter)
 
     patterns = []
-    gemm_check = make_check("gemm", config, log)
+    gemm_check = make_check("gemm", config, log, dim_hints)
     for chain in _epilogue_chains():
         for transpose_a, transpose_b in ((True, True), (False, True), (True, False), (False, False)):
             patterns.append(
                 fusion_pattern("tessera.gemm", _gemm_pattern(chain, transpose_a, transpose_b), {}, gemm_check)
             )
-    attention_check = make_check("attention", config, log)
+    attention_check = make_check("attention", config, log, dim_hints)
     wildcard = relax.dpl.wildcard
     patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(), {}, attention_check))
     patterns.append(
@@ -438,12 +527,12 @@ def tessera_patterns(config: TargetConfig, log: MatchLog, attrs_getter: Callable
         )
     )
     softmax = _is("relax.nn.softmax")(wildcard())
-    softmax_check = make_check("softmax", config, log)
+    softmax_check = make_check("softmax", config, log, dim_hints)
     patterns += [
         fusion_pattern("tessera.softmax", _with_cast(softmax), {}, softmax_check),
         fusion_pattern("tessera.softmax", softmax, {}, softmax_check),
     ]
-    norm_check = make_check("norm", config, log)
+    norm_check = make_check("norm", config, log, dim_hints)
     layer_norm = _is("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard())
     rms_norm = _is("relax.nn.rms_norm")(wildcard(), wildcard())
     for norm in (layer_norm, rms_norm):

@@ -103,16 +103,41 @@ def _bindings(func) -> dict:
     return table
 
 
-def _shape(expr) -> tuple[int, ...] | None:
+class _Sym:
+    """A symbolic dim (``s0``, ``s0 * 24``) in a shape tuple: equal to another when TVM's arithmetic
+    proves it, never equal to an int, and multiplied as an expression. Shapes of static and symbolic
+    dims then compare as tuples (a model exported with a dynamic batch is rewritten like a static one)."""
+
+    def __init__(self, expr) -> None:
+        self.expr = tvm.arith.Analyzer().simplify(expr)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Sym) and bool(tvm.arith.Analyzer().can_prove_equal(self.expr, other.expr))
+
+    def __hash__(self) -> int:
+        return hash(str(self.expr))
+
+    def __mul__(self, other) -> _Sym:
+        other = other.expr if isinstance(other, _Sym) else tvm.tirx.IntImm(self.expr.dtype, int(other))
+        return _Sym(self.expr * other)
+
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
+        return str(self.expr)
+
+
+def _shape(expr) -> tuple[Any, ...] | None:
+    """The shape of ``expr``: ints, and a :class:`_Sym` for each symbolic dim (None when unknown)."""
     sinfo = expr.struct_info
     if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
         return None
-    dims = []
-    for d in sinfo.shape.values:
-        if not isinstance(d, tvm.tirx.IntImm):
-            return None
-        dims.append(int(d))
-    return tuple(dims)
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else _Sym(d) for d in sinfo.shape.values)
+
+
+def _relax_shape(shape: tuple[Any, ...]) -> list:
+    """A :func:`_shape` tuple as the dims of a Relax shape."""
+    return [d.expr if isinstance(d, _Sym) else d for d in shape]
 
 
 def _scalar(const) -> float | None:
@@ -164,6 +189,8 @@ def _rewritten(orig, m, p, bindings):
 def _causal(mask: np.ndarray, s_q: int, s_k: int) -> bool | None:
     """True for torch's causal mask (0 at or below the diagonal, -inf above), False for all zeros,
     None for any other mask (not rewritten)."""
+    if not (isinstance(s_q, int) and isinstance(s_k, int)):
+        return None  # a dynamic sequence length: the mask cannot be checked by evaluating it
     try:
         full = np.broadcast_to(mask, mask.shape[:-2] + (s_q, s_k))
     except ValueError:
@@ -336,7 +363,7 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             if r_shape is None:
                 return None
             if r_shape == out_shape:
-                r = relax.op.reshape(r, x_shape)
+                r = relax.op.reshape(r, _relax_shape(x_shape))
             elif not (len(r_shape) >= 1 and r_shape[-1] == x_shape[-1] and all(d == 1 for d in r_shape[:-1])):
                 return None
             elif len(r_shape) > 2:
@@ -344,7 +371,7 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             first = orig.args[0]
             args = [x, r] if bindings.get(first, first).same_as(inner) else [r, x]
             new = relax.Call(orig.op, args, orig.attrs)
-        return relax.op.reshape(new, out_shape)
+        return relax.op.reshape(new, _relax_shape(out_shape))
 
     return rewrite_functions(mod, unary | binary, rewrite, rounds=4)  # a unary op, then the add after it
 

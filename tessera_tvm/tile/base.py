@@ -65,6 +65,63 @@ def _check_name(spec: str, field: str, name: Any) -> None:
         raise _fail(spec, f"{field} is {name!r}; expected a C identifier (it becomes a kernel parameter name)")
 
 
+# ---------------------------------------------------------------------------------------------
+# Symbolic dims
+# ---------------------------------------------------------------------------------------------
+
+
+def is_symbolic(dim: Any) -> bool:
+    """Whether ``dim`` is a symbolic dim: an int32 ``tirx.Var`` (a Relax model's dynamic batch).
+
+    A spec may hold such a Var where its tile program only loops over the dim (a GEMM's M and batch,
+    the rows of a norm, softmax or reduction, attention's batch): the program's grid and its clamped
+    edge loops take the Var, the PrimFunc binds it from the buffer's shape at call time. Schedules,
+    validation and resource estimates read the spec through :func:`bind_dims` with a hint instead.
+    """
+    from .._tvm import tvm
+
+    return isinstance(dim, tvm.tirx.Var) and str(dim.dtype) == "int32"
+
+
+def symbolic_dims(spec: Any) -> list[Any]:
+    """The distinct symbolic dims of a spec (dataclass) in field order."""
+    found: list[Any] = []
+
+    def visit(value: Any) -> None:
+        if is_symbolic(value):
+            if not any(value.same_as(v) for v in found):
+                found.append(value)
+        elif isinstance(value, tuple):
+            for v in value:
+                visit(v)
+
+    for name in getattr(spec, "__dataclass_fields__", {}):
+        visit(getattr(spec, name))
+    return found
+
+
+def bind_dims(spec: Any, values: dict[str, int]) -> Any:
+    """``spec`` with each symbolic dim replaced by ``values[name]`` (a spec of static shapes)."""
+    import dataclasses
+
+    def bind(value: Any) -> Any:
+        if is_symbolic(value):
+            return int(values[str(value.name)])
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple (TensorArg)
+            return type(value)(*(bind(v) for v in value))
+        if isinstance(value, tuple):
+            return tuple(bind(v) for v in value)
+        return value
+
+    changes = {f.name: bind(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+    return dataclasses.replace(spec, **changes)
+
+
+def clamp(block: int, extent: Any) -> int:
+    """``min(block, extent)`` for a static extent; ``block`` for a symbolic one (loops clamp at run time)."""
+    return min(block, extent) if isinstance(extent, int) else block
+
+
 def _check_dims(spec: str, field: str, dims: Any, *, allow_empty: bool = True) -> tuple[int, ...]:
     if isinstance(dims, int) and not isinstance(dims, bool):
         dims = (dims,)
@@ -75,12 +132,16 @@ def _check_dims(spec: str, field: str, dims: Any, *, allow_empty: bool = True) -
     if not allow_empty and not dims:
         raise _fail(spec, f"{field} is (); expected at least one dimension")
     for d in dims:
+        if is_symbolic(d):
+            continue
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise _fail(spec, f"{field} is {dims!r}; every dimension must be a positive int, found {d!r}")
     return dims
 
 
 def _check_positive(spec: str, field: str, value: Any) -> None:
+    if is_symbolic(value):
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise _fail(spec, f"{field} is {value!r}; expected a positive int")
 

@@ -124,24 +124,28 @@ def binary(op: str, x, y):
 
 
 def unravel(flat, shape: Sequence[int]) -> list:
-    """Coordinates of row-major index ``flat`` in the static ``shape`` (size-1 dims give 0)."""
-    total = math.prod(shape)
+    """Coordinates of row-major index ``flat`` in ``shape`` (size-1 dims give 0). A dim may be
+    symbolic (tile/base.py ``is_symbolic``); the outermost dim that is not 1 takes no modulo."""
     coords: list = []
-    stride = total
-    for dim in shape:
-        stride //= dim
-        if dim == 1:
+    for i, dim in enumerate(shape):
+        if _is_one(dim):
             coords.append(0)
             continue
-        quotient = flat if stride == 1 else flat // stride
-        coords.append(quotient if stride * dim == total else quotient % dim)
+        stride = math.prod(shape[i + 1 :])
+        quotient = flat if isinstance(stride, int) and stride == 1 else flat // stride
+        outermost = all(_is_one(d) for d in shape[:i])
+        coords.append(quotient if outermost else quotient % dim)
     return coords
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, int) and dim == 1
 
 
 def broadcast_coords(coords: Sequence, in_shape: Sequence[int], out_shape: Sequence[int]) -> list:
     """numpy broadcasting: the input coordinates that feed output ``coords``."""
     lead = len(out_shape) - len(in_shape)
-    return [0 if size == 1 else coords[lead + i] for i, size in enumerate(in_shape)]
+    return [0 if _is_one(size) else coords[lead + i] for i, size in enumerate(in_shape)]
 
 
 def guard(cond, value, otherwise):
@@ -197,11 +201,12 @@ def _lane_reduce(lanes, full, tail, identity, combine, value_at):
 
 
 def element_offset(buffer, index) -> object:
-    """Row-major element offset of ``buffer[index]`` (static shape). CPU tile programs pass global
-    operands to tessera/cpu.h as (base pointer, offset): tirx.BF16ComputeLegalize retypes the
-    address of a bf16 element as fp32."""
+    """Row-major element offset of ``buffer[index]``. CPU tile programs pass global operands to
+    tessera/cpu.h as (base pointer, offset): tirx.BF16ComputeLegalize retypes the address of a bf16
+    element as fp32. Static dims are folded; a symbolic one stays in the product."""
     offset, stride = 0, 1
-    for i, dim in reversed(list(zip(index, [int(d) for d in buffer.shape], strict=True))):
+    dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in buffer.shape]
+    for i, dim in reversed(list(zip(index, dims, strict=True))):
         if not (isinstance(i, int) and i == 0):
             offset = (i if stride == 1 else i * stride) + offset
         stride *= dim

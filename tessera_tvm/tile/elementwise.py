@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from .._tvm import T, prim_func
+from .base import clamp
 from .common import binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
 from .expr import Binary, Const, Input, Unary
 from .schedule import TileSchedule
@@ -49,7 +50,7 @@ def _out_index(spec: ElementwiseSpec, row, col) -> tuple:
 def _blocks(spec: ElementwiseSpec, schedule: TileSchedule) -> tuple:
     """(rows, cols, block_m, block_n, inputs, params): what both programs read of spec and schedule."""
     rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
-    return rows, cols, min(schedule.block_m, rows), schedule.block_n, len(spec.operands), spec.params()
+    return rows, cols, clamp(schedule.block_m, rows), schedule.block_n, len(spec.operands), spec.params()
 
 
 def elementwise_cpu_program(spec: ElementwiseSpec, schedule: TileSchedule):

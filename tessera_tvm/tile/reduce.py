@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from .._tvm import T, prim_func
+from .base import clamp
 from .common import CPU_LANES, all_of, cpu_exp, declare_params, guard, lane_reduce, lowest, to_compute, unravel
 from .schedule import TileSchedule
 from .specs import NormSpec, ReduceSpec, SoftmaxSpec
@@ -70,7 +71,7 @@ def _reduce_setup(spec: ReduceSpec, schedule: TileSchedule) -> tuple:
     identity, combine and finish steps."""
     view = RowView(spec.shape, spec.axis)
     rows, length = view.rows, view.length
-    block_m = min(schedule.block_m, rows)
+    block_m = clamp(schedule.block_m, rows)
     block_n = schedule.block_n
     is_max = spec.kind == "max"
     params = spec.params()
@@ -152,14 +153,14 @@ def _rescaled(total, old_max, new_max, value):
 def softmax_cpu_program(spec: SoftmaxSpec, schedule: TileSchedule):
     """Numerically stable softmax along ``spec.axis`` on the CPU (one row at a time)."""
     view = RowView(spec.shape, (spec.axis,))
-    return _softmax_cpu(spec, view, min(schedule.block_m, view.rows))
+    return _softmax_cpu(spec, view, clamp(schedule.block_m, view.rows))
 
 
 def softmax_gpu_program(spec: SoftmaxSpec, schedule: TileSchedule):
     """Numerically stable (online) softmax along ``spec.axis`` on a thread-block target."""
     view = RowView(spec.shape, (spec.axis,))
     rows, length = view.rows, view.length
-    block_m = min(schedule.block_m, rows)
+    block_m = clamp(schedule.block_m, rows)
     block_n = schedule.block_n
     params = spec.params()
 
@@ -299,7 +300,7 @@ def _norm_setup(spec: NormSpec, schedule: TileSchedule) -> tuple:
     """What both norm programs read: the row view, sizes, blocks and the statistics' constants."""
     view = RowView(spec.shape, (len(spec.shape) - 1,))
     rows, length = view.rows, view.length
-    block_m = min(schedule.block_m, rows)
+    block_m = clamp(schedule.block_m, rows)
     block_n = schedule.block_n
     centered = spec.kind == "layer_norm"
     eps = float(spec.eps)

@@ -150,3 +150,60 @@ def test_llama_block_offloads_its_norms_attention_and_gemms(decompose):
     assert any(o.endswith(" + mul") for o in ops), built.report
     left = {row.op for row in built.report.not_offloaded}
     assert not left & {"R.matmul", "R.nn.softmax", "R.rsqrt", "R.mean", "R.sigmoid"}, built.report
+
+
+def _import_dynamic_batch(model: nn.Module, x: torch.Tensor, **options):
+    batch = torch.export.Dim("batch", min=1, max=128)
+    exported = torch.export.export(model.eval(), (x,), dynamic_shapes={"x": {0: batch}})
+    return from_exported_program(exported, keep_params_as_input=False, **options)
+
+
+@pytest.mark.parametrize(
+    ("make", "shape"),
+    [(Gpt2Block, (2, 24, 48)), (LlamaBlock, (2, 16, 64)), (Mlp, (32, 64))],
+    ids=["gpt2", "llama", "mlp"],
+)
+@pytest.mark.parametrize("decompose", [True, False], ids=["frontend defaults", "no decomposition"])
+def test_a_model_exported_with_a_dynamic_batch_offloads_as_the_static_one_and_matches_torch(make, shape, decompose):
+    torch.manual_seed(0)
+    model, x = make().eval(), torch.randn(*shape)
+    static = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
+    dynamic = build(_import_dynamic_batch(model, x, run_ep_decomposition=decompose), "cpu")
+    # The same kernels as the static import (linears flatten the batch into the rows: b * 24), each
+    # binding the batch at call time and scheduled for the default hint (64 per symbolic dim).
+    assert sorted(r.ops for r in dynamic.report.offloaded) == sorted(r.ops for r in static.report.offloaded)
+    assert all(r.dynamic for r in dynamic.report.offloaded), dynamic.report
+    assert "dynamic" in str(dynamic.report) and "scheduled for that size" in str(dynamic.report)
+    assert not {r.op for r in dynamic.report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, dynamic.report
+    # Batches below, at and past the hint, and one that leaves a ragged last block of rows.
+    for batch in (1, 3, 67):
+        xb = torch.randn(batch, *shape[1:])
+        with torch.no_grad():
+            expected = model(xb).numpy()
+        (got,) = dynamic.run("main", xb.numpy())
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_dim_hints_choose_the_schedule_of_a_dynamic_kernel_and_bad_ones_are_refused():
+    from tessera_tvm.errors import TesseraError
+    from tessera_tvm.relax import partition_for_tessera
+
+    torch.manual_seed(0)
+    model, x = Mlp().eval(), torch.randn(32, 64)
+    mod = _import_dynamic_batch(model, x)
+    (name,) = {d for r in partition_for_tessera(mod, "cpu")[1].offloaded for d in r.dynamic}
+    small_mod, small = partition_for_tessera(mod, "cpu", dim_hints={name: 2})
+    large_mod, large = partition_for_tessera(mod, "cpu", dim_hints={name: 4096})
+    assert {r.dynamic[name] for r in small.offloaded} == {2}
+    assert {r.dynamic[name] for r in large.offloaded} == {4096}
+    kernel = small.offloaded[0].kernel  # a block of rows sized for 2 rows vs for 4096
+    assert str(small_mod[kernel]) != str(large_mod[kernel])
+    for bad in ({name: 0}, {name: "8"}, [8]):
+        with pytest.raises(TesseraError, match="dim_hints"):
+            partition_for_tessera(mod, "cpu", dim_hints=bad)
+    # A hint changes the schedule, not the result: a small one still runs a large batch right.
+    built = build(mod, "cpu", dim_hints={name: 2})
+    xb = torch.randn(50, 64)
+    with torch.no_grad():
+        np.testing.assert_allclose(built.run("main", xb.numpy())[0], model(xb).numpy(), atol=1e-5)
