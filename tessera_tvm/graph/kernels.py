@@ -84,8 +84,12 @@ def _dtype(expr) -> str:
     return str(expr.struct_info.dtype)
 
 
-def kernel_spec(group: KernelGroup, env: dict[str, int]) -> KernelBinding:
-    """The tile spec of ``group`` with dims from ``env`` (name -> value)."""
+def kernel_spec(group: KernelGroup, env: dict[str, int], *, tensor_constants: bool = False) -> KernelBinding:
+    """The tile spec of ``group`` with dims from ``env`` (name -> value). ``tensor_constants``: an
+    element-wise group reads a non-scalar ``relax.Constant`` as one more input (the caller passes the
+    constant), as Relax models hold tables such as RoPE's cos/sin."""
+    if group.family == "elementwise":
+        return _elementwise(group, env, f"kernel {group.name}", tensor_constants)
     builder = {
         "gemm": _gemm,
         "attention": _attention,
@@ -268,7 +272,7 @@ def _reduce(group: KernelGroup, env, where) -> KernelBinding:
     return KernelBinding(group.name, spec, (x, group.output))
 
 
-def _elementwise(group: KernelGroup, env, where) -> KernelBinding:
+def _elementwise(group: KernelGroup, env, where, tensor_constants: bool = False) -> KernelBinding:
     names = _Names()
     by_var = {n.var: n for n in group.nodes}
     inputs: dict[Any, str] = {}
@@ -279,10 +283,10 @@ def _elementwise(group: KernelGroup, env, where) -> KernelBinding:
         c = constant_value(e)
         if c is not None:
             return Const(c)
-        if not isinstance(e, relax.Var):
+        if not (isinstance(e, relax.Var) or (tensor_constants and isinstance(e, relax.Constant))):
             raise GraphIRError(f"{where}: cannot read {type(e).__name__} in an element-wise kernel")
         if e not in inputs:
-            inputs[e] = names.take(str(e.name_hint))
+            inputs[e] = names.take(str(e.name_hint) if isinstance(e, relax.Var) else "table")
         return Input(inputs[e])
 
     def node_expr(node: Node):

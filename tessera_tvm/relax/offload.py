@@ -25,6 +25,7 @@ from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
+from .elementwise import elementwise_trees
 from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, kernel_dim_name, plan_kernel, tessera_patterns
 from .pipeline import (
     CONFIG_ATTR,
@@ -197,7 +198,12 @@ def partition_for_tessera(
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):
             rewriter.current = str(gv.name_hint)
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+            considered = functions is None or rewriter.current in functions
+            rewriter.trees = elementwise_trees(func) if considered else {}
+            new = rewriter.visit_expr(func)
+            if rewriter.trees:  # the inner bindings of the trees now offloaded are dead
+                new = relax.analysis.remove_all_unused(new)
+            rewriter.builder_.update_func(gv, new)
     out = rewriter.builder_.get()
     out = tvm.IRModule(
         {gv: f for gv, f in out.functions.items() if not (isinstance(f, relax.Function) and _is_composite(f))},
@@ -280,12 +286,20 @@ class _Offloader(relax.PyExprMutator):
         self.names: set[str] = {str(gv.name_hint) for gv in mod.get_global_vars()}
         self.binding = ""
         self.layout_bindings: set[str] = set()  # permutes around [B, S, H, D] attention kernels
+        self.trees: dict[Any, list] = {}  # root var -> the element-wise tree it computes (relax/elementwise.py)
+        self.tree = None  # the tree of the binding being visited
 
     def visit_var_binding_(self, binding) -> None:
         self.binding = str(binding.var.name_hint)
+        self.tree = self.trees.get(binding.var)
         super().visit_var_binding_(binding)
 
     def visit_call_(self, call):
+        tree, self.tree = self.tree, None
+        if tree is not None:  # the root of an element-wise tree: one kernel for the whole tree
+            kernel = self._elementwise(tree)
+            if kernel is not None:
+                return kernel
         call = super().visit_call_(call)
         if not isinstance(call.op, tvm.ir.GlobalVar):
             return call
@@ -315,6 +329,33 @@ class _Offloader(relax.PyExprMutator):
             Offloaded(self.current, binding, str(gv.name_hint), plan.name, plan.spec, dict(plan.hints))
         )
         return result
+
+    def _elementwise(self, nodes):
+        """The call of one element-wise kernel computing ``nodes`` (None: TVM keeps them)."""
+        try:
+            plan = plan_kernel(
+                "elementwise", nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints
+            )
+            key = (plan.spec, plan.schedule)
+            if key not in self.by_spec:
+                try:
+                    self.by_spec[key] = self._add_tile_program(plan)
+                except OffloadRejected as exc:
+                    self.by_spec[key] = exc
+            if isinstance(self.by_spec[key], OffloadRejected):
+                raise self.by_spec[key]
+        except TesseraError as exc:  # OffloadRejected included
+            self.log.record(nodes[-1].var, f"element-wise, no kernel: {exc}")
+            return None
+        inputs = [self.visit_expr(x) for x in plan.inputs]
+        out = plan.spec.outputs()[0]
+        sinfo = relax.TensorStructInfo(_relax_shape(out.shape, inputs), out.dtype)
+        self.report.offloaded.append(
+            Offloaded(
+                self.current, self.binding, str(self.by_spec[key].name_hint), plan.name, plan.spec, dict(plan.hints)
+            )
+        )
+        return relax.call_tir(self.by_spec[key], inputs, sinfo)
 
     def _kernel(self, composite_gv, func):
         if composite_gv in self.built:

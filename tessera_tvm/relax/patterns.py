@@ -33,8 +33,9 @@ from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, node_of
 from ..target.backend import backend_for
-from ..tile import AttentionSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
+from ..tile import AttentionSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
 from ..tile import base as tile_base
+from ..tile.expr import Binary, Input, Unary
 
 relax = tvm.relax
 tir = tvm.tirx
@@ -402,7 +403,7 @@ def plan_kernel(
     program loops over them (:func:`_symbolic_reason`); the schedule is chosen and checked for the
     dim's hint (``dim_hints``, else DEFAULT_DIM_HINT). ``kernel_vars`` keeps one kernel dim per name
     across calls, so the kernels of equal groups are one PrimFunc."""
-    anchor = next(n for n in nodes if f"relax.{n.op}" in ANCHORS)
+    anchor = next((n for n in nodes if f"relax.{n.op}" in ANCHORS), nodes[-1])  # element-wise: the root
     if anchor.op == "matmul" and any(len(_dims(a)) < 2 for a in anchor.args):
         raise OffloadRejected("matmul of a rank-1 operand (a matrix-vector product): Tessera's GEMM needs rank >= 2")
     symbols, hints = _symbols(anchor, nodes, {} if kernel_vars is None else kernel_vars, dim_hints or {})
@@ -422,7 +423,7 @@ def plan_kernel(
             binding = KernelBinding("attention", spec, (*anchor.args[:3], nodes[-1].var))
             layout = "bshd"
         else:
-            binding = kernel_spec(group, symbols)
+            binding = kernel_spec(group, symbols, tensor_constants=True)
             spec = binding.spec
         reason = _symbolic_reason(anchor, spec) if symbols else None
         if reason:
@@ -461,7 +462,22 @@ def canonical_names(spec: KernelSpec) -> KernelSpec:
                 op = dataclasses.replace(op, operand=renamed[op.operand])
             epilogue.append(op)
         changes["epilogue"] = tuple(epilogue)
+    if isinstance(spec, ElementwiseSpec):
+        renamed = {arg.name: f"in{i}" for i, arg in enumerate(spec.operands)}
+        changes["operands"] = tuple(arg._replace(name=renamed[arg.name]) for arg in spec.operands)
+        changes["expr"] = _renamed_inputs(spec.expr, renamed)
     return dataclasses.replace(spec, **changes)
+
+
+def _renamed_inputs(expr, renamed: dict[str, str]):
+    """``expr`` with each ``Input`` renamed by ``renamed``."""
+    if isinstance(expr, Input):
+        return Input(renamed[expr.name])
+    if isinstance(expr, Unary):
+        return dataclasses.replace(expr, x=_renamed_inputs(expr.x, renamed))
+    if isinstance(expr, Binary):
+        return dataclasses.replace(expr, x=_renamed_inputs(expr.x, renamed), y=_renamed_inputs(expr.y, renamed))
+    return expr
 
 
 def make_check(
