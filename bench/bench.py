@@ -164,6 +164,27 @@ def causal_attention(
     return ops.flash_attention(Q, K, V, causal=True)
 
 
+@ts.kernel
+def linear_bias(
+    x: Tensor["M", "K", ts.f32], w: Tensor["K", "N", ts.f32], b: Tensor["N", ts.f32]
+) -> Tensor["M", "N", ts.f32]:
+    return ops.matmul(x, w) + b
+
+
+@ts.kernel
+def linear_gelu(
+    x: Tensor["M", "K", ts.f32], w: Tensor["K", "N", ts.f32], b: Tensor["N", ts.f32]
+) -> Tensor["M", "N", ts.f32]:
+    return ops.gelu(ops.matmul(x, w) + b)
+
+
+@ts.kernel
+def linear_gelu_tanh(
+    x: Tensor["M", "K", ts.f32], w: Tensor["K", "N", ts.f32], b: Tensor["N", ts.f32]
+) -> Tensor["M", "N", ts.f32]:
+    return ops.gelu(ops.matmul(x, w) + b, approximate="tanh")
+
+
 def np_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -211,6 +232,36 @@ def call_overhead(rng) -> None:
     row("cpu", "call gemm 16^3: tvm-ffi entry vs numpy", f"{t_entry * 1e6:.1f} us", f"{t_numpy * 1e6:.1f} us", "-")
 
 
+def epilogue_cost(rng, quick: bool) -> None:
+    """What a GELU epilogue adds to a GEMM + bias (the GPT-2 block's first MLP linear, 128 x 256 x
+    1024): the CPU tile programs compute erf, tanh and exp inline so that g++ vectorises the
+    epilogue (#16's goal: under 15% over the bias alone)."""
+    shapes = {"M": 128, "K": 256, "N": 1024}
+    x = rng.standard_normal((128, 256), dtype=np.float32)
+    w = rng.standard_normal((256, 1024), dtype=np.float32) / 16
+    b = rng.standard_normal(1024, dtype=np.float32)
+    y = (x @ w + b).astype(np.float64)
+    expected = {
+        "bias": y,
+        "gelu erf": 0.5 * y * (1 + torch.erf(torch.from_numpy(y / np.sqrt(2))).numpy()),
+        "gelu tanh": 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))),
+    }
+    kernels = {
+        name: ts.compile(kernel, target="cpu", shapes=shapes)
+        for name, kernel in (("bias", linear_bias), ("gelu erf", linear_gelu), ("gelu tanh", linear_gelu_tanh))
+    }
+    errors = {name: float(np.abs(k(x, w, b) - expected[name]).max()) for name, k in kernels.items()}
+    times = interleaved_medians({name: (lambda k=k: k(x, w, b)) for name, k in kernels.items()}, 7 if quick else 15)
+    for name in ("gelu erf", "gelu tanh"):
+        row(
+            "cpu",
+            f"gemm+bias+{name} vs gemm+bias, 128x256x1024 (err {errors[name]:.0e})",
+            f"{times[name] * 1e6:.0f} us",
+            f"{times['bias'] * 1e6:.0f} us",
+            f"+{100 * (times[name] / times['bias'] - 1):.0f}%",
+        )
+
+
 def bench_cpu(quick: bool) -> None:
     rng = np.random.default_rng(0)
     for n in (512, 1024, 2048):
@@ -238,6 +289,7 @@ def bench_cpu(quick: bool) -> None:
         row("cpu", f"gemm f32 {n}^3 vs torch", ours, f"{flops / tt / 1e9:.1f} GFLOP/s", f"{tt / t:.2f}x", peak)
 
     call_overhead(rng)
+    epilogue_cost(rng, quick)
 
     # Not a goal of the suite, measured to say where Tessera stands: both use the CPU's bf16 dot
     # products where it has them (Tessera: bf16 k-pairs and vdpbf16ps, tessera/cpu_gemm.h).

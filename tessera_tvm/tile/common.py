@@ -81,6 +81,8 @@ def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False
         return _imm(0.5, dtype) * x * (one + erf(x * _imm(_SQRT_HALF, dtype)))
     if op == "gelu_tanh":
         inner = _imm(_SQRT_2_OVER_PI, dtype) * (x + _imm(0.044715, dtype) * x * x * x)
+        if fast:  # 0.5 x (1 + tanh(u)) = x sigmoid(2u): one exp and one division, no tanh
+            return x / (one + exp(_imm(-2.0, dtype) * inner))
         return _imm(0.5, dtype) * x * (one + tanh(inner))
     if op == "silu":
         return x / (one + exp(-x))

@@ -40,19 +40,29 @@ TESSERA_EXTERN_C inline float tessera_expf(float x) {
   return x != x ? x : result;  // NaN in, NaN out
 }
 
-// erf(x) to within 1.5e-7 absolute (Abramowitz & Stegun 7.1.26, the formula torch's vectorised CPU
-// erf uses): 1 - t (a1 + t (a2 + ... + t a5)) exp(-x^2) with t = 1 / (1 + p |x|), sign restored.
-// GELU reads it through 0.5 x (1 + erf(x / sqrt 2)), where the error stays below 1e-7 of x.
+// erf(x) to within 3.3e-7 absolute: x P(x^2) / Q(x^2) with P of degree 6 and Q of degree 5, a
+// rational fit made for Tessera (least squares reweighted towards the largest error, on [0, 3.92],
+// where float32 erf reaches 1), x clamped to +-3.92 and the result to [-1, 1]. No exp: one division
+// and 12 fused multiply-adds, which g++ vectorises. GELU reads it through 0.5 x (1 + erf(x / sqrt 2)).
 TESSERA_EXTERN_C inline float tessera_erff(float x) {
-  const float a = x < 0.0f ? -x : x;
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
-  float p = 1.061405429f;
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const float y = 1.0f - p * t * tessera_expf(-a * a);
-  const float result = x < 0.0f ? -y : y;
+  const float c = 3.92f;
+  const float xc = x > c ? c : (x < -c ? -c : x);
+  const float t = xc * xc;
+  float p = -1.3337085325e-08f;
+  p = p * t + 4.7180229530e-06f;
+  p = p * t + 3.8037877133e-04f;
+  p = p * t + 3.8323758020e-03f;
+  p = p * t + 5.4278441478e-02f;
+  p = p * t + 1.8470052940e-01f;
+  p = p * t + 1.1283791808e+00f;
+  float q = 6.3421089942e-05f;
+  q = q * t + 1.3050384620e-03f;
+  q = q * t + 1.5430967079e-02f;
+  q = q * t + 1.1377548004e-01f;
+  q = q * t + 4.9702011085e-01f;
+  q = q * t + 1.0f;
+  const float r = xc * p / q;
+  const float result = r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);
   return x != x ? x : result;  // NaN in, NaN out
 }
 
