@@ -333,17 +333,7 @@ class _Offloader(relax.PyExprMutator):
     def _elementwise(self, nodes):
         """The call of one element-wise kernel computing ``nodes`` (None: TVM keeps them)."""
         try:
-            plan = plan_kernel(
-                "elementwise", nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints
-            )
-            key = (plan.spec, plan.schedule)
-            if key not in self.by_spec:
-                try:
-                    self.by_spec[key] = self._add_tile_program(plan)
-                except OffloadRejected as exc:
-                    self.by_spec[key] = exc
-            if isinstance(self.by_spec[key], OffloadRejected):
-                raise self.by_spec[key]
+            gv, plan = self._planned("elementwise", nodes)
         except TesseraError as exc:  # OffloadRejected included
             self.log.record(nodes[-1].var, f"element-wise, no kernel: {exc}")
             return None
@@ -351,11 +341,23 @@ class _Offloader(relax.PyExprMutator):
         out = plan.spec.outputs()[0]
         sinfo = relax.TensorStructInfo(_relax_shape(out.shape, inputs), out.dtype)
         self.report.offloaded.append(
-            Offloaded(
-                self.current, self.binding, str(self.by_spec[key].name_hint), plan.name, plan.spec, dict(plan.hints)
-            )
+            Offloaded(self.current, self.binding, str(gv.name_hint), plan.name, plan.spec, dict(plan.hints))
         )
-        return relax.call_tir(self.by_spec[key], inputs, sinfo)
+        return relax.call_tir(gv, inputs, sinfo)
+
+    def _planned(self, family: str, nodes) -> tuple[Any, KernelPlan]:
+        """The kernel PrimFunc of ``nodes`` (one per spec and schedule) and its plan; raises
+        OffloadRejected (or another TesseraError) when Tessera cannot build it."""
+        plan = plan_kernel(family, nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints)
+        key = (plan.spec, plan.schedule)
+        if key not in self.by_spec:
+            try:
+                self.by_spec[key] = self._add_tile_program(plan)
+            except OffloadRejected as exc:
+                self.by_spec[key] = exc
+        if isinstance(self.by_spec[key], OffloadRejected):
+            raise self.by_spec[key]
+        return self.by_spec[key], plan
 
     def _kernel(self, composite_gv, func):
         if composite_gv in self.built:
@@ -363,16 +365,7 @@ class _Offloader(relax.PyExprMutator):
         family = str(func.attrs["Composite"])[len(_COMPOSITE_PREFIX) :]
         flat = flatten(func, str(composite_gv.name_hint))
         try:
-            plan = plan_kernel(family, flat.nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints)
-            key = (plan.spec, plan.schedule)
-            if key not in self.by_spec:
-                try:
-                    self.by_spec[key] = self._add_tile_program(plan)
-                except OffloadRejected as exc:
-                    self.by_spec[key] = exc
-            if isinstance(self.by_spec[key], OffloadRejected):
-                raise self.by_spec[key]
-            result: tuple[Any, KernelPlan] | OffloadRejected = (self.by_spec[key], plan)
+            result: tuple[Any, KernelPlan] | OffloadRejected = self._planned(family, flat.nodes)
         except OffloadRejected as exc:
             result = exc
         except TesseraError as exc:  # the tile generator refused: keep TVM's operators

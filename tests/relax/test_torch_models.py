@@ -213,3 +213,26 @@ def test_dim_hints_choose_the_schedule_of_a_dynamic_kernel_and_bad_ones_are_refu
     xb = torch.randn(50, 64)
     with torch.no_grad():
         np.testing.assert_allclose(built.run("main", xb.numpy())[0], model(xb).numpy(), atol=1e-5)
+
+
+@pytest.mark.nvcc
+def test_a_dynamic_batch_model_compiles_for_hopper_with_symbolic_kernels():
+    from tessera_tvm.relax import compile_module, device_sources, partition_for_tessera
+
+    torch.manual_seed(0)
+    mod = _import_dynamic_batch(Mlp().eval(), torch.randn(32, 64))
+    partitioned, report = partition_for_tessera(mod, "hopper")
+    assert [r.ops for r in report.offloaded] == ["matmul + add + gelu", "matmul + add + gelu", "matmul + add"]
+    (dim,) = {d for r in report.offloaded for d in r.dynamic}
+    # Each CUDA kernel takes the batch as a parameter (its grid and edge masks read it).
+    sources = device_sources(partitioned, "hopper")
+    assert sorted(sources) == sorted(report.kernels)
+    assert all(dim in source for source in sources.values()), dim
+    executable = compile_module(partitioned, "hopper")  # nvcc builds the cubins of the symbolic kernels
+
+    def kinds(module):
+        yield module.kind
+        for imported in module.imports:
+            yield from kinds(imported)
+
+    assert "cuda" in set(kinds(executable.mod))
