@@ -3,6 +3,7 @@
 # with Tessera, TileLang 0.1.15 and the CPU build of torch 2.13.0), then:
 #   ./tessera.sh demo [--out DIR]   lowers the example GEMM for every target and shows the stages
 #   ./tessera.sh test [PYTEST ARGS] runs the test suite (GPU tests skip without a GPU)
+#   ./tessera.sh setup              only sets up (the toolchain venv an apache-tvm process uses)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -35,8 +36,12 @@ case "${1:-}" in
         setup
         exec "$PY" -m pytest "$@"
         ;;
+    setup)
+        setup
+        echo "tessera.sh: $VENV is ready (TESSERA_TOOLCHAIN_PYTHON=$(cd "$VENV" && pwd)/bin/python)" >&2
+        ;;
     *)
-        echo "usage: ./tessera.sh demo [--out DIR] | ./tessera.sh test [pytest args]" >&2
+        echo "usage: ./tessera.sh demo [--out DIR] | ./tessera.sh test [pytest args] | ./tessera.sh setup" >&2
         exit 2
         ;;
 esac

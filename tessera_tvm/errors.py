@@ -64,3 +64,8 @@ class ToolchainError(TesseraError):
 
 class ToolchainMissingError(ToolchainError):
     """The external compiler a step needs is not on PATH."""
+
+
+class ToolchainProcessError(TesseraError):
+    """Tessera's toolchain process (TileLang's TVM, serving an upstream apache-tvm process) is
+    missing, failed to start, crashed, timed out or refused a request; the message says what to do."""

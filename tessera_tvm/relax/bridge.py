@@ -1,0 +1,193 @@
+"""The toolchain side of Tessera offload for upstream apache-tvm (issue #17).
+
+One process cannot hold TileLang's TVM and upstream apache-tvm (DESIGN.md §3.1). A user's
+apache-tvm process (``tessera_tvm.upstream``) therefore sends its Relax module as TVMScript text to a
+toolchain process that runs here, in TileLang's TVM. This module partitions the module as
+``partition_for_tessera`` does, compiles the Tessera kernels, and answers with text again:
+
+- the Relax module, each Tessera kernel call now ``R.call_dps_packed("<kernel>", ...)`` and the
+  kernels' PrimFuncs gone, in upstream's dialect (:func:`to_upstream_text`);
+- the kernels as C sources that upstream's ``export_library`` (or its VM's ``jit``) compiles and
+  links into the user's library: the host functions with TVM's calling convention
+  (``__tvm_ffi_<kernel>``) and the device kernels, headers included by absolute path;
+- the offload report, as its dict and its text.
+
+``python -m tessera_tvm.relax.bridge`` serves requests, one JSON object per line on stdin, each
+answered by one line on stdout (:func:`serve`). Only the CPU config is served for now: GPU kernels
+need their device binaries carried across, which is not built yet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import traceback
+from typing import Any
+
+from .._tvm import tvm
+from ..config import load_config
+from ..errors import TesseraError
+from .build import compile_module, export_options
+from .offload import partition_for_tessera
+from .pipeline import is_tessera_kernel
+
+relax = tvm.relax
+
+#: Version of the request/answer format; the client refuses a toolchain that speaks another.
+PROTOCOL = 1
+
+
+def _to_packed_calls(mod, kernels: dict[str, Any]):
+    """``mod`` with each ``R.call_tir`` of a Tessera kernel as ``R.call_dps_packed`` of its symbol,
+    and the kernels' PrimFuncs removed."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    @relax.expr_functor.mutator
+    class PackedCalls(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op.same_as(call_tir) and str(call.args[0].name_hint) in kernels:
+                if len(call.args) > 2:
+                    raise TesseraError(
+                        f"{call.args[0].name_hint}: a call_tir with tir_vars cannot become a packed call"
+                    )
+                return relax.call_dps_packed(
+                    relax.ExternFunc(kernels[str(call.args[0].name_hint)]), call.args[1], list(call.sinfo_args)
+                )
+            return call
+
+    mutator = PackedCalls(mod)
+    out = tvm.IRModule({}, attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if str(gv.name_hint) in kernels:
+            continue
+        out[gv] = mutator.visit_expr(func) if isinstance(func, relax.Function) else func
+    return out
+
+
+#: TileLang's Relax text -> upstream apache-tvm 0.27's (the renames the two dialects differ by).
+_UPSTREAM_RENAMES = (
+    (re.compile(r', out_dtype="void"'), ""),  # upstream's well-formed check rejects a void dtype
+    (re.compile(r"\bout_sinfo="), "out_ty="),  # call_tir / call_dps_packed keyword
+)
+
+
+def to_upstream_text(mod) -> str:
+    """``mod`` as TVMScript that upstream apache-tvm parses."""
+    text = mod.script()
+    for pattern, replacement in _UPSTREAM_RENAMES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def from_upstream_text(text: str):
+    """The IRModule of TVMScript that upstream apache-tvm printed. Its dialect declares symbolic dims
+    at the top (``n = TypeVar("n")``) and needs the script namespaces given."""
+    from tvm.script import ir as I  # noqa: E741, N812
+    from tvm.script import relax as R  # noqa: N812
+    from tvm.script import tirx as T  # noqa: N812
+
+    def type_var(name: str, *_args, **_kwargs):  # a symbolic dim, as a Relax shape holds it
+        return tvm.tirx.Var(name, "int64")
+
+    try:
+        return tvm.script.from_source(text, extra_vars={"TypeVar": type_var, "I": I, "R": R, "T": T})
+    except Exception as exc:  # noqa: BLE001 - the parser's message, named
+        raise TesseraError(f"the toolchain's TVM could not parse the module's TVMScript: {exc}") from None
+
+
+def _c_sources(runtime_module) -> list[dict[str, Any]]:
+    """Every C source module in ``runtime_module``'s import tree: its code, format and functions."""
+    found: list[dict[str, Any]] = []
+
+    def visit(module) -> None:
+        if module.kind == "c":
+            found.append({"code": module.inspect_source(), "format": "cc", "names": []})
+        for imported in module.imports:
+            visit(imported)
+
+    visit(runtime_module)
+    return found
+
+
+def offload_for_upstream(
+    text: str, config: str = "cpu", *, functions: list[str] | None = None, dim_hints: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Partition the Relax module ``text`` for ``config`` and compile its Tessera kernels (see the
+    module docstring); returns the answer's fields."""
+    config = load_config(config)
+    if config.target_kind != "c":
+        raise TesseraError(
+            f"config {config.name!r}: offload from upstream apache-tvm supports the CPU config only for now "
+            "(GPU kernels need their device binaries carried across; not built yet)"
+        )
+    mod = from_upstream_text(text)
+    partitioned, report = partition_for_tessera(mod, config, functions=functions, dim_hints=dim_hints)
+    kernels = {
+        str(gv.name_hint): str(f.attrs["global_symbol"])
+        for gv, f in partitioned.functions.items()
+        if is_tessera_kernel(f)
+    }
+    sources: list[dict[str, Any]] = []
+    if kernels:
+        kernel_mod = tvm.IRModule({gv: f for gv, f in partitioned.functions.items() if str(gv.name_hint) in kernels})
+        sources = _c_sources(compile_module(kernel_mod, config).mod)
+        sources[0]["names"] = sorted(kernels.values())  # the host module holds the entry functions
+    return {
+        "text": to_upstream_text(_to_packed_calls(partitioned, kernels)),
+        "sources": sources,
+        "kernels": sorted(kernels.values()),
+        "report": report.as_dict(),
+        "report_text": str(report),
+    }
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    if op == "hello":
+        import tilelang
+
+        return {"protocol": PROTOCOL, "tvm": tvm.__version__, "tilelang": tilelang.__version__}
+    if op == "offload":
+        return offload_for_upstream(
+            request["text"],
+            request.get("config", "cpu"),
+            functions=request.get("functions"),
+            dim_hints=request.get("dim_hints"),
+        )
+    if op == "export_options":
+        return {"options": export_options(request.get("config", "cpu"))}
+    raise TesseraError(f"unknown request {op!r}; expected 'hello', 'offload' or 'export_options'")
+
+
+def serve(stdin=None, stdout=None) -> None:
+    """Answer requests until stdin closes: one JSON object per line in, one per line out, each
+    ``{"ok": true, ...}`` or ``{"ok": false, "error": ..., "type": ...}``."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            answer = {"ok": True, **_answer(json.loads(line))}
+        except TesseraError as exc:
+            answer = {"ok": False, "type": type(exc).__name__, "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a bug: say where, keep serving
+            answer = {"ok": False, "type": type(exc).__name__, "error": str(exc), "trace": traceback.format_exc()}
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+
+
+def main() -> None:
+    """Serve on stdin/stdout. Whatever TVM, TileLang or g++ print (from Python or C) goes to stderr:
+    the process's stdout (fd 1) is pointed there, and the answers go to a copy of the original."""
+    import os
+
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin, protocol)
+
+
+if __name__ == "__main__":
+    main()

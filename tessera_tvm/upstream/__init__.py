@@ -1,0 +1,107 @@
+"""Tessera offload inside a user's own apache-tvm (issue #17): ``import tessera_tvm`` in a process
+whose ``tvm`` is upstream apache-tvm (and where tilelang is not installed) gives this API.
+
+    import tvm, tessera_tvm
+    mod, report = tessera_tvm.partition_for_tessera(mod, "cpu")   # the same patterns and report
+    ex = tvm.compile(mod, "llvm")                                  # upstream's LLVM for the rest
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+    ex.export_library("model.so", options=tessera_tvm.export_options("cpu"))   # kernels linked in
+
+The module travels as TVMScript text to Tessera's toolchain process (tessera_tvm/upstream/
+toolchain.py), which partitions it and compiles the kernels in TileLang's TVM
+(tessera_tvm/relax/bridge.py). What comes back: the module with each kernel call an
+``R.call_dps_packed`` of the kernel's symbol, and the kernels' C sources, attached to the module as
+``external_mods`` so that ``tvm.compile`` links them into the executable and ``export_library``
+into one library. CPU config only for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TesseraError, ToolchainProcessError  # noqa: F401
+from .toolchain import Toolchain, toolchain, toolchain_python  # noqa: F401
+
+
+@dataclass
+class OffloadReport:
+    """What the toolchain's ``partition_for_tessera`` did (its report, as data); ``str()`` is the
+    same table the toolchain side prints."""
+
+    config: str
+    tir_pipeline: str
+    offloaded: list[dict[str, Any]] = field(default_factory=list)
+    not_offloaded: list[dict[str, Any]] = field(default_factory=list)
+    rebuilt: dict[str, int] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def kernels(self) -> list[str]:
+        return sorted({o["kernel"] for o in self.offloaded})
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def partition_for_tessera(
+    mod,
+    config: str = "cpu",
+    *,
+    functions: list[str] | None = None,
+    dim_hints: dict[str, int] | None = None,
+):
+    """Offload what Tessera takes from the Relax module ``mod`` (upstream apache-tvm), as
+    ``tessera_tvm.partition_for_tessera`` does in TileLang's TVM. Returns ``(module, OffloadReport)``;
+    build the module with upstream's own ``tvm.compile(mod, "llvm")``."""
+    import tvm
+
+    if not isinstance(mod, tvm.IRModule):
+        raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
+    if not isinstance(config, str):
+        raise TesseraError(f"config is {config!r}; from upstream apache-tvm pass a config name such as 'cpu'")
+    answer = toolchain().request(
+        {"op": "offload", "text": mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}
+    )
+    try:
+        out = tvm.script.from_source(answer["text"])
+    except Exception as exc:  # noqa: BLE001 - a dialect difference the bridge does not translate yet
+        raise TesseraError(f"upstream TVM could not parse the partitioned module from the toolchain: {exc}") from None
+    if answer["sources"]:
+        out = out.with_attr("external_mods", [*_existing_external_mods(mod), _kernel_module(answer["sources"])])
+    data = answer["report"]
+    report = OffloadReport(
+        data["config"],
+        data["tir_pipeline"],
+        list(data["offloaded"]),
+        list(data["not_offloaded"]),
+        dict(data["rebuilt"]),
+        answer["report_text"],
+    )
+    return out, report
+
+
+def _existing_external_mods(mod) -> list:
+    attrs = dict(mod.attrs) if mod.attrs else {}
+    return list(attrs.get("external_mods", []))
+
+
+def _kernel_module(sources: list[dict[str, Any]]):
+    """The kernels' C sources as one runtime module: the host functions (the entries the VM calls by
+    name), importing the device kernels' sources. ``export_library`` (or the VM's ``jit``) compiles
+    and links them into the user's library."""
+    import tvm
+
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    host, *devices = (create(s["code"], s["format"], s["names"], []) for s in sources)
+    for device in devices:
+        host.import_module(device)
+    return host
+
+
+def export_options(config: str = "cpu") -> list[str]:
+    """Options for ``export_library`` that build the kernels as the config says (``-O3
+    -march=native -fopenmp`` for the CPU), from the toolchain (``tessera_tvm.relax.export_options``
+    there). Without them the kernels still get the config's optimisation (pragmas in their source)
+    but run on one thread."""
+    return list(toolchain().request({"op": "export_options", "config": config})["options"])
