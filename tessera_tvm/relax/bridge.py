@@ -19,9 +19,12 @@ need their device binaries carried across, which is not built yet.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -81,9 +84,18 @@ def to_upstream_text(mod) -> str:
     return text
 
 
+#: Upstream apache-tvm 0.27's Relax text -> TileLang's (applied before parsing).
+_FROM_UPSTREAM_RENAMES = (
+    (re.compile(r'R\.const\("(-?inf|nan)"'), r'R.const(float("\1")'),  # an infinite or NaN scalar
+)
+
+
 def from_upstream_text(text: str):
     """The IRModule of TVMScript that upstream apache-tvm printed. Its dialect declares symbolic dims
-    at the top (``n = TypeVar("n")``) and needs the script namespaces given."""
+    at the top (``n = TypeVar("n")``), needs the script namespaces given, and spells a few things
+    differently (``_FROM_UPSTREAM_RENAMES``). A parse error carries the parser's rendered message."""
+    for pattern, replacement in _FROM_UPSTREAM_RENAMES:
+        text = pattern.sub(replacement, text)
     from tvm.script import ir as I  # noqa: E741, N812
     from tvm.script import relax as R  # noqa: N812
     from tvm.script import tirx as T  # noqa: N812
@@ -91,10 +103,31 @@ def from_upstream_text(text: str):
     def type_var(name: str, *_args, **_kwargs):  # a symbolic dim, as a Relax shape holds it
         return tvm.tirx.Var(name, "int64")
 
-    try:
-        return tvm.script.from_source(text, extra_vars={"TypeVar": type_var, "I": I, "R": R, "T": T})
-    except Exception as exc:  # noqa: BLE001 - the parser's message, named
-        raise TesseraError(f"the toolchain's TVM could not parse the module's TVMScript: {exc}") from None
+    with _captured_stderr() as rendered:
+        try:
+            return tvm.script.from_source(text, extra_vars={"TypeVar": type_var, "I": I, "R": R, "T": T})
+        except Exception as exc:  # noqa: BLE001 - the parser's message, named
+            error = exc
+    detail = "".join(rendered).strip() or str(error)
+    raise TesseraError(f"the toolchain's TVM could not parse the module's TVMScript:\n{detail}")
+
+
+@contextlib.contextmanager
+def _captured_stderr():
+    """What is written to fd 2 inside the block (the TVMScript parser renders its errors there, from
+    C++), in the yielded list once the block ends."""
+    sys.stderr.flush()
+    saved, written = os.dup(2), []
+    with tempfile.TemporaryFile(mode="w+") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield written
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            written.append(capture.read())
 
 
 def _c_sources(runtime_module) -> list[dict[str, Any]]:

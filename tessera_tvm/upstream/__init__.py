@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TesseraError, ToolchainProcessError  # noqa: F401
+from .lift import bind_constants, lift_constants
 from .toolchain import Toolchain, toolchain, toolchain_python  # noqa: F401
 
 
@@ -60,13 +61,15 @@ def partition_for_tessera(
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     if not isinstance(config, str):
         raise TesseraError(f"config is {config!r}; from upstream apache-tvm pass a config name such as 'cpu'")
+    lifted_mod, constants = lift_constants(mod)
     answer = toolchain().request(
-        {"op": "offload", "text": mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}
+        {"op": "offload", "text": lifted_mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}
     )
     try:
         out = tvm.script.from_source(answer["text"])
     except Exception as exc:  # noqa: BLE001 - a dialect difference the bridge does not translate yet
         raise TesseraError(f"upstream TVM could not parse the partitioned module from the toolchain: {exc}") from None
+    out = bind_constants(out, constants)
     if answer["sources"]:
         out = out.with_attr("external_mods", [*_existing_external_mods(mod), _kernel_module(answer["sources"])])
     data = answer["report"]
