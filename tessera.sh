@@ -4,6 +4,8 @@
 #   ./tessera.sh demo [--out DIR]   lowers the example GEMM for every target and shows the stages
 #   ./tessera.sh test [PYTEST ARGS] runs the test suite (GPU tests skip without a GPU)
 #   ./tessera.sh setup              only sets up (the toolchain venv an apache-tvm process uses)
+#   ./tessera.sh apache-tvm [ARGS]  runs tests/upstream/apache_tvm in a second venv, .venv-apache-tvm,
+#                                   holding upstream apache-tvm 0.27 (Tessera offloads through .venv)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -25,6 +27,24 @@ setup() {
     fi
 }
 
+# A user's own TVM environment: upstream apache-tvm, torch (CPU), and Tessera without its
+# dependencies (tilelang cannot share a venv with apache-tvm; DESIGN.md §3.1).
+setup_apache_tvm() {
+    local venv=".venv-apache-tvm"
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "tessera.sh: creating $venv (upstream apache-tvm)" >&2
+        python3 -m venv "$venv"
+    fi
+    local stamp="$venv/.tessera-installed"
+    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        echo "tessera.sh: installing apache-tvm 0.27, torch 2.13.0 (CPU) and Tessera (--no-deps) into $venv" >&2
+        "$venv/bin/python" -m pip install --quiet "apache-tvm==0.27.*" "torch==2.13.0" "numpy>=1.26,<3" \
+            "pytest>=8,<10"
+        "$venv/bin/python" -m pip install --quiet --no-deps PyYAML -e .
+        touch "$stamp"
+    fi
+}
+
 case "${1:-}" in
     demo)
         shift
@@ -36,12 +56,21 @@ case "${1:-}" in
         setup
         exec "$PY" -m pytest "$@"
         ;;
+    apache-tvm)
+        shift
+        setup
+        setup_apache_tvm
+        # TileLang's variables (set when this runs under the main venv's pytest) would load its TVM.
+        TESSERA_TOOLCHAIN_PYTHON="$(cd "$VENV" && pwd)/bin/python" exec env -u PYTHONPATH -u TVM_LIBRARY_PATH \
+            -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python -m pytest \
+            --confcutdir tests/upstream/apache_tvm -p no:cacheprovider tests/upstream/apache_tvm "$@"
+        ;;
     setup)
         setup
         echo "tessera.sh: $VENV is ready (TESSERA_TOOLCHAIN_PYTHON=$(cd "$VENV" && pwd)/bin/python)" >&2
         ;;
     *)
-        echo "usage: ./tessera.sh demo [--out DIR] | ./tessera.sh test [pytest args] | ./tessera.sh setup" >&2
+        echo "usage: ./tessera.sh demo [--out DIR] | test [pytest args] | setup | apache-tvm [pytest args]" >&2
         exit 2
         ;;
 esac

@@ -6,6 +6,10 @@ python examples/tvm_relax.py --target rocm     # HIP sources of the Tessera kern
 
 The steps are TVM's own: a Relax module, `partition_for_tessera` (like `partition_for_cutlass`),
 `tvm.compile(mod, target, tir_pipeline="tessera.<config>")`, `relax.VirtualMachine`.
+
+In an environment with upstream apache-tvm instead of tilelang (./tessera.sh apache-tvm makes one),
+the same script offloads through Tessera's toolchain process and builds the rest with upstream's
+LLVM: `tvm.compile(mod, "llvm")` (CPU config only).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-import tessera_tvm  # first: makes TileLang's TVM the process's `tvm`, registers tessera.<config>
-from tessera_tvm import tvm
+import tessera_tvm  # first: makes TileLang's TVM the process's `tvm` (or, with apache-tvm, the upstream API)
+
+# isort: split
+import tvm
 
 relax = tvm.relax
 nn = relax.frontend.nn
@@ -67,6 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="cpu", help="a Tessera config: cpu, hopper, ampere, rocm or a YAML path")
     target = parser.parse_args().target
+    if tessera_tvm.UPSTREAM:
+        return main_upstream(target)
     dtype = "float32" if tessera_tvm.load_config(target).target_kind == "c" else "float16"
 
     block = Block()
@@ -91,15 +99,40 @@ def main() -> None:
 
     library = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "block.so"
     ex.export_library(str(library), options=tessera_tvm.relax.export_options(target))
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
-    rng = np.random.default_rng(0)
+    check(library, params)
+
+
+def inputs(params, seed: int = 0) -> list[np.ndarray]:
+    """x [2, 40, 64] and the block's parameters: small weights, LayerNorm gains around 1."""
+    rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((2, 40, 64)).astype(np.float32)]
-    for name, param in params:  # small weights; LayerNorm gains around 1
+    for name, param in params:
         value = rng.standard_normal([int(d) for d in param.shape]) * 0.2
         arrays.append((value + 1.0 if name in ("ln1.weight", "ln2.weight") else value).astype(np.float32))
+    return arrays
+
+
+def check(library: Path, params) -> float:
+    """Load the exported ``library`` in the Relax VM, run ``forward``, print and return the largest
+    difference from the numpy reference."""
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    arrays = inputs(params)
     out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     ref = reference(arrays[0], {name: a for (name, _), a in zip(params, arrays[1:], strict=True)})
-    print(f"\nmax |VM - numpy| = {np.abs(out - ref).max():.2e}")
+    error = float(np.abs(out - ref).max())
+    print(f"\nmax |VM - numpy| = {error:.2e}")
+    return error
+
+
+def main_upstream(target: str) -> None:
+    """Upstream apache-tvm: Tessera offloads through its toolchain process, LLVM builds the rest."""
+    mod, params = Block().export_tvm({"forward": {"x": nn.spec.Tensor([2, 40, 64], "float32")}})
+    mod, report = tessera_tvm.partition_for_tessera(mod, target)
+    print(report, end="\n\n")
+    ex = tvm.compile(mod, "llvm")
+    library = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "block.so"
+    ex.export_library(str(library), options=tessera_tvm.export_options(target))  # kernels linked in
+    check(library, params)
 
 
 if __name__ == "__main__":

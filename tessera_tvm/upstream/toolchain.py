@@ -33,7 +33,16 @@ DEFAULT_TIMEOUT = float(os.environ.get("TESSERA_TOOLCHAIN_TIMEOUT", "900"))
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout holding tessera_tvm/
 
 #: Environment variables that would make the child load this process's TVM (DESIGN.md §3.1).
-_FOREIGN_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "TVM_LIBRARY_PATH", "TVM_HOME", "VIRTUAL_ENV")
+_FOREIGN_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "LD_LIBRARY_PATH",
+    "TVM_LIBRARY_PATH",
+    "TVM_HOME",
+    "VIRTUAL_ENV",
+    "TL_CUTLASS_PATH",
+    "TL_TEMPLATE_PATH",
+)
 
 
 def toolchain_python() -> Path:

@@ -1,0 +1,95 @@
+"""Tessera offload from upstream apache-tvm 0.27: the user's own TVM partitions through Tessera's
+toolchain process, builds what is left with its LLVM, exports one library, and gets numpy's and
+torch's results. Run by ``./tessera.sh apache-tvm`` (the main suite runs it through
+tests/upstream/test_apache_tvm_venv.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tessera_tvm
+
+# isort: split
+import tvm
+from tvm import relax
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_this_is_upstream_apache_tvm_and_tessera_is_its_upstream_api():
+    assert tessera_tvm.UPSTREAM
+    assert "tilelang" not in tvm.__file__ and tvm.__version__.startswith("0.27")
+    assert hasattr(tvm.relax, "TensorType")  # upstream's renames (TileLang's TVM has TensorStructInfo)
+
+
+def test_the_relax_examples_block_offloads_builds_with_llvm_exports_and_matches_numpy(tmp_path):
+    example = _example("tvm_relax")
+    mod, params = example.Block().export_tvm({"forward": {"x": relax.frontend.nn.spec.Tensor([2, 40, 64], "float32")}})
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    ops = sorted(o["ops"] for o in report.offloaded)
+    assert ops == ["attention", "layer_norm", "layer_norm", "matmul + add", "matmul + add + add"] + [
+        "matmul + add + add",
+        "matmul + add + gelu",
+    ], report
+    assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.layer_norm", "R.nn.attention"}
+    executable = tvm.compile(partitioned, "llvm")
+    # In process: the VM's jit compiles and links the kernels' sources.
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    arrays = example.inputs(params)
+    expected = example.reference(arrays[0], {name: a for (name, _), a in zip(params, arrays[1:], strict=True)})
+    got = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    # Deployed: one library with the kernels linked in, loaded on its own.
+    library = tmp_path / "block.so"
+    executable.export_library(str(library), options=tessera_tvm.export_options("cpu"))
+    assert example.check(library, params) < 1e-4
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama", "mlp"])
+def test_a_torch_model_imported_with_upstreams_frontend_matches_torch(which):
+    torch = pytest.importorskip("torch")
+    models = _example("torch_models")
+    torch.manual_seed(0)
+    model, x = {
+        "gpt2": (models.Gpt2Block(), torch.randn(2, 24, 48)),
+        "llama": (models.LlamaBlock(), torch.randn(2, 16, 64)),
+        "mlp": (models.Mlp(), torch.randn(32, 64)),
+    }[which]
+    model = model.eval()
+    mod = models.import_model(model, x)  # upstream's from_exported_program at its defaults; weights as constants
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, report
+    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+
+
+def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
+    from tessera_tvm.upstream import Toolchain
+
+    monkeypatch.setenv("TESSERA_TOOLCHAIN_PYTHON", "/nonexistent/bin/python")
+    with pytest.raises(tessera_tvm.ToolchainProcessError, match="TESSERA_TOOLCHAIN_PYTHON=/nonexistent"):
+        Toolchain()
+
+
+def test_bad_input_gets_a_clear_error_and_leaves_the_toolchain_serving():
+    with pytest.raises(tessera_tvm.TesseraError, match="tvm.IRModule"):
+        tessera_tvm.partition_for_tessera("not a module", "cpu")
+    mod = tvm.IRModule()
+    with pytest.raises(tessera_tvm.ToolchainProcessError, match="no_such_config"):
+        tessera_tvm.partition_for_tessera(mod, "no_such_config")
+    # The toolchain answered the error and still serves.
+    assert tessera_tvm.upstream.toolchain().request({"op": "hello"})["protocol"] == 1
