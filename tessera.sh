@@ -6,6 +6,7 @@
 #   ./tessera.sh setup              only sets up (the toolchain venv an apache-tvm process uses)
 #   ./tessera.sh apache-tvm [ARGS]  runs tests/upstream/apache_tvm in a second venv, .venv-apache-tvm,
 #                                   holding upstream apache-tvm 0.27 (Tessera offloads through .venv)
+#   ./tessera.sh apache-tvm-run SCRIPT [ARGS]   runs a Python script in that venv
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -65,12 +66,19 @@ case "${1:-}" in
             -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python -m pytest \
             --confcutdir tests/upstream/apache_tvm -p no:cacheprovider tests/upstream/apache_tvm "$@"
         ;;
+    apache-tvm-run)
+        shift
+        setup
+        setup_apache_tvm
+        TESSERA_TOOLCHAIN_PYTHON="$(cd "$VENV" && pwd)/bin/python" exec env -u PYTHONPATH -u TVM_LIBRARY_PATH \
+            -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python "$@"
+        ;;
     setup)
         setup
         echo "tessera.sh: $VENV is ready (TESSERA_TOOLCHAIN_PYTHON=$(cd "$VENV" && pwd)/bin/python)" >&2
         ;;
     *)
-        echo "usage: ./tessera.sh demo [--out DIR] | test [pytest args] | setup | apache-tvm [pytest args]" >&2
+        echo "usage: ./tessera.sh demo [--out DIR] | test [pytest args] | setup | apache-tvm [pytest args] | apache-tvm-run SCRIPT" >&2
         exit 2
         ;;
 esac

@@ -26,54 +26,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+from timing import interleaved_medians, median_time  # noqa: E402, F401  (bench/timing.py)
 
 import tessera as ts  # noqa: E402
 from tessera import Tensor, ops  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str, str, str]] = []  # section, case, tessera, peer, ratio, of peak
 PEAK: dict[str, float] = {}  # "f32" / "bf16" -> the CPU's measured GFLOP/s on the bench's threads
-
-
-def median_time(fn, repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def interleaved_medians(fns: dict, repeats: int, pause: float = 0.25, warm: float = 0.02) -> dict:
-    """Median seconds of each callable, measured in rounds that run every one of them once (in a
-    fresh random order each round), so machine noise hits all alike.
-
-    Before each timed call: a pause, then untimed calls for ``warm`` seconds (at least one). Runtimes
-    with worker threads (OpenBLAS, OpenMP in torch and in Tessera's kernels) spin for a while after a
-    call and then sleep; without the pause the spinning threads of the previous callable take cores
-    from the next one (OpenBLAS spins for tens of ms). The untimed calls wake this callable's threads
-    and the idle cores (a virtual CPU that slept runs slowly for a few ms).
-    """
-    import random
-
-    times: dict = {name: [] for name in fns}
-    order = list(fns)
-    rng = random.Random(0)
-    for _ in range(repeats):
-        rng.shuffle(order)
-        for name in order:
-            time.sleep(pause)
-            until = time.perf_counter() + warm
-            fns[name]()
-            while time.perf_counter() < until:
-                fns[name]()
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def row(section, case, ours, peer, ratio, of_peak="-"):
@@ -644,6 +606,43 @@ def bench_models(quick: bool) -> None:
         )
 
 
+def bench_upstream(quick: bool) -> None:
+    """The models on upstream apache-tvm (bench/upstream_models.py in the apache-tvm venv that
+    ``./tessera.sh apache-tvm-run`` makes): with Tessera offload vs upstream alone (LLVM, its
+    default pipeline) vs torch eager. Goal (#17): >= 2x upstream alone and >= torch eager."""
+    import json
+    import subprocess
+
+    foreign = ("PYTHONPATH", "VIRTUAL_ENV", "TVM_LIBRARY_PATH", "TL_CUTLASS_PATH", "TL_TEMPLATE_PATH")
+    env = {k: v for k, v in os.environ.items() if k not in foreign}
+    command = ["bash", str(ROOT / "tessera.sh"), "apache-tvm-run", "bench/upstream_models.py"]
+    done = subprocess.run(
+        [*command, *(["--quick"] if quick else [])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
+    )
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not results:
+        detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        row("upstream", "apache-tvm venv failed", f"exit {done.returncode}", detail[:60], "-")
+        return
+    for r in results:
+        t = r["times"]
+        counts = f"{r['offloaded']} offloaded, {r['left']} left; err {r['errors']['tessera']:.0e}"
+        row(
+            "upstream",
+            f"{r['model']}: apache-tvm {r['tvm']} + Tessera vs apache-tvm alone (llvm) ({counts})",
+            f"{t['tessera'] * 1e3:.2f} ms",
+            f"{t['alone'] * 1e3:.2f} ms",
+            f"{t['alone'] / t['tessera']:.1f}x",
+        )
+        row(
+            "upstream",
+            f"{r['model']}: apache-tvm + Tessera vs torch eager",
+            f"{t['tessera'] * 1e3:.2f} ms",
+            f"{t['torch'] * 1e3:.2f} ms",
+            f"{t['torch'] / t['tessera']:.2f}x",
+        )
+
+
 def machine() -> str:
     model = "unknown"
     try:
@@ -660,7 +659,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
-    parser.add_argument("--only", default="cpu,models,compile,gpu", help="sections, comma-separated")
+    parser.add_argument("--only", default="cpu,models,upstream,compile,gpu", help="sections, comma-separated")
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
     threads = numpy_threads()
@@ -674,6 +673,8 @@ def main(argv=None) -> int:
         bench_cpu(args.quick)
     if "models" in sections:
         bench_models(args.quick)
+    if "upstream" in sections:
+        bench_upstream(args.quick)
     if "compile" in sections:
         bench_compile(args.quick)
     if "gpu" in sections:
