@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import TesseraError, ToolchainProcessError  # noqa: F401
 from .lift import bind_constants, lift_constants
-from .toolchain import Toolchain, toolchain, toolchain_python  # noqa: F401
+from .toolchain import Toolchain, shared_toolchain, toolchain_python  # noqa: F401
 
 
 @dataclass
@@ -62,7 +62,7 @@ def partition_for_tessera(
     if not isinstance(config, str):
         raise TesseraError(f"config is {config!r}; from upstream apache-tvm pass a config name such as 'cpu'")
     lifted_mod, constants = lift_constants(mod)
-    answer = toolchain().request(
+    answer = shared_toolchain().request(
         {"op": "offload", "text": lifted_mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}
     )
     try:
@@ -107,4 +107,4 @@ def export_options(config: str = "cpu") -> list[str]:
     -march=native -fopenmp`` for the CPU), from the toolchain (``tessera_tvm.relax.export_options``
     there). Without them the kernels still get the config's optimisation (pragmas in their source)
     but run on one thread."""
-    return list(toolchain().request({"op": "export_options", "config": config})["options"])
+    return list(shared_toolchain().request({"op": "export_options", "config": config})["options"])

@@ -6,8 +6,9 @@ reused for every later call, and ended with the user's process (its stdin closes
 answers are JSON lines; the Relax module travels as TVMScript text.
 
 Which Python runs it: ``$TESSERA_TOOLCHAIN_PYTHON`` when set, else the ``.venv`` that
-``./tessera.sh`` sets up beside this source tree. A toolchain that is missing, fails to start,
-crashes or does not answer in time raises :class:`ToolchainProcessError` saying what to do.
+``./tessera.sh`` sets up beside this source tree, else a venv under the cache directory that the
+first use makes. A toolchain that is missing, fails to start, crashes or does not answer in time
+raises :class:`ToolchainProcessError` saying what to do.
 """
 
 from __future__ import annotations
@@ -46,18 +47,72 @@ _FOREIGN_ENV = (
 
 
 def toolchain_python() -> Path:
-    """The Python of the toolchain venv (TileLang and Tessera installed); raises ToolchainProcessError."""
+    """The Python of the toolchain venv (TileLang and Tessera installed): ``$TESSERA_TOOLCHAIN_PYTHON``,
+    else the checkout's ``.venv`` (``./tessera.sh setup``), else a venv under the cache directory,
+    created on first use (:func:`create_toolchain_venv`). Raises ToolchainProcessError."""
     given = os.environ.get("TESSERA_TOOLCHAIN_PYTHON", "").strip()
-    candidate = Path(given).expanduser() if given else _SOURCE_ROOT / ".venv" / "bin" / "python"
-    if not candidate.is_file() or not os.access(candidate, os.X_OK):
-        where = f"TESSERA_TOOLCHAIN_PYTHON={given}" if given else f"{candidate} (the default)"
+    if given:
+        candidate = Path(given).expanduser()
+        if not _executable(candidate):
+            raise ToolchainProcessError(
+                f"Tessera's toolchain Python was not found: TESSERA_TOOLCHAIN_PYTHON={given} is not an executable "
+                f"file. Point it at the python of a venv with Tessera and TileLang (`{_SOURCE_ROOT / 'tessera.sh'} "
+                "setup` makes one), or unset it to use the checkout's .venv."
+            )
+        return candidate
+    for candidate in (_SOURCE_ROOT / ".venv" / "bin" / "python", cached_toolchain_dir() / "bin" / "python"):
+        if _executable(candidate):
+            return candidate
+    return create_toolchain_venv(cached_toolchain_dir())
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def cached_toolchain_dir() -> Path:
+    """Where a toolchain venv made on first use lives: ``$TESSERA_TOOLCHAIN_DIR``, else
+    ``~/.cache/tessera/toolchain``."""
+    given = os.environ.get("TESSERA_TOOLCHAIN_DIR", "").strip()
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "tessera" / "toolchain"
+
+
+def create_toolchain_venv(where: Path) -> Path:
+    """Make the toolchain venv at ``where`` with the checkout's own set-up (``tessera.sh setup`` with
+    ``TESSERA_VENV``: TileLang, torch CPU and Tessera; a few minutes, pip's progress on stderr).
+    Returns its Python; raises ToolchainProcessError when the set-up fails."""
+    script = _SOURCE_ROOT / "tessera.sh"
+    if not script.is_file():
         raise ToolchainProcessError(
-            f"Tessera's toolchain Python was not found: {where} is not an executable file. The compiler "
-            f"runs in its own venv with TileLang: run `{_SOURCE_ROOT / 'tessera.sh'} setup` once, or set "
-            "TESSERA_TOOLCHAIN_PYTHON to the python of a venv where `pip install tessera` (with tilelang) "
-            "succeeded."
+            f"no toolchain Python is set and there is no checkout to make one from ({script} is missing): set "
+            "TESSERA_TOOLCHAIN_PYTHON to the python of a venv with Tessera and TileLang"
         )
-    return candidate
+    print(
+        f"tessera: making the toolchain venv at {where} (TileLang, torch CPU, Tessera; once, a few minutes)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    where.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+    env["TESSERA_VENV"] = str(where)
+    setup = subprocess.Popen(
+        ["bash", str(script), "setup"],
+        cwd=str(_SOURCE_ROOT),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in setup.stdout:  # pip's progress, as it comes
+        print(f"  {line.rstrip()}", file=sys.stderr, flush=True)
+    status = setup.wait()
+    python = where / "bin" / "python"
+    if status != 0 or not _executable(python):
+        raise ToolchainProcessError(
+            f"making the toolchain venv at {where} failed (`tessera.sh setup` exited {status}; its output is "
+            "above). Fix what it says, or set TESSERA_TOOLCHAIN_PYTHON to an existing toolchain."
+        )
+    return python
 
 
 class Toolchain:
@@ -147,7 +202,7 @@ _SHARED: Toolchain | None = None
 _LOCK = threading.Lock()
 
 
-def toolchain() -> Toolchain:
+def shared_toolchain() -> Toolchain:
     """The process's toolchain, started on first use and restarted if it died."""
     global _SHARED
     with _LOCK:

@@ -92,4 +92,4 @@ def test_bad_input_gets_a_clear_error_and_leaves_the_toolchain_serving():
     with pytest.raises(tessera_tvm.ToolchainProcessError, match="no_such_config"):
         tessera_tvm.partition_for_tessera(mod, "no_such_config")
     # The toolchain answered the error and still serves.
-    assert tessera_tvm.upstream.toolchain().request({"op": "hello"})["protocol"] == 1
+    assert tessera_tvm.upstream.shared_toolchain().request({"op": "hello"})["protocol"] == 1
