@@ -93,3 +93,24 @@ def test_bad_input_gets_a_clear_error_and_leaves_the_toolchain_serving():
         tessera_tvm.partition_for_tessera(mod, "no_such_config")
     # The toolchain answered the error and still serves.
     assert tessera_tvm.upstream.shared_toolchain().request({"op": "hello"})["protocol"] == 1
+
+
+def test_a_model_exported_with_a_dynamic_batch_offloads_and_runs_at_any_batch():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    models = _example("torch_models")
+    torch.manual_seed(0)
+    model, x = models.Gpt2Block().eval(), torch.randn(2, 24, 48)
+    batch = torch.export.Dim("batch", min=1, max=128)
+    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    mod = from_exported_program(exported, keep_params_as_input=False)
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert len(report.offloaded) == 7 and all(o["dynamic"] for o in report.offloaded), report
+    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    for size in (1, 5, 70):
+        xb = torch.randn(size, 24, 48)
+        out = vm["main"](tvm.runtime.tensor(xb.numpy()))
+        out = out[0] if not hasattr(out, "numpy") else out
+        with torch.no_grad():
+            np.testing.assert_allclose(out.numpy(), model(xb).numpy(), atol=1e-5)
