@@ -13,37 +13,41 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 VENV="${TESSERA_VENV:-.venv}"
 PY="$VENV/bin/python"
 
-setup() {
-    if [ ! -x "$PY" ]; then
-        echo "tessera.sh: creating $VENV" >&2
-        python3 -m venv "$VENV"
+# ensure_venv DIR WHAT INSTALL: make the venv DIR if it is missing, then run INSTALL DIR once (again
+# whenever pyproject.toml is newer than the last install).
+ensure_venv() {
+    local dir="$1" what="$2" install="$3"
+    if [ ! -x "$dir/bin/python" ]; then
+        echo "tessera.sh: creating $dir" >&2
+        python3 -m venv "$dir"
     fi
-    local stamp="$VENV/.tessera-installed"
+    local stamp="$dir/.tessera-installed"
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-        echo "tessera.sh: installing Tessera and its pinned dependencies into $VENV" >&2
-        # torch first and pinned: 2.13.0 resolves to the small CPU build that tilelang needs at import.
-        "$PY" -m pip install --quiet "torch==2.13.0"
-        "$PY" -m pip install --quiet -e ".[test]"
+        echo "tessera.sh: installing $what into $dir" >&2
+        "$install" "$dir/bin/python"
         touch "$stamp"
     fi
 }
 
+install_tessera() {
+    # torch first and pinned: 2.13.0 resolves to the small CPU build that tilelang needs at import.
+    "$1" -m pip install --quiet "torch==2.13.0"
+    "$1" -m pip install --quiet -e ".[test]"
+}
+
 # A user's own TVM environment: upstream apache-tvm, torch (CPU), and Tessera without its
 # dependencies (tilelang cannot share a venv with apache-tvm; DESIGN.md §3.1).
+install_apache_tvm() {
+    "$1" -m pip install --quiet "apache-tvm==0.27.*" "torch==2.13.0" "numpy>=1.26,<3" "pytest>=8,<10"
+    "$1" -m pip install --quiet --no-deps PyYAML -e .
+}
+
+setup() {
+    ensure_venv "$VENV" "Tessera and its pinned dependencies" install_tessera
+}
+
 setup_apache_tvm() {
-    local venv=".venv-apache-tvm"
-    if [ ! -x "$venv/bin/python" ]; then
-        echo "tessera.sh: creating $venv (upstream apache-tvm)" >&2
-        python3 -m venv "$venv"
-    fi
-    local stamp="$venv/.tessera-installed"
-    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-        echo "tessera.sh: installing apache-tvm 0.27, torch 2.13.0 (CPU) and Tessera (--no-deps) into $venv" >&2
-        "$venv/bin/python" -m pip install --quiet "apache-tvm==0.27.*" "torch==2.13.0" "numpy>=1.26,<3" \
-            "pytest>=8,<10"
-        "$venv/bin/python" -m pip install --quiet --no-deps PyYAML -e .
-        touch "$stamp"
-    fi
+    ensure_venv .venv-apache-tvm "apache-tvm 0.27, torch 2.13.0 (CPU) and Tessera (--no-deps)" install_apache_tvm
 }
 
 case "${1:-}" in
