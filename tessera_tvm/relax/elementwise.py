@@ -6,8 +6,9 @@ add that follows no GEMM. Each tree of element-wise ops whose inner values are u
 Tessera's own fusion, graph/fusion.py) becomes one element-wise Tessera kernel: its root binding is
 replaced by the kernel's call and the inner bindings are left dead (``remove_all_unused``).
 
-Only float tensors qualify, and a tree that is a single ``astype`` stays with TVM (a cast alone is
-data movement); tensor constants (RoPE's tables) become inputs of the kernel.
+Only float tensors of rank >= 1 qualify (0-d values stay with TVM), and a tree that is a single
+``astype`` stays with TVM (a cast alone is data movement); tensor constants (RoPE's tables) become
+inputs of the kernel.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ _FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _is_float_tensor(expr) -> bool:
+    """A float tensor of rank >= 1 (a 0-d tensor would be read as [1] by the kernel; TVM keeps those)."""
     sinfo = expr.struct_info
-    return isinstance(sinfo, relax.TensorStructInfo) and str(sinfo.dtype) in _FLOATS and sinfo.shape is not None
+    return (
+        isinstance(sinfo, relax.TensorStructInfo)
+        and str(sinfo.dtype) in _FLOATS
+        and sinfo.shape is not None
+        and sinfo.ndim >= 1
+    )
 
 
 def _elementwise_node(var, value) -> Node | None:

@@ -80,3 +80,15 @@ def test_integer_and_boolean_element_wise_ops_stay_with_tvm():
     assert [r.op for r in built.report.not_offloaded] == ["R.add"]
     x = np.arange(32, dtype=np.int32).reshape(4, 8)
     np.testing.assert_array_equal(built.run("main", x, x), 2 * x)
+
+
+def test_a_zero_dim_operand_keeps_its_ops_with_tvm():
+    def body(bb, x, y):
+        a = bb.emit(R.multiply(x, x))  # 0-d: TVM keeps it (a kernel would read it as [1])
+        b = bb.emit(R.add(a, relax.const(1.0, "float32")))
+        return R.add(y, b)
+
+    built = build(_module({"x": ((), "float32"), "y": ((4,), "float32")}, body), "cpu")
+    got = built.run("main", np.array(3.0, np.float32), np.arange(4, dtype=np.float32))
+    np.testing.assert_allclose(got, np.arange(4) + 10.0)
+    assert not any(row.ops.startswith("mul") for row in built.report.offloaded), built.report
