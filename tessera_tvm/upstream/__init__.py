@@ -17,6 +17,7 @@ into one library. CPU config only for now.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,11 @@ def partition_for_tessera(
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     if not isinstance(config, str):
-        raise TesseraError(f"config is {config!r}; from upstream apache-tvm pass a config name such as 'cpu'")
+        raise TesseraError(
+            f"config is {config!r}; from upstream apache-tvm pass a config name such as 'cpu' or a YAML path"
+        )
+    if config.endswith((".yaml", ".yml")) and os.path.exists(config):  # a YAML path: the toolchain runs elsewhere
+        config = os.path.abspath(config)
     lifted_mod, constants = lift_constants(mod)
     answer = shared_toolchain().request(
         {"op": "offload", "text": lifted_mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}

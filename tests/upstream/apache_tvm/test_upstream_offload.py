@@ -114,3 +114,25 @@ def test_a_model_exported_with_a_dynamic_batch_offloads_and_runs_at_any_batch():
         out = out[0] if not hasattr(out, "numpy") else out
         with torch.no_grad():
             np.testing.assert_allclose(out.numpy(), model(xb).numpy(), atol=1e-5)
+
+
+def test_a_config_yaml_path_relative_to_the_users_directory_reaches_the_toolchain(tmp_path, monkeypatch):
+    source = Path(__file__).resolve().parents[3] / "configs" / "cpu.yaml"
+    (tmp_path / "my_cpu.yaml").write_text(source.read_text().replace("name: cpu", "name: my_cpu", 1))
+    monkeypatch.chdir(tmp_path)  # the toolchain runs in the checkout, not here
+    mod = tvm.script.from_source(
+        """
+# from tvm.script import ir as I
+# from tvm.script import relax as R
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((8, 16), dtype="float32"), w: R.Tensor((16, 4), dtype="float32")) -> R.Tensor((8, 4), dtype="float32"):
+        with R.dataflow():
+            gv = R.matmul(x, w)
+            R.output(gv)
+        return gv
+"""
+    )
+    _, report = tessera_tvm.partition_for_tessera(mod, "my_cpu.yaml")
+    assert report.config == "my_cpu" and [o["ops"] for o in report.offloaded] == ["matmul"]
