@@ -26,6 +26,7 @@ from .config_pipeline import PHASE_TITLES as _PHASE_TITLES
 from .config_pipeline import graph_phase_default
 from .errors import LoweringError, TesseraError
 from .registry import BuildContext, get_pass, get_predicate, take_pending_error
+from .trace import span
 
 _registered = False
 
@@ -152,7 +153,8 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
         start = time.perf_counter()
         status = _STATUS.set(None)
         try:
-            out = inner(mod)
+            with span(entry.name, "host", pass_list=phase):
+                out = inner(mod)
             detail = _STATUS.get()
         except BaseException as exc:
             exc = take_pending_error() or exc  # the class the inner pass raised, before the FFI

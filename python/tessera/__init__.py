@@ -13,9 +13,12 @@
     k.inspect_ir("sched"); k.source; k.artifacts; k.metadata; k.pass_log
     out = ts.compile(linear, target="cpu")(a, w, b)
     ts.autotune(linear, target="cpu", shapes={"M": 512, "N": 512, "K": 512})   # or ts.compile(..., autotune=True)
+    with ts.trace("trace.json"): ...   # compiles and calls as a Chrome trace (or TESSERA_TRACE=trace.json)
 """
 
 __version__ = "0.1.0"
+
+from tessera_tvm.trace import tracing as trace  # noqa: E402
 
 from . import ops, reference  # noqa: E402
 from .compiler import CompiledKernel, compile  # noqa: E402
@@ -37,6 +40,7 @@ from .types import DTYPES, DType, Tensor, TensorType, bf16, dtype, f16, f32, fp8
 
 __all__ = [
     "__version__",
+    "trace",
     "ops",
     "reference",
     "kernel",

@@ -26,6 +26,7 @@ from tessera_tvm.tile import (
     build_tile_program,
     cpu_storage,  # noqa: F401  (re-exported: tessera.compiler.cpu_storage)
 )
+from tessera_tvm.trace import span
 
 from .dumps import write_dumps
 from .errors import KernelError, ScheduleError
@@ -53,8 +54,14 @@ def _compile_instance(
     build: bool,
     tuning: Mapping[str, TuningSummary] | None = None,
 ) -> Instance:
+    with span(f"instance {kernel.name}", "host", target=config.name, shapes=str(env)):
+        return _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning)
+
+
+def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning) -> Instance:
     graph_dumps = dump_dir / "passes" / "graph" if dump_dir is not None and "graph" in dump_stages else None
-    graph = kernel.graph(env, target=config, dump_dir=graph_dumps)
+    with span("graph", "host", kernel=kernel.name):
+        graph = kernel.graph(env, target=config, dump_dir=graph_dumps)
     tuning = tuning or {}
     log = _graph_log(kernel.name, graph)
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
@@ -69,7 +76,8 @@ def _compile_instance(
                 f"fused kernel {group.name} ({group.describe()}) has no tile kernel: {exc}",
                 location=(kernel.fn.__code__.co_filename, kernel.fn.__code__.co_firstlineno),
             ) from None
-        schedule = choose_schedule(group.name, group.describe(), binding.spec, config, per_kernel[group.name])
+        with span(f"sched {group.name}", "host", ops=group.describe()):
+            schedule = choose_schedule(group.name, group.describe(), binding.spec, config, per_kernel[group.name])
         if group.name in tuning:
             schedule = dataclasses.replace(schedule, autotune=tuning[group.name])
         log.append(
@@ -87,11 +95,13 @@ def _compile_instance(
     devices = []
     for group, binding, schedule in planned:
         start = time.perf_counter()
-        tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
+        with span(f"tile {group.name}", "host"):
+            tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
         log.append(PassLogEntry("tile", group.name, "tile", "build tile program", time.perf_counter() - start))
         passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
         out_dir = out_root / "artifacts" / group.name if out_root is not None else None
-        lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
+        with span(f"target {group.name}", "host", config=config.name, build=build):
+            lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
         log.extend(PassLogEntry("target", group.name, r.phase, r.name, r.seconds, r.status) for r in lowered.pass_log)
         devices.append(DeviceKernel(group.name, binding, schedule, tile, lowered, spec))
     instance = Instance(kernel, config, dict(env), graph, devices, log)

@@ -32,7 +32,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import tessera_tvm
+from tessera_tvm import trace as _trace
 from tessera_tvm.graph import GraphIR
 from tessera_tvm.target.backend import backend_for
 
@@ -271,6 +274,11 @@ class CompiledKernel:
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays or torch CPU tensors (CPU configs), or on torch CUDA tensors or numpy arrays
         (CUDA configs on a GPU); numpy in gives numpy out, torch in gives torch out. Returns the result(s)."""
+        if _trace.active() is not None:  # under a trace: spans for the checks and each device kernel
+            return self._traced_call(arrays)
+        return self._call(arrays)
+
+    def _call(self, arrays: Sequence[Any]) -> Any:
         # numpy arrays exactly as the last instance takes them (dtype, shape, C order) run its tvm-ffi
         # entry without more checks: the entry checks them too (CPU configs; host_entry is None elsewhere).
         if self._instance is not None:
@@ -295,6 +303,21 @@ class CompiledKernel:
         env = _bind(self.kernel, arrays, self.shapes)
         instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
         return instance.run(arrays)
+
+    def _traced_call(self, arrays: Sequence[Any]) -> Any:
+        """``__call__`` under a trace (tessera_tvm/trace.py): the call, its argument checks and, on
+        the host, each device kernel (run one by one, each a span, instead of the tvm-ffi entry)."""
+        with _trace.span(f"call {self.kernel.name}", "host", target=self.config.name):
+            backend = backend_for(self.config)
+            if backend.runs_on == "gpu" or not self.runnable:
+                return self._call(arrays)  # one span for the call (and NVTX ranges on a GPU)
+            with _trace.span("check arguments", "host"):
+                arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
+                env = _bind(self.kernel, arrays, self.shapes)
+            instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
+            if arrays and not all(isinstance(a, np.ndarray) for a in arrays):
+                return instance.run(arrays)  # torch CPU tensors go through the entry: one span for the call
+            return instance.run(arrays, memory=HOST)
 
     def _call_gpu(self, arrays: Sequence[Any]) -> Any:
         from .gpu import run_on_gpu
@@ -371,6 +394,11 @@ def compile(
     """
     if not isinstance(kernel, Kernel):
         raise TypeError(f"ts.compile takes a @tessera.kernel, found {kernel!r}")
+    with _trace.span(f"compile {kernel.name}", "host", target=str(target)):
+        return _compile(kernel, target, shapes, schedule, dump, dump_dir, build, autotune)
+
+
+def _compile(kernel, target, shapes, schedule, dump, dump_dir, build, autotune) -> CompiledKernel:
     config = tessera_tvm.load_config(target)
     env = kernel.check_shapes(shapes)
     overrides = {**kernel.schedule_overrides, **dict(schedule or {})}

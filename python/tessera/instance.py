@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera_tvm import trace as _trace
 from tessera_tvm.graph import GraphIR, KernelBinding
 
 from .errors import ArgumentError
@@ -208,7 +209,11 @@ class Instance:
                 )
         memory = memory or HOST
         values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
+        traced = _trace.active() is not None
         for launch in self.launches:
+            if traced:
+                self._run_traced(launch, values, memory)
+                continue
             named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
             name, dtype, shape = launch.output
             named[name] = out = memory.empty(shape, dtype)
@@ -218,6 +223,21 @@ class Instance:
         params = set(self.graph.params)
         results = [memory.copy(values[o]) if o in params else values[o] for o in self.graph.outputs]
         return tuple(results) if self.graph.simplified.tuple_output else results[0]
+
+    @staticmethod
+    def _run_traced(launch: Launch, values: dict[Any, Any], memory: Memory) -> None:
+        """One launch of :meth:`run` under a trace: its copies and its device kernel as spans."""
+        device = launch.device
+        with _trace.span(f"copy in {device.name}", "copy"):
+            named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
+            name, dtype, shape = launch.output
+            named[name] = out = memory.empty(shape, dtype)
+        phase = _trace.FAMILY_PHASE.get(device.spec.family, "host")
+        with _trace.span(device.name, phase, family=device.spec.family, flops=getattr(device.spec, "flops", None)):
+            device.run(named)
+        var, dtype, shape = launch.result
+        with _trace.span(f"copy out {device.name}", "copy"):
+            values[var] = memory.result(out, dtype, shape)
 
 
 class Memory:

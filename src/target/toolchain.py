@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TesseraError, ToolchainError, ToolchainMissingError
+from ..trace import span
 
 __all__ = [
     "BuildOptionError",
@@ -188,7 +189,8 @@ def run_tool(
             f"cannot run {tool} ({exc.strerror or exc}): {cmd[0]!r}; {hint}.\n  command: {shlex.join(cmd)}",
         ) from None
     try:
-        out_b, err_b = proc.communicate(timeout=timeout)
+        with span(tool, "host", command=shlex.join(cmd)[:2000]):
+            out_b, err_b = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out_b, err_b = proc.communicate()
