@@ -138,7 +138,8 @@ class Toolchain:
         self._lines: queue.Queue = queue.Queue()
         self._stderr: list[str] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self._lines), daemon=True).start()
-        threading.Thread(target=self._keep_stderr, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._keep_stderr, daemon=True)
+        self._stderr_reader.start()
         self.info = self.request({"op": "hello"}, timeout=min(self.timeout, 300.0))
         if self.info.get("protocol") != PROTOCOL:
             self.close()
@@ -158,6 +159,15 @@ class Toolchain:
             self._stderr.append(line)
             del self._stderr[:-200]  # the last 200 lines say why it failed
 
+    def _exited(self) -> ToolchainProcessError:
+        """The error for a toolchain that ended: its exit status and the end of its output."""
+        try:
+            status = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            status = None
+        self._stderr_reader.join(timeout=5)  # the rest of what it printed
+        return self._failure(f"exited (status {status}) before answering")
+
     def _failure(self, what: str) -> ToolchainProcessError:
         tail = "".join(self._stderr[-20:]).strip()
         return ToolchainProcessError(
@@ -167,23 +177,23 @@ class Toolchain:
     def request(self, payload: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """Send one request and wait for its answer; raises ToolchainProcessError (or the bridge's error)."""
         if self.proc.poll() is not None:
-            raise self._failure(f"is not running (exit status {self.proc.returncode})")
+            raise self._exited()
         try:
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise self._failure("closed its input (it crashed)") from None
+            raise self._exited() from None
         try:
             line = self._lines.get(timeout=timeout or self.timeout)
         except queue.Empty:
-            self.close()
+            self.proc.kill()  # it hangs: it would not read the end of its input either
+            self.proc.wait()
             raise self._failure(
                 f"did not answer within {timeout or self.timeout:.0f} s and was stopped "
                 "(TESSERA_TOOLCHAIN_TIMEOUT sets the limit)"
             ) from None
         if line is None:
-            self.proc.wait(timeout=10)
-            raise self._failure(f"exited (status {self.proc.returncode}) before answering")
+            raise self._exited()
         answer = json.loads(line)
         if not answer.pop("ok", False):
             raise ToolchainProcessError(f"Tessera's toolchain: {answer.get('type')}: {answer.get('error')}")
