@@ -191,6 +191,9 @@ def call_overhead(rng) -> None:
     assert np.allclose(out, k(a, b)) and np.allclose(out, a @ b, atol=1e-4)
     t_call, t_entry, t_numpy = per_call(lambda: k(a, b)), per_call(lambda: entry(*tensors)), per_call(lambda: a @ b)
     row("cpu", "call gemm 16^3: k(a, b) vs tvm-ffi entry", f"{t_call * 1e6:.1f} us", f"{t_entry * 1e6:.1f} us", "-")
+    with ts.metrics(Path(tempfile.mkdtemp(prefix="tessera-metrics-")) / "calls.jsonl"):  # a row per call
+        t_metrics = per_call(lambda: k(a, b), calls=500)
+    row("cpu", "call gemm 16^3: with metrics on vs off", f"{t_metrics * 1e6:.1f} us", f"{t_call * 1e6:.1f} us", "-")
     row("cpu", "call gemm 16^3: tvm-ffi entry vs numpy", f"{t_entry * 1e6:.1f} us", f"{t_numpy * 1e6:.1f} us", "-")
 
 

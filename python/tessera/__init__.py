@@ -14,10 +14,12 @@
     out = ts.compile(linear, target="cpu")(a, w, b)
     ts.autotune(linear, target="cpu", shapes={"M": 512, "N": 512, "K": 512})   # or ts.compile(..., autotune=True)
     with ts.trace("trace.json"): ...   # compiles and calls as a Chrome trace (or TESSERA_TRACE=trace.json)
+    with ts.metrics("calls.jsonl"): ...  # one row per call (or TESSERA_METRICS=calls.jsonl); `tessera metrics`
 """
 
 __version__ = "0.1.0"
 
+from tessera_tvm.metrics import metrics  # noqa: E402
 from tessera_tvm.trace import tracing as trace  # noqa: E402
 
 from . import ops, reference  # noqa: E402
@@ -40,6 +42,7 @@ from .types import DTYPES, DType, Tensor, TensorType, bf16, dtype, f16, f32, fp8
 
 __all__ = [
     "__version__",
+    "metrics",
     "trace",
     "ops",
     "reference",

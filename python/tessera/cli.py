@@ -14,6 +14,8 @@ tessera tune FILE.py[:KERNEL] --target T [--shapes M=512,N=512] [--space JSON] [
 tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64 [--shapes M=256,N=64]] --out DIR
                                         write <kernel>.so (tvm-ffi entry), <kernel>.h, <kernel>.tsrb, metadata.json
 tessera runtime --out DIR [--sanitize]  build libtessera_rt.so, the tsr* C runtime (include/tessera/tsr.h)
+tessera metrics FILE.jsonl|FILE.csv [--prometheus OUT]
+                                        p50/p95/max per kernel of a TESSERA_METRICS file
 """
 
 from __future__ import annotations
@@ -288,6 +290,27 @@ def _cmd_runtime(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    """tessera metrics FILE [--prometheus OUT]: summarise a metrics file (tessera_tvm/metrics.py)."""
+    from tessera_tvm.metrics import prometheus_text, read_rows, summarize, summary_table
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise _Usage(f"tessera metrics: {path} is not a file (write one with TESSERA_METRICS={path})")
+    try:
+        rows = read_rows(path)
+    except ValueError as exc:
+        raise _Usage(f"tessera metrics: {exc}") from None
+    if not rows:
+        raise _Usage(f"tessera metrics: {path} holds no calls")
+    summary = summarize(rows)
+    print(summary_table(summary), end="")
+    if args.prometheus:
+        Path(args.prometheus).write_text(prometheus_text(summary))
+        print(f"wrote {args.prometheus} (Prometheus text format)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera tile-kernel compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -362,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the result (every candidate, the best schedules) to this file")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=_cmd_tune)
+
+    p = sub.add_parser("metrics", help="summarise a TESSERA_METRICS file: p50/p95/max per kernel")
+    p.add_argument("file", help="the .jsonl or .csv file the calls were recorded to")
+    p.add_argument("--prometheus", metavar="OUT", help="also write the summary in Prometheus text format")
+    p.set_defaults(run=_cmd_metrics)
 
     args = parser.parse_args(argv)
     from tessera_tvm.errors import TesseraError

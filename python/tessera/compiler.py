@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 import tessera_tvm
+from tessera_tvm import metrics as _metrics
 from tessera_tvm import trace as _trace
 from tessera_tvm.graph import GraphIR
 from tessera_tvm.target.backend import backend_for
@@ -89,6 +91,7 @@ class CompiledKernel:
         self.tuning = dict(tuning or {})  # fused kernel -> how the autotuner chose its schedule
         self._graph = kernel.graph(shapes, target=config)
         self._instance: Instance | None = None
+        self._ran: Instance | None = None  # the instance the last observed call ran (metrics)
         self._instances: dict[tuple, Instance] = {}
         # Unknown override keys fail now, before any lowering.
         split_overrides(overrides, [g.name for g in self._graph.groups], f"kernel {kernel.name}")
@@ -255,8 +258,17 @@ class CompiledKernel:
         """One dict per device kernel (tile, fragments, resources, launch, epilogue) + ``fused_kernel``."""
         out = []
         for dk in self._require_instance("metadata").devices:
+            flops, nbytes = dk.work
             for meta in dk.lowered.metadata:
-                out.append({**meta, "fused_kernel": dk.name, "schedule": dk.schedule.as_dict()})
+                out.append(
+                    {
+                        **meta,
+                        "fused_kernel": dk.name,
+                        "schedule": dk.schedule.as_dict(),
+                        "flops": flops,
+                        "bytes": nbytes,
+                    }
+                )
         return out
 
     @property
@@ -274,9 +286,28 @@ class CompiledKernel:
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays or torch CPU tensors (CPU configs), or on torch CUDA tensors or numpy arrays
         (CUDA configs on a GPU); numpy in gives numpy out, torch in gives torch out. Returns the result(s)."""
-        if _trace.active() is not None:  # under a trace: spans for the checks and each device kernel
-            return self._traced_call(arrays)
+        if _trace.active() is not None or _metrics.active() is not None:
+            return self._observed_call(arrays)
         return self._call(arrays)
+
+    def _observed_call(self, arrays: Sequence[Any]) -> Any:
+        """A call under a trace (spans for the checks and each device kernel) or with metrics on (one
+        row with its wall time and rates)."""
+        recorder = _metrics.active()
+        self._ran = self._instance  # the fast path runs the last instance; the others say which ran
+        start = time.perf_counter()
+        result = self._traced_call(arrays) if _trace.active() is not None else self._call(arrays)
+        seconds = time.perf_counter() - start
+        instance = self._ran
+        if recorder is not None and instance is not None:
+            devices = instance.devices
+            flops = sum(dk.work[0] for dk in devices)
+            nbytes = sum(dk.work[1] for dk in devices)
+            grids = [g for dk in devices for g in dk.grids]
+            row = _metrics.call_row(self.kernel.name, self.config.name, instance.env, seconds, flops, nbytes, grids)
+            row["time"] = time.time()
+            recorder.record(row)
+        return result
 
     def _call(self, arrays: Sequence[Any]) -> Any:
         # numpy arrays exactly as the last instance takes them (dtype, shape, C order) run its tvm-ffi
@@ -302,6 +333,7 @@ class CompiledKernel:
         arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
         env = _bind(self.kernel, arrays, self.shapes)
         instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
+        self._ran = instance
         return instance.run(arrays)
 
     def _traced_call(self, arrays: Sequence[Any]) -> Any:
@@ -315,6 +347,7 @@ class CompiledKernel:
                 arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
                 env = _bind(self.kernel, arrays, self.shapes)
             instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
+            self._ran = instance
             if arrays and not all(isinstance(a, np.ndarray) for a in arrays):
                 return instance.run(arrays)  # torch CPU tensors go through the entry: one span for the call
             return instance.run(arrays, memory=HOST)

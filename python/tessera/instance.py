@@ -12,6 +12,7 @@ GPU (``tessera.gpu.TorchMemory``). The arrays of a call are checked against the 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 
 from tessera_tvm import trace as _trace
 from tessera_tvm.graph import GraphIR, KernelBinding
+from tessera_tvm.tile import dtype_bytes
 
 from .errors import ArgumentError
 from .kernel import Kernel
@@ -62,6 +64,24 @@ class DeviceKernel:
     @property
     def spec(self):
         return self.binding.spec
+
+    @functools.cached_property
+    def work(self) -> tuple[int, int]:
+        """(FLOPs, bytes) of one run: the GEMM's 2MNK or attention's 4 B H Sq Skv D (half of it
+        causal), 0 FLOPs for the memory-bound families; bytes are every parameter read or written
+        once. Kept in the kernel's metadata (``flops``, ``bytes``) and behind the metrics' rates."""
+        spec = self.spec
+        nbytes = sum(math.prod(p.shape) * dtype_bytes(p.dtype) for p in spec.params())
+        if spec.family == "gemm":
+            return int(spec.flops), int(nbytes)
+        if spec.family == "attention":
+            flops = 4 * spec.B * spec.H * spec.S_q * spec.S_kv * spec.D
+            return int(flops // 2 if spec.causal else flops), int(nbytes)
+        return 0, int(nbytes)
+
+    @property
+    def grids(self) -> list[list[int]]:
+        return [list(m["launch"]["grid"]) for m in self.lowered.metadata if "launch" in m]
 
     def tile_text(self) -> str:
         return f"# kernel {self.name}: {self.spec!r}\n{self.tile.script()}"
