@@ -174,6 +174,16 @@ def module_plans(compiled, shapes, what: str) -> list[ModulePlan]:
     return plans
 
 
+def _kernel_metadata(instance) -> list[dict]:
+    """Each device kernel's metadata with its work per run (``flops``, ``bytes``: what the metrics'
+    rates are computed from)."""
+    return [
+        {**m, "fused_kernel": dk.name, "flops": dk.work[0], "bytes": dk.work[1]}
+        for dk in instance.devices
+        for m in dk.lowered.metadata
+    ]
+
+
 def export_bundle(compiled, out_dir, shapes=None) -> dict[str, Path]:
     """Write ``compiled``'s AOT bundle to ``out_dir``: the tvm-ffi library, ``metadata.json`` (the
     entry, every argument's dtype and shape, each device kernel's metadata), a C header declaring
@@ -209,14 +219,14 @@ def export_bundle(compiled, out_dir, shapes=None) -> dict[str, Path]:
         "device": plan.device,  # where the arguments live: cpu or cuda
         "shapes": dict(plan.bound),
         "arguments": arguments(plan),
-        "kernels": [m for dk in instances[0].devices for m in dk.lowered.metadata],
+        "kernels": _kernel_metadata(instances[0]),
     }
     if len(plans) > 1:  # the entry binds the dims from the arguments and runs the matching variant
         metadata["variants"] = [
             {
                 "shapes": dict(p.bound),
                 "arguments": arguments(p),
-                "kernels": [m for dk in inst.devices for m in dk.lowered.metadata],
+                "kernels": _kernel_metadata(inst),
             }
             for p, inst in zip(plans, instances, strict=True)
         ]

@@ -161,6 +161,9 @@ def test_the_bundle_holds_library_header_and_metadata(bundle):
     ]
     (kernel,) = meta["kernels"]
     assert kernel["name"] == "fused_matmul_add_relu_kernel" and {"tile", "resources", "launch"} <= set(kernel)
+    # The work of one run, computed at compile time (the metrics' rates come from it).
+    assert kernel["flops"] == 2 * 32 * 48 * 40
+    assert kernel["bytes"] == 4 * (32 * 48 + 48 * 40 + 40 + 32 * 40)
     header = (bundle / "linear_relu.h").read_text()
     assert (
         "int __tvm_ffi_linear_relu(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result);" in header
