@@ -50,6 +50,16 @@ setup_apache_tvm() {
     ensure_venv .venv-apache-tvm "apache-tvm 0.27, torch 2.13.0 (CPU) and Tessera (--no-deps)" install_apache_tvm
 }
 
+# apache_tvm_python ARGS: both venvs set up, then the apache-tvm venv's python, with the main venv as
+# Tessera's toolchain. TileLang's variables (set when this runs under the main venv's pytest) would
+# make apache-tvm load TileLang's TVM, so they are removed.
+apache_tvm_python() {
+    setup
+    setup_apache_tvm
+    TESSERA_TOOLCHAIN_PYTHON="$(cd "$VENV" && pwd)/bin/python" exec env -u PYTHONPATH -u TVM_LIBRARY_PATH \
+        -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python "$@"
+}
+
 case "${1:-}" in
     demo)
         shift
@@ -63,19 +73,12 @@ case "${1:-}" in
         ;;
     apache-tvm)
         shift
-        setup
-        setup_apache_tvm
-        # TileLang's variables (set when this runs under the main venv's pytest) would load its TVM.
-        TESSERA_TOOLCHAIN_PYTHON="$(cd "$VENV" && pwd)/bin/python" exec env -u PYTHONPATH -u TVM_LIBRARY_PATH \
-            -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python -m pytest \
-            --confcutdir tests/upstream/apache_tvm -p no:cacheprovider tests/upstream/apache_tvm "$@"
+        apache_tvm_python -m pytest --confcutdir tests/upstream/apache_tvm -p no:cacheprovider \
+            tests/upstream/apache_tvm "$@"
         ;;
     apache-tvm-run)
         shift
-        setup
-        setup_apache_tvm
-        TESSERA_TOOLCHAIN_PYTHON="$(cd "$VENV" && pwd)/bin/python" exec env -u PYTHONPATH -u TVM_LIBRARY_PATH \
-            -u TL_CUTLASS_PATH -u TL_TEMPLATE_PATH .venv-apache-tvm/bin/python "$@"
+        apache_tvm_python "$@"
         ;;
     setup)
         setup

@@ -616,8 +616,9 @@ def bench_upstream(quick: bool) -> None:
     import json
     import subprocess
 
-    foreign = ("PYTHONPATH", "VIRTUAL_ENV", "TVM_LIBRARY_PATH", "TL_CUTLASS_PATH", "TL_TEMPLATE_PATH")
-    env = {k: v for k, v in os.environ.items() if k not in foreign}
+    from tessera_tvm.upstream.toolchain import clean_environment
+
+    env = clean_environment()  # this process imported TileLang, whose variables would reach apache-tvm
     command = ["bash", str(ROOT / "tessera.sh"), "apache-tvm-run", "bench/upstream_models.py"]
     done = subprocess.run(
         [*command, *(["--quick"] if quick else [])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800

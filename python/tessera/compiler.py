@@ -330,11 +330,19 @@ class CompiledKernel:
                 "do not run in this process (no runtime for this target here): their source and metadata are "
                 "the result (.source, .artifacts, .metadata). Compile with target='cpu' to run it here."
             )
+        arrays, env = self._checked(arrays)
+        return self._instance_of(env).run(arrays)
+
+    def _checked(self, arrays: Sequence[Any]) -> tuple[Any, dict[str, int]]:
+        """The arrays checked against the kernel, and the dims they bind."""
         arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
-        env = _bind(self.kernel, arrays, self.shapes)
+        return arrays, _bind(self.kernel, arrays, self.shapes)
+
+    def _instance_of(self, env: dict[str, int]) -> Instance:
+        """The instance for dims ``env`` (compiled on first use); the one a call runs."""
         instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
         self._ran = instance
-        return instance.run(arrays)
+        return instance
 
     def _traced_call(self, arrays: Sequence[Any]) -> Any:
         """``__call__`` under a trace (tessera_tvm/trace.py): the call, its argument checks and, on
@@ -344,10 +352,8 @@ class CompiledKernel:
             if backend.runs_on == "gpu" or not self.runnable:
                 return self._call(arrays)  # one span for the call (and NVTX ranges on a GPU)
             with _trace.span("check arguments", "host"):
-                arrays = _check_args(self.kernel, arrays, self.shapes, allow_torch_cpu=True)
-                env = _bind(self.kernel, arrays, self.shapes)
-            instance = self._instances.get(tuple(sorted(env.items()))) or self._instantiate(env)
-            self._ran = instance
+                arrays, env = self._checked(arrays)
+            instance = self._instance_of(env)
             if arrays and not all(isinstance(a, np.ndarray) for a in arrays):
                 return instance.run(arrays)  # torch CPU tensors go through the entry: one span for the call
             return instance.run(arrays, memory=HOST)

@@ -6,6 +6,7 @@ short loop over the dataflow block instead of a Relax mutator.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,8 +188,8 @@ def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
                 raise GraphIRError(f"{where}: dim {d.name} has no value; bind it (shapes={{'{d.name}': ...}})")
             value = env[str(d.name)]
             out.append(value if isinstance(value, tir.Var) else int(value))
-        elif isinstance(env.get(_dim_name(d)), tir.Var):  # an expression of symbolic dims, kept as one
-            out.append(env[_dim_name(d)])
+        elif isinstance(env.get(kernel_dim_name(d)), tir.Var):  # an expression of symbolic dims, kept as one
+            out.append(env[kernel_dim_name(d)])
         else:
             vmap = {
                 v: tir.IntImm("int64", env[str(v.name)])
@@ -202,10 +203,13 @@ def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _dim_name(dim) -> str:
-    from ..relax.patterns import kernel_dim_name
-
-    return kernel_dim_name(dim)
+def kernel_dim_name(dim) -> str:
+    """The name of the kernel dim standing for symbolic Relax dim ``dim``: its name for a variable,
+    an identifier spelled from the expression for a product such as ``s0 * 24`` (``s0_x_24``)."""
+    if isinstance(dim, tir.Var):
+        return str(dim.name)
+    text = re.sub(r"T\.int(32|64)\((\d+)\)", r"\2", str(dim)).replace("*", " x ")
+    return re.sub(r"\W+", "_", text).strip("_")
 
 
 def scalar_const(value: float | int, dtype: str):

@@ -22,11 +22,11 @@ from typing import Any
 from .._tvm import tvm
 from ..config import TargetConfig, load_config
 from ..errors import TesseraError
-from ..graph.nodes import call_with, flatten
+from ..graph.nodes import call_with, flatten, kernel_dim_name
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
 from .elementwise import elementwise_trees
-from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, kernel_dim_name, plan_kernel, tessera_patterns
+from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
 from .pipeline import (
     CONFIG_ATTR,
     FINGERPRINT_ATTR,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from ..config import TargetConfig
 from ..errors import TesseraError
 from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
-from ..graph.nodes import Node, node_of
+from ..graph.nodes import Node, kernel_dim_name, node_of
 from ..target.backend import backend_for
 from ..tile import AttentionSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
 from ..tile import base as tile_base
@@ -180,15 +179,6 @@ def _dim_keys(dims) -> list:
 #: The value a symbolic dim takes where Tessera needs a number (choosing the schedule, checking that
 #: it fits): ``partition_for_tessera(..., dim_hints={"batch": 8})`` overrides it per dim.
 DEFAULT_DIM_HINT = 64
-
-
-def kernel_dim_name(dim) -> str:
-    """The name of the kernel dim standing for symbolic Relax dim ``dim``: its name for a variable,
-    an identifier spelled from the expression for a product such as ``s0 * 24`` (``s0_x_24``)."""
-    if isinstance(dim, tir.Var):
-        return str(dim.name)
-    text = re.sub(r"T\.int(32|64)\((\d+)\)", r"\2", str(dim)).replace("*", " x ")
-    return re.sub(r"\W+", "_", text).strip("_")
 
 
 def _symbols(

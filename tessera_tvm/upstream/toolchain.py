@@ -33,8 +33,9 @@ DEFAULT_TIMEOUT = float(os.environ.get("TESSERA_TOOLCHAIN_TIMEOUT", "900"))
 
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout holding tessera_tvm/
 
-#: Environment variables that would make the child load this process's TVM (DESIGN.md §3.1).
-_FOREIGN_ENV = (
+#: Environment variables that would make a child process load another TVM than its own (TileLang sets
+#: PYTHONPATH, TVM_LIBRARY_PATH and TL_* at import; DESIGN.md §3.1). Strip them for a child.
+FOREIGN_ENV = (
     "PYTHONPATH",
     "PYTHONHOME",
     "LD_LIBRARY_PATH",
@@ -44,6 +45,11 @@ _FOREIGN_ENV = (
     "TL_CUTLASS_PATH",
     "TL_TEMPLATE_PATH",
 )
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without :data:`FOREIGN_ENV`: for a child that runs the other TVM."""
+    return {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
 
 
 def toolchain_python() -> Path:
@@ -93,7 +99,7 @@ def create_toolchain_venv(where: Path) -> Path:
         flush=True,
     )
     where.parent.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+    env = clean_environment()
     env["TESSERA_VENV"] = str(where)
     setup = subprocess.Popen(
         ["bash", str(script), "setup"],
@@ -121,7 +127,7 @@ class Toolchain:
     def __init__(self, python: Path | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.python = python or toolchain_python()
         self.timeout = timeout
-        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+        env = clean_environment()
         env["PYTHONUNBUFFERED"] = "1"
         try:
             self.proc = subprocess.Popen(

@@ -4,12 +4,13 @@ tests/upstream/apache_tvm there, against this venv as the toolchain."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tessera_tvm.upstream.toolchain import clean_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,9 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 to make the venv")
 def test_the_apache_tvm_suite_passes_in_its_own_venv():
-    # This process imported TileLang, which set PYTHONPATH and TVM_LIBRARY_PATH to its own TVM.
-    foreign = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "TVM_LIBRARY_PATH", "TL_CUTLASS_PATH", "TL_TEMPLATE_PATH")
-    env = {k: v for k, v in os.environ.items() if k not in foreign}
+    env = clean_environment()  # this process imported TileLang, whose variables would reach apache-tvm
     done = subprocess.run(
         ["bash", str(ROOT / "tessera.sh"), "apache-tvm", "-q", "-rA"],
         cwd=ROOT,
