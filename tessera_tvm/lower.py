@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ._tvm import is_jit_kernel, jit_program, load_json, pass_context_with, tvm
+from .capture import collecting_logs, pass_context_record, start_capture
 from .config import TargetConfig, load_config
-from .errors import LoweringError, TesseraError
+from .errors import LoweringError, TesseraError, ToolchainError
 from .pipeline import PassRecord, PassRecorder, recording, run_phase
 from .target.backend import backend_for
 from .transform.analysis import is_device_kernel
@@ -248,7 +249,18 @@ def lower(
         entry = cache.load(key)
         if entry is not None:
             return _from_cache(entry, config, out)
-    lowered = _lower(mod, name, config, Path(dump_dir) if dump_dir is not None else None)
+    recorder = PassRecorder(dump_dir=Path(dump_dir) if dump_dir is not None else None)
+    try:
+        with collecting_logs():
+            return _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key)
+    except Exception as exc:
+        _capture(exc, mod, name, config, recorder, build, pass_ctx)
+        raise
+
+
+def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
+    """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
+    lowered = _lower(mod, name, config, recorder)
     if key is None:
         if out is not None:
             _write_artifacts_atomic(lowered, out, build=build)
@@ -269,12 +281,40 @@ def lower(
     return lowered
 
 
-def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredModule:
+def _capture(
+    exc: BaseException, mod, name: str, config: TargetConfig, recorder: PassRecorder, build: bool, pass_ctx
+) -> None:
+    """Write the crash capture of a failed lowering (tessera_tvm.capture): the program, the config,
+    the IR the failing pass received, the passes that ran, the metadata if the codegen got that far."""
+    capture = start_capture(exc, "lower", name)
+    if capture is None or "program.json" in capture.record["files"]:
+        return
+    try:
+        capture.add_ir("program", mod)
+        capture.add_config(config)
+        stage = "toolchain" if isinstance(exc, ToolchainError) else "codegen"
+        if recorder.failed is not None:
+            pass_name, phase, before = recorder.failed
+            capture.add_ir("before_pass", before)
+            capture.update(failed_pass={"name": pass_name, "phase": phase})
+            stage = phase
+        capture.update(stage=stage, program={"name": name, "build": build}, pass_context=pass_context_record(pass_ctx))
+        if recorder.metadata is not None:
+            capture.add_json("metadata.json", recorder.metadata)
+        if recorder.records:
+            capture.append_log("passes that ran", recorder.timing_table())
+    except Exception as failure:  # capture never hides the user's error
+        capture.append_log("capture incomplete", f"{type(failure).__name__}: {failure}")
+    finally:
+        capture.save()
+
+
+def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> LoweredModule:
     """Run the three phases and the codegen (no cache, no files but the dumps)."""
     from tessera_tvm.target.codegen import device_source
 
     backend = backend_for(config)
-    recorder = PassRecorder(dump_dir=dump)
+    dump = recorder.dump_dir
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
         (dump / "000_input.py").write_text(mod.script())
@@ -304,6 +344,7 @@ def _lower(mod, name: str, config: TargetConfig, dump: Path | None) -> LoweredMo
     if dump is not None:
         (dump / "timing.txt").write_text(timing)
     metadata = [tt_program.metadata] if tt_program else _metadata(device_mod)
+    recorder.metadata = metadata
     return LoweredModule(
         name=name,
         config=config,

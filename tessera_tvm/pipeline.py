@@ -73,6 +73,8 @@ class PassRecorder:
     dump_dir: Path | None = None
     records: list[PassRecord] = field(default_factory=list)
     error: BaseException | None = None
+    failed: tuple[str, str, Any] | None = None  # (pass, phase, the IR it received) of the first failure
+    metadata: list[dict[str, Any]] | None = None  # the kernel metadata, once the codegen made it
 
     def dump(self, name: str, mod) -> None:
         if self.dump_dir is None:
@@ -158,6 +160,8 @@ def _wrap(entry: PipelineEntry, phase: str, ctx: BuildContext):
             detail = _STATUS.get()
         except BaseException as exc:
             exc = take_pending_error() or exc  # the class the inner pass raised, before the FFI
+            if recorder is not None and recorder.failed is None:
+                recorder.failed = (entry.name, phase, mod)  # for the crash capture (tessera_tvm.capture)
             if recorder is not None and recorder.error is None:
                 if isinstance(exc, TesseraError):
                     recorder.error = exc

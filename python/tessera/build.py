@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import tessera_tvm
+from tessera_tvm.capture import collecting_logs
 from tessera_tvm.graph import GraphIR, kernel_spec
 from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
@@ -32,6 +33,7 @@ from .dumps import write_dumps
 from .errors import KernelError, ScheduleError
 from .instance import DeviceKernel, Instance, PassLogEntry
 from .kernel import Kernel
+from .repro import CompileProgress, capture_compile_failure
 from .schedule import Schedule, TuningSummary, choose_schedule, split_overrides
 
 
@@ -54,11 +56,16 @@ def _compile_instance(
     build: bool,
     tuning: Mapping[str, TuningSummary] | None = None,
 ) -> Instance:
-    with span(f"instance {kernel.name}", "host", target=config.name, shapes=str(env)):
-        return _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning)
+    progress = CompileProgress()
+    with span(f"instance {kernel.name}", "host", target=config.name, shapes=str(env)), collecting_logs():
+        try:
+            return _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning, progress)
+        except Exception as exc:  # a crash capture (tessera.repro), its path at the end of the message
+            capture_compile_failure(exc, kernel, config, env, overrides, build, progress)
+            raise
 
 
-def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning) -> Instance:
+def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning, progress) -> Instance:
     graph_dumps = dump_dir / "passes" / "graph" if dump_dir is not None and "graph" in dump_stages else None
     with span("graph", "host", kernel=kernel.name):
         graph = kernel.graph(env, target=config, dump_dir=graph_dumps)
@@ -68,6 +75,7 @@ def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build
     # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
     planned = []
     for group in graph.groups:
+        progress.stage, progress.group = "sched", group.name
         start = time.perf_counter()
         try:
             binding = kernel_spec(group, env)
@@ -80,6 +88,7 @@ def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build
             schedule = choose_schedule(group.name, group.describe(), binding.spec, config, per_kernel[group.name])
         if group.name in tuning:
             schedule = dataclasses.replace(schedule, autotune=tuning[group.name])
+        progress.schedules[group.name] = schedule
         log.append(
             PassLogEntry(
                 "sched",
@@ -94,9 +103,12 @@ def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build
     out_root = dump_dir if dump_dir is not None and "target" in dump_stages else None  # else: the kernel cache
     devices = []
     for group, binding, schedule in planned:
+        progress.stage, progress.group = "tile", group.name
         start = time.perf_counter()
         with span(f"tile {group.name}", "host"):
             tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
+        progress.tiles[group.name] = tile
+        progress.stage = "target"
         log.append(PassLogEntry("tile", group.name, "tile", "build tile program", time.perf_counter() - start))
         passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
         out_dir = out_root / "artifacts" / group.name if out_root is not None else None

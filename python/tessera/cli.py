@@ -16,6 +16,11 @@ tessera export FILE.py[:KERNEL] [--target cpu] [--shapes M=128,N=64 [--shapes M=
 tessera runtime --out DIR [--sanitize]  build libtessera_rt.so, the tsr* C runtime (include/tessera/tsr.h)
 tessera metrics FILE.jsonl|FILE.csv [--prometheus OUT]
                                         p50/p95/max per kernel of a TESSERA_METRICS file
+tessera pack-repro CAPTURE_DIR [-o OUT.tar.gz]
+tessera pack-repro FILE.py[:KERNEL] [--target cpu] [--shapes M=128,..] [-o OUT.tar.gz]
+                                        bundle a crash capture, or a kernel with sample inputs and outputs
+tessera replay PACK.tar.gz|CAPTURE_DIR [--run] [--json]
+                                        reproduce the pack's failure or check its outputs (0: reproduced)
 """
 
 from __future__ import annotations
@@ -279,6 +284,44 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pack_repro(args: argparse.Namespace) -> int:
+    """tessera pack-repro CAPTURE_DIR | FILE.py[:KERNEL] --target T [--shapes ..] -o OUT.tar.gz"""
+    import tessera as ts
+
+    source = Path(args.source).expanduser()
+    if source.is_dir():
+        if args.target or args.shapes or args.schedule:
+            raise _Usage("tessera pack-repro: --target, --shapes and --schedule are for a kernel file, not a capture")
+        out = Path(args.out or f"{source.name}.tar.gz")
+        ts.pack_repro(source, out)
+        print(f"wrote {out} (crash capture {source}); replay: tessera replay {out}")
+        return 0
+    kernel, module = _load_kernel(args.source, "pack-repro")
+    shapes = _shapes(args, kernel, module, "pack-repro")
+    missing = [s for s in kernel.symbols if s not in shapes]
+    if missing:
+        raise _Usage(f"tessera pack-repro: bind every dim of {kernel.name}; {', '.join(missing)} not given (--shapes)")
+    compiled = ts.compile(
+        kernel,
+        target=args.target or "cpu",
+        shapes=shapes,
+        schedule=_json_arg(args.schedule, "--schedule", "pack-repro"),
+    )
+    out = Path(args.out or f"{kernel.name}.repro.tar.gz")
+    ts.pack_repro(compiled, out, seed=args.seed)
+    bound = ", ".join(f"{k}={v}" for k, v in shapes.items())
+    print(f"wrote {out} ({kernel.name} for {compiled.target}, {bound}: graph, config, inputs, outputs)")
+    print(f"replay: tessera replay {out}   (or: tar xzf {out} && python <dir>/replay.py)")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """tessera replay PACK [--run] [--json]"""
+    from .repro import main as replay_main
+
+    return replay_main([args.pack, *(["--run"] if args.run_binaries else []), *(["--json"] if args.json else [])])
+
+
 def _cmd_runtime(args: argparse.Namespace) -> int:
     """tessera runtime --out DIR: build libtessera_rt.so, the tsr* C runtime."""
     from tessera_tvm.target.cpu.build import RUNTIME_INCLUDE_DIR
@@ -390,6 +433,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", help="the .jsonl or .csv file the calls were recorded to")
     p.add_argument("--prometheus", metavar="OUT", help="also write the summary in Prometheus text format")
     p.set_defaults(run=_cmd_metrics)
+
+    p = sub.add_parser("pack-repro", help="bundle a crash capture, or a kernel with sample inputs, into a .tar.gz")
+    p.add_argument("source", help="a crash capture directory, or FILE.py[:KERNEL]")
+    p.add_argument("-o", "--out", help="the pack to write (default: <capture>.tar.gz or <kernel>.repro.tar.gz)")
+    p.add_argument("--target", help="for a kernel: a config name or a path to a YAML file (default: cpu)")
+    p.add_argument("--shapes", help="for a kernel: NAME=INT,... (default: the file's SHAPES dict)")
+    p.add_argument("--schedule", help="for a kernel: schedule overrides as JSON (or a JSON file)")
+    p.add_argument("--seed", type=int, default=0, help="for a kernel: the seed of its random sample inputs")
+    p.set_defaults(run=_cmd_pack_repro)
+
+    p = sub.add_parser(
+        "replay", help="replay a repro pack or crash capture: reproduce its failure or check its outputs"
+    )
+    p.add_argument("pack", help="a .tar.gz made by tessera pack-repro, or a capture directory")
+    p.add_argument(
+        "--run",
+        dest="run_binaries",
+        action="store_true",
+        help="also run the pack's prebuilt library (code from the pack)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=_cmd_replay)
 
     args = parser.parse_args(argv)
     from tessera_tvm.errors import TesseraError

@@ -57,6 +57,7 @@ from .instance import (  # noqa: F401  (re-exported: imported from tessera.compi
     _numpy_dtype,
 )
 from .kernel import STAGES, Kernel
+from .repro import capture_call_failure
 from .schedule import Schedule, TuningSummary, split_overrides
 
 __all__ = ["CompiledKernel", "DeviceKernel", "PassLogEntry", "compile", "tile_program"]
@@ -286,9 +287,13 @@ class CompiledKernel:
     def __call__(self, *arrays: Any) -> Any:
         """Run on numpy arrays or torch CPU tensors (CPU configs), or on torch CUDA tensors or numpy arrays
         (CUDA configs on a GPU); numpy in gives numpy out, torch in gives torch out. Returns the result(s)."""
-        if _trace.active() is not None or _metrics.active() is not None:
-            return self._observed_call(arrays)
-        return self._call(arrays)
+        try:
+            if _trace.active() is not None or _metrics.active() is not None:
+                return self._observed_call(arrays)
+            return self._call(arrays)
+        except Exception as exc:  # a crash capture (tessera.repro); not for mistakes in the arguments
+            capture_call_failure(exc, self, arrays)
+            raise
 
     def _observed_call(self, arrays: Sequence[Any]) -> Any:
         """A call under a trace (spans for the checks and each device kernel) or with metrics on (one

@@ -22,6 +22,7 @@ __all__ = [
     "ModulePlan",
     "TensorArg",
     "TensorMap",
+    "call_library",
     "dlpack_type",
     "check_variants",
     "entry_dispatch",
@@ -408,3 +409,15 @@ def entry_opening(plan: ModulePlan, function: str) -> list[str]:
             f"  if (data_{t.name} == nullptr) return -1;",
         ]
     return lines
+
+
+def call_library(path: str | Path, entry: str, arrays) -> None:
+    """Call ``entry`` of the tvm-ffi library at ``path`` on numpy arrays (inputs, then the outputs it
+    writes): what ``tessera replay --run`` does with a pack's prebuilt library."""
+    import tvm_ffi
+
+    try:
+        function = tvm_ffi.load_module(str(path))[entry]
+    except Exception as exc:
+        raise ModuleError(f"{path}: cannot load entry {entry!r} of this library: {exc}") from None
+    function(*[tvm_ffi.from_dlpack(a) for a in arrays])

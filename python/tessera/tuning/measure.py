@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 import tessera_tvm
+from tessera_tvm import capture
 
 from ..errors import AutotuneError
 from ..schedule import TuningSummary
@@ -201,8 +202,9 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
                 show.step()
                 continue
             try:
-                tile, tile_spec = tile_program(plan.name, plan.describe, plan.spec, c.schedule, config)
-                lowered = tessera_tvm.lower(tile, config)  # the worker's build, from the kernel cache
+                with capture.disabled():  # a candidate's failure is a table row, not a crash
+                    tile, tile_spec = tile_program(plan.name, plan.describe, plan.spec, c.schedule, config)
+                    lowered = tessera_tvm.lower(tile, config)  # the worker's build, from the kernel cache
                 bench = bench or bench_type(tile_spec)
                 run, out = bench.prepare(lowered)
                 if reference is None:  # the default schedule's result, unless it failed

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import tessera_tvm
+from tessera_tvm import capture
 
 from ..errors import AutotuneError
 from .progress import _Progress
@@ -33,8 +34,9 @@ def compile_candidate(job: Mapping[str, Any]) -> dict[str, Any]:
 
     start = time.perf_counter()
     try:
-        tile, _ = tile_program(job["name"], job["describe"], job["spec"], job["schedule"], job["config"])
-        lowered = tessera_tvm.lower(tile, job["config"])
+        with capture.disabled():  # a candidate's failure is a table row, not a crash
+            tile, _ = tile_program(job["name"], job["describe"], job["spec"], job["schedule"], job["config"])
+            lowered = tessera_tvm.lower(tile, job["config"])
     except Exception as exc:  # one candidate's failure is its own, reported in the table
         return {"ok": False, "error": _one_line(exc), "seconds": time.perf_counter() - start}
     return {"ok": True, "seconds": time.perf_counter() - start, "from_cache": lowered.from_cache}
