@@ -181,8 +181,8 @@ class Capture:
         self.record["files"][name] = _digest(path)
         return path
 
-    def add_json(self, name: str, value: Any) -> Path:
-        return self.add_text(name, json.dumps(value, indent=1, sort_keys=True, default=str) + "\n")
+    def add_json(self, name: str, value: Any, *, sort_keys: bool = True) -> Path:
+        return self.add_text(name, json.dumps(value, indent=1, sort_keys=sort_keys, default=str) + "\n")
 
     def add_ir(self, stem: str, mod) -> None:
         """``mod`` as ``<stem>.json`` (TVM JSON: what replay loads) and ``<stem>.py`` (TVMScript to read)."""
@@ -482,3 +482,17 @@ def load_ir(capture: Capture, stem: str):
         raise TesseraError(
             f"{path}: not TVM JSON this TVM can load ({str(exc).splitlines()[0] if str(exc) else exc})"
         ) from None
+
+
+def replay_failing_pass(capture: Capture):
+    """Run only the pass that failed on the IR it received (``before_pass.json``), under the
+    captured config; raises what the pass raises. None when the capture names no failing pass."""
+    from .pipeline import run_pass
+
+    failed = capture.record.get("failed_pass")
+    if not isinstance(failed, dict) or capture.file("before_pass.json") is None:
+        return None
+    with disabled():
+        return run_pass(
+            load_ir(capture, "before_pass"), captured_config(capture), str(failed.get("name")), failed.get("phase")
+        )

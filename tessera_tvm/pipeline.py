@@ -239,6 +239,20 @@ def run_phase(mod, config: TargetConfig | str | None, phase: str):
         return _run(seq, mod)
 
 
+def run_pass(mod, config: TargetConfig | str, name: str, phase: str | None = None):
+    """Run the one pass ``name`` of ``config``'s pipeline (with the config's arguments for it) on
+    ``mod``, under the config's target: how a crash capture's ``before_pass`` IR is checked alone."""
+    config = load_config(config)
+    for current in (phase,) if phase is not None else ALL_PHASES:
+        for entry in config.phase(current):
+            if entry.name == name:
+                ensure_registered()
+                seq = _sequential((entry,), current, BuildContext(config, config.tvm_target()))
+                with config.tvm_target():
+                    return _run(seq, mod)
+    raise TesseraError(f"config {config.name!r} has no pass {name!r}" + (f" in its {phase} list" if phase else ""))
+
+
 def LowerAndLegalize(mod, config: TargetConfig | str):  # noqa: N802  (TVM-style pass-list name)
     """Run the shared list: legalise TileLang tile programs and lower tile ops to loops."""
     return run_phase(mod, config, "lower_and_legalize")

@@ -122,6 +122,7 @@ def _add_kernel(capture: Capture, kernel: Kernel, config, env: dict[str, int], o
             "schedule": dict(overrides),
             "build": bool(build),
         },
+        sort_keys=False,  # schedule overrides in the user's order: errors quote them
     )
     capture.add_ir("graph", traced)
     try:
@@ -167,7 +168,7 @@ def _array_record(name: str, array: Any) -> dict[str, Any]:
     except Exception:
         record["dtype"] = str(getattr(array, "dtype", type(array).__name__))
     device = getattr(array, "device", None)
-    if device is not None:
+    if device is not None and not isinstance(array, np.ndarray):
         record["device"] = str(device)
     return record
 
@@ -499,20 +500,28 @@ def open_pack(path: str | os.PathLike[str], workdir: str | os.PathLike[str] | No
         root = dest / top
         if root.exists():
             raise PackError(f"{root}: already exists; unpack into an empty directory")
-        for member, name in members:
-            target = dest / name
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            if source is None:
-                raise PackError(f"{path}: member {name!r} has no data")
-            with source, open(target, "wb") as fh:
-                copied = shutil.copyfileobj(_Limited(source, member.size), fh)
-                del copied
-            target.chmod(0o644)
-    return _open_checked(root)
+        try:
+            _extract(tar, members, dest, path)
+            return _open_checked(root)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)  # a refused pack leaves nothing behind
+            raise
+
+
+def _extract(tar: tarfile.TarFile, members, dest: Path, path: Path) -> None:
+    """Write the checked members under ``dest`` (plain files, mode 0644, at most their header's size)."""
+    for member, name in members:
+        target = dest / name
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        if source is None:
+            raise PackError(f"{path}: member {name!r} has no data")
+        with source, open(target, "wb") as fh:
+            shutil.copyfileobj(_Limited(source, member.size), fh)
+        target.chmod(0o644)
 
 
 class _Limited(io.RawIOBase):
@@ -591,6 +600,22 @@ def _compare_error(recorded: dict, exc: BaseException | None, kind: str, details
     return ReplayResult(False, "a different error", kind, details, exc)
 
 
+def _failing_pass_alone(capture: Capture) -> list[str]:
+    """A line on the failing pass run alone on the IR it received (before_pass.json), if captured."""
+    failed = capture.record.get("failed_pass")
+    if not failed:
+        return []
+    try:
+        _capture.replay_failing_pass(capture)
+    except Exception as exc:
+        same = _compare_error(capture.record.get("error") or {}, exc, "", []).reproduced
+        verdict = (
+            "the same error" if same else f"another error: {type(exc).__name__}: {strip_capture_line(str(exc))[:200]}"
+        )
+        return [f"{failed.get('name')} alone on before_pass.json: {verdict}"]
+    return [f"{failed.get('name')} alone on before_pass.json: no error"]
+
+
 def _tolerance(name: str) -> tuple[float, float]:
     return {"f32": (1e-4, 1e-5), "f16": (1e-2, 1e-3), "bf16": (2e-2, 1e-2)}.get(
         name, (0.1, 0.1) if "fp8" in name else (0, 0)
@@ -642,7 +667,7 @@ def replay(
 
     capture = open_pack(path, workdir)
     kind = capture.record.get("kind")
-    details = _environment_notes(capture)
+    details = _environment_notes(capture) + _failing_pass_alone(capture)
     recorded = capture.record.get("error")
     if kind == "lower":
         try:
