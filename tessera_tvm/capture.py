@@ -108,7 +108,7 @@ def start_capture(exc: BaseException, kind: str, name: str) -> Capture | None:
     if root is None:
         return None
     try:
-        capture = Capture.create(root, kind, name, exc)
+        capture = Capture.create(root, kind, _NAME.get() or name, exc)
     except OSError:
         return None
     try:
@@ -313,14 +313,19 @@ class _BufferHandler(logging.Handler):
 _HANDLER = _BufferHandler()
 
 
+_NAME: contextvars.ContextVar[str | None] = contextvars.ContextVar("tessera_capture_name", default=None)
+
+
 @contextlib.contextmanager
-def collecting_logs() -> Iterator[None]:
+def collecting_logs(name: str | None = None) -> Iterator[None]:
     """Keep the records Tessera's and TileLang's loggers emit inside the block (at the levels the
-    user set) for a capture's log.txt. Nested blocks share the outer one's buffer."""
+    user set) for a capture's log.txt; a capture started inside is named ``name`` (the kernel, not
+    the fused kernel lowering failed on). Nested blocks share the outer one's buffer and name."""
     if _LOG_BUFFER.get() is not None:
         yield
         return
     token = _LOG_BUFFER.set([])
+    name_token = _NAME.set(name)
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     for logger in loggers:
         if _HANDLER not in logger.handlers:
@@ -328,6 +333,7 @@ def collecting_logs() -> Iterator[None]:
     try:
         yield
     finally:
+        _NAME.reset(name_token)
         _LOG_BUFFER.reset(token)
 
 
@@ -496,3 +502,17 @@ def replay_failing_pass(capture: Capture):
         return run_pass(
             load_ir(capture, "before_pass"), captured_config(capture), str(failed.get("name")), failed.get("phase")
         )
+
+
+def program_notes(capture: Capture) -> list[str]:
+    """What a replay of the captured tile program should be read with: a program that annotates
+    layouts (``T.annotate_layout``, ``loop_layout=``) loads from TVM JSON with layouts TileLang's
+    passes do not recognise as theirs, so its replay may fail where the original did not."""
+    from ._tvm import _annotated_layouts
+
+    if capture.file("program.json") is None or not _annotated_layouts(load_ir(capture, "program")):
+        return []
+    return [
+        "the tile program annotates layouts: loaded from TVM JSON they are not TileLang's own objects, "
+        "so this replay may fail differently (a known limit of program-level replay)"
+    ]

@@ -357,3 +357,16 @@ def test_cli_pack_repro_of_a_kernel_file(tmp_path, repro_dir):
     assert main(["pack-repro", str(REPO / "examples" / "linear.py"), "--shapes", "M=64,N=32,K=16", "-o", str(out)]) == 0
     assert main(["replay", str(out)]) == 0
     assert main(["replay", str(tmp_path / "nothing.tar.gz")]) == 2
+
+
+def test_layout_annotated_program_replay_says_what_to_trust(tmp_path, repro_dir):
+    """A program with T.annotate_layout loses TileLang's layout objects through TVM JSON: the replay
+    says so, and the failing pass alone on before_pass.json still gives the same error."""
+    from tests.programs.gemm_family import gemm_swizzle_annotated
+
+    with pytest.raises(tessera_tvm.ResourceError) as info:
+        tessera_tvm.lower(gemm_swizzle_annotated(512, 512, 512), str(tiny_hopper(tmp_path)), build=False)
+    result = ts.replay(capture_path(info.value))
+    text = result.text()
+    assert "the tile program annotates layouts" in text
+    assert "tessera.VerifyResources alone on before_pass.json: the same error" in text

@@ -57,7 +57,7 @@ def _compile_instance(
     tuning: Mapping[str, TuningSummary] | None = None,
 ) -> Instance:
     progress = CompileProgress()
-    with span(f"instance {kernel.name}", "host", target=config.name, shapes=str(env)), collecting_logs():
+    with span(f"instance {kernel.name}", "host", target=config.name, shapes=str(env)), collecting_logs(kernel.name):
         try:
             return _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning, progress)
         except Exception as exc:  # a crash capture (tessera.repro), its path at the end of the message

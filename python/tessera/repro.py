@@ -670,6 +670,7 @@ def replay(
     details = _environment_notes(capture) + _failing_pass_alone(capture)
     recorded = capture.record.get("error")
     if kind == "lower":
+        details += _capture.program_notes(capture)
         try:
             _capture.replay_lowering(capture)
         except Exception as exc:
