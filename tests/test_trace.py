@@ -95,3 +95,24 @@ def test_without_a_trace_nothing_is_recorded_and_a_failing_block_still_writes(tm
     with pytest.raises(ValueError, match="not one of"), trace.tracing(tmp_path / "bad.json"):
         with trace.span("x", "gpu"):
             pass
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_a_traced_gpu_call_has_a_span_per_device_kernel(tmp_path):
+    """On a GPU, a traced call runs each device kernel on its own, synchronised, so each span (and
+    NVTX range) covers the kernel's run; the result is the untraced call's."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    x, w, b = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).cuda() for s in ((128, 64), (64, 96), (96,)))
+    k = ts.compile(block, target="hopper", shapes={"M": 128, "K": 64, "N": 96})
+    path = tmp_path / "trace.json"
+    with ts.trace(path):
+        traced = k(x, w, b)
+    torch.testing.assert_close(traced, k(x, w, b))
+    by_name = {e["name"]: e for e in _events(path)}
+    call = by_name["call block"]
+    for name in ("fused_matmul_add_gelu", "softmax", "copy in softmax"):
+        assert _inside(by_name[name], call), name
+    assert by_name["fused_matmul_add_gelu"]["cat"] == "mma"

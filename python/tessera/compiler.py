@@ -302,6 +302,10 @@ class CompiledKernel:
         self._ran = self._instance  # the fast path runs the last instance; the others say which ran
         start = time.perf_counter()
         result = self._traced_call(arrays) if _trace.active() is not None else self._call(arrays)
+        if backend_for(self.config).runs_on == "gpu":  # torch in, torch out: the kernels may still be queued
+            from .gpu import synchronize
+
+            synchronize()
         seconds = time.perf_counter() - start
         instance = self._ran
         if recorder is not None and instance is not None:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from tessera_tvm import trace as _trace
+
 from .errors import NotRunnableError
 from .instance import Memory
 
@@ -125,6 +127,11 @@ class TorchMemory(Memory):
     def copy(self, value: Any) -> Any:
         return value.clone()
 
+    def sync(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+
 
 def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
     """Run every fused kernel of ``instance`` on the GPU; numpy in gives numpy out, torch in gives torch out."""
@@ -141,19 +148,27 @@ def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
     ]
     memory = TorchMemory(device)
     entry = instance.gpu_entry
-    if entry is not None:  # one call of the kernel's tvm-ffi library runs every device kernel
+    if entry is not None and _trace.active() is None:  # one call of the kernel's tvm-ffi library runs them all
         function, plan = entry  # it enters the tensors' device itself, and runs on torch's current stream
         held = [memory.hold(value, t.dtype, t.shape) for value, t in zip(inputs, plan.inputs, strict=True)]
         outs = [memory.empty(t.shape, t.dtype) for t in plan.outputs]
         function(*held, *outs)
         result = tuple(outs) if instance.graph.simplified.tuple_output else outs[0]
-    else:
+    else:  # under a trace each device kernel runs on its own, a span (and NVTX range) each, synchronised
         result = instance.run(inputs, memory)
     if tensors:
         return result
     if isinstance(result, tuple):
         return tuple(from_torch(r, str(r.dtype).removeprefix("torch.")) for r in result)
     return from_torch(result, str(result.dtype).removeprefix("torch."))
+
+
+def synchronize() -> None:
+    """Wait for the kernels queued on torch's current CUDA device (a metrics row times the work,
+    not its launch)."""
+    import torch
+
+    torch.cuda.synchronize()
 
 
 def _default_device():

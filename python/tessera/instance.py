@@ -252,12 +252,15 @@ class Instance:
             named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
             name, dtype, shape = launch.output
             named[name] = out = memory.empty(shape, dtype)
+            memory.sync()
         phase = _trace.FAMILY_PHASE.get(device.spec.family, "host")
         with _trace.span(device.name, phase, family=device.spec.family, flops=getattr(device.spec, "flops", None)):
             device.run(named)
+            memory.sync()  # a GPU kernel's span ends when it has run, not when it was queued
         var, dtype, shape = launch.result
         with _trace.span(f"copy out {device.name}", "copy"):
             values[var] = memory.result(out, dtype, shape)
+            memory.sync()
 
 
 class Memory:
@@ -277,6 +280,9 @@ class Memory:
 
     def copy(self, value: Any) -> Any:
         return value.copy()
+
+    def sync(self) -> None:
+        """Wait for the work queued on this memory's device (the host's runs at once)."""
 
 
 HOST = Memory()
