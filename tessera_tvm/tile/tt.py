@@ -5,7 +5,8 @@ the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
 
 - GEMM: ``T.clear`` of a float32 accumulator, a K loop of ``T.copy`` DRAM -> 32x32 tile for A and B
   and ``T.gemm`` (``transpose_B`` for ``transpose_b``), then an optional element-wise epilogue on the
-  accumulator (bias row + relu / gelu (erf, tanh) / exp, in order) and ``T.copy`` of the tile out.
+  accumulator (bias row, residual (+) or gate (*) tiles of an [M, N] operand, relu / gelu (erf,
+  tanh) / exp, in order) and ``T.copy`` of the tile out.
 - Element-wise: one masked ``T.Parallel(32, 32)`` loop whose store is an expression of same-shape
   inputs built from + - * and exp / relu / gelu; the output is viewed as ``[rows, last dim]`` (the
   buffers are declared with that 2-D shape) and ``tt.TilePad`` drops the edge masks.
@@ -13,8 +14,8 @@ the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
 Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression) adds no instruction: on
 Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
 
-Anything else (softmax, norms, attention, reductions, batched or transposed-A GEMMs, residual /
-scale epilogues, scalar constants, broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
+Anything else (softmax, norms, attention, reductions, batched or transposed-A GEMMs, scale /
+add_scalar epilogues, scalar constants, broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
 :class:`UnsupportedTTOperationError` naming the operation.
 """
 
@@ -39,7 +40,7 @@ TILE = 32
 TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
 
 TT_DTYPES = ("bfloat16", "float32")
-TT_EPILOGUE = ("bias", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
+TT_EPILOGUE = ("bias", "residual", "gate", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
 TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "cast")
 TT_BINARY = ("add", "sub", "mul")
 
@@ -126,14 +127,21 @@ def _check_gemm(spec: GemmSpec) -> None:
         raise _unsupported("epilogue bias twice", "one bias row per GEMM", what="two bias epilogues")
 
 
-def _epilogue_value(spec: GemmSpec, acc, bias: dict, bx, j):
+def _epilogue_value(spec: GemmSpec, acc, operands: dict, bx, by, i, j):
     """The accumulator element after the epilogue ops, in order (float32)."""
     value = acc
+    row, col = by * TILE + i, bx * TILE + j
     for op in spec.epilogue:
         if op.kind == "bias":
             # The bias row, masked past N (tt.TilePad pads it with zeros and drops the mask).
-            col = bx * TILE + j
-            value = value + T.if_then_else(col < spec.N, T.cast(bias[op.operand][col], "float32"), T.float32(0))
+            value = value + T.if_then_else(col < spec.N, T.cast(operands[op.operand][col], "float32"), T.float32(0))
+        elif op.kind in ("residual", "gate"):
+            # A tile of an [M, N] operand, masked past the edges (padded with zeros by tt.TilePad):
+            # the tensorizer adds or multiplies it into the accumulator tile on the FPU.
+            tile = T.if_then_else(
+                T.And(row < spec.M, col < spec.N), T.cast(operands[op.operand][row, col], "float32"), T.float32(0)
+            )
+            value = value + tile if op.kind == "residual" else value * tile
         else:
             value = unary(op.kind, value, "float32", cast_to=op.dtype)
     return value
@@ -153,7 +161,7 @@ def _gemm_program(spec: GemmSpec):
     @prim_func
     def main():
         io = declare_params(params)
-        bias = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
+        operands = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
         with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(M, TILE)) as (bx, by):
             A_s = T.alloc_shared((TILE, TILE), spec.dtype_a)
             B_s = T.alloc_shared((TILE, TILE), spec.dtype_b)
@@ -168,7 +176,7 @@ def _gemm_program(spec: GemmSpec):
                 T.gemm(A_s, B_s, C_l, transpose_B=tb)
             if compute:
                 for i, j in T.Parallel(TILE, TILE):
-                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], bias, bx, j)
+                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], operands, bx, by, i, j)
             T.copy(C_l, io.buffers[-1][by * TILE, bx * TILE])
 
     return main

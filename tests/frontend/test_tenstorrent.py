@@ -242,6 +242,62 @@ def test_float32_gemm_with_transposed_b_and_gelu_tanh_in_the_emulator(tmp_path):
     assert np.all(np.abs(result["C"] - ref) <= tol), np.abs(result["C"] - ref).max()
 
 
+@ts.kernel
+def residual_block(
+    A: Tensor["M", "K", ts.bf16], W: Tensor["K", "N", ts.bf16], R: Tensor["M", "N", ts.bf16]
+) -> Tensor["M", "N", ts.bf16]:
+    return ops.relu(ops.matmul(A, W) + R)
+
+
+@needs_gxx
+def test_gemm_with_a_residual_epilogue_runs_in_the_emulator(tmp_path):
+    """matmul + residual, relu from the frontend: one fused GEMM whose epilogue adds a tile of the
+    [M, N] operand on the FPU (edge tiles padded)."""
+    shapes = {"M": 50, "N": 70, "K": 45}
+    k = ts.compile(residual_block, target="tenstorrent", shapes=shapes)
+    (dk,) = k.device_kernels
+    assert [op.kind for op in dk.binding.spec.epilogue if op.kind != "cast"] == ["residual", "relu"]
+    assert "add_tiles(" in k.source and "relu_tile(" in k.source
+    rng = np.random.default_rng(3)
+    M, N, K = shapes["M"], shapes["N"], shapes["K"]
+    bf16 = ts.bf16.numpy
+    a, w, r = (rng.standard_normal(s).astype(bf16) for s in ((M, K), (K, N), (M, N)))
+    out = _emulate(k, {"A": a, "W": w, "R": r}, tmp_path / "emu")
+    ref = residual_block.reference(a, w, r).astype(np.float64)
+    af, wf, rf = (x.astype(np.float64) for x in (a, w, r))
+    # bf16: A@W rounded when packed (and by the reference's cast), the sum at the store.
+    tol = 4 * U_BF16 * (np.abs(af) @ np.abs(wf) + np.abs(rf)) + 1e-6
+    bad = np.abs(out - ref) > tol
+    assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+@needs_gxx
+def test_float32_gemm_with_residual_relu_gate_in_the_emulator(tmp_path):
+    spec = GemmSpec(
+        50,
+        70,
+        45,
+        dtype_a="float32",
+        epilogue=(EpilogueOp("residual", operand="r"), EpilogueOp("relu"), EpilogueOp("gate", operand="g")),
+    )
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tt"), "tenstorrent", out_dir=tmp_path / "k")
+    rng = np.random.default_rng(4)
+    a, b, r, g = (rng.standard_normal(s) for s in ((50, 45), (45, 70), (50, 70), (50, 70)))
+    inputs = {"A": a, "B": b, "r": r, "g": g}
+    result = run_plan(
+        lowered.artifacts["plan"],
+        tmp_path / "k",
+        {n: v.astype(np.float32) for n, v in inputs.items()},
+        cache_dir=tmp_path / "emu",
+    )
+    ref = np.maximum(a @ b + r, 0) * g
+    # float32 buffers, DST in bf16 without fp32_dest_acc_en: 4 bf16 roundings of the pre-activation
+    tol = 4 * U_BF16 * (np.abs(a) @ np.abs(b) + np.abs(r)) * np.abs(g) + 1e-6
+    assert np.all(np.abs(result["C"] - ref) <= tol), np.abs(result["C"] - ref).max()
+    wrong = np.maximum(a @ b + r, 0) * (g + 0.5)  # the check can fail: another gate does not match
+    assert not np.all(np.abs(result["C"] - wrong) <= tol)
+
+
 @pytest.mark.parametrize(
     "spec, op",
     [
