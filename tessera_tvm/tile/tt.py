@@ -5,17 +5,21 @@ the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
 
 - GEMM: ``T.clear`` of a float32 accumulator, a K loop of ``T.copy`` DRAM -> 32x32 tile for A and B
   and ``T.gemm`` (``transpose_B`` for ``transpose_b``), then an optional element-wise epilogue on the
-  accumulator (bias row, residual (+) or gate (*) tiles of an [M, N] operand, relu / gelu (erf,
-  tanh) / exp, in order) and ``T.copy`` of the tile out.
+  accumulator (bias row, residual (+) or gate (*) tiles of an [M, N] operand, scale / add_scalar,
+  relu / gelu (erf, tanh) / exp, in order) and ``T.copy`` of the tile out.
 - Element-wise: one masked ``T.Parallel(32, 32)`` loop whose store is an expression of same-shape
-  inputs built from + - * and exp / relu / gelu; the output is viewed as ``[rows, last dim]`` (the
+  inputs built from + - * of tiles, + - * / with a scalar (the SFPU's binop with a scalar) and
+  exp / relu / gelu; the output is viewed as ``[rows, last dim]`` (the
   buffers are declared with that 2-D shape) and ``tt.TilePad`` drops the edge masks.
 
 Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression) adds no instruction: on
 Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
 
-Anything else (softmax, norms, attention, reductions, batched or transposed-A GEMMs, scale /
-add_scalar epilogues, scalar constants, broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
+A batched GEMM is one 2-D GEMM over every batch entry's rows (each buffer declared as its
+``[rows, last dim]`` view); with a batched B, each entry's B tiles are read at its own offset.
+
+Anything else (softmax, norms, attention, reductions, transposed-A GEMMs, partly broadcast batches,
+broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
 :class:`UnsupportedTTOperationError` naming the operation.
 """
 
@@ -40,9 +44,10 @@ TILE = 32
 TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
 
 TT_DTYPES = ("bfloat16", "float32")
-TT_EPILOGUE = ("bias", "residual", "gate", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
+TT_EPILOGUE = ("bias", "residual", "gate", "scale", "add_scalar", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
 TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "cast")
 TT_BINARY = ("add", "sub", "mul")
+TT_SCALAR_BINARY = ("add", "sub", "mul", "div")  # with a scalar operand: binop_with_scalar on the SFPU
 
 _NOT_YET = "the Tenstorrent target does not support {what} yet"
 
@@ -106,9 +111,39 @@ def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"
 # ---------------------------------------------------------------------------------------------
 
 
+def _batched(shape: tuple[int, ...]) -> bool:
+    return math.prod(shape) > 1
+
+
+def _check_batch(spec: GemmSpec) -> None:
+    """A batched GEMM runs as one 2-D GEMM over the rows of every batch entry: A may be shared or
+    batched like the output; a batched B needs each entry's rows to start on a tile (M, K, and N with
+    transpose_b, multiples of 32), so that no tile straddles two entries."""
+    if not _batched(spec.batch):
+        return
+    for name, shape in (("A", spec.batch_a), ("B", spec.batch_b)):
+        if _batched(shape) and shape != spec.batch:
+            raise _unsupported(
+                "batched matmul with a partly broadcast batch",
+                f"{name}'s batch {list(shape)} vs the output's {list(spec.batch)}; a batch is either the output's "
+                "or absent (a shared operand)",
+                what="partly broadcast batches",
+            )
+    if _batched(spec.batch_b):
+        dims = {"M": spec.M, "K": spec.K, **({"N": spec.N} if spec.transpose_b else {})}
+        ragged = {d: v for d, v in dims.items() if v % TILE}
+        if ragged:
+            found = ", ".join(f"{d}={v}" for d, v in ragged.items())
+            raise _unsupported(
+                "batched matmul with a batched B and ragged tiles",
+                f"{found}: with a batched B, {', '.join(dims)} must be multiples of {TILE} so that no tile "
+                "straddles two batch entries",
+                what="batched B with dims that are not multiples of 32",
+            )
+
+
 def _check_gemm(spec: GemmSpec) -> None:
-    if spec.batch or spec.batch_a or spec.batch_b:
-        raise _unsupported("batched matmul", f"batch {spec.batch}; only [M, K] @ [K, N] GEMMs lower")
+    _check_batch(spec)
     if spec.transpose_a:
         raise _unsupported("matmul with transpose_a", "transpose A first (transpose_b is supported)")
     if spec.dtype_acc != "float32":
@@ -127,8 +162,9 @@ def _check_gemm(spec: GemmSpec) -> None:
         raise _unsupported("epilogue bias twice", "one bias row per GEMM", what="two bias epilogues")
 
 
-def _epilogue_value(spec: GemmSpec, acc, operands: dict, bx, by, i, j):
-    """The accumulator element after the epilogue ops, in order (float32)."""
+def _epilogue_value(spec: GemmSpec, acc, operands: dict, bx, by, i, j, rows: int):
+    """The accumulator element after the epilogue ops, in order (float32); ``rows``: the output
+    view's (every batch entry's M rows)."""
     value = acc
     row, col = by * TILE + i, bx * TILE + j
     for op in spec.epilogue:
@@ -139,9 +175,13 @@ def _epilogue_value(spec: GemmSpec, acc, operands: dict, bx, by, i, j):
             # A tile of an [M, N] operand, masked past the edges (padded with zeros by tt.TilePad):
             # the tensorizer adds or multiplies it into the accumulator tile on the FPU.
             tile = T.if_then_else(
-                T.And(row < spec.M, col < spec.N), T.cast(operands[op.operand][row, col], "float32"), T.float32(0)
+                T.And(row < rows, col < spec.N), T.cast(operands[op.operand][row, col], "float32"), T.float32(0)
             )
             value = value + tile if op.kind == "residual" else value * tile
+        elif op.kind == "scale":  # the SFPU's binop with a scalar (mul_unary_tile / add_unary_tile)
+            value = value * T.float32(op.value)
+        elif op.kind == "add_scalar":
+            value = value + T.float32(op.value)
         else:
             value = unary(op.kind, value, "float32", cast_to=op.dtype)
     return value
@@ -151,32 +191,51 @@ def _by_name(params, buffers) -> dict:
     return {p.name: buf for p, buf in zip(params, buffers, strict=True)}
 
 
+def _view(arg, rows: int):
+    """``arg`` declared as the 2-D ``[rows, last dim]`` view of its row-major memory."""
+    return arg._replace(shape=(rows, arg.shape[-1])) if len(arg.shape) > 1 else arg
+
+
 def _gemm_program(spec: GemmSpec):
     M, N, K = spec.M, spec.N, spec.K
+    tb = spec.transpose_b
+    entries = math.prod(spec.batch)  # every batch entry's rows, one after the other
+    rows = entries * M
+    a_batched, b_batched = _batched(spec.batch_a), _batched(spec.batch_b)
+    b_rows = (N if tb else K) * (entries if b_batched else 1)
     params = spec.params()
     n_ops = len(spec.epilogue_operands())
-    tb = spec.transpose_b
+    view = [
+        _view(params[0], M * (entries if a_batched else 1)),
+        _view(params[1], b_rows),
+        *[_view(p, rows) if len(p.shape) > 1 else p for p in params[2:]],
+    ]
     compute = any(op.kind != "cast" for op in spec.epilogue)
+    m_tiles = M // TILE  # with a batched B (M a multiple of 32): the row tiles of one batch entry
 
     @prim_func
     def main():
-        io = declare_params(params)
+        io = declare_params(view)
         operands = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
-        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(M, TILE)) as (bx, by):
+        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(rows, TILE)) as (bx, by):
             A_s = T.alloc_shared((TILE, TILE), spec.dtype_a)
             B_s = T.alloc_shared((TILE, TILE), spec.dtype_b)
             C_l = T.alloc_fragment((TILE, TILE), "float32")
             T.clear(C_l)
             for k in T.serial(T.ceildiv(K, TILE)):
-                T.copy(io.buffers[0][by * TILE, k * TILE], A_s)
-                if tb:
-                    T.copy(io.buffers[1][bx * TILE, k * TILE], B_s)
+                if b_batched and not a_batched:  # a shared A: this entry's rows of it
+                    T.copy(io.buffers[0][(by % m_tiles) * TILE, k * TILE], A_s)
                 else:
-                    T.copy(io.buffers[1][k * TILE, bx * TILE], B_s)
+                    T.copy(io.buffers[0][by * TILE, k * TILE], A_s)
+                base = (by // m_tiles) * (N if tb else K) if b_batched else 0  # this entry's B
+                if tb:
+                    T.copy(io.buffers[1][base + bx * TILE, k * TILE], B_s)
+                else:
+                    T.copy(io.buffers[1][base + k * TILE, bx * TILE], B_s)
                 T.gemm(A_s, B_s, C_l, transpose_B=tb)
             if compute:
                 for i, j in T.Parallel(TILE, TILE):
-                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], operands, bx, by, i, j)
+                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], operands, bx, by, i, j, rows)
             T.copy(C_l, io.buffers[-1][by * TILE, bx * TILE])
 
     return main
@@ -199,26 +258,46 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
                 "output's shape",
                 what="broadcast operands in element-wise kernels",
             )
+    _check_scalars(spec.expr)
     for node in expr_nodes(spec.expr):
-        if isinstance(node, Const):
-            raise _unsupported(
-                f"scalar constant {node.value!r}",
-                "tiles combine with tiles only (+ - * of tiles)",
-                what="scalar constants in element-wise kernels",
-            )
         if isinstance(node, Unary) and node.op not in TT_UNARY:
             raise _unsupported(node.op, f"supported unary ops: {', '.join(TT_UNARY)}")
         if isinstance(node, Unary) and node.op == "cast":
             _check_dtypes("cast", {"dtype": node.dtype})
-        if isinstance(node, Binary) and node.op not in TT_BINARY:
-            raise _unsupported(node.op, f"supported binary ops: {', '.join(TT_BINARY)}")
+        scalar = isinstance(node, Binary) and (isinstance(node.x, Const) or isinstance(node.y, Const))
+        if isinstance(node, Binary) and node.op not in (TT_SCALAR_BINARY if scalar else TT_BINARY):
+            raise _unsupported(
+                node.op,
+                f"supported binary ops: {', '.join(TT_BINARY)} of tiles, {', '.join(TT_SCALAR_BINARY)} with a scalar",
+            )
     if isinstance(spec.expr, Input):
         raise _unsupported(
             "copy", "an element-wise kernel that computes nothing", what="plain copies from the frontend"
         )
 
 
+def _check_scalars(expr) -> None:
+    """Scalars are operands of + - * / with a tile (the SFPU's binop with a scalar); a tile divided
+    by a tile, a scalar divided by a tile or a scalar on its own has no Tenstorrent operation."""
+    if isinstance(expr, Const):
+        raise _unsupported(
+            f"scalar constant {expr.value!r}", "a scalar on its own, not an operand of + - * /", what="lone scalars"
+        )
+    if isinstance(expr, Unary):
+        _check_scalars(expr.x)
+    elif isinstance(expr, Binary):
+        if isinstance(expr.x, Const) and isinstance(expr.y, Const):
+            raise _unsupported(f"{expr.op} of two scalars", "fold it first", what="scalar-only expressions")
+        if expr.op == "div" and not isinstance(expr.y, Const):
+            raise _unsupported("div", "a tile divided by a tile or a scalar by a tile", what="division by a tile")
+        for side in (expr.x, expr.y):
+            if not isinstance(side, Const):
+                _check_scalars(side)
+
+
 def _evaluate(expr, values: dict):
+    if isinstance(expr, Const):
+        return T.float32(expr.value)
     if isinstance(expr, Input):
         return values[expr.name]
     if isinstance(expr, Unary):

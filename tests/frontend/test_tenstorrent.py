@@ -5,6 +5,7 @@ tt-metal emulator matching ``kernel.reference``; kernels the TT target cannot lo
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -298,19 +299,115 @@ def test_float32_gemm_with_residual_relu_gate_in_the_emulator(tmp_path):
     assert not np.all(np.abs(result["C"] - wrong) <= tol)
 
 
+@needs_gxx
+def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
+    """Scale and add_scalar epilogues, and scalars on either side of + - * / in element-wise
+    kernels: binop_with_scalar on the SFPU, the scalar as its fp32 bits."""
+    rng = np.random.default_rng(5)
+    gemm = GemmSpec(
+        50,
+        70,
+        45,
+        dtype_a="float32",
+        epilogue=(EpilogueOp("scale", value=0.25), EpilogueOp("add_scalar", value=1.5), EpilogueOp("relu")),
+    )
+    lowered = tessera_tvm.lower(build_tile_program(gemm, None, "tt"), "tenstorrent", out_dir=tmp_path / "g")
+    assert "mul_unary_tile(0, 0x3e800000u);  // x * 0.25" in lowered.source
+    assert "binop_with_scalar_tile_init();" in lowered.source
+    a, b = rng.standard_normal((50, 45)), rng.standard_normal((45, 70))
+    inputs = {"A": a.astype(np.float32), "B": b.astype(np.float32)}
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "g", inputs, cache_dir=tmp_path / "emu")["C"]
+    ref = np.maximum(a @ b * 0.25 + 1.5, 0)
+    tol = 4 * U_BF16 * (np.abs(a) @ np.abs(b) * 0.25 + 1.5) + 1e-6
+    assert np.all(np.abs(out - ref) <= tol), np.abs(out - ref).max()
+
+    expr = Binary("sub", Const(2.0), Binary("div", Unary("exp", Input("x")), Const(4.0)))  # 2 - exp(x) / 4
+    elt = ElementwiseSpec((33, 40), (("x", (33, 40), "float32"),), expr, "float32")
+    lowered = tessera_tvm.lower(build_tile_program(elt, None, "tt"), "tenstorrent", out_dir=tmp_path / "e")
+    assert "rsub_unary_tile(0, 0x40000000u);  // 2.0 - x" in lowered.source
+    x = rng.standard_normal((33, 40)).astype(np.float32)
+    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "e", {"x": x}, cache_dir=tmp_path / "emu").values()
+    ref = 2.0 - np.exp(x.astype(np.float64)) / 4
+    assert np.all(np.abs(out - ref) <= 2 * U_BF16 * (np.abs(ref) + 1) + 1e-6), np.abs(out - ref).max()
+
+
+BATCHED = [
+    # a shared weight: one GEMM over every entry's rows (M ragged is fine)
+    GemmSpec(50, 70, 45, batch=(3,), batch_b=(), dtype_a="float32", epilogue=(EpilogueOp("bias", operand="bias"),)),
+    # both batched, with a residual per entry
+    GemmSpec(64, 70, 96, batch=(2, 2), dtype_a="float32", epilogue=(EpilogueOp("residual", operand="r"),)),
+    # a shared A, a batched transposed B
+    GemmSpec(32, 64, 64, batch=(3,), batch_a=(), transpose_b=True, dtype_a="float32"),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("spec", BATCHED, ids=["shared_b", "both_batched_residual", "shared_a_transposed_b"])
+def test_batched_gemms_run_in_the_emulator(spec, tmp_path):
+    """A batched GEMM is one 2-D GEMM over the entries' rows; a batched B is read at each entry's offset."""
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tt"), "tenstorrent", out_dir=tmp_path / "k")
+    rng = np.random.default_rng(6)
+    ins = {p.name: rng.standard_normal(p.shape).astype(np.float32) for p in spec.inputs()}
+    views = {n: v if v.ndim == 1 else v.reshape(-1, v.shape[-1]) for n, v in ins.items()}  # the 2-D views
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", views, cache_dir=tmp_path / "emu")["C"]
+    b = np.swapaxes(ins["B"], -1, -2) if spec.transpose_b else ins["B"]
+    ref = (ins["A"].astype(np.float64) @ b) + (ins["bias"] if "bias" in ins else 0) + (ins["r"] if "r" in ins else 0)
+    assert out.shape == (math.prod(spec.batch) * spec.M, spec.N)
+    size = np.abs(ins["A"]) @ np.abs(b) + 1
+    tol = 4 * U_BF16 * size + 1e-6  # float32 buffers, DST in bf16 without fp32_dest_acc_en
+    assert np.all(np.abs(out.reshape(ref.shape) - ref) <= tol), np.abs(out.reshape(ref.shape) - ref).max()
+
+
+@ts.kernel
+def batched_linear(
+    X: Tensor["B", "S", "D", ts.bf16], W: Tensor["D", "F", ts.bf16], b: Tensor["F", ts.bf16]
+) -> Tensor["B", "S", "F", ts.bf16]:
+    return ops.relu(ops.matmul(X, W) + b)
+
+
+@needs_gxx
+def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
+    shapes = {"B": 2, "S": 40, "D": 64, "F": 48}
+    k = ts.compile(batched_linear, target="tenstorrent", shapes=shapes)
+    (files,) = k.artifacts.values()
+    plan = json.loads(files["plan"].read_text())
+    rng = np.random.default_rng(7)
+    bf16 = ts.bf16.numpy
+    x, w, b = (rng.standard_normal(s).astype(bf16) for s in ((2, 40, 64), (64, 48), (48,)))
+    arrays = {"X": x.reshape(80, 64), "W": w, "b": b}
+    ins = {n: arrays[n].astype(np.float32) for n in (buf["name"] for buf in plan["buffers"] if buf["role"] == "input")}
+    result = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu")
+    (out,) = [result[buf["name"]] for buf in plan["buffers"] if buf["role"] == "output"]
+    ref = batched_linear.reference(x, w, b).astype(np.float64)
+    pre = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + np.abs(b.astype(np.float64))
+    tol = 4 * U_BF16 * pre + 2 * U_BF16 * np.abs(ref) + 1e-6
+    assert np.all(np.abs(out.reshape(ref.shape) - ref) <= tol), np.abs(out.reshape(ref.shape) - ref).max()
+
+
 @pytest.mark.parametrize(
     "spec, op",
     [
-        (GemmSpec(64, 64, 64, batch=(2,), dtype_a="bfloat16"), "batched matmul"),
-        (GemmSpec(64, 64, 64, dtype_a="bfloat16", epilogue=(EpilogueOp("scale", value=2.0),)), "epilogue scale"),
+        (GemmSpec(64, 64, 64, batch=(2, 3), batch_a=(1, 3), dtype_a="bfloat16"), "batched matmul with a partly"),
+        (GemmSpec(50, 64, 64, batch=(2,), dtype_a="bfloat16"), "batched matmul with a batched B and ragged"),
+        (GemmSpec(64, 64, 64, dtype_a="bfloat16", transpose_a=True), "matmul with transpose_a"),
         (GemmSpec(64, 64, 64, dtype_a="float16"), "matmul with dtype_a=float16"),
         (GemmSpec(64, 64, 64, dtype_a="bfloat16", dtype_out="float32"), "matmul with mixed buffer dtypes"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("max", Input("x"), Input("x"))), "max"),
-        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("mul", Input("x"), Const(2.0))), "scalar"),
+        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("div", Const(2.0), Input("x"))), "div"),
         (ElementwiseSpec((32, 32), (("x", (32,), "float32"),), Unary("exp", Input("x"))), "broadcast of x"),
         (ReduceSpec((64, 64), axis=1), "reduce_sum"),
     ],
-    ids=["batched", "scale", "f16", "mixed", "max", "const", "broadcast", "reduce"],
+    ids=[
+        "partly_broadcast_batch",
+        "ragged_batched_b",
+        "transpose_a",
+        "f16",
+        "mixed",
+        "max",
+        "div_by_tile",
+        "broadcast",
+        "reduce",
+    ],
 )
 def test_generator_rejects_what_tt_cannot_lower_naming_the_op(spec, op):
     with pytest.raises(UnsupportedTTOperationError, match=rf"^{op}.*the Tenstorrent target does not support"):

@@ -370,10 +370,12 @@ TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
     act=st.sampled_from(sorted(TT_EPILOGUE)),
     binop=st.sampled_from(["add", "sub", "mul"]),
     unary=st.sampled_from([None, *sorted(TT_UNARY)]),
+    scale=st.sampled_from([None, 0.5, -0.25]),  # small: exp after them must stay well conditioned in bf16
+    residual=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_frontend_kernels_on_the_tenstorrent_emulator(
-    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, seed
+    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, scale, residual, seed
 ):
     """The same kind of kernels, compiled with ts.compile for Tenstorrent and run in the emulator."""
     from tessera_tvm.target.tt.emulate import run_plan
@@ -385,14 +387,20 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
         w_dims = ("N", "K") if transpose_b else ("K", "N")
 
         @ts.kernel
-        def tt_kernel(A: Tensor["M", "K", bf], W: Tensor[w_dims[0], w_dims[1], bf], b: Tensor["N", bf]):
+        def tt_kernel(
+            A: Tensor["M", "K", bf], W: Tensor[w_dims[0], w_dims[1], bf], b: Tensor["N", bf], R: Tensor["M", "N", bf]
+        ):
             y = ops.matmul(A, W, transpose_b=transpose_b)
-            return TT_EPILOGUE[act](y + b if bias else y)
+            y = y * scale if scale is not None else y  # the SFPU's binop with a scalar
+            y = y + b if bias else y
+            y = y + R if residual else y * 1.0  # a residual tile, else one more scalar op
+            return TT_EPILOGUE[act](y)
 
         arrays = (
             random_array(rng, (m, k), bf),
             random_array(rng, (n, k) if transpose_b else (k, n), bf, 1 / math.sqrt(k)),
             random_array(rng, (n,), bf),
+            random_array(rng, (m, n), bf),
         )
         shapes = {"M": m, "N": n, "K": k}
     else:
@@ -400,6 +408,7 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
         @ts.kernel
         def tt_kernel(A: Tensor["M", "N", bf], B: Tensor["M", "N", bf]):
             y = BINARY[binop](A, B)
+            y = 1.0 - y * scale if scale is not None else y  # scalars on either side
             return TT_UNARY[unary](y) if unary else y
 
         arrays = (random_array(rng, (m, n), bf), random_array(rng, (m, n), bf))

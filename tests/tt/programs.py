@@ -247,8 +247,20 @@ def gemm_64(M, N, K, dtype="bfloat16", accum="float32"):
     return main
 
 
+def clamped(M, N, dtype="bfloat16"):
+    """Y = max(X, 1): a clamp, which has no tile operation here."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(M, TILE)) as (bx, by):
+            for i, j in T.Parallel(TILE, TILE):
+                Y[by * TILE + i, bx * TILE + j] = T.max(X[by * TILE + i, bx * TILE + j], T.bfloat16(1))
+
+    return main
+
+
 def scaled(M, N, dtype="bfloat16"):
-    """Y = X * 2: a scalar multiply, which has no tile operation here."""
+    """Y = X * 2: a scalar multiply, the SFPU's binop with a scalar (mul_unary_tile)."""
 
     @T.prim_func
     def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):

@@ -454,16 +454,20 @@ class _Tensorizer:
             return self._sfpu(record, "exp", expr.args[0])
         if isinstance(expr, tirx.Max) and (_is_zero(expr.a) or _is_zero(expr.b)):
             return self._sfpu(record, "relu", expr.b if _is_zero(expr.a) else expr.a)
-        fn = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul"}.get(type(expr))
-        if (
-            fn is not None
-            and not isinstance(_strip_casts(expr.a), tirx.FloatImm | tirx.IntImm)
-            and not isinstance(_strip_casts(expr.b), tirx.FloatImm | tirx.IntImm)
-        ):
-            return self._binary(record, fn, expr.a, expr.b)
+        fn = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.Div: "div"}.get(type(expr))
+        if fn is not None:
+            a_const = isinstance(_strip_casts(expr.a), tirx.FloatImm | tirx.IntImm)
+            b_const = isinstance(_strip_casts(expr.b), tirx.FloatImm | tirx.IntImm)
+            if b_const and not a_const:  # tile (op) scalar
+                return self._scalar(record, fn, expr.a, float(_strip_casts(expr.b).value))
+            if a_const and not b_const and fn in ("add", "mul", "sub"):  # scalar (op) tile
+                return self._scalar(record, "rsub" if fn == "sub" else fn, expr.b, float(_strip_casts(expr.a).value))
+            if not a_const and not b_const and fn != "div":
+                return self._binary(record, fn, expr.a, expr.b)
         raise _Unsupported(
             _describe(expr),
-            f"{_describe(expr)} ({expr}) has no Tenstorrent tile operation; supported: + - * of tiles, exp, gelu, relu",
+            f"{_describe(expr)} ({expr}) has no Tenstorrent tile operation; supported: + - * of tiles, "
+            "+ - * / with a scalar, exp, gelu, relu",
         )
 
     def _load(self, record: _Record, load) -> _Operand:
@@ -499,6 +503,13 @@ class _Tensorizer:
         record.ops.append({"op": "sfpu", "fn": fn, "dst": 0, "init": False})
         self.dst_holds = "value"
         return _Operand("dst")
+
+    def _scalar(self, record: _Record, mode: str, arg, value: float) -> _Operand:
+        """``tile (mode) value`` on the SFPU, in DST (``binop_with_scalar``: add, sub, mul, div, rsub)."""
+        value_in_dst = self._sfpu(record, "binop_scalar", arg)
+        op = record.ops[-1]
+        op["mode"], op["value"] = mode, value
+        return value_in_dst
 
     def _binary(self, record: _Record, fn: str, a, b) -> _Operand:
         left = self._emit(record, a)

@@ -66,6 +66,7 @@ def test_optimize_for_target_is_the_tt_pipeline():
         "tt.LowerMemorySpace",
         "tt.TilePad",
         "tt.Tensorize",
+        "tl.Simplify",  # seed 003's common optimisations: the one that applies (configs/tenstorrent.yaml)
         "tt.VerifyTTIR",
     ]
 

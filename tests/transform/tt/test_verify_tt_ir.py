@@ -72,10 +72,14 @@ def test_unsupported_operation_is_named_with_its_location():
 def test_unsupported_expression_inside_an_elementwise_loop():
     with pytest.raises(
         UnsupportedTTOperationError,
-        match=r"unsupported operation Mul at tile body: .*\* "
-        r"T.bfloat16\(2\.0\)\) has no Tenstorrent tile operation",
+        match=r"unsupported operation Max at tile body: .*T.bfloat16\(1\.0\)\)+ has no Tenstorrent tile operation",
     ):
-        tessera_tvm.lower(programs.scaled(64, 64), "tenstorrent")
+        tessera_tvm.lower(programs.clamped(64, 64), "tenstorrent")
+
+
+def test_a_scalar_multiply_is_a_binop_with_scalar_on_the_sfpu():
+    source = tessera_tvm.lower(programs.scaled(64, 64), "tenstorrent").source
+    assert "binop_with_scalar_tile_init();" in source and "mul_unary_tile(0, 0x40000000u);  // x * 2.0" in source
 
 
 def test_blocks_larger_than_a_tile_are_rejected():

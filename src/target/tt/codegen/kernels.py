@@ -323,7 +323,19 @@ _SFPU = {  # fn -> (init call, op call, header)
     "gelu": ("gelu_tile_init<false>()", "gelu_tile<false>", "compute_kernel_api/eltwise_unary/gelu.h"),
     "gelu_tanh": ("gelu_tile_init<true>()", "gelu_tile<true>", "compute_kernel_api/eltwise_unary/gelu.h"),
     "relu": ("relu_tile_init()", "relu_tile", "compute_kernel_api/eltwise_unary/relu.h"),
+    # one init for every mode; the call is <mode>_unary_tile(idst, the scalar's fp32 bits)
+    "binop_scalar": ("binop_with_scalar_tile_init()", None, "compute_kernel_api/eltwise_unary/binop_with_scalar.h"),
 }
+
+
+def _scalar_call(op: dict) -> str:
+    """``mul_unary_tile(0, 0x40000000u)  // * 2``: the scalar travels as its fp32 bit pattern."""
+    import struct
+
+    value = op["value"]
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    what = {"add": f"x + {value!r}", "sub": f"x - {value!r}", "mul": f"x * {value!r}", "div": f"x / {value!r}"}
+    return f"{op['mode']}_unary_tile({op['dst']}, 0x{bits:08x}u);  // {what.get(op['mode'], f'{value!r} - x')}"
 
 
 class ComputeKernel(_Kernel):
@@ -415,7 +427,7 @@ class ComputeKernel(_Kernel):
                 self.headers.add(header)
                 if op.get("init"):
                     self.emit(depth, f"{init};")
-                self.emit(depth, f"{call}({op['dst']});")
+                self.emit(depth, _scalar_call(op) if call is None else f"{call}({op['dst']});")
             elif kind == "pack":
                 if op["commit"]:
                     self.emit(depth, "tile_regs_commit();")

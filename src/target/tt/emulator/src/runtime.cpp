@@ -591,6 +591,7 @@ const char* sfpu_name(int op) {
         case SFPU_GELU: return "gelu<fast_and_approx=false> (gelu_tile_init<false>)";
         case SFPU_GELU_APPROX: return "gelu<fast_and_approx=true> (gelu_tile_init<true>)";
         case SFPU_RELU: return "relu (relu_tile_init)";
+        case SFPU_BINOP_SCALAR: return "binop with scalar (binop_with_scalar_tile_init)";
         default: return "?";
     }
 }
@@ -868,6 +869,32 @@ void sfpu_apply(int op, std::uint32_t idst, float scale, const char* api) {
                 break;
             case SFPU_RELU: d[i] = x > 0.0f ? x : 0.0f; break;
             default: fail(api, "unknown SFPU op");
+        }
+    }
+    cs.sfpu_tiles++;
+}
+
+void sfpu_scalar(int mode, std::uint32_t idst, std::uint32_t bits, const char* api) {
+    ComputeState& cs = compute_ctx(api);
+    need_hw(cs, api);
+    need_math(cs, api);
+    need_dst(cs, idst, api);
+    if (cs.sfpu_op != SFPU_BINOP_SCALAR) {
+        fail(api, format("the SFPU is initialised for %s, not a binop with scalar: call binop_with_scalar_tile_init first",
+                         sfpu_name(cs.sfpu_op)));
+    }
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    float* d = dst_tile(cs, idst);
+    for (std::uint32_t i = 0; i < kTileElems; ++i) {
+        const float x = d[i];
+        switch (mode) {
+            case SCALAR_ADD: d[i] = x + value; break;
+            case SCALAR_SUB: d[i] = x - value; break;
+            case SCALAR_MUL: d[i] = x * value; break;
+            case SCALAR_DIV: d[i] = x / value; break;
+            case SCALAR_RSUB: d[i] = value - x; break;
+            default: fail(api, "unknown binop-with-scalar mode");
         }
     }
     cs.sfpu_tiles++;
