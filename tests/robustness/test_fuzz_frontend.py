@@ -372,10 +372,11 @@ TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
     unary=st.sampled_from([None, *sorted(TT_UNARY)]),
     scale=st.sampled_from([None, 0.5, -0.25]),  # small: exp after them must stay well conditioned in bf16
     residual=st.booleans(),
+    batch=st.sampled_from([1, 2]),  # 2: a batched A over a shared weight (one GEMM over both entries' rows)
     seed=st.integers(0, 2**16),
 )
 def test_frontend_kernels_on_the_tenstorrent_emulator(
-    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, scale, residual, seed
+    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, scale, residual, batch, seed
 ):
     """The same kind of kernels, compiled with ts.compile for Tenstorrent and run in the emulator."""
     from tessera_tvm.target.tt.emulate import run_plan
@@ -386,9 +387,14 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
     if kind == "gemm":
         w_dims = ("N", "K") if transpose_b else ("K", "N")
 
+        lead = ("Z",) if batch > 1 else ()
+
         @ts.kernel
         def tt_kernel(
-            A: Tensor["M", "K", bf], W: Tensor[w_dims[0], w_dims[1], bf], b: Tensor["N", bf], R: Tensor["M", "N", bf]
+            A: Tensor[(*lead, "M", "K", bf)],
+            W: Tensor[w_dims[0], w_dims[1], bf],
+            b: Tensor["N", bf],
+            R: Tensor[(*lead, "M", "N", bf)],
         ):
             y = ops.matmul(A, W, transpose_b=transpose_b)
             y = y * scale if scale is not None else y  # the SFPU's binop with a scalar
@@ -396,13 +402,14 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
             y = y + R if residual else y * 1.0  # a residual tile, else one more scalar op
             return TT_EPILOGUE[act](y)
 
+        zb = (batch,) if batch > 1 else ()
         arrays = (
-            random_array(rng, (m, k), bf),
+            random_array(rng, (*zb, m, k), bf),
             random_array(rng, (n, k) if transpose_b else (k, n), bf, 1 / math.sqrt(k)),
             random_array(rng, (n,), bf),
-            random_array(rng, (m, n), bf),
+            random_array(rng, (*zb, m, n), bf),
         )
-        shapes = {"M": m, "N": n, "K": k}
+        shapes = {"M": m, "N": n, "K": k, **({"Z": batch} if batch > 1 else {})}
     else:
 
         @ts.kernel
@@ -420,14 +427,15 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
     plan_path = Path(fused["plan"])
     plan = json.loads(plan_path.read_text())
     names = [nm for nm, _ in tt_kernel.params]
-    inputs = {
-        b["name"]: arrays[names.index(b["name"])].astype(np.float32) for b in plan["buffers"] if b["role"] == "input"
+    inputs = {  # each as the kernel's 2-D view of it (a batched tensor's rows one after the other)
+        b["name"]: arrays[names.index(b["name"])].astype(np.float32).reshape(b["shape"])
+        for b in plan["buffers"]
+        if b["role"] == "input"
     }
     result = run_plan(plan, plan_path.parent, inputs, cache_dir=emu_cache)
     (out_buf,) = [b["name"] for b in plan["buffers"] if b["role"] == "output"]
     ref = np.asarray(tt_kernel.reference(*arrays)).astype(np.float64)
-    got = np.asarray(result[out_buf], dtype=np.float64)
-    assert got.shape == ref.shape
+    got = np.asarray(result[out_buf], dtype=np.float64).reshape(ref.shape)
     rtol, atol = TOLERANCE[bf]
     bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
     assert not bad.any(), f"{tt_kernel.name} {shapes}: {bad.sum()} of {bad.size} off, max {np.abs(got - ref).max()}"
