@@ -15,11 +15,14 @@ the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
 Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression) adds no instruction: on
 Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
 
+An element-wise operand may also be a row (``[N]``, ``add/mul_tiles_bcast_rows``) or a column
+(``[M, 1]``, ``add/mul_tiles_bcast_cols``) broadcast over the tile; subtracting one is not supported.
+
 A batched GEMM is one 2-D GEMM over every batch entry's rows (each buffer declared as its
 ``[rows, last dim]`` view); with a batched B, each entry's B tiles are read at its own offset.
 
 Anything else (softmax, norms, attention, reductions, transposed-A GEMMs, partly broadcast batches,
-broadcast operands, mixed buffer dtypes, other unary or binary ops) raises
+other broadcasts, mixed buffer dtypes, other unary or binary ops) raises
 :class:`UnsupportedTTOperationError` naming the operation.
 """
 
@@ -251,13 +254,7 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
     _check_dtypes("element-wise", buffers)
     _check_one_dtype("element-wise", buffers)
     for p in spec.operands:
-        if tuple(p.shape) != tuple(spec.shape):
-            raise _unsupported(
-                f"broadcast of {p.name}",
-                f"{p.name} is {list(p.shape)} but the output is {list(spec.shape)}; operands must have the "
-                "output's shape",
-                what="broadcast operands in element-wise kernels",
-            )
+        _broadcast_kind(spec, p)
     _check_scalars(spec.expr)
     for node in expr_nodes(spec.expr):
         if isinstance(node, Unary) and node.op not in TT_UNARY:
@@ -274,6 +271,26 @@ def _check_elementwise(spec: ElementwiseSpec) -> None:
         raise _unsupported(
             "copy", "an element-wise kernel that computes nothing", what="plain copies from the frontend"
         )
+
+
+def _broadcast_kind(spec: ElementwiseSpec, p) -> str:
+    """How operand ``p`` meets the output's ``[rows, last dim]`` view: ``"tile"`` (the output's
+    shape), ``"row"`` (``[N]`` or ``[1, ..., 1, N]``: row 0 of its tile across every row) or
+    ``"col"`` (``[..., 1]`` with the output's leading dims: column 0 across every column)."""
+    shape, out = tuple(p.shape), tuple(spec.shape)
+    if shape == out:
+        return "tile"
+    if shape[-1:] == out[-1:] and math.prod(shape[:-1]) == 1:
+        return "row"
+    if len(shape) == len(out) and shape[:-1] == out[:-1] and shape[-1] == 1:
+        return "col"
+    raise _unsupported(
+        f"broadcast of {p.name}",
+        f"{p.name} is {list(p.shape)} but the output is {list(spec.shape)}; an operand has the output's shape, "
+        "its last dim only (a row, broadcast down) or its leading dims with a last dim of 1 (a column, broadcast "
+        "across)",
+        what="this broadcast in element-wise kernels",
+    )
 
 
 def _check_scalars(expr) -> None:
@@ -307,11 +324,21 @@ def _evaluate(expr, values: dict):
 
 def _elementwise_program(spec: ElementwiseSpec):
     rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
-    view = [p._replace(shape=(rows, cols)) for p in spec.params()]  # the [rows, last dim] view
+    kinds = [_broadcast_kind(spec, p) for p in spec.operands]
+    # The [rows, last dim] view of each buffer; a row operand is [last dim], a column [rows, 1].
+    shapes = {"tile": (rows, cols), "row": (cols,), "col": (rows, 1)}
+    view = [p._replace(shape=shapes[k]) for p, k in zip(spec.operands, kinds, strict=True)]
+    view.append(spec.outputs()[0]._replace(shape=(rows, cols)))
     n_in = len(spec.operands)
 
+    def load(buf, kind, r, c):
+        return buf[c] if kind == "row" else buf[r, 0] if kind == "col" else buf[r, c]
+
     def value(buffers, r, c):
-        loaded = {p.name: T.cast(buf[r, c], "float32") for p, buf in zip(spec.operands, buffers, strict=False)}
+        loaded = {
+            p.name: T.cast(load(buf, k, r, c), "float32")
+            for p, buf, k in zip(spec.operands, buffers, kinds, strict=False)
+        }
         return T.cast(_evaluate(spec.expr, loaded), spec.dtype_out)
 
     @prim_func

@@ -331,6 +331,37 @@ def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
     assert np.all(np.abs(out - ref) <= 2 * U_BF16 * (np.abs(ref) + 1) + 1e-6), np.abs(out - ref).max()
 
 
+@ts.kernel
+def scale_rows_add_bias(
+    x: Tensor["M", "N", ts.bf16], s: Tensor["M", 1, ts.bf16], b: Tensor["N", ts.bf16]
+) -> Tensor["M", "N", ts.bf16]:
+    return ops.relu(x * s + b)
+
+
+@needs_gxx
+def test_row_and_column_broadcasts_run_in_the_emulator(tmp_path):
+    """x * s[M, 1] + b[N]: a column broadcast (mul_tiles_bcast_cols) and a row broadcast
+    (add_tiles_bcast_rows), edge tiles padded."""
+    shapes = {"M": 50, "N": 70}
+    k = ts.compile(scale_rows_add_bias, target="tenstorrent", shapes=shapes)
+    assert "mul_tiles_bcast_cols(" in k.source and "add_tiles_bcast_rows(" in k.source
+    (files,) = k.artifacts.values()
+    plan = json.loads(files["plan"].read_text())
+    rng = np.random.default_rng(8)
+    bf16 = ts.bf16.numpy
+    x, sc, b = (rng.standard_normal(s).astype(bf16) for s in ((50, 70), (50, 1), (70,)))
+    arrays = {"x": x, "s": sc, "b": b}
+    ins = {buf["name"]: arrays[buf["name"]].astype(np.float32) for buf in plan["buffers"] if buf["role"] == "input"}
+    result = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu")
+    (out,) = [result[buf["name"]] for buf in plan["buffers"] if buf["role"] == "output"]
+    ref = scale_rows_add_bias.reference(x, sc, b).astype(np.float64)
+    xf, sf, bf = (a.astype(np.float64) for a in (x, sc, b))
+    tol = 3 * U_BF16 * (np.abs(xf * sf) + np.abs(bf)) + 1e-6
+    assert np.all(np.abs(out - ref) <= tol), np.abs(out - ref).max()
+    swapped = np.maximum(xf * sf[::-1] + bf, 0)
+    assert not np.all(np.abs(out - swapped) <= tol)  # the check can fail: other rows' scales do not match
+
+
 BATCHED = [
     # a shared weight: one GEMM over every entry's rows (M ragged is fine)
     GemmSpec(50, 70, 45, batch=(3,), batch_b=(), dtype_a="float32", epilogue=(EpilogueOp("bias", operand="bias"),)),
@@ -394,7 +425,14 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
         (GemmSpec(64, 64, 64, dtype_a="bfloat16", dtype_out="float32"), "matmul with mixed buffer dtypes"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("max", Input("x"), Input("x"))), "max"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("div", Const(2.0), Input("x"))), "div"),
-        (ElementwiseSpec((32, 32), (("x", (32,), "float32"),), Unary("exp", Input("x"))), "broadcast of x"),
+        (
+            ElementwiseSpec(
+                (2, 32, 32),
+                (("x", (32, 32), "float32"), ("y", (2, 32, 32), "float32")),
+                Binary("add", Input("x"), Input("y")),
+            ),
+            "broadcast of x",
+        ),
         (ReduceSpec((64, 64), axis=1), "reduce_sum"),
     ],
     ids=[

@@ -412,10 +412,18 @@ class _Tensorizer:
             and self.analyzer.can_prove_equal(indices[0], 0)
         ):
             return zero, starts[1], "rows"
+        if (
+            len(indices) == 2
+            and len(rows) == 2
+            and rows[1] == 1
+            and is_plus(indices[0], starts[0], i)
+            and self.analyzer.can_prove_equal(indices[1], 0)
+        ):
+            return starts[0], zero, "cols"  # a column vector [rows, 1]: column 0 of its tiles
         raise _Unsupported(
             "load",
             f"{buffer_name}[{', '.join(str(e) for e in indices)}] is not a whole 32x32 tile "
-            f"at ({i}, {j}) or a row vector indexed by {j}",
+            f"at ({i}, {j}), a row vector indexed by {j} or a column vector indexed by {i}",
         )
 
     def _store(self, record: _Record, store) -> None:

@@ -106,6 +106,7 @@ def _epilogue(info) -> list[str] | None:
                 kind = "bias" if op["bcast"] == "rows" and op["fn"] == "add" else op["fn"]
             elif op["op"] == "sfpu":
                 kind = "gelu" if op["fn"].startswith("gelu") else op["fn"]
+                kind = f"{op['mode']}_scalar" if kind == "binop_scalar" else kind
             else:
                 continue
             if kind not in kinds:

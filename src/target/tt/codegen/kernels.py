@@ -314,9 +314,11 @@ class WriterKernel(_DataMovement):
 
 _BINARY = {"add": "add_tiles", "sub": "sub_tiles", "mul": "mul_tiles"}
 _BINARY_INIT = {"add": "add_tiles_init", "sub": "sub_tiles_init", "mul": "mul_tiles_init"}
-_BCAST_ROWS = {
-    "add": ("add_bcast_rows_init_short", "add_tiles_bcast_rows"),
-    "mul": ("mul_bcast_rows_init_short", "mul_tiles_bcast_rows"),
+_BCAST = {  # (broadcast, fn) -> (short init, op): row 0 / column 0 of the second tile across the first
+    ("rows", "add"): ("add_bcast_rows_init_short", "add_tiles_bcast_rows"),
+    ("rows", "mul"): ("mul_bcast_rows_init_short", "mul_tiles_bcast_rows"),
+    ("cols", "add"): ("add_bcast_cols_init_short", "add_tiles_bcast_cols"),
+    ("cols", "mul"): ("mul_bcast_cols_init_short", "mul_tiles_bcast_cols"),
 }
 _SFPU = {  # fn -> (init call, op call, header)
     "exp": ("exp_tile_init()", "exp_tile", "compute_kernel_api/eltwise_unary/exp.h"),
@@ -355,9 +357,9 @@ class ComputeKernel(_Kernel):
             self.headers.add("compute_kernel_api/tile_move_copy.h")
             return f"copy_tile_to_dst_init_short({self.cb_name(mode['cb'])});"
         in0, in1 = self.cb_name(mode["in0"]), self.cb_name(mode["in1"])
-        if mode["bcast"] == "rows":
+        if mode["bcast"] != "none":
             self.headers.add("compute_kernel_api/bcast.h")
-            return f"{_BCAST_ROWS[mode['fn']][0]}({in0}, {in1});"
+            return f"{_BCAST[mode['bcast'], mode['fn']][0]}({in0}, {in1});"
         self.headers.add("compute_kernel_api/eltwise_binary.h")
         return f"{_BINARY_INIT[mode['fn']]}({in0}, {in1});"
 
@@ -411,9 +413,9 @@ class ComputeKernel(_Kernel):
                 self.pops(depth, op)
             elif kind == "binary":
                 self.waits(depth, op)
-                call = _BCAST_ROWS[op["fn"]][1] if op["bcast"] == "rows" else _BINARY[op["fn"]]
+                call = _BCAST[op["bcast"], op["fn"]][1] if op["bcast"] != "none" else _BINARY[op["fn"]]
                 self.headers.add(
-                    "compute_kernel_api/bcast.h" if op["bcast"] == "rows" else "compute_kernel_api/eltwise_binary.h"
+                    "compute_kernel_api/bcast.h" if op["bcast"] != "none" else "compute_kernel_api/eltwise_binary.h"
                 )
                 self.emit(depth, f"{call}({self.cb_name(op['in0'])}, {self.cb_name(op['in1'])}, 0, 0, {op['dst']});")
                 self.pops(depth, op)
