@@ -16,7 +16,8 @@ Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression
 Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
 
 An element-wise operand may also be a row (``[N]``, ``add/mul_tiles_bcast_rows``) or a column
-(``[M, 1]``, ``add/mul_tiles_bcast_cols``) broadcast over the tile; subtracting one is not supported.
+(``[M, 1]``, ``add/sub/mul_tiles_bcast_cols``) broadcast over the tile; subtracting a row is not
+supported (tt-metal v0.62.2 has no row form of it).
 
 A batched GEMM is one 2-D GEMM over every batch entry's rows (each buffer declared as its
 ``[rows, last dim]`` view); with a batched B, each entry's B tiles are read at its own offset.

@@ -332,6 +332,39 @@ def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
 
 
 @ts.kernel
+def center_rows(x: Tensor["M", "N", ts.bf16], m: Tensor["M", 1, ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+    return ops.exp(x - m)
+
+
+@needs_gxx
+def test_subtracting_a_column_runs_in_the_emulator(tmp_path):
+    """exp(x - m[M, 1]), softmax's shifted exponent: sub_tiles_bcast_cols, then exp on the SFPU."""
+    k = ts.compile(center_rows, target="tenstorrent", shapes={"M": 40, "N": 70})
+    assert "sub_tiles_bcast_cols(" in k.source and "sub_bcast_cols_init_short(" in k.source
+    (files,) = k.artifacts.values()
+    plan = json.loads(files["plan"].read_text())
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((40, 70)).astype(ts.bf16.numpy)
+    m = x.astype(np.float32).max(axis=1, keepdims=True).astype(ts.bf16.numpy)
+    ins = {"x": x.astype(np.float32), "m": m.astype(np.float32)}
+    (out,) = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu").values()
+    ref = center_rows.reference(x, m).astype(np.float64)
+    assert np.all(out <= 1 + 4 * U_BF16)  # every row's max maps to exp(0)
+    # bf16 rounds x - m (and the reference rounds it again): exp's relative error grows with |x - m|
+    d = np.abs(x.astype(np.float64) - m.astype(np.float64))
+    assert np.all(np.abs(out - ref) <= 2 * U_BF16 * (d + 2) * np.abs(ref) + 1e-6), np.abs(out - ref).max()
+
+
+def test_subtracting_a_row_names_the_missing_api():
+    @ts.kernel
+    def minus_row(x: Tensor["M", "N", ts.bf16], r: Tensor["N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+        return x - r
+
+    with pytest.raises(UnsupportedTTOperationError, match="subtracting a broadcast row"):
+        ts.compile(minus_row, target="tenstorrent", shapes={"M": 32, "N": 64})
+
+
+@ts.kernel
 def scale_rows_add_bias(
     x: Tensor["M", "N", ts.bf16], s: Tensor["M", 1, ts.bf16], b: Tensor["N", ts.bf16]
 ) -> Tensor["M", "N", ts.bf16]:

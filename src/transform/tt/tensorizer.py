@@ -529,9 +529,13 @@ class _Tensorizer:
         if left.bcast != "none" and fn in ("add", "mul"):
             left, right = right, left
         if left.bcast != "none":
-            raise _Unsupported("binary", f"{fn} with a broadcast row as the first operand")
-        if right.bcast != "none" and fn == "sub":
-            raise _Unsupported("binary", "subtracting a broadcast row (tt-metal has add/mul row broadcasts only)")
+            raise _Unsupported(
+                "binary", f"{fn} with a broadcast {left.bcast[:-1]} as the first operand (a tile must come first)"
+            )
+        if right.bcast == "rows" and fn == "sub":
+            raise _Unsupported(
+                "binary", "subtracting a broadcast row (tt-metal v0.62.2 has sub_tiles_bcast_cols, no row form)"
+            )
         self._acquire(record.ops, "value")
         mode = {"kind": "binary", "fn": fn, "bcast": right.bcast, "in0": left.cb, "in1": right.cb}
         self._set_mode(mode)

@@ -319,6 +319,7 @@ _BCAST = {  # (broadcast, fn) -> (short init, op): row 0 / column 0 of the secon
     ("rows", "mul"): ("mul_bcast_rows_init_short", "mul_tiles_bcast_rows"),
     ("cols", "add"): ("add_bcast_cols_init_short", "add_tiles_bcast_cols"),
     ("cols", "mul"): ("mul_bcast_cols_init_short", "mul_tiles_bcast_cols"),
+    ("cols", "sub"): ("sub_bcast_cols_init_short", "sub_tiles_bcast_cols"),  # no row form in v0.62.2
 }
 _SFPU = {  # fn -> (init call, op call, header)
     "exp": ("exp_tile_init()", "exp_tile", "compute_kernel_api/eltwise_unary/exp.h"),

@@ -579,6 +579,7 @@ const char* fpu_mode_name(int mode) {
         case FPU_MUL_BCAST_ROWS: return "row-broadcast mul (mul_bcast_rows_init_short)";
         case FPU_ADD_BCAST_COLS: return "column-broadcast add (add_bcast_cols_init_short)";
         case FPU_MUL_BCAST_COLS: return "column-broadcast mul (mul_bcast_cols_init_short)";
+        case FPU_SUB_BCAST_COLS: return "column-broadcast sub (sub_bcast_cols_init_short)";
         case FPU_COPY: return "copy (copy_tile_init / init_sfpu)";
         default: return "?";
     }
@@ -815,12 +816,13 @@ void binary_tiles(int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t 
             float y = b[r * kTileCols + c2];
             if (mode == FPU_ADD_BCAST_ROWS || mode == FPU_MUL_BCAST_ROWS) {
                 y = b[c2];
-            } else if (mode == FPU_ADD_BCAST_COLS || mode == FPU_MUL_BCAST_COLS) {
+            } else if (mode == FPU_ADD_BCAST_COLS || mode == FPU_MUL_BCAST_COLS || mode == FPU_SUB_BCAST_COLS) {
                 y = b[r * kTileCols];
             }
             float v;
             switch (mode) {
-                case FPU_SUB: v = x - y; break;
+                case FPU_SUB:
+                case FPU_SUB_BCAST_COLS: v = x - y; break;
                 case FPU_MUL:
                 case FPU_MUL_BCAST_ROWS:
                 case FPU_MUL_BCAST_COLS: v = x * y; break;

@@ -16,5 +16,7 @@ void add_bcast_cols_init_short(std::uint32_t icb0, std::uint32_t icb1);
 void add_tiles_bcast_cols(std::uint32_t icb0, std::uint32_t icb1, std::uint32_t itile0, std::uint32_t itile1, std::uint32_t idst);
 void mul_bcast_cols_init_short(std::uint32_t icb0, std::uint32_t icb1);
 void mul_tiles_bcast_cols(std::uint32_t icb0, std::uint32_t icb1, std::uint32_t itile0, std::uint32_t itile1, std::uint32_t idst);
+void sub_bcast_cols_init_short(std::uint32_t icb0, std::uint32_t icb1);
+void sub_tiles_bcast_cols(std::uint32_t icb0, std::uint32_t icb1, std::uint32_t itile0, std::uint32_t itile1, std::uint32_t idst);
 
 }  // namespace ckernel

@@ -31,4 +31,11 @@ ALWI void mul_tiles_bcast_cols(std::uint32_t icb0, std::uint32_t icb1, std::uint
     tt_emu::binary_tiles(tt_emu::FPU_MUL_BCAST_COLS, icb0, icb1, itile0, itile1, idst, "mul_tiles_bcast_cols");
 }
 
+ALWI void sub_bcast_cols_init_short(std::uint32_t icb0, std::uint32_t icb1) {
+    tt_emu::fpu_init(tt_emu::FPU_SUB_BCAST_COLS, icb0, icb1, 0u, "sub_bcast_cols_init_short");
+}
+ALWI void sub_tiles_bcast_cols(std::uint32_t icb0, std::uint32_t icb1, std::uint32_t itile0, std::uint32_t itile1, std::uint32_t idst) {
+    tt_emu::binary_tiles(tt_emu::FPU_SUB_BCAST_COLS, icb0, icb1, itile0, itile1, idst, "sub_tiles_bcast_cols");
+}
+
 }  // namespace ckernel

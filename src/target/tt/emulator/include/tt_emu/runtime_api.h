@@ -22,6 +22,7 @@ enum FpuMode : int {
     FPU_ADD_BCAST_COLS,
     FPU_MUL_BCAST_COLS,
     FPU_COPY,
+    FPU_SUB_BCAST_COLS,
 };
 
 // SFPU operations (configured by their *_tile_init, applied in place on a DST tile).
