@@ -48,9 +48,23 @@ TILE = 32
 TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
 
 TT_DTYPES = ("bfloat16", "float32")
-TT_EPILOGUE = ("bias", "residual", "gate", "scale", "add_scalar", "relu", "gelu_erf", "gelu_tanh", "exp", "cast")
-TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "cast")
-TT_BINARY = ("add", "sub", "mul")
+TT_EPILOGUE = (
+    "bias",
+    "residual",
+    "gate",
+    "scale",
+    "add_scalar",
+    "relu",
+    "gelu_erf",
+    "gelu_tanh",
+    "exp",
+    "sigmoid",
+    "silu",
+    "cast",
+)
+# sqrt and 1/x run on the SFPU; rsqrt, sigmoid (1 / (1 + exp(-x))) and silu (x * sigmoid) compose them.
+TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "sqrt", "rsqrt", "sigmoid", "silu", "neg", "cast")
+TT_BINARY = ("add", "sub", "mul", "div")
 TT_SCALAR_BINARY = ("add", "sub", "mul", "div")  # with a scalar operand: binop_with_scalar on the SFPU
 
 _NOT_YET = "the Tenstorrent target does not support {what} yet"
@@ -295,8 +309,8 @@ def _broadcast_kind(spec: ElementwiseSpec, p) -> str:
 
 
 def _check_scalars(expr) -> None:
-    """Scalars are operands of + - * / with a tile (the SFPU's binop with a scalar); a tile divided
-    by a tile, a scalar divided by a tile or a scalar on its own has no Tenstorrent operation."""
+    """Scalars are operands of + - * / with a tile (the SFPU's binop with a scalar, or its reciprocal
+    for a scalar divided by a tile); a scalar on its own has no Tenstorrent operation."""
     if isinstance(expr, Const):
         raise _unsupported(
             f"scalar constant {expr.value!r}", "a scalar on its own, not an operand of + - * /", what="lone scalars"
@@ -306,8 +320,6 @@ def _check_scalars(expr) -> None:
     elif isinstance(expr, Binary):
         if isinstance(expr.x, Const) and isinstance(expr.y, Const):
             raise _unsupported(f"{expr.op} of two scalars", "fold it first", what="scalar-only expressions")
-        if expr.op == "div" and not isinstance(expr.y, Const):
-            raise _unsupported("div", "a tile divided by a tile or a scalar by a tile", what="division by a tile")
         for side in (expr.x, expr.y):
             if not isinstance(side, Const):
                 _check_scalars(side)

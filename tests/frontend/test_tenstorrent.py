@@ -192,11 +192,11 @@ def test_unsupported_kernels_name_the_op(kernel, shapes, op):
 
 def test_unsupported_element_wise_op_and_non_tile_schedule():
     @ts.kernel
-    def sig(x: Tensor["M", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
-        return ops.sigmoid(x)
+    def th(x: Tensor["M", "N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+        return ops.tanh(x)
 
-    with pytest.raises(UnsupportedTTOperationError, match="sigmoid: the Tenstorrent target does not support"):
-        ts.compile(sig, target="tenstorrent", shapes={"M": 32, "N": 32})
+    with pytest.raises(UnsupportedTTOperationError, match="tanh: the Tenstorrent target does not support"):
+        ts.compile(th, target="tenstorrent", shapes={"M": 32, "N": 32})
     with pytest.raises(ScheduleError, match="32x32 tile"):
         ts.compile(linear, target="tenstorrent", shapes={"M": 64, "N": 64, "K": 64}, schedule={"block_m": 64})
 
@@ -331,6 +331,65 @@ def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
     assert np.all(np.abs(out - ref) <= 2 * U_BF16 * (np.abs(ref) + 1) + 1e-6), np.abs(out - ref).max()
 
 
+RECIP_SQRT = [  # (expression of x and y, numpy reference, inputs kept positive)
+    (Unary("sigmoid", Input("x")), lambda x, y: 1 / (1 + np.exp(-x)), False),
+    (Unary("silu", Input("x")), lambda x, y: x / (1 + np.exp(-x)), False),
+    (Unary("rsqrt", Input("x")), lambda x, y: 1 / np.sqrt(x), True),
+    (Unary("sqrt", Input("x")), lambda x, y: np.sqrt(x), True),
+    (Binary("div", Input("x"), Input("y")), lambda x, y: x / y, True),
+    (Binary("div", Const(3.0), Input("y")), lambda x, y: 3 / y, True),
+    (Unary("neg", Input("x")), lambda x, y: -x, False),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "expr, ref, positive", RECIP_SQRT, ids=["sigmoid", "silu", "rsqrt", "sqrt", "div", "scalar_div", "neg"]
+)
+def test_reciprocal_and_sqrt_ops_run_in_the_emulator(expr, ref, positive, tmp_path):
+    """sqrt_tile and recip_tile on the SFPU, and what composes them: rsqrt, sigmoid, silu, tile / tile."""
+    spec = ElementwiseSpec((33, 40), (("x", (33, 40), "float32"), ("y", (33, 40), "float32")), expr, "float32")
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tt"), "tenstorrent", out_dir=tmp_path / "k")
+    rng = np.random.default_rng(10)
+    x, y = (rng.standard_normal((33, 40)).astype(np.float32) for _ in range(2))
+    if positive:
+        x, y = np.abs(x) + 0.5, np.abs(y) + 0.5
+    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "k", {"x": x, "y": y}, cache_dir=tmp_path / "emu").values()
+    want = ref(x.astype(np.float64), y.astype(np.float64))
+    assert np.all(np.abs(out - want) <= 4 * U_BF16 * np.abs(want) + 1e-6), np.abs(out - want).max()
+
+
+@needs_gxx
+@pytest.mark.parametrize("act", ["gelu_erf", "silu"])
+def test_an_activation_of_a_scaled_accumulator_runs_in_the_emulator(act, tmp_path):
+    """Found by the fuzz test: gelu(0.5 * acc), whose constants the simplifier folds into the erf
+    pattern, and silu(0.5 * acc), which reads the accumulator again after the SFPU changed it in DST."""
+    spec = GemmSpec(40, 64, 64, dtype_a="float32", epilogue=(EpilogueOp("scale", value=0.5), EpilogueOp(act)))
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "tt"), "tenstorrent", out_dir=tmp_path / "k")
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((40, 64)), rng.standard_normal((64, 64))
+    inputs = {"A": a.astype(np.float32), "B": b.astype(np.float32)}
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", inputs, cache_dir=tmp_path / "emu")["C"]
+    y = 0.5 * (a @ b)
+    ref = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2))) if act == "gelu_erf" else y / (1 + np.exp(-y))
+    tol = 4 * 1.13 * U_BF16 * 0.5 * (np.abs(a) @ np.abs(b)) + 1e-6
+    assert np.all(np.abs(out - ref) <= tol), np.abs(out - ref).max()
+
+
+@ts.kernel
+def swiglu(
+    x: Tensor["M", "K", ts.bf16], wg: Tensor["K", "N", ts.bf16], wu: Tensor["K", "N", ts.bf16]
+) -> Tensor["M", "N", ts.bf16]:
+    return ops.silu(ops.matmul(x, wg)) * ops.matmul(x, wu)
+
+
+def test_a_swiglu_mlp_gate_compiles_for_tenstorrent():
+    """LLaMA's gated MLP: two GEMMs (one with a silu epilogue) and the product, each a TT kernel."""
+    k = ts.compile(swiglu, target="tenstorrent", shapes={"M": 64, "K": 64, "N": 96})
+    assert len(k.device_kernels) >= 2
+    assert "recip_tile(" in k.source and "matmul_tiles(" in k.source
+
+
 @ts.kernel
 def center_rows(x: Tensor["M", "N", ts.bf16], m: Tensor["M", 1, ts.bf16]) -> Tensor["M", "N", ts.bf16]:
     return ops.exp(x - m)
@@ -457,7 +516,7 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
         (GemmSpec(64, 64, 64, dtype_a="float16"), "matmul with dtype_a=float16"),
         (GemmSpec(64, 64, 64, dtype_a="bfloat16", dtype_out="float32"), "matmul with mixed buffer dtypes"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("max", Input("x"), Input("x"))), "max"),
-        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("div", Const(2.0), Input("x"))), "div"),
+        (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Unary("abs", Input("x"))), "abs"),
         (
             ElementwiseSpec(
                 (2, 32, 32),

@@ -355,8 +355,8 @@ def test_tenstorrent_emulator_matches_numpy(tt_dirs, case, seed):
 
 # --------------------------------------------------------------------------- frontend -> Tenstorrent
 
-TT_EPILOGUE = {"none": lambda y: y, "relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
-TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp}
+TT_EPILOGUE = {"none": lambda y: y, "relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp, "silu": ops.silu}
+TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp, "sigmoid": ops.sigmoid}
 
 
 @fuzz_settings(ci=8)

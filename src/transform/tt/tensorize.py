@@ -25,7 +25,7 @@ with compute ops
     {op: matmul, in0, in1, dst, transpose, wait, pop}
     {op: binary, fn: add|sub|mul, bcast: none|rows, in0, in1, dst, wait, pop}
     {op: copy, cb, dst, wait, pop}              copy_tile of an input tile into DST
-    {op: sfpu, fn: exp|gelu|gelu_tanh|relu|binop_scalar, dst, init[, mode: add|sub|mul|div|rsub, value]}
+    {op: sfpu, fn: exp|gelu|gelu_tanh|relu|sqrt|recip|binop_scalar, dst, init[, mode: add|sub|mul|div|rsub, value]}
     {op: pack, dst, cb, commit}                 (tile_regs_commit + wait when ``commit``) pack to ``cb``
     {op: release}                               tile_regs_release
 

@@ -78,6 +78,7 @@ class _Tensorizer:
         self.lets: dict = {}  # Bind var -> value inside the current element-wise loop
         self.ij: tuple = ()  # (row, column) loop variables of the current element-wise loop
         self.leaf_cache: list = []  # DRAM loads of the current statement already given a read
+        self.pending: dict[str, int] = {}  # tile buffer -> loads of it still ahead in the current store
         self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
         self.stopped = False
         formats = {cb["data_format"] for cb in self.cbs}
@@ -433,6 +434,7 @@ class _Tensorizer:
             row0, col0, bcast = self._offsets(store.indices, name)
             if bcast != "none":
                 raise _Unsupported("store", f"stores to {name} as a row vector; outputs are whole tiles")
+            self.pending = self._tile_loads(store.value)
             value = self._emit(record, store.value)
             self._to_dram(record, value, name, self._page(name, row0, col0), tile="")
             return
@@ -441,11 +443,25 @@ class _Tensorizer:
                 "store",
                 f"stores {name}[{', '.join(str(e) for e in store.indices)}]; tile stores must be {name}[{i}, {j}]",
             )
+        self.pending = self._tile_loads(store.value)
         value = self._emit(record, store.value)
         if value.kind == "cb":
             self._to_dst(record.ops, value, name)
         self.dst_holds = name
         self.location[name] = _Operand("dst")
+
+    def _tile_loads(self, expr) -> dict[str, int]:
+        """How many times each tile buffer (not DRAM) is read by ``expr``, through its lets."""
+        counts: dict[str, int] = {}
+
+        def visit(node):
+            if isinstance(node, tvm.tirx.BufferLoad) and not common.is_dram(node.buffer):
+                counts[node.buffer.name] = counts.get(node.buffer.name, 0) + 1
+            elif isinstance(node, tvm.tirx.Var) and node in self.lets:
+                tvm.tirx.stmt_functor.post_order_visit(tvm.tirx.Evaluate(self.lets[node]), visit)
+
+        tvm.tirx.stmt_functor.post_order_visit(tvm.tirx.Evaluate(expr), visit)
+        return counts
 
     def _emit(self, record: _Record, expr) -> _Operand:
         """Lower an element-wise expression; returns where its tile ends up (a CB or DST)."""
@@ -460,6 +476,10 @@ class _Tensorizer:
             return self._sfpu(record, gelu[0], gelu[1])
         if common.op_name(expr) == "tirx.exp":
             return self._sfpu(record, "exp", expr.args[0])
+        if common.op_name(expr) == "tirx.sqrt":
+            return self._sfpu(record, "sqrt", expr.args[0])
+        if common.op_name(expr) == "tirx.rsqrt":  # 1 / sqrt(x): two SFPU ops
+            return self._sfpu_on(record, "recip", self._sfpu(record, "sqrt", expr.args[0]))
         if isinstance(expr, tirx.Max) and (_is_zero(expr.a) or _is_zero(expr.b)):
             return self._sfpu(record, "relu", expr.b if _is_zero(expr.a) else expr.a)
         fn = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.Div: "div"}.get(type(expr))
@@ -470,12 +490,21 @@ class _Tensorizer:
                 return self._scalar(record, fn, expr.a, float(_strip_casts(expr.b).value))
             if a_const and not b_const and fn in ("add", "mul", "sub"):  # scalar (op) tile
                 return self._scalar(record, "rsub" if fn == "sub" else fn, expr.b, float(_strip_casts(expr.a).value))
-            if not a_const and not b_const and fn != "div":
+            if a_const and not b_const:  # c / tile: the SFPU's reciprocal, then * c
+                value = self._sfpu(record, "recip", expr.b)
+                c = float(_strip_casts(expr.a).value)
+                if c != 1.0:
+                    value = self._sfpu_on(record, "binop_scalar", value)
+                    record.ops[-1]["mode"], record.ops[-1]["value"] = "mul", c
+                return value
+            if not a_const and not b_const and fn == "div":  # tile / tile: * the reciprocal
+                return self._binary(record, "mul", expr.a, expr.b, recip_b=True)
+            if not a_const and not b_const:
                 return self._binary(record, fn, expr.a, expr.b)
         raise _Unsupported(
             _describe(expr),
-            f"{_describe(expr)} ({expr}) has no Tenstorrent tile operation; supported: + - * of tiles, "
-            "+ - * / with a scalar, exp, gelu, relu",
+            f"{_describe(expr)} ({expr}) has no Tenstorrent tile operation; supported: + - * / of tiles, "
+            "+ - * / with a scalar, exp, sqrt, rsqrt, gelu, relu",
         )
 
     def _load(self, record: _Record, load) -> _Operand:
@@ -490,6 +519,7 @@ class _Tensorizer:
             operand = self.location.get(name)
             if operand is None:
                 raise _Unsupported("load", f"reads tile {name!r} before it has a value")
+            self.pending[name] = self.pending.get(name, 1) - 1
             if operand.kind == "dst" and self.dst_holds != name:
                 raise _Unsupported("load", f"tile {name!r} left DST before this use")
             return operand
@@ -503,7 +533,13 @@ class _Tensorizer:
         return operand
 
     def _sfpu(self, record: _Record, fn: str, arg) -> _Operand:
-        value = self._emit(record, arg)
+        return self._sfpu_on(record, fn, self._emit(record, arg))
+
+    def _sfpu_on(self, record: _Record, fn: str, value: _Operand) -> _Operand:
+        """SFPU ``fn`` on a value already emitted (in a CB, or in DST), in DST. A tile the statement
+        reads again later is packed to a CB first: the SFPU works in place."""
+        if value.kind == "dst" and self.pending.get(self.dst_holds or "", 0) > 0:
+            value = self._spill(record.ops)
         if value.kind == "cb":
             self._to_dst(record.ops, value, "value")
         elif self.phase != "math":
@@ -519,11 +555,12 @@ class _Tensorizer:
         op["mode"], op["value"] = mode, value
         return value_in_dst
 
-    def _binary(self, record: _Record, fn: str, a, b) -> _Operand:
+    def _binary(self, record: _Record, fn: str, a, b, recip_b: bool = False) -> _Operand:
+        """``a fn b`` of two tiles on the FPU (``recip_b``: ``b`` through the SFPU's reciprocal first)."""
         left = self._emit(record, a)
         if left.kind == "dst":
             left = self._spill(record.ops)
-        right = self._emit(record, b)
+        right = self._sfpu(record, "recip", b) if recip_b else self._emit(record, b)
         if right.kind == "dst":
             right = self._spill(record.ops)
         if left.bcast != "none" and fn in ("add", "mul"):

@@ -74,8 +74,47 @@ def _product(factors: list):
     return out
 
 
+def _constant(expr) -> float | None:
+    expr = _strip_casts(expr)
+    return float(expr.value) if isinstance(expr, tvm.tirx.FloatImm | tvm.tirx.IntImm) else None
+
+
+def _match_scaled_gelu(factors: list):
+    """``gelu(s * X)`` after the simplifier folded the constants: ``a * X * (1 + erf(b * X))`` with
+    ``b = sqrt(2) * a`` (``a = s / 2``). Returns ``("gelu", s * X)`` or None."""
+    erfs = [
+        (f, _strip_casts(call))
+        for f in factors
+        if isinstance(f, tvm.tirx.Add)
+        for one, call in ((f.a, f.b), (f.b, f.a))
+        if _is_float(one, 1.0) and common.op_name(_strip_casts(call)) == "tirx.erf"
+    ]
+    if len(erfs) != 1:
+        return None
+    add, call = erfs[0]
+    rest = [f for f in factors if not f.same_as(add)]
+    outer = [c for c in map(_constant, rest) if c is not None]
+    inner_factors = _factors(call.args[0])
+    inner = [c for c in map(_constant, inner_factors) if c is not None]
+    xs = [f for f in rest if _constant(f) is None]
+    if not xs or not _same_multiset(xs, [f for f in inner_factors if _constant(f) is None]):
+        return None
+    a, b = math.prod(outer), math.prod(inner)
+    if a == 0 or abs(b - math.sqrt(2.0) * a) > 1e-5 * max(1.0, abs(b)):
+        return None
+    x = _product(xs)
+    scale = 2.0 * a
+    return "gelu", x if abs(scale - 1.0) <= 1e-6 else x * tvm.tirx.FloatImm(str(x.dtype), scale)
+
+
 def match_gelu(expr) -> tuple[str, Any] | None:
-    """``("gelu", x)`` for 0.5*x*(1 + erf(x/sqrt2)), ``("gelu_tanh", x)`` for the tanh form, else None."""
+    """``("gelu", x)`` for 0.5*x*(1 + erf(x/sqrt2)) (also with its constants folded, for gelu of a
+    scaled value), ``("gelu_tanh", x)`` for the tanh form, else None."""
+    found = _match_gelu(expr)
+    return found if found is not None else _match_scaled_gelu(_factors(expr))
+
+
+def _match_gelu(expr) -> tuple[str, Any] | None:
     factors = _factors(expr)
     halves = [f for f in factors if _is_float(f, 0.5)]
     ones_plus = []

@@ -326,6 +326,8 @@ _SFPU = {  # fn -> (init call, op call, header)
     "gelu": ("gelu_tile_init<false>()", "gelu_tile<false>", "compute_kernel_api/eltwise_unary/gelu.h"),
     "gelu_tanh": ("gelu_tile_init<true>()", "gelu_tile<true>", "compute_kernel_api/eltwise_unary/gelu.h"),
     "relu": ("relu_tile_init()", "relu_tile", "compute_kernel_api/eltwise_unary/relu.h"),
+    "sqrt": ("sqrt_tile_init()", "sqrt_tile", "compute_kernel_api/eltwise_unary/sqrt.h"),
+    "recip": ("recip_tile_init()", "recip_tile", "compute_kernel_api/eltwise_unary/recip.h"),
     # one init for every mode; the call is <mode>_unary_tile(idst, the scalar's fp32 bits)
     "binop_scalar": ("binop_with_scalar_tile_init()", None, "compute_kernel_api/eltwise_unary/binop_with_scalar.h"),
 }

@@ -593,6 +593,8 @@ const char* sfpu_name(int op) {
         case SFPU_GELU_APPROX: return "gelu<fast_and_approx=true> (gelu_tile_init<true>)";
         case SFPU_RELU: return "relu (relu_tile_init)";
         case SFPU_BINOP_SCALAR: return "binop with scalar (binop_with_scalar_tile_init)";
+        case SFPU_SQRT: return "sqrt (sqrt_tile_init)";
+        case SFPU_RECIP: return "reciprocal (recip_tile_init)";
         default: return "?";
     }
 }
@@ -870,6 +872,8 @@ void sfpu_apply(int op, std::uint32_t idst, float scale, const char* api) {
                 d[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
                 break;
             case SFPU_RELU: d[i] = x > 0.0f ? x : 0.0f; break;
+            case SFPU_SQRT: d[i] = std::sqrt(x); break;
+            case SFPU_RECIP: d[i] = 1.0f / x; break;
             default: fail(api, "unknown SFPU op");
         }
     }

@@ -26,7 +26,7 @@ enum FpuMode : int {
 };
 
 // SFPU operations (configured by their *_tile_init, applied in place on a DST tile).
-enum SfpuOp : int { SFPU_NONE = 0, SFPU_EXP, SFPU_GELU, SFPU_GELU_APPROX, SFPU_RELU, SFPU_BINOP_SCALAR };
+enum SfpuOp : int { SFPU_NONE = 0, SFPU_EXP, SFPU_GELU, SFPU_GELU_APPROX, SFPU_RELU, SFPU_BINOP_SCALAR, SFPU_SQRT, SFPU_RECIP };
 // The modes of binop_with_scalar (add_unary_tile ... rsub_unary_tile): DST tile (op) scalar.
 enum ScalarOp : int { SCALAR_ADD = 0, SCALAR_SUB, SCALAR_MUL, SCALAR_DIV, SCALAR_RSUB };
 

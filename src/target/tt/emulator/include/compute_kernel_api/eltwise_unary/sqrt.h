@@ -1,0 +1,12 @@
+// Tessera tt-metal emulator (API pinned to tt-metal v0.62.2, 2025-08-20): compute_kernel_api/eltwise_unary/sqrt.h
+// Same declarations as the stub tree, implemented over tt_emu runtime calls (square root, in float32).
+#pragma once
+
+#include "compute_kernel_api/common_globals.h"
+
+namespace ckernel {
+
+ALWI void sqrt_tile_init() { tt_emu::sfpu_init(tt_emu::SFPU_SQRT, "sqrt_tile_init"); }
+ALWI void sqrt_tile(std::uint32_t idst) { tt_emu::sfpu_apply(tt_emu::SFPU_SQRT, idst, 1.0f, "sqrt_tile"); }
+
+}  // namespace ckernel
