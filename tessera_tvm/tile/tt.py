@@ -22,7 +22,10 @@ supported (tt-metal v0.62.2 has no row form of it).
 A batched GEMM is one 2-D GEMM over every batch entry's rows (each buffer declared as its
 ``[rows, last dim]`` view); with a batched B, each entry's B tiles are read at its own offset.
 
-Anything else (softmax, norms, attention, reductions, transposed-A GEMMs, partly broadcast batches,
+A row reduction (sum, max, mean over the last axis) reduces each 32x32 tile of a row block into a
+(32, 1) accumulator (``T.reduce`` -> ``reduce_tile``), stored into the ``[rows, 1]`` output view.
+
+Anything else (softmax, norms, attention, other reductions, transposed-A GEMMs, partly broadcast batches,
 other broadcasts, mixed buffer dtypes, other unary or binary ops) raises
 :class:`UnsupportedTTOperationError` naming the operation.
 """
@@ -120,7 +123,9 @@ def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"
     if isinstance(spec, AttentionSpec):
         raise _unsupported("attention", "flash attention; only GEMM and element-wise kernels lower")
     if isinstance(spec, ReduceSpec):
-        raise _unsupported(f"reduce_{spec.kind}", "reductions have no Tenstorrent lowering", what="reductions")
+        _check_reduce(spec)
+        _check_schedule(spec, schedule)
+        return _reduce_program(spec)
     raise _unsupported(type(spec).__name__)
 
 
@@ -361,5 +366,60 @@ def _elementwise_program(spec: ElementwiseSpec):
             for i, j in T.Parallel(TILE, TILE):
                 if by * TILE + i < rows and bx * TILE + j < cols:
                     io.buffers[n_in][by * TILE + i, bx * TILE + j] = value(io.buffers, by * TILE + i, bx * TILE + j)
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Row reductions
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_reduce(spec: ReduceSpec) -> None:
+    if spec.axis != (len(spec.shape) - 1,):
+        raise _unsupported(
+            f"reduce_{spec.kind} over axes {list(spec.axis)}",
+            f"of a {len(spec.shape)}-D tensor; the Tenstorrent target reduces the last axis (row reductions)",
+            what="reductions over other axes",
+        )
+    _check_dtypes(f"reduce_{spec.kind}", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
+    _check_one_dtype(f"reduce_{spec.kind}", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
+    if spec.kind == "max" and spec.shape[-1] % TILE:
+        raise _unsupported(
+            "reduce_max over a ragged last axis",
+            f"the last axis is {spec.shape[-1]}, not a multiple of {TILE}: the padding of its last tile would "
+            "enter the maximum",
+            what="max over a last axis that is not a multiple of 32",
+        )
+
+
+def _reduce_program(spec: ReduceSpec):
+    """Per 32-row block: every 32x32 tile of the rows goes through ``T.reduce`` into one (32, 1)
+    accumulator (``reduce_tile`` accumulating in DST), which is stored as the block's rows of the
+    [rows, 1] output view. A mean multiplies the sums by 1/N in DST (the SFPU's binop with a scalar)."""
+    rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
+    x_view = spec.inputs()[0]._replace(shape=(rows, cols))
+    out_view = spec.outputs()[0]._replace(shape=(rows, 1))
+    kind = "sum" if spec.kind == "mean" else spec.kind
+    init = -math.inf if kind == "max" else 0.0
+
+    @prim_func
+    def main():
+        io = declare_params([x_view, out_view])
+        with T.Kernel(1, T.ceildiv(rows, TILE)) as (bx, by):
+            X_f = T.alloc_fragment((TILE, TILE), spec.dtype_in)
+            R_f = T.alloc_fragment((TILE, 1), "float32")
+            T.fill(R_f, init)
+            for t in T.serial(T.ceildiv(cols, TILE)):
+                T.copy(io.buffers[0][by * TILE, t * TILE], X_f)
+                if kind == "max":
+                    T.reduce_max(X_f, R_f, dim=1, clear=False)
+                else:
+                    T.reduce_sum(X_f, R_f, dim=1, clear=False)
+            if spec.kind == "mean":  # the row sums times 1/N, on the SFPU, while they are in DST
+                for i, j in T.Parallel(TILE, 1):
+                    R_f[i, j] = R_f[i, j] * T.float32(1.0 / cols)
+            T.copy(R_f, io.buffers[1][by * TILE, 0])
+            del bx
 
     return main

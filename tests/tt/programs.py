@@ -212,7 +212,8 @@ def copy_through(M, N, dtype="bfloat16"):
 
 
 def row_max(M, N, dtype="bfloat16"):
-    """A row reduction (T.reduce_max): no Tenstorrent lowering yet."""
+    """A row max into a (32,) fragment, broadcast back over the tile: the Tenstorrent target reduces
+    into a (32, 1) accumulator (column 0 of a DST tile), so this form is refused."""
 
     @T.prim_func
     def main(A: T.Tensor((M, N), dtype), R: T.Tensor((M, N), dtype)):

@@ -79,6 +79,8 @@ class _Tensorizer:
         self.ij: tuple = ()  # (row, column) loop variables of the current element-wise loop
         self.leaf_cache: list = []  # DRAM loads of the current statement already given a read
         self.pending: dict[str, int] = {}  # tile buffer -> loads of it still ahead in the current store
+        self.columns: set[str] = set()  # (32, 1) tile buffers: row-reduction accumulators (column 0 of a tile)
+        self.constants: dict[float, int] = {}  # constant-tile CBs the reader fills once (reduce scalers)
         self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
         self.stopped = False
         formats = {cb["data_format"] for cb in self.cbs}
@@ -246,11 +248,17 @@ class _Tensorizer:
             self._fill(record, call)
         elif name == "tl.tileop.gemm":
             self._gemm(record, call)
+        elif name == "tl.tileop.reduce":
+            self._reduce(record, call)
         else:
             raise _Unsupported(f"T.{short}", f"T.{short} has no Tenstorrent lowering yet")
 
-    def _tile_region(self, reg, what: str, op: str = "T.copy"):
+    def _tile_region(self, reg, what: str, op: str = "T.copy", column: bool = False):
+        """(buffer, starts) of a whole-tile region (``column``: or a (32, 1) column of one)."""
         buffer, starts, extents = reg
+        sizes = [common.const_int(e) for e in extents]
+        if column and len(extents) == 2 and sizes == [self.tile[0], 1]:
+            return buffer, starts
         if [common.const_int(e) for e in extents[-2:]] != list(self.tile) or len(extents) != 2:
             raise _Unsupported(
                 op,
@@ -263,8 +271,9 @@ class _Tensorizer:
         src, dst = common.region(call.args[0]), common.region(call.args[1])
         if src is None or dst is None:
             raise _Unsupported("T.copy", "copy operands are not buffer regions")
-        src_buf, src_start = self._tile_region(src, "source")
-        dst_buf, dst_start = self._tile_region(dst, "destination")
+        column = src[0].name in self.columns  # a row reduction's (32, 1) result
+        src_buf, src_start = self._tile_region(src, "source", column=column)
+        dst_buf, dst_start = self._tile_region(dst, "destination", column=column)
         if common.is_dram(src_buf) and not common.is_dram(dst_buf):
             record.tile_op = "copy_in"
             page = self._page(src_buf.name, *src_start)
@@ -308,9 +317,15 @@ class _Tensorizer:
 
     def _fill(self, record: _Record, call) -> None:
         reg = common.region(call.args[0])
-        if reg is None or not _is_zero(call.args[1]):
+        column = reg is not None and [common.const_int(e) for e in reg[2]] == [self.tile[0], 1]
+        # 0 clears an accumulator; -inf starts a max, whose first reduce_tile in a DST phase writes it.
+        value = _strip_casts(call.args[1])
+        minus_inf = column and isinstance(value, tvm.tirx.FloatImm) and value.value == float("-inf")
+        if reg is None or not (_is_zero(call.args[1]) or minus_inf):
             raise _Unsupported("T.fill", "T.fill with a value other than 0 (only accumulator clears are supported)")
-        buffer, _ = self._tile_region(reg, "filled tile", "T.fill")
+        buffer, _ = self._tile_region(reg, "filled tile", "T.fill", column=column)
+        if column:
+            self.columns.add(buffer.name)
         self._acquire(record.ops, buffer.name)
         self.location[buffer.name] = _Operand("dst")
         self.acquire["zeroed"] = buffer.name
@@ -353,6 +368,56 @@ class _Tensorizer:
             self._use(operand, op)
         record.ops.append(op)
 
+    def _constant(self, value: float) -> int:
+        """The id of a CB holding one tile of ``value`` everywhere (the reader fills it once)."""
+        if value not in self.constants:
+            cb_id = self.next_intermediate
+            self.next_intermediate += 1
+            self.cbs.append(
+                {
+                    "id": cb_id,
+                    "name": "scaler",
+                    "role": "constant",
+                    "value": value,
+                    "dram": "",
+                    "tile": "",
+                    "num_pages": 1,
+                    "page_size": self.page_size,
+                    "data_format": self.format,
+                }
+            )
+            self.constants[value] = cb_id
+        return self.constants[value]
+
+    def _reduce(self, record: _Record, call) -> None:
+        """``T.reduce`` of a 32x32 tile along its rows into a (32, 1) accumulator kept in DST:
+        ``reduce_tile<SUM|MAX, REDUCE_ROW>`` with a constant scaler tile of 1.0."""
+        src, dst = common.region(call.args[0]), common.region(call.args[1])
+        kind = getattr(call.args[2], "value", str(call.args[2]))  # a StringImm
+        dim, clear = common.const_int(call.args[3]), bool(common.const_int(call.args[4]))
+        record.tile_op = "reduce"
+        if kind not in ("sum", "max"):
+            raise _Unsupported("T.reduce", f"reduce {kind!r}; the Tenstorrent target reduces with sum or max")
+        if src is None or dst is None or dim != 1:
+            raise _Unsupported("T.reduce", f"a reduction over dim {dim}; the Tenstorrent target reduces rows (dim=1)")
+        src_buf, _ = self._tile_region(src, "reduced tile", "T.reduce")
+        acc = dst[0].name
+        if acc not in self.columns or [common.const_int(e) for e in dst[2]] != [self.tile[0], 1]:
+            raise _Unsupported("T.reduce", f"the result {acc!r} must be a (32, 1) buffer filled before its loop")
+        if clear or self.dst_holds != acc or self.phase != "math":
+            raise _Unsupported(
+                "T.reduce",
+                f"accumulator {acc!r} must be filled (T.fill) before its loop, reduced with clear=False, and stay in DST",
+            )
+        operand = self.location.get(src_buf.name)
+        if operand is None or operand.kind != "cb" or operand.bcast != "none":
+            raise _Unsupported("T.reduce", f"the reduced tile {src_buf.name!r} must be a tile copied from DRAM")
+        scaler = self._constant(1.0)
+        self._set_mode({"kind": "reduce", "type": kind, "in0": operand.cb, "scaler": scaler})
+        op = {"op": "reduce", "type": kind, "in0": operand.cb, "scaler": scaler, "dst": 0, "wait": [], "pop": []}
+        self._use(operand, op)
+        record.ops.append(op)
+
     # ---- element-wise loop nests ------------------------------------------------------------
     def _elementwise_nest(self, loop):
         """``(row var, col var, body)`` of a two-level loop nest whose body only computes, else None."""
@@ -368,7 +433,12 @@ class _Tensorizer:
     def _elementwise(self, record: _Record, loop) -> None:
         row, col, stmts = self._elementwise_nest(loop)
         extents = [common.const_int(loop.extent), common.const_int(loop.body.extent)]
-        if extents != list(self.tile):
+        column = extents == [self.tile[0], 1] and all(
+            isinstance(st, tvm.tirx.BufferStore) and st.buffer.name in self.columns
+            for st in stmts
+            if not isinstance(st, tvm.tirx.Bind)
+        )  # a (32, 1) accumulator: its whole tile is in DST
+        if extents != list(self.tile) and not column:
             raise _Unsupported(
                 "T.Parallel",
                 f"an element-wise loop over {extents[0]}x{extents[1]}; the Tenstorrent "
@@ -438,7 +508,7 @@ class _Tensorizer:
             value = self._emit(record, store.value)
             self._to_dram(record, value, name, self._page(name, row0, col0), tile="")
             return
-        if not (len(store.indices) == 2 and store.indices[0].same_as(i) and store.indices[1].same_as(j)):
+        if not self._at_ij(name, store.indices):
             raise _Unsupported(
                 "store",
                 f"stores {name}[{', '.join(str(e) for e in store.indices)}]; tile stores must be {name}[{i}, {j}]",
@@ -449,6 +519,13 @@ class _Tensorizer:
             self._to_dst(record.ops, value, name)
         self.dst_holds = name
         self.location[name] = _Operand("dst")
+
+    def _at_ij(self, name: str, indices) -> bool:
+        """Whether ``indices`` address element (i, j) of tile ``name`` (a (32, 1) accumulator: (i, 0))."""
+        i, j = self.ij
+        if len(indices) != 2 or not indices[0].same_as(i):
+            return False
+        return indices[1].same_as(j) or (name in self.columns and _is_zero(indices[1]))
 
     def _tile_loads(self, expr) -> dict[str, int]:
         """How many times each tile buffer (not DRAM) is read by ``expr``, through its lets."""
@@ -511,7 +588,7 @@ class _Tensorizer:
         name = load.buffer.name
         if not common.is_dram(load.buffer):
             i, j = self.ij
-            if not (len(load.indices) == 2 and load.indices[0].same_as(i) and load.indices[1].same_as(j)):
+            if not self._at_ij(name, load.indices):
                 raise _Unsupported(
                     "load",
                     f"reads {name}[{', '.join(str(e) for e in load.indices)}]; tile reads must be {name}[{i}, {j}]",
@@ -624,6 +701,11 @@ class _Tensorizer:
         if hw is not None:
             hw["out"] = first_pack
         keys = [_mode_key(m) for m in modes]
+        if any(m["kind"] == "reduce" for m in modes) and len(set(keys)) > 1:
+            raise common.UnsupportedTTOperationError(
+                f"kernel {self.name!r}: a row reduction and other FPU operations in one kernel (reduce_init's packer "
+                "edge masks would need reduce_uninit between them); split the kernel"
+            )
         fpu_hoisted = bool(keys) and len(set(keys)) == 1
         for k, op in enumerate(phases):
             if not fpu_hoisted and keys[k] != keys[k - 1]:
@@ -643,5 +725,5 @@ class _Tensorizer:
 
 
 def _mode_key(mode: dict) -> tuple:
-    """FPU modes differ by kind/fn/broadcast/transpose (CB ids of one format need no re-init)."""
-    return (mode["kind"], mode.get("fn"), mode.get("bcast"), mode.get("transpose"))
+    """FPU modes differ by kind/fn/broadcast/transpose/reduce type (CB ids of one format need no re-init)."""
+    return (mode["kind"], mode.get("fn"), mode.get("bcast"), mode.get("transpose"), mode.get("type"))

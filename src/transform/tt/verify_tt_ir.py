@@ -266,7 +266,7 @@ class _Verifier:
             kind = op["op"]
             if "dst" in op and not 0 <= op["dst"] < dst_tiles:
                 raise self.fail(f"{where}: {kind} uses DST tile {op['dst']} but DST holds {dst_tiles} tiles")
-            for key in ("cb", "in0", "in1"):
+            for key in ("cb", "in0", "in1", "scaler"):
                 if key in op:
                     self._known_cb(op[key], where)
             for cb in op.get("pop", []):
@@ -275,7 +275,7 @@ class _Verifier:
                 if self.phase is not None:
                     raise self.fail(f"{where}: tile_regs_acquire while DST is {self.phase}")
                 self.phase = "math"
-            elif kind in ("matmul", "binary", "copy", "sfpu"):
+            elif kind in ("matmul", "binary", "copy", "sfpu", "reduce"):
                 if self.phase != "math":
                     raise self.fail(f"{where}: {kind} while DST is {self.phase or 'released'}")
             elif kind == "pack":

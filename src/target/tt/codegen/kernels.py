@@ -255,11 +255,15 @@ class _DataMovement(_Kernel):
         self.runtime_args(1, len(self.buffers))
         self.emit(0, "")
         key = ROLE_ANNOTATION[self.role]
-        self.cb_constants(1, sorted({node["cb"] for node in annotations(self.info.loop.body, key)}))
+        constants = [cb for cb in self.info.cbs if cb["role"] == "constant"] if self.role == "reader" else []
+        ids = {node["cb"] for node in annotations(self.info.loop.body, key)} | {cb["id"] for cb in constants}
+        self.cb_constants(1, sorted(ids))
         self.emit(0, "")
         self.accessor_setup(1)
         if self.buffers:
             self.emit(0, "")
+        for cb in constants:
+            self.fill_constant(1, cb)
         self.tile_loop(1)
         args = ", ".join(self.buffers) or "none"
         runtime = ", ".join([self.addr[b] for b in self.buffers] + ["start_tile", "num_tiles"])
@@ -276,6 +280,26 @@ class ReaderKernel(_DataMovement):
     def __init__(self, info: KernelInfo):
         super().__init__(info)
         self.buffers = info.reads
+
+    def fill_constant(self, depth: int, cb: dict) -> None:
+        """One tile of ``cb['value']`` written into the CB's L1 page, pushed once before the tile loop
+        (a reduce's scaler tile: every element the scale, so any face layout reads it the same)."""
+        import struct
+
+        name = self.cb_name(cb["id"])
+        value = float(cb["value"])
+        if cb["data_format"] == "Float32":
+            word, bits = "uint32_t", f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}u"
+        else:  # Float16_b: the upper half of the float32
+            word, bits = "uint16_t", f"0x{struct.unpack('<I', struct.pack('<f', value))[0] >> 16:04x}u"
+        ptr = self.names.fresh(f"{cb['name']}_ptr")
+        self.emit(depth, f"cb_reserve_back({name}, 1);")
+        self.emit(depth, f"volatile {word}* {ptr} = reinterpret_cast<volatile {word}*>(get_write_ptr({name}));")
+        self.emit(depth, f"for (uint32_t i = 0; i < 1024; ++i) {{  // {value!r} in every element of the tile")
+        self.emit(depth + 1, f"{ptr}[i] = {bits};")
+        self.emit(depth, "}")
+        self.emit(depth, f"cb_push_back({name}, 1);")
+        self.emit(0, "")
 
     def annotation(self, node: dict, depth: int) -> None:
         cb = self.cb_name(node["cb"])
@@ -350,9 +374,12 @@ class ComputeKernel(_Kernel):
         super().__init__(info)
         self.headers: set[str] = {"compute_kernel_api/common.h"}
 
-    def mode_init(self, mode: dict) -> str:
+    def mode_init(self, mode: dict, out: str | None = None) -> str:
         """The short init that puts the FPU (unpacker + math) in ``mode``."""
         kind = mode["kind"]
+        if kind == "reduce":
+            self.headers.add("compute_kernel_api/reduce.h")
+            return f"reduce_init<{_reduce_args(mode)}>({self.cb_name(mode['in0'])}, {self.cb_name(mode['scaler'])}, {out});"
         if kind == "matmul":
             self.headers.add("compute_kernel_api/matmul.h")
             return f"mm_init_short({self.cb_name(mode['in0'])}, {self.cb_name(mode['in1'])}, {mode['transpose']});"
@@ -371,7 +398,14 @@ class ComputeKernel(_Kernel):
         hw, fpu, sfpu = init.get("hw"), init.get("fpu"), init.get("sfpu")
         if hw is not None:
             out = self.cb_name(hw["out"]) if hw.get("out") is not None else self.cb_name(hw.get("in0", hw.get("cb")))
-            if hw["kind"] == "matmul":
+            if hw["kind"] == "reduce":
+                self.emit(
+                    depth,
+                    f"compute_kernel_hw_startup({self.cb_name(hw['in0'])}, {self.cb_name(hw['scaler'])}, {out});",
+                )
+                self.emit(depth, self.mode_init(hw, out))
+                fpu = None if fpu is not None and fpu["kind"] == "reduce" else fpu
+            elif hw["kind"] == "matmul":
                 self.headers.add("compute_kernel_api/matmul.h")
                 self.emit(
                     depth, f"mm_init({self.cb_name(hw['in0'])}, {self.cb_name(hw['in1'])}, {out}, {hw['transpose']});"
@@ -422,6 +456,15 @@ class ComputeKernel(_Kernel):
                 )
                 self.emit(depth, f"{call}({self.cb_name(op['in0'])}, {self.cb_name(op['in1'])}, 0, 0, {op['dst']});")
                 self.pops(depth, op)
+            elif kind == "reduce":
+                self.headers.add("compute_kernel_api/reduce.h")
+                self.waits(depth, op)
+                self.emit(
+                    depth,
+                    f"reduce_tile<{_reduce_args(op)}>({self.cb_name(op['in0'])}, {self.cb_name(op['scaler'])}, "
+                    f"0, 0, {op['dst']});",
+                )
+                self.pops(depth, op)
             elif kind == "copy":
                 self.headers.add("compute_kernel_api/tile_move_copy.h")
                 self.waits(depth, op)
@@ -469,11 +512,16 @@ class ComputeKernel(_Kernel):
                 for c in [part[key]]
             }
         )
-        self.cb_constants(1, used)
+        constants = [cb["id"] for cb in self.info.cbs if cb["role"] == "constant"]
+        self.cb_constants(1, sorted(set(used) | set(constants)))
         self.emit(0, "")
         self.hw_init(1)
+        for cb_id in constants:  # the reader pushed it once; it stays until the last tile
+            self.emit(1, f"cb_wait_front({self.cb_name(cb_id)}, 1);")
         self.emit(0, "")
         self.tile_loop(1)
+        for cb_id in constants:
+            self.emit(1, f"cb_pop_front({self.cb_name(cb_id)}, 1);")
         roles = ", ".join(f"c_{cb['id']} = {cb['name']}" for cb in self.info.cbs if cb["id"] in used)
         out = self.header(
             "Compute", ["Runtime args: start_tile, num_tiles (this core's output tiles).", f"CBs: {roles}."]
@@ -482,6 +530,10 @@ class ComputeKernel(_Kernel):
         out += [f'#include "{h}"' for h in sorted(self.headers)]
         out += ["", "namespace NAMESPACE {", "void MAIN {", *body, "}", "}  // namespace NAMESPACE", ""]
         return "\n".join(out)
+
+
+def _reduce_args(mode: dict) -> str:
+    return f"PoolType::{mode['type'].upper()}, ReduceDim::REDUCE_ROW"
 
 
 def render_kernels(info: KernelInfo) -> dict[str, str]:

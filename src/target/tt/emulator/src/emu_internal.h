@@ -144,6 +144,7 @@ enum DstState : int { DST_RELEASED = 0, DST_ACQUIRED, DST_COMMITTED, DST_PACKING
 
 struct ComputeState {
     std::vector<float> dst;  // capacity * 1024 floats, row-major tiles
+    std::vector<bool> reduced;  // per DST tile: a reduce_tile wrote it since tile_regs_acquire
     std::uint32_t capacity = 16;
     int state = DST_RELEASED;
     bool hw_configured = false;

@@ -580,6 +580,8 @@ const char* fpu_mode_name(int mode) {
         case FPU_ADD_BCAST_COLS: return "column-broadcast add (add_bcast_cols_init_short)";
         case FPU_MUL_BCAST_COLS: return "column-broadcast mul (mul_bcast_cols_init_short)";
         case FPU_SUB_BCAST_COLS: return "column-broadcast sub (sub_bcast_cols_init_short)";
+        case FPU_REDUCE_SUM_ROW: return "row sum (reduce_init<SUM, REDUCE_ROW>)";
+        case FPU_REDUCE_MAX_ROW: return "row max (reduce_init<MAX, REDUCE_ROW>)";
         case FPU_COPY: return "copy (copy_tile_init / init_sfpu)";
         default: return "?";
     }
@@ -712,6 +714,7 @@ void dst_acquire() {
         fail("tile_regs_acquire", format("DST is %s (missing tile_regs_release?)", dst_state_name(cs.state)));
     }
     std::fill(cs.dst.begin(), cs.dst.end(), 0.0f);
+    cs.reduced.assign(cs.capacity, false);
     cs.state = DST_ACQUIRED;
     cs.dst_acquires++;
 }
@@ -794,6 +797,36 @@ void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::u
         }
     }
     cs.matmul_tiles++;
+}
+
+void reduce_tiles(int mode, std::uint32_t icb, std::uint32_t iscaler, std::uint32_t itile, std::uint32_t itile_scaler,
+                  std::uint32_t idst, const char* api) {
+    ComputeState& cs = compute_ctx(api);
+    Core& core = *g_ctx->core;
+    need_hw(cs, api);
+    need_fpu(cs, mode, api);
+    need_math(cs, api);
+    need_dst(cs, idst, api);
+    check_same_format(core, icb, cs.fpu_cb0, api, cs.fpu_init_api);
+    check_same_format(core, iscaler, cs.fpu_cb1, api, cs.fpu_init_api);
+    float a[kTileElems];
+    float scaler[kTileElems];
+    read_front_tile(core, icb, itile, a, api);
+    read_front_tile(core, iscaler, itile_scaler, scaler, api);
+    float* d = dst_tile(cs, idst);
+    const bool first = !cs.reduced[idst];
+    for (std::uint32_t r = 0; r < kTileRows; ++r) {
+        float v = a[r * kTileCols];
+        for (std::uint32_t c2 = 1; c2 < kTileCols; ++c2) {
+            const float x = a[r * kTileCols + c2];
+            v = mode == FPU_REDUCE_MAX_ROW ? std::max(v, x) : v + x;
+        }
+        v *= scaler[0];
+        float& out = d[r * kTileCols];
+        out = first ? v : (mode == FPU_REDUCE_MAX_ROW ? std::max(out, v) : out + v);
+    }
+    cs.reduced[idst] = true;
+    cs.binary_tiles++;
 }
 
 void binary_tiles(int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::uint32_t i1, std::uint32_t idst,

@@ -23,6 +23,8 @@ enum FpuMode : int {
     FPU_MUL_BCAST_COLS,
     FPU_COPY,
     FPU_SUB_BCAST_COLS,
+    FPU_REDUCE_SUM_ROW,
+    FPU_REDUCE_MAX_ROW,
 };
 
 // SFPU operations (configured by their *_tile_init, applied in place on a DST tile).
@@ -80,6 +82,8 @@ TT_EMU_API void dst_release_full();
 TT_EMU_API void matmul_tiles(
     std::uint32_t in0_cb, std::uint32_t in1_cb, std::uint32_t in0_tile, std::uint32_t in1_tile, std::uint32_t idst,
     std::uint32_t transpose);
+TT_EMU_API void reduce_tiles(int mode, std::uint32_t icb, std::uint32_t iscaler, std::uint32_t itile,
+                             std::uint32_t itile_scaler, std::uint32_t idst, const char* api);
 TT_EMU_API void binary_tiles(
     int mode, std::uint32_t in0_cb, std::uint32_t in1_cb, std::uint32_t in0_tile, std::uint32_t in1_tile,
     std::uint32_t idst, const char* api);
