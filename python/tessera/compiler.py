@@ -367,6 +367,35 @@ class CompiledKernel:
                 return instance.run(arrays)  # torch CPU tensors go through the entry: one span for the call
             return instance.run(arrays, memory=HOST)
 
+    def emulate(self, *arrays: Any, cache_dir: str | os.PathLike | None = None) -> Any:
+        """Run a Tenstorrent compile in the tt-metal emulator (``tessera_tvm.target.tt.emulate``, g++
+        needed): each device kernel's ``tt.plan.json`` in order, on numpy arrays; returns numpy arrays
+        in the kernel's result dtypes. Slow (it compiles and runs every core's kernels on the host):
+        for checking, not for speed."""
+        if backend_for(self.config).program_generator is None:
+            raise NotRunnableError(
+                f"{self.kernel.name}: emulate() runs Tenstorrent compiles; this one is for {self.config.name}"
+            )
+        from tessera_tvm.target.tt.emulate import run_plan
+
+        checked = _check_args(self.kernel, arrays, self.shapes)
+        instance = self._instance_of(_bind(self.kernel, checked, self.shapes))
+        values: dict[Any, Any] = dict(zip(instance.graph.params, checked, strict=True))
+        for launch in instance.launches:
+            files = launch.device.lowered.artifacts
+            plan = json.loads(Path(files["plan"]).read_text())
+            shapes = {b["name"]: b["shape"] for b in plan["buffers"]}
+            inputs = {  # each buffer as the tile program's view of it (same memory, e.g. [B*M, K])
+                name: np.asarray(values[var], dtype=np.float32).reshape(shapes[name])
+                for var, name, _, _ in launch.inputs
+                if name in shapes
+            }
+            result = run_plan(plan, Path(files["plan"]).parent, inputs, cache_dir=cache_dir)
+            var, dtype, shape = launch.result
+            values[var] = np.asarray(result[launch.output[0]]).reshape(shape).astype(_numpy_dtype(dtype))
+        outs = [values[o] for o in instance.graph.outputs]
+        return tuple(outs) if instance.graph.simplified.tuple_output else outs[0]
+
     def _call_gpu(self, arrays: Sequence[Any]) -> Any:
         from .gpu import run_on_gpu
 

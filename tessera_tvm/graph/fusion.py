@@ -37,6 +37,8 @@ UNARY = {
     "exp": "exp",
     "tanh": "tanh",
     "negative": "neg",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
     "astype": "cast",
 }
 BINARY = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div"}

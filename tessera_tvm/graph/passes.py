@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..pipeline import PassRecord, PassRecorder, recording, run_phase
-from . import fuse_epilogues, fuse_kernels, simplify  # noqa: F401  (register the passes)
+from . import decompose, fuse_epilogues, fuse_kernels, simplify  # noqa: F401  (register the passes)
 from .fusion import KernelGroup
 from .nodes import FlatFunction
 from .outline_kernels import read_kernels

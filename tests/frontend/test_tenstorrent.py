@@ -179,15 +179,55 @@ def test_eltwise_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_pa
 @pytest.mark.parametrize(
     "kernel, shapes, op",
     [
-        (softmax, {"M": 64, "N": 64}, "softmax"),
-        (layer_norm, {"M": 64, "N": 64}, "layer_norm"),
+        (softmax, {"M": 64, "N": 70}, "reduce_max over a ragged last axis"),  # softmax's row max
         (attention, {}, "attention"),
     ],
-    ids=["softmax", "layer_norm", "attention"],
+    ids=["softmax_ragged", "attention"],
 )
 def test_unsupported_kernels_name_the_op(kernel, shapes, op):
     with pytest.raises(UnsupportedTTOperationError, match=rf"{op}: the Tenstorrent target does not support"):
         ts.compile(kernel, target="tenstorrent", shapes=shapes)
+
+
+@ts.kernel
+def rms_norm(x: Tensor["M", "N", ts.bf16], w: Tensor["N", ts.bf16]) -> Tensor["M", "N", ts.bf16]:
+    return ops.rms_norm(x, w)
+
+
+ROW_OPS = [
+    # (kernel, inputs, kernels it decomposes into, tolerance relative to max |ref|)
+    (softmax, lambda r: [3 * r.standard_normal((40, 64)).astype(np.float32)], ["reduce", "elementwise"] * 2, 1e-5),
+    (
+        layer_norm,
+        lambda r: [r.standard_normal(s).astype(np.float32) + 1 for s in ((40, 100), (100,), (100,))],
+        ["reduce", "elementwise", "elementwise", "reduce", "elementwise"],
+        1e-5,
+    ),
+    (
+        rms_norm,
+        lambda r: [r.standard_normal(s).astype(ts.bf16.numpy) for s in ((40, 64), (64,))],
+        ["elementwise", "reduce", "elementwise"],
+        4 * U_BF16,
+    ),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel, make, families, rtol", ROW_OPS, ids=["softmax", "layer_norm", "rms_norm"])
+def test_softmax_and_norms_run_in_the_emulator(kernel, make, families, rtol, tmp_path):
+    """tessera.DecomposeRowOps (the tenstorrent graph list) makes row reductions and broadcast
+    element-wise kernels of them; k.emulate runs the kernels in order in the tt-metal emulator."""
+    arrays = make(np.random.default_rng(14))
+    k = ts.compile(kernel, target="tenstorrent", shapes={"M": arrays[0].shape[0], "N": arrays[0].shape[1]})
+    assert [dk.binding.spec.family for dk in k.device_kernels] == families
+    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    ref = kernel.reference(*arrays)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    ref = ref.astype(np.float64)
+    err = np.abs(out.astype(np.float64) - ref).max()
+    assert err <= rtol * np.abs(ref).max() + 1e-6, err
+    with pytest.raises(NotRunnableError, match="emulate"):
+        ts.compile(kernel, target="cpu").emulate(*arrays)
 
 
 def test_unsupported_element_wise_op_and_non_tile_schedule():

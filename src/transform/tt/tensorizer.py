@@ -81,6 +81,7 @@ class _Tensorizer:
         self.pending: dict[str, int] = {}  # tile buffer -> loads of it still ahead in the current store
         self.columns: set[str] = set()  # (32, 1) tile buffers: row-reduction accumulators (column 0 of a tile)
         self.constants: dict[float, int] = {}  # constant-tile CBs the reader fills once (reduce scalers)
+        self.dst_bcast = "none"  # the DST value is a broadcast row/column transformed on the SFPU
         self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
         self.stopped = False
         formats = {cb["data_format"] for cb in self.cbs}
@@ -116,6 +117,7 @@ class _Tensorizer:
         op = {"op": "acquire", "init": None, "fpu": None}
         ops.append(op)
         self.phase, self.dst_holds, self.acquire = "math", holds, op
+        self.dst_bcast = "none"
         return op
 
     def _set_mode(self, mode: dict) -> None:
@@ -152,7 +154,8 @@ class _Tensorizer:
         self._pack(ops, cb_id)
         event = _Event(cb_id, tuple(self.loops))
         self.events.append(event)
-        operand = _Operand("cb", event)
+        operand = _Operand("cb", event, self.dst_bcast)
+        self.dst_bcast = "none"
         if self.dst_holds is not None and self.location.get(self.dst_holds, _Operand("none")).kind == "dst":
             self.location[self.dst_holds] = operand
         return operand
@@ -305,9 +308,11 @@ class _Tensorizer:
         self._pack(record.ops, cb)
         record.writes.append({"cb": cb, "buffer": dram, "page": page})
 
-    def _to_dst(self, ops: list, operand: _Operand, holds: str) -> None:
-        if operand.bcast != "none":
-            raise _Unsupported("compute", "a broadcast row used on its own; add it to a tile")
+    def _to_dst(self, ops: list, operand: _Operand, holds: str, keep_bcast: bool = False) -> None:
+        """Copy a CB tile into DST (``keep_bcast``: a broadcast row/column an SFPU op then transforms
+        as a whole tile; the result stays a broadcast operand, ``self.dst_bcast``)."""
+        if operand.bcast != "none" and not keep_bcast:
+            raise _Unsupported("compute", f"a broadcast {operand.bcast[:-1]} used on its own; combine it with a tile")
         self._acquire(ops, holds)
         mode = {"kind": "copy", "cb": operand.cb}
         self._set_mode(mode)
@@ -618,7 +623,8 @@ class _Tensorizer:
         if value.kind == "dst" and self.pending.get(self.dst_holds or "", 0) > 0:
             value = self._spill(record.ops)
         if value.kind == "cb":
-            self._to_dst(record.ops, value, "value")
+            self._to_dst(record.ops, value, "value", keep_bcast=True)
+            self.dst_bcast = value.bcast  # e.g. 1 / a column: still a column
         elif self.phase != "math":
             self._to_dst(record.ops, self._spill(record.ops), "value")
         record.ops.append({"op": "sfpu", "fn": fn, "dst": 0, "init": False})
