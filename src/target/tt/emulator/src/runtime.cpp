@@ -761,22 +761,28 @@ void dst_release_full() {
     cs.state = DST_RELEASED;
 }
 
-void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::uint32_t i1, std::uint32_t idst,
-                  std::uint32_t transpose) {
-    const char* api = "matmul_tiles";
-    ComputeState& cs = compute_ctx(api);
-    Core& core = *g_ctx->core;
+// The common start of a two-operand FPU op (matmul, binary, reduce): its state checks, the
+// operands' formats against the init's, the two front tiles read into ``a`` / ``b``; the DST tile.
+float* fpu_operands(ComputeState& cs, Core& core, int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t i0,
+                    std::uint32_t i1, std::uint32_t idst, float* a, float* b, const char* api) {
     need_hw(cs, api);
-    need_fpu(cs, FPU_MATMUL, api);
+    need_fpu(cs, mode, api);
     need_math(cs, api);
     need_dst(cs, idst, api);
     check_same_format(core, in0, cs.fpu_cb0, api, cs.fpu_init_api);
     check_same_format(core, in1, cs.fpu_cb1, api, cs.fpu_init_api);
-    float a[kTileElems];
-    float b[kTileElems];
     read_front_tile(core, in0, i0, a, api);
     read_front_tile(core, in1, i1, b, api);
-    float* d = dst_tile(cs, idst);
+    return dst_tile(cs, idst);
+}
+
+void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::uint32_t i1, std::uint32_t idst,
+                  std::uint32_t transpose) {
+    const char* api = "matmul_tiles";
+    ComputeState& cs = compute_ctx(api);
+    float a[kTileElems];
+    float b[kTileElems];
+    float* d = fpu_operands(cs, *g_ctx->core, FPU_MATMUL, in0, in1, i0, i1, idst, a, b, api);
     for (std::uint32_t r = 0; r < kTileRows; ++r) {
         float acc[kTileCols] = {};
         for (std::uint32_t k = 0; k < kTileCols; ++k) {
@@ -802,18 +808,9 @@ void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::u
 void reduce_tiles(int mode, std::uint32_t icb, std::uint32_t iscaler, std::uint32_t itile, std::uint32_t itile_scaler,
                   std::uint32_t idst, const char* api) {
     ComputeState& cs = compute_ctx(api);
-    Core& core = *g_ctx->core;
-    need_hw(cs, api);
-    need_fpu(cs, mode, api);
-    need_math(cs, api);
-    need_dst(cs, idst, api);
-    check_same_format(core, icb, cs.fpu_cb0, api, cs.fpu_init_api);
-    check_same_format(core, iscaler, cs.fpu_cb1, api, cs.fpu_init_api);
     float a[kTileElems];
     float scaler[kTileElems];
-    read_front_tile(core, icb, itile, a, api);
-    read_front_tile(core, iscaler, itile_scaler, scaler, api);
-    float* d = dst_tile(cs, idst);
+    float* d = fpu_operands(cs, *g_ctx->core, mode, icb, iscaler, itile, itile_scaler, idst, a, scaler, api);
     const bool first = !cs.reduced[idst];
     for (std::uint32_t r = 0; r < kTileRows; ++r) {
         float v = a[r * kTileCols];
@@ -832,18 +829,9 @@ void reduce_tiles(int mode, std::uint32_t icb, std::uint32_t iscaler, std::uint3
 void binary_tiles(int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::uint32_t i1, std::uint32_t idst,
                   const char* api) {
     ComputeState& cs = compute_ctx(api);
-    Core& core = *g_ctx->core;
-    need_hw(cs, api);
-    need_fpu(cs, mode, api);
-    need_math(cs, api);
-    need_dst(cs, idst, api);
-    check_same_format(core, in0, cs.fpu_cb0, api, cs.fpu_init_api);
-    check_same_format(core, in1, cs.fpu_cb1, api, cs.fpu_init_api);
     float a[kTileElems];
     float b[kTileElems];
-    read_front_tile(core, in0, i0, a, api);
-    read_front_tile(core, in1, i1, b, api);
-    float* d = dst_tile(cs, idst);
+    float* d = fpu_operands(cs, *g_ctx->core, mode, in0, in1, i0, i1, idst, a, b, api);
     const bool acc = (mode == FPU_ADD || mode == FPU_SUB) && (cs.fpu_flags & 1u) != 0;
     for (std::uint32_t r = 0; r < kTileRows; ++r) {
         for (std::uint32_t c2 = 0; c2 < kTileCols; ++c2) {
