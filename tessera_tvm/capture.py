@@ -174,12 +174,16 @@ class Capture:
         return capture
 
     # Writing ----------------------------------------------------------------------------------
-    def add_text(self, name: str, text: str) -> Path:
+    def add_bytes(self, name: str, data: bytes) -> Path:
+        """Write ``data`` as file ``name`` of the capture and list it with its digest."""
         path = self.path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_bytes(data)
         self.record["files"][name] = _digest(path)
         return path
+
+    def add_text(self, name: str, text: str) -> Path:
+        return self.add_bytes(name, text.encode())
 
     def add_json(self, name: str, value: Any, *, sort_keys: bool = True) -> Path:
         return self.add_text(name, json.dumps(value, indent=1, sort_keys=sort_keys, default=str) + "\n")

@@ -224,10 +224,7 @@ def _save_arrays(capture: Capture, folder: str, names: Sequence[str], arrays: Se
     for i, (name, array) in enumerate(zip(names, arrays, strict=False)):
         array = np.ascontiguousarray(array)
         file = f"{folder}/{i}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.bin"
-        path = capture.path / file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(array.tobytes())
-        capture.record["files"][file] = _capture._digest(path)
+        capture.add_bytes(file, array.tobytes())
         out.append({"name": name, "file": file, "dtype": dtype(array.dtype).name, "shape": list(array.shape)})
     return out
 
@@ -339,14 +336,16 @@ def restore_kernel(capture: Capture) -> tuple[Kernel, dict[str, int], dict[str, 
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_tarball(directory: Path, out: Path) -> Path:
+def _write_tarball(capture: Capture, out: Path) -> Path:
+    """The capture's manifest and listed files (already checked or just written) as ``out``."""
+    directory = capture.path
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with tarfile.open(tmp, "w:gz") as tar:
             top = directory.name
-            names = [_capture.MANIFEST, *sorted(Capture.open(directory).record["files"])]
+            names = [_capture.MANIFEST, *sorted(capture.record["files"])]
             for name in names:
                 info = tar.gettarinfo(str(directory / name), arcname=f"{top}/{name}")
                 info.uid = info.gid = 0
@@ -384,11 +383,11 @@ def pack_repro(what: Any, out: str | os.PathLike[str], *, inputs: Sequence[Any] 
             source = Capture.open(Path(what).expanduser())  # checks every file before copying
             copy = Path(scratch) / source.path.name
             shutil.copytree(source.path, copy, symlinks=True)
-            capture = Capture.open(copy)
+            capture = Capture(copy, json.loads(json.dumps(source.record)))  # its own record: replay.py joins it
         else:
             raise TypeError(f"pack_repro takes a compiled kernel, a capture directory or an error, found {what!r}")
         _add_replay_script(capture)
-        return _write_tarball(capture.path, Path(out))
+        return _write_tarball(capture, Path(out))
 
 
 def _random_inputs(kernel: Kernel, env: dict[str, int], seed: int) -> list[np.ndarray]:
@@ -436,9 +435,7 @@ def pack_kernel(compiled, root: Path, *, inputs: Sequence[Any] | None = None, se
         capture.update(binaries_note=f"no prebuilt library: {exc}")
     else:
         file = f"binaries/{library.name}"
-        (capture.path / "binaries").mkdir(exist_ok=True)
-        shutil.copy2(library, capture.path / file)
-        capture.record["files"][file] = _capture._digest(capture.path / file)
+        capture.add_bytes(file, library.read_bytes())
         capture.update(binaries={"library": file, "entry": kernel.name})
     capture.save()
     return capture
