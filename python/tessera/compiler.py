@@ -378,23 +378,23 @@ class CompiledKernel:
             )
         from tessera_tvm.target.tt.emulate import run_plan
 
-        checked = _check_args(self.kernel, arrays, self.shapes)
-        instance = self._instance_of(_bind(self.kernel, checked, self.shapes))
-        values: dict[Any, Any] = dict(zip(instance.graph.params, checked, strict=True))
-        for launch in instance.launches:
-            files = launch.device.lowered.artifacts
+        def in_emulator(device: DeviceKernel, named: dict[str, Any]) -> None:
+            files = device.lowered.artifacts
             plan = json.loads(Path(files["plan"]).read_text())
             shapes = {b["name"]: b["shape"] for b in plan["buffers"]}
+            outputs = [b["name"] for b in plan["buffers"] if b["role"] == "output"]
             inputs = {  # each buffer as the tile program's view of it (same memory, e.g. [B*M, K])
-                name: np.asarray(values[var], dtype=np.float32).reshape(shapes[name])
-                for var, name, _, _ in launch.inputs
-                if name in shapes
+                name: np.asarray(named[name], dtype=np.float32).reshape(shape)
+                for name, shape in shapes.items()
+                if name not in outputs
             }
             result = run_plan(plan, Path(files["plan"]).parent, inputs, cache_dir=cache_dir)
-            var, dtype, shape = launch.result
-            values[var] = np.asarray(result[launch.output[0]]).reshape(shape).astype(_numpy_dtype(dtype))
-        outs = [values[o] for o in instance.graph.outputs]
-        return tuple(outs) if instance.graph.simplified.tuple_output else outs[0]
+            for name in outputs:
+                named[name][...] = np.asarray(result[name]).reshape(named[name].shape)
+
+        checked = _check_args(self.kernel, arrays, self.shapes)
+        instance = self._instance_of(_bind(self.kernel, checked, self.shapes))
+        return instance.run(checked, memory=HOST, device_run=in_emulator)
 
     def _call_gpu(self, arrays: Sequence[Any]) -> Any:
         from .gpu import run_on_gpu

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,10 +213,18 @@ class Instance:
         function(*arrays, *outs)
         return tuple(outs) if self.graph.simplified.tuple_output else outs[0]
 
-    def run(self, arrays: Sequence[Any], memory: Memory | None = None) -> Any:
+    def run(
+        self,
+        arrays: Sequence[Any],
+        memory: Memory | None = None,
+        device_run: Callable[[DeviceKernel, dict[str, Any]], None] | None = None,
+    ) -> Any:
         """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
         output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``).
-        On the host, one call of the tvm-ffi entry runs them all where it can (:attr:`host_entry`)."""
+        On the host, one call of the tvm-ffi entry runs them all where it can (:attr:`host_entry`).
+        ``device_run(device, named)`` runs one device kernel instead of :meth:`DeviceKernel.run`
+        (the Tenstorrent emulator: ``CompiledKernel.emulate``)."""
+        device_run = device_run or DeviceKernel.run
         if memory is None:
             result = self._run_entry(arrays)
             if result is not None:
@@ -232,12 +240,12 @@ class Instance:
         traced = _trace.active() is not None
         for launch in self.launches:
             if traced:
-                self._run_traced(launch, values, memory)
+                self._run_traced(launch, values, memory, device_run)
                 continue
             named = {name: memory.hold(values[var], dtype, shape) for var, name, dtype, shape in launch.inputs}
             name, dtype, shape = launch.output
             named[name] = out = memory.empty(shape, dtype)
-            launch.device.run(named)
+            device_run(launch.device, named)
             var, dtype, shape = launch.result
             values[var] = memory.result(out, dtype, shape)
         params = set(self.graph.params)
@@ -245,7 +253,7 @@ class Instance:
         return tuple(results) if self.graph.simplified.tuple_output else results[0]
 
     @staticmethod
-    def _run_traced(launch: Launch, values: dict[Any, Any], memory: Memory) -> None:
+    def _run_traced(launch: Launch, values: dict[Any, Any], memory: Memory, device_run) -> None:
         """One launch of :meth:`run` under a trace: its copies and its device kernel as spans."""
         device = launch.device
         with _trace.span(f"copy in {device.name}", "copy"):
@@ -255,7 +263,7 @@ class Instance:
             memory.sync()
         phase = _trace.FAMILY_PHASE.get(device.spec.family, "host")
         with _trace.span(device.name, phase, family=device.spec.family, flops=getattr(device.spec, "flops", None)):
-            device.run(named)
+            device_run(device, named)
             memory.sync()  # a GPU kernel's span ends when it has run, not when it was queued
         var, dtype, shape = launch.result
         with _trace.span(f"copy out {device.name}", "copy"):
