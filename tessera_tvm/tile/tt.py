@@ -420,6 +420,5 @@ def _reduce_program(spec: ReduceSpec):
                 for i, j in T.Parallel(TILE, 1):
                     R_f[i, j] = R_f[i, j] * T.float32(1.0 / cols)
             T.copy(R_f, io.buffers[1][by * TILE, 0])
-            del bx
 
     return main

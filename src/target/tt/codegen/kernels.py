@@ -15,6 +15,7 @@ are never printed, and no pattern is matched here (``tt.Tensorize`` did that).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from tessera_tvm._tvm import tvm
@@ -24,6 +25,13 @@ from tessera_tvm.transform.tt import common
 from .cexpr import CodegenError, Names, cxx, used_vars
 
 INDENT = "    "
+
+
+def f32_bits(value: float) -> int:
+    """The IEEE float32 bit pattern of ``value`` (how kernels receive a scalar)."""
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
 ROLE_ANNOTATION = {"reader": common.READ, "writer": common.WRITE, "compute": common.COMPUTE}
 _RESERVED = {"kernel_main", "MAIN", "NAMESPACE", "uint32_t", "ALWI"}
 
@@ -284,14 +292,12 @@ class ReaderKernel(_DataMovement):
     def fill_constant(self, depth: int, cb: dict) -> None:
         """One tile of ``cb['value']`` written into the CB's L1 page, pushed once before the tile loop
         (a reduce's scaler tile: every element the scale, so any face layout reads it the same)."""
-        import struct
-
         name = self.cb_name(cb["id"])
         value = float(cb["value"])
         if cb["data_format"] == "Float32":
-            word, bits = "uint32_t", f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}u"
+            word, bits = "uint32_t", f"0x{f32_bits(value):08x}u"
         else:  # Float16_b: the upper half of the float32
-            word, bits = "uint16_t", f"0x{struct.unpack('<I', struct.pack('<f', value))[0] >> 16:04x}u"
+            word, bits = "uint16_t", f"0x{f32_bits(value) >> 16:04x}u"
         ptr = self.names.fresh(f"{cb['name']}_ptr")
         self.emit(depth, f"cb_reserve_back({name}, 1);")
         self.emit(depth, f"volatile {word}* {ptr} = reinterpret_cast<volatile {word}*>(get_write_ptr({name}));")
@@ -359,10 +365,8 @@ _SFPU = {  # fn -> (init call, op call, header)
 
 def _scalar_call(op: dict) -> str:
     """``mul_unary_tile(0, 0x40000000u)  // * 2``: the scalar travels as its fp32 bit pattern."""
-    import struct
-
     value = op["value"]
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits = f32_bits(value)
     what = {"add": f"x + {value!r}", "sub": f"x - {value!r}", "mul": f"x * {value!r}", "div": f"x / {value!r}"}
     return f"{op['mode']}_unary_tile({op['dst']}, 0x{bits:08x}u);  // {what.get(op['mode'], f'{value!r} - x')}"
 
