@@ -12,8 +12,9 @@ the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
   exp / relu / gelu; the output is viewed as ``[rows, last dim]`` (the
   buffers are declared with that 2-D shape) and ``tt.TilePad`` drops the edge masks.
 
-Buffers are all bfloat16 or all float32. A ``cast`` step (epilogue or expression) adds no instruction: on
-Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
+Buffers are all bfloat16, all float16 (IEEE half, ``tt::DataFormat::Float16``) or all float32; a
+GEMM accumulates in float32 whatever its buffers. A ``cast`` step (epilogue or expression) adds no
+instruction: on Tenstorrent values are rounded to a circular buffer's format whenever a tile is packed.
 
 An element-wise operand may also be a row (``[N]``, ``add/mul_tiles_bcast_rows``) or a column
 (``[M, 1]``, ``add/sub/mul_tiles_bcast_cols``) broadcast over the tile; subtracting a row is not
@@ -50,7 +51,7 @@ TILE = 32
 #: The tile schedule of every Tenstorrent program (``stages``/``threads`` are not used).
 TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
 
-TT_DTYPES = ("bfloat16", "float32")
+TT_DTYPES = ("bfloat16", "float16", "float32")
 TT_EPILOGUE = (
     "bias",
     "residual",
@@ -91,9 +92,7 @@ def _check_dtypes(kind: str, dtypes: dict[str, str]) -> None:
 def _check_one_dtype(kind: str, dtypes: dict[str, str]) -> None:
     if len(set(dtypes.values())) > 1:
         found = ", ".join(f"{k}={v}" for k, v in dtypes.items())
-        raise _unsupported(
-            f"{kind} with mixed buffer dtypes", found, what="bfloat16 and float32 buffers mixed in one kernel"
-        )
+        raise _unsupported(f"{kind} with mixed buffer dtypes", found, what="buffers of different dtypes in one kernel")
 
 
 def _check_schedule(spec: KernelSpec, schedule: TileSchedule) -> None:

@@ -38,6 +38,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 FIVE = ("reader", "compute", "writer", "host", "plan")
 FILES = ("reader.cpp", "compute.cpp", "writer.cpp", "main.cpp", "tt.plan.json")
 U_BF16 = 2.0**-8  # unit roundoff of bfloat16
+U_F16 = 2.0**-11  # unit roundoff of IEEE half
 
 
 @ts.kernel
@@ -69,14 +70,26 @@ def attention(
     return ops.flash_attention(Q, K, V, causal=True)
 
 
+@ts.kernel
+def linear_f16(
+    A: Tensor["M", "K", ts.f16], W: Tensor["K", "N", ts.f16], b: Tensor["N", ts.f16]
+) -> Tensor["M", "N", ts.f16]:
+    return ops.gelu(ops.matmul(A, W) + b)  # examples/linear.py
+
+
 LINEAR_SHAPES = {"M": 50, "N": 70, "K": 45}  # not multiples of 32: padded edge tiles
 ELTWISE_SHAPES = {"M": 33, "N": 100}
+LINEAR_F16_SHAPES = {"M": 64, "N": 96, "K": 64}
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     out = {}
-    for name, kernel, shapes in (("linear", linear, LINEAR_SHAPES), ("eltwise", eltwise, ELTWISE_SHAPES)):
+    for name, kernel, shapes in (
+        ("linear", linear, LINEAR_SHAPES),
+        ("eltwise", eltwise, ELTWISE_SHAPES),
+        ("linear_f16", linear_f16, LINEAR_F16_SHAPES),
+    ):
         dump = tmp_path_factory.mktemp(name)
         out[name] = (ts.compile(kernel, target="tenstorrent", shapes=shapes, dump=True, dump_dir=dump), dump)
     return out
@@ -174,6 +187,93 @@ def test_eltwise_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_pa
     tol = 3 * U_BF16 * (np.exp(xf) * np.abs(yf) + np.abs(xf) + np.abs(ref)) + 1e-6
     bad = np.abs(out - ref) > tol
     assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+# ---- float16 buffers: IEEE half in Float16 circular buffers, float32 in DST ----
+
+
+@ts.kernel
+def eltwise_f16(x: Tensor["M", "N", ts.f16], y: Tensor["M", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
+    return ops.relu(ops.exp(x) * y - x)
+
+
+@ts.kernel
+def softmax_f16(x: Tensor["M", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
+    return ops.softmax(x, axis=-1)
+
+
+@ts.kernel
+def layer_norm_f16(
+    x: Tensor["M", "N", ts.f16], w: Tensor["N", ts.f16], b: Tensor["N", ts.f16]
+) -> Tensor["M", "N", ts.f16]:
+    return ops.layer_norm(x, w, b, eps=1e-5)  # examples/layer_norm.py
+
+
+def test_float16_buffers_are_float16_circular_buffers(compiled):
+    """Every DRAM buffer and CB of an f16 kernel is IEEE half (tt::DataFormat::Float16, 2048-byte
+    tiles); the GEMM still accumulates in float32 DST."""
+    k, _ = compiled["linear_f16"]
+    (files,) = k.artifacts.values()
+    plan = json.loads(files["plan"].read_text())
+    assert {(b["dtype"], b["page_size"]) for b in plan["buffers"]} == {("float16", 2048)}
+    assert {(cb["data_format"], cb["page_size"]) for cb in plan["circular_buffers"]} == {("Float16", 2048)}
+    host = files["host"].read_text()
+    assert "tt::DataFormat::Float16)" in host and "Float16_b" not in host
+
+
+@needs_gxx
+@pytest.mark.parametrize("M, N, K", [(64, 96, 64), (50, 40, 70)], ids=["tiles", "ragged"])
+def test_float16_linear_runs_in_the_emulator(M, N, K, tmp_path):
+    """examples/linear.py (f16 A, W, b and out; matmul + cast + bias + gelu) in the emulator."""
+    k = ts.compile(linear_f16, target="tenstorrent", shapes={"M": M, "N": N, "K": K})
+    rng = np.random.default_rng(20)
+    a, w, b = (rng.standard_normal(s).astype(np.float16) for s in ((M, K), (K, N), (N,)))
+    out = k.emulate(a, w, b, cache_dir=tmp_path / "emu")
+    ref = linear_f16.reference(a, w, b)
+    assert out.shape == ref.shape == (M, N) and out.dtype == ref.dtype == np.float16
+    out, ref = out.astype(np.float64), ref.astype(np.float64)
+    pre = np.abs(a.astype(np.float64) @ w.astype(np.float64)) + np.abs(b.astype(np.float64))
+    # f16 tolerance, as the bf16 linear test: 4 half roundings of the pre-activation carried through
+    # gelu (|gelu'| <= 1.13) and 2 of the result; a bfloat16 rounding anywhere (2**-8) would not fit.
+    tol = 4 * 1.13 * U_F16 * pre + 2 * U_F16 * np.abs(ref) + 1e-6
+    bad = np.abs(out - ref) > tol
+    assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+@needs_gxx
+def test_float16_eltwise_runs_in_the_emulator(tmp_path):
+    k = ts.compile(eltwise_f16, target="tenstorrent", shapes=ELTWISE_SHAPES)
+    rng = np.random.default_rng(21)
+    x, y = (rng.standard_normal((ELTWISE_SHAPES["M"], ELTWISE_SHAPES["N"])).astype(np.float16) for _ in range(2))
+    out = k.emulate(x, y, cache_dir=tmp_path / "emu").astype(np.float64)
+    ref = eltwise_f16.reference(x, y).astype(np.float64)
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    # as the bf16 element-wise test: 3 half roundings of each intermediate, 2 of the largest
+    tol = 3 * U_F16 * (np.exp(xf) * np.abs(yf) + np.abs(xf) + np.abs(ref)) + 1e-6
+    bad = np.abs(out - ref) > tol
+    assert not bad.any(), f"{bad.sum()} elements off, max |diff| {np.abs(out - ref).max():.3g}"
+
+
+F16_ROW_OPS = [
+    (softmax_f16, lambda r: [3 * r.standard_normal((40, 64))]),
+    (layer_norm_f16, lambda r: [r.standard_normal(s) + 1 for s in ((40, 100), (100,), (100,))]),
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel, make", F16_ROW_OPS, ids=["softmax", "layer_norm"])
+def test_float16_softmax_and_layer_norm_run_in_the_emulator(kernel, make, tmp_path):
+    """Row reductions and broadcast element-wise kernels over f16 buffers (the reduce's scaler tile
+    is an IEEE half 1.0), against the f16 reference."""
+    arrays = [a.astype(np.float16) for a in make(np.random.default_rng(22))]
+    k = ts.compile(kernel, target="tenstorrent", shapes={"M": arrays[0].shape[0], "N": arrays[0].shape[1]})
+    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    ref = kernel.reference(*arrays)
+    assert out.shape == ref.shape and out.dtype == ref.dtype == np.float16
+    ref = ref.astype(np.float64)
+    err = np.abs(out.astype(np.float64) - ref).max()
+    # a few half roundings of the largest value (bf16's 2**-8 would not fit)
+    assert err <= 4 * U_F16 * np.abs(ref).max() + 1e-6, err
 
 
 @pytest.mark.parametrize(
@@ -420,7 +520,7 @@ REDUCTIONS = [("sum", (50, 70)), ("max", (50, 64)), ("mean", (2, 33, 100))]
 
 
 @needs_gxx
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("kind, shape", REDUCTIONS, ids=[k for k, _ in REDUCTIONS])
 def test_row_reductions_run_in_the_emulator(kind, shape, dtype, tmp_path):
     """reduce_tile<SUM|MAX, REDUCE_ROW> over every 32x32 tile of a row block into column 0 of one DST
@@ -444,7 +544,7 @@ def test_row_reductions_run_in_the_emulator(kind, shape, dtype, tmp_path):
     assert np.all(ref < 0) or kind != "max"
     # bf16: the tile sums are rounded to bf16 in DST (no fp32_dest_acc_en), one rounding per tile
     tiles = -(-shape[-1] // 32)
-    u = U_BF16 if dtype == "bfloat16" else 2.0**-23
+    u = {"bfloat16": U_BF16, "float16": U_F16, "float32": 2.0**-23}[dtype]
     tol = (tiles + 1) * u * np.abs(xf).sum(axis=-1) / (shape[-1] if kind == "mean" else 1) + 1e-6
     assert np.all(np.abs(out.reshape(ref.shape) - ref) <= tol), np.abs(out.reshape(ref.shape) - ref).max()
 
@@ -602,8 +702,9 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
         (GemmSpec(64, 64, 64, batch=(2, 3), batch_a=(1, 3), dtype_a="bfloat16"), "batched matmul with a partly"),
         (GemmSpec(50, 64, 64, batch=(2,), dtype_a="bfloat16"), "batched matmul with a batched B and ragged"),
         (GemmSpec(64, 64, 64, dtype_a="bfloat16", transpose_a=True), "matmul with transpose_a"),
-        (GemmSpec(64, 64, 64, dtype_a="float16"), "matmul with dtype_a=float16"),
+        (GemmSpec(64, 64, 64, dtype_a="float8_e4m3fn"), "matmul with dtype_a=float8_e4m3fn"),
         (GemmSpec(64, 64, 64, dtype_a="bfloat16", dtype_out="float32"), "matmul with mixed buffer dtypes"),
+        (GemmSpec(64, 64, 64, dtype_a="float16", dtype_out="bfloat16"), "matmul with mixed buffer dtypes"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Binary("max", Input("x"), Input("x"))), "max"),
         (ElementwiseSpec((32, 32), (("x", (32, 32), "float32"),), Unary("abs", Input("x"))), "abs"),
         (
@@ -621,8 +722,9 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
         "partly_broadcast_batch",
         "ragged_batched_b",
         "transpose_a",
-        "f16",
+        "fp8",
         "mixed",
+        "mixed_f16_bf16",
         "max",
         "abs",
         "broadcast",

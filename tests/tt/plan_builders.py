@@ -14,6 +14,7 @@ TT_METAL_VERSION = "v0.62.2"
 PLANS_DIR = Path(__file__).resolve().parent / "plans"
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 TILE = 32
+FORMATS = {"bfloat16": "Float16_b", "float16": "Float16", "float32": "Float32"}  # DRAM dtype -> CB format
 
 
 def _pad(n: int) -> int:
@@ -31,7 +32,7 @@ def buffer(name: str, role: str, shape: list[int], dtype: str = "bfloat16") -> d
         "tile_shape": [TILE, TILE],
         "padded_shape": [_pad(rows), _pad(cols)],
         "memory": "dram_interleaved",
-        "page_size": 2048 if dtype == "bfloat16" else 4096,
+        "page_size": 4096 if dtype == "float32" else 2048,
     }
 
 
@@ -39,7 +40,7 @@ def cb(cb_id: int, num_pages: int, name: str, data_format: str = "Float16_b") ->
     return {
         "id": cb_id,
         "name": name,
-        "page_size": 2048 if data_format == "Float16_b" else 4096,
+        "page_size": 4096 if data_format == "Float32" else 2048,
         "num_pages": num_pages,
         "data_format": data_format,
     }
@@ -232,6 +233,24 @@ def unary_plan(
     )
 
 
+def retyped(plan: dict, dtypes: dict[str, str], formats: dict[int, str]) -> dict:
+    """``plan`` with some DRAM buffers (by name) and CBs (by id) in another dtype / data format."""
+    for buf in plan["buffers"]:
+        if buf["name"] in dtypes:
+            buf.update(dtype=dtypes[buf["name"]], page_size=4096 if dtypes[buf["name"]] == "float32" else 2048)
+    for c in plan["circular_buffers"]:
+        if c["id"] in formats:
+            c.update(data_format=formats[c["id"]], page_size=4096 if formats[c["id"]] == "Float32" else 2048)
+    return plan
+
+
+def convert_plan(name: str, shape: list[int], src: str, dst: str, grid=(1, 1)) -> dict:
+    """Y = X from a ``src`` to a ``dst`` buffer: unpacked into DST from one CB format, packed to the other."""
+    plan = unary_plan(name, "copy", shape, grid, compute_source="compute_copy.cpp")
+    plan["description"] = f"Y = X, {shape}, {src} -> {dst}, {grid[0]}x{grid[1]} cores"
+    return retyped(plan, {"X": src, "Y": dst}, {0: FORMATS[src], 16: FORMATS[dst]})
+
+
 def deadlock_plan() -> dict:
     plan = unary_plan("deadlock", "copy", [64, 64], compute_source="compute_deadlock.cpp")
     plan["description"] = "Deliberately broken: the compute kernel waits on CB 5, which nobody pushes."
@@ -259,6 +278,7 @@ def reference_plans() -> dict[str, dict]:
         unary_plan("unary_exp", "exp", [64, 96]),
         unary_plan("unary_gelu", "gelu", [33, 100], grid=(2, 1)),
         unary_plan("unary_relu", "relu", [40, 40]),
+        convert_plan("convert_f32_to_f16", [40, 70], "float32", "float16"),
         deadlock_plan(),
         l1_over_budget_plan(),
     ]

@@ -24,8 +24,11 @@ import pytest
 from tessera_tvm.errors import TesseraError
 from tessera_tvm.target.tt import (
     bf16_bits_to_float,
+    f16_bits_to_float,
     float_to_bf16_bits,
+    float_to_f16_bits,
     round_to_bf16,
+    round_to_f16,
     tilize,
     untilize,
 )
@@ -45,6 +48,7 @@ from . import plan_builders as pb
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 U_BF16 = 2.0**-8  # unit roundoff of bfloat16
+U_F16 = 2.0**-11  # unit roundoff of IEEE half
 EPS32 = 2.0**-24  # unit roundoff of float32
 
 
@@ -123,6 +127,21 @@ def test_bf16_round_to_nearest_even():
     assert abs(round_to_bf16(x)[6] - 3.0e38) / 3.0e38 < 2**-8
     assert np.isnan(round_to_bf16(np.array([np.nan], dtype=np.float32)))[0]
     assert bf16_bits_to_float(float_to_bf16_bits(np.array([0.15625], np.float32)))[0] == 0.15625
+
+
+def test_f16_round_to_nearest_even():
+    x = np.array(
+        [1.0 + 2**-10, 1.0 + 2**-11, 1.0 + 3 * 2**-11, 65504.0, 65519.99, 65520.0, 2**-24, 2**-25, 3 * 2**-25, -0.0],
+        dtype=np.float32,
+    )
+    # 1 + 2**-10 is a half but not a bfloat16; ties go to the even neighbour, 65520 (halfway from the
+    # largest half to 2**16) to inf, subnormals hold multiples of 2**-24
+    want = [1.0 + 2**-10, 1.0, 1.0 + 2**-9, 65504.0, 65504.0, np.inf, 2**-24, 0.0, 2**-23, -0.0]
+    assert np.array_equal(round_to_f16(x), np.array(want, dtype=np.float32))
+    assert round_to_bf16(x[:1])[0] == 1.0 != round_to_f16(x[:1])[0]
+    assert float_to_f16_bits(x)[[0, 5, 6, 9]].tolist() == [0x3C01, 0x7C00, 0x0001, 0x8000]
+    assert np.isnan(round_to_f16(np.array([np.nan], dtype=np.float32)))[0]
+    assert f16_bits_to_float(np.array([0x3555, 0xFBFF], np.uint16)).tolist() == [0.333251953125, -65504.0]
 
 
 def test_tilize_face_layout_and_round_trip():
@@ -280,6 +299,61 @@ def test_float32_path_and_fp32_dst_capacity(run, kernels_dir, tt_cache, tmp_path
         run_plan(plan, kdir, ins, cache_dir=tt_cache)
     with pytest.raises(EmulatorError, match=r"DST holds 4 tiles"):
         run_plan(plan, kdir, ins, cache_dir=tt_cache, dst_tiles=4)
+
+
+def _half_rounding_probes() -> np.ndarray:
+    """float32 values at every finite half, at every tie between neighbours, one float32 ulp either
+    side of each tie (both signs), at the overflow and subnormal edges, plus random float32 bit patterns
+    (NaN and inf among them)."""
+    halves = f16_bits_to_float(np.arange(0x7C00, dtype=np.uint16)).astype(np.float64)  # 0 .. 65504
+    ulp = np.diff(np.append(halves, 65536.0))  # the step above each half (65504 -> 2**16 past the top)
+    ties = (halves + ulp / 2).astype(np.float32)  # 12 significant bits: exact in float32
+    below, above = np.nextafter(ties, np.float32(0)), np.nextafter(ties, np.float32(np.inf))
+    magnitudes = np.concatenate(
+        [halves.astype(np.float32), ties, below, above, np.array([np.inf, np.nan, 1e30, 1e-30], np.float32)]
+    )
+    noise = np.random.default_rng(31).integers(0, 2**32, 2**15, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.concatenate([magnitudes, -magnitudes, noise]).astype(np.float32)
+    return np.concatenate([values, np.zeros(-values.size % 1024, np.float32)]).reshape(-1, 1024)
+
+
+def test_packing_to_float16_rounds_to_nearest_even(run):
+    """Float32 CB -> DST -> Float16 CB: every pack is one IEEE round to nearest even (numpy's float16
+    conversion), bit for bit: ties, the subnormals, overflow to inf, signed zeros, NaN."""
+    x = _half_rounding_probes()
+    plan = pb.convert_plan("pack_f16", list(x.shape), "float32", "float16", grid=(4, 1))
+    result = run(plan, {"X": x})
+    got, want = float_to_f16_bits(result["Y"]), float_to_f16_bits(x)
+    nan = np.isnan(x)
+    assert np.isnan(result["Y"][nan]).all()
+    wrong = np.flatnonzero((got != want) & ~nan)
+    assert wrong.size == 0, [f"{x.flat[i]!r}: got 0x{got.flat[i]:04x}, want 0x{want.flat[i]:04x}" for i in wrong[:8]]
+    check_protocol(result, plan)
+
+
+def test_unpacking_float16_is_exact(run):
+    """Float16 CB -> DST -> Float32 CB: every one of the 65536 half bit patterns arrives as its exact value."""
+    x = np.arange(2**16, dtype=np.uint16).view(np.float16).reshape(64, 1024)
+    plan = pb.convert_plan("unpack_f16", [64, 1024], "float16", "float32", grid=(2, 1))
+    y = run(plan, {"X": x})["Y"]
+    nan = np.isnan(x)
+    assert np.isnan(y[nan]).all()
+    assert np.array_equal(y[~nan].view(np.uint32), x[~nan].astype(np.float32).view(np.uint32))
+
+
+def test_float16_eltwise_mul_is_one_rounding(run):
+    """Float16 DRAM and CBs end to end: a product of two halves is exact in float32, so each output
+    is that product rounded once to half, bit for bit, from subnormal results to overflow."""
+    halves = {"A": "float16", "B": "float16", "C": "float16"}
+    plan = pb.retyped(pb.eltwise_plan("mul_f16", "mul", [45, 70]), halves, {0: "Float16", 1: "Float16", 16: "Float16"})
+    rng = np.random.default_rng(37)
+    a, b = (rng.choice([-1, 1], (45, 70)) * 2.0 ** rng.uniform(-14, 9, (45, 70)) for _ in range(2))
+    result = run(plan, {"A": a, "B": b})
+    a16, b16 = (round_to_f16(v).astype(np.float64) for v in (a, b))
+    want = round_to_f16(a16 * b16)
+    assert (np.abs(want) < 2**-14).any() and np.isinf(want).any()  # the probes reach both edges
+    assert np.array_equal(float_to_f16_bits(result["C"]), float_to_f16_bits(want))
+    check_protocol(result, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,6 +569,12 @@ BAD_PLANS = [
     (lambda p: p["circular_buffers"].append(pb.cb(16, 2, "dup")), "duplicate CB id 16"),
     (lambda p: p["circular_buffers"].append(pb.cb(40, 2, "big")), "40 is above the maximum 31"),
     (lambda p: p["circular_buffers"][0].update(page_size=4096), "expected 2048 (one Float16_b tile), got 4096"),
+    (
+        lambda p: p["circular_buffers"][1].update(data_format="Float16", page_size=4096),
+        "expected 2048 (one Float16 tile), got 4096",
+    ),
+    (lambda p: p["buffers"][1].update(dtype="float16", page_size=4096), "expected 2048 (one float16 tile), got 4096"),
+    (lambda p: p["circular_buffers"][0].update(data_format="Bfp8_b"), 'one of ["Float16", "Float16_b", "Float32"]'),
     (lambda p: p["buffers"][0].update(padded_shape=[64, 32]), "padded_shape: expected [64, 64]"),
     (lambda p: p["cores"][0]["runtime_args"]["reader"].__setitem__(0, {"buffer_address": "Z"}), "unknown buffer 'Z'"),
     (lambda p: p["kernels"]["reader"]["compile_time_args"].append({"tensor_accessor": "Q"}), "unknown buffer 'Q'"),

@@ -53,13 +53,14 @@ FACE_HEIGHT = 16
 FACE_WIDTH = 16
 
 #: tt-metal ``tt::DataFormat`` names the plans use, with bytes per element.
-DATA_FORMATS: dict[str, int] = {"Float16_b": 2, "Float32": 4}
-#: DRAM buffer dtypes in plans -> the CB data format that carries them.
-DTYPE_TO_FORMAT: dict[str, str] = {"bfloat16": "Float16_b", "float32": "Float32"}
+DATA_FORMATS: dict[str, int] = {"Float16": 2, "Float16_b": 2, "Float32": 4}
+#: DRAM buffer dtypes in plans -> the CB data format that carries them (``Float16`` is IEEE half,
+#: ``Float16_b`` is bfloat16).
+DTYPE_TO_FORMAT: dict[str, str] = {"float16": "Float16", "bfloat16": "Float16_b", "float32": "Float32"}
 
 
 def tile_bytes(data_format: str) -> int:
-    """Bytes of one 32x32 tile in ``data_format`` (``Float16_b`` -> 2048, ``Float32`` -> 4096)."""
+    """Bytes of one 32x32 tile in ``data_format`` (``Float16``/``Float16_b`` -> 2048, ``Float32`` -> 4096)."""
     try:
         return TILE_ELEMS * DATA_FORMATS[data_format]
     except KeyError:
@@ -115,6 +116,23 @@ def bf16_bits_to_float(b: np.ndarray) -> np.ndarray:
 def round_to_bf16(x: np.ndarray) -> np.ndarray:
     """Round float values to the nearest bfloat16 (ties to even), returned as float32."""
     return bf16_bits_to_float(float_to_bf16_bits(x))
+
+
+def float_to_f16_bits(x: np.ndarray) -> np.ndarray:
+    """Numbers -> IEEE half bit patterns (uint16), round to nearest even (numpy's float16 conversion):
+    too large -> inf, tiny -> subnormal or zero, NaN stays NaN."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the rounding asked for
+        half = np.asarray(x).astype(np.float16)
+    return np.ascontiguousarray(half).view(np.uint16)
+
+
+def f16_bits_to_float(b: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(b, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+def round_to_f16(x: np.ndarray) -> np.ndarray:
+    """Round float values to the nearest IEEE half (ties to even), returned as float32."""
+    return f16_bits_to_float(float_to_f16_bits(x))
 
 
 def _face_order(rows: int, cols: int) -> np.ndarray:

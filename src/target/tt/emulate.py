@@ -3,8 +3,8 @@
 :func:`run_plan` validates the plan (:func:`validate_plan`: JSON schema + cross-field rules such
 as the L1 budget), builds the emulator runner once (cached by content hash) and every kernel as its
 own shared object (``g++ -O2``, cached by source + args hash), writes the inputs to emulated DRAM
-in tile layout (padded to 32x32 with zeros, bfloat16 rounded to nearest even), runs all cores and
-returns the outputs (padding dropped) with the emulator's counters::
+in tile layout (padded to 32x32 with zeros, bfloat16 and float16 rounded to nearest even), runs all
+cores and returns the outputs (padding dropped) with the emulator's counters::
 
     from tessera_tvm.target.tt.emulate import run_plan
     result = run_plan("tests/tt/plans/gemm_single_core.json", Path("tests/tt/kernels"), {"A": a, "B": b})

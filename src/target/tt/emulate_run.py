@@ -23,7 +23,15 @@ import numpy as np
 
 from tessera_tvm.errors import TesseraError
 
-from . import bf16_bits_to_float, float_to_bf16_bits, format_ranges, tilize, untilize
+from . import (
+    bf16_bits_to_float,
+    f16_bits_to_float,
+    float_to_bf16_bits,
+    float_to_f16_bits,
+    format_ranges,
+    tilize,
+    untilize,
+)
 from .arch import TTArch
 from .emulate_build import _build_kernel, build_runner, emulator_cache_dir
 from .emulate_plan import PlanError, _plan_label, load_plan, validate_plan
@@ -32,7 +40,7 @@ __all__ = ["EmulatorError", "EmulatorResult", "run_plan", "ROLES", "TENSOR_ACCES
 
 ROLES = ("reader", "compute", "writer")
 _ROLE_INDEX = {r: i for i, r in enumerate(ROLES)}
-_FORMAT_CODES = {"Float32": 0, "Float16_b": 5}  # tt::DataFormat values
+_FORMAT_CODES = {"Float32": 0, "Float16": 1, "Float16_b": 5}  # tt::DataFormat values
 _DRAM_BASE = 0x1000  # first DRAM byte the emulator's allocator hands out in every bank
 
 
@@ -125,6 +133,8 @@ def _encode_input(buf: dict, value: np.ndarray, label: str) -> bytes:
         raise PlanError(label, [f"input {buf['name']!r}: expected shape {tuple(buf['shape'])}, got {tuple(arr.shape)}"])
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise PlanError(label, [f"input {buf['name']!r}: expected a numeric array, got dtype {arr.dtype}"])
+    if buf["dtype"] == "float16":  # rounded once from the given values (no detour through float32)
+        return float_to_f16_bits(tilize(arr)).tobytes()
     flat = tilize(arr.astype(np.float32))
     if buf["dtype"] == "bfloat16":
         return float_to_bf16_bits(flat).tobytes()
@@ -134,6 +144,8 @@ def _encode_input(buf: dict, value: np.ndarray, label: str) -> bytes:
 def _decode_output(buf: dict, data: bytes) -> np.ndarray:
     if buf["dtype"] == "bfloat16":
         flat = bf16_bits_to_float(np.frombuffer(data, dtype=np.uint16))
+    elif buf["dtype"] == "float16":
+        flat = f16_bits_to_float(np.frombuffer(data, dtype=np.uint16))
     else:
         flat = np.frombuffer(data, dtype=np.float32)
     return untilize(flat, buf["shape"]).astype(np.float32)

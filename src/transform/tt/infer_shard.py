@@ -8,7 +8,7 @@ of the tile grid, on bank ``i % banks``). A 1-D buffer is stored as one row. The
                          shape, tiles: [rows, cols], dtype, page_size, dram_banks}}
 
 Tile counts round up; ``tt.TilePad`` records the padding. Supported dtypes are the ones the
-circular buffers carry (bfloat16, float32); a buffer of another dtype or of rank > 2 is an
+circular buffers carry (bfloat16, float16, float32); a buffer of another dtype or of rank > 2 is an
 ``UnsupportedTTOperationError`` naming it.
 """
 

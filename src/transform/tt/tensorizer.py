@@ -88,7 +88,7 @@ class _Tensorizer:
         if len(formats) > 1:
             raise common.UnsupportedTTOperationError(
                 f"kernel {name!r} mixes data formats {sorted(formats)} across its buffers; the Tenstorrent target "
-                "needs one format per kernel (all bfloat16 or all float32)"
+                "needs one format per kernel (all bfloat16, all float16 or all float32)"
             )
         first = self.cbs[0] if self.cbs else {"data_format": "Float16_b", "page_size": 2048}
         self.format, self.page_size = first["data_format"], first["page_size"]

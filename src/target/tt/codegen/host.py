@@ -4,15 +4,13 @@ The program opens device 0, creates the plan's interleaved DRAM buffers and circ
 exactly the cores the plan uses, creates the reader / compute / writer kernels with their
 compile-time args (``TensorAccessorArgs`` per buffer), sets each core's runtime args, writes the
 inputs, runs the program and reads the outputs back. Inputs and outputs are files of row-major
-values of the buffers' logical shapes (bfloat16 as raw 16-bit words, float32 as IEEE words): the
-host pads and tilizes inputs (padding is zero) and drops the padding of outputs.
+values of the buffers' logical shapes (bfloat16 and IEEE float16 as raw 16-bit words, float32 as IEEE
+words): the host pads and tilizes inputs (padding is zero) and drops the padding of outputs.
 """
 
 from __future__ import annotations
 
-from tessera_tvm.target.tt import TT_METAL_VERSION
-
-_ELEM_BYTES = {"bfloat16": 2, "float32": 4}
+from tessera_tvm.target.tt import DATA_FORMATS, DTYPE_TO_FORMAT, TT_METAL_VERSION
 
 
 def _core_ranges(cores: list[list[int]]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -98,7 +96,7 @@ def render_host(plan: dict) -> str:
         pr, pc = b["padded_shape"]
         lines.append(
             f'constexpr Tensor k_{_ident(b["name"])}{{"{b["name"]}", {rows}, {cols}, {pr}, {pc}, '
-            f"{_ELEM_BYTES[b['dtype']]}}};"
+            f"{DATA_FORMATS[DTYPE_TO_FORMAT[b['dtype']]]}}};"
         )
     lines += [
         "",

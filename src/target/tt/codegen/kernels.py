@@ -296,8 +296,8 @@ class ReaderKernel(_DataMovement):
         value = float(cb["value"])
         if cb["data_format"] == "Float32":
             word, bits = "uint32_t", f"0x{f32_bits(value):08x}u"
-        else:  # Float16_b: the upper half of the float32
-            word, bits = "uint16_t", f"0x{f32_bits(value) >> 16:04x}u"
+        else:  # Float16_b or Float16
+            word, bits = "uint16_t", f"0x{_half_bits(cb['data_format'], value):04x}u"
         ptr = self.names.fresh(f"{cb['name']}_ptr")
         self.emit(depth, f"cb_reserve_back({name}, 1);")
         self.emit(depth, f"volatile {word}* {ptr} = reinterpret_cast<volatile {word}*>(get_write_ptr({name}));")
@@ -534,6 +534,14 @@ class ComputeKernel(_Kernel):
         out += [f'#include "{h}"' for h in sorted(self.headers)]
         out += ["", "namespace NAMESPACE {", "void MAIN {", *body, "}", "}  // namespace NAMESPACE", ""]
         return "\n".join(out)
+
+
+def _half_bits(data_format: str, value: float) -> int:
+    """The 16-bit pattern of ``value`` in a CB of ``data_format`` (bfloat16: float32's upper half;
+    Float16: IEEE half)."""
+    if data_format == "Float16":
+        return struct.unpack("<H", struct.pack("<e", value))[0]
+    return f32_bits(value) >> 16
 
 
 def _reduce_args(mode: dict) -> str:

@@ -27,7 +27,7 @@ enum Role : int { READER = 0, COMPUTE = 1, WRITER = 2 };
 const char* role_name(int role);
 
 // tt::DataFormat values of the formats the emulator stores.
-enum class Format : std::uint32_t { Float32 = 0, Float16_b = 5 };
+enum class Format : std::uint32_t { Float32 = 0, Float16 = 1, Float16_b = 5 };  // Float16: IEEE half
 std::uint32_t format_bytes(Format f);
 const char* format_name(Format f);
 

@@ -38,7 +38,14 @@ const char* role_name(int role) {
 }
 
 std::uint32_t format_bytes(Format f) { return f == Format::Float32 ? 4 : 2; }
-const char* format_name(Format f) { return f == Format::Float32 ? "Float32" : "Float16_b"; }
+const char* format_name(Format f) {
+    switch (f) {
+        case Format::Float32: return "Float32";
+        case Format::Float16: return "Float16";
+        case Format::Float16_b: return "Float16_b";
+    }
+    return "?";
+}
 
 std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -134,7 +141,7 @@ ProgramSpec parse_spec(const std::string& path) {
             std::uint32_t fmt = 0;
             in >> cb.id >> cb.page_size >> cb.num_pages >> fmt;
             cb.format = static_cast<Format>(fmt);
-            if (cb.id >= kNumCBs || (cb.format != Format::Float32 && cb.format != Format::Float16_b) ||
+            if (cb.id >= kNumCBs || (cb.format != Format::Float32 && cb.format != Format::Float16 && cb.format != Format::Float16_b) ||
                 cb.page_size != kTileElems * format_bytes(cb.format) || cb.num_pages == 0) {
                 spec_error(path, lineno, "bad circular buffer line");
             }

@@ -62,6 +62,56 @@ inline std::uint16_t float_to_bf16(float f) {  // round to nearest even, NaN sta
     return static_cast<std::uint16_t>(u >> 16);
 }
 
+inline float f16_to_float(std::uint16_t h) {  // exact: every IEEE half is a float
+    const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+    const std::uint32_t exponent = (h >> 10) & 0x1fu;
+    const std::uint32_t mantissa = h & 0x3ffu;
+    std::uint32_t u;
+    if (exponent == 0x1fu) {  // inf, or NaN with its payload
+        u = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {  // normal: rebias 15 -> 127
+        u = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    } else {  // zero or subnormal: mantissa * 2^-24
+        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+        return sign ? -magnitude : magnitude;
+    }
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+inline std::uint16_t float_to_f16(float f) {  // round to nearest even; overflow -> inf, NaN stays NaN
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+    const std::uint32_t magnitude = u & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) {  // NaN: keep the top payload bits, set the quiet bit
+        return static_cast<std::uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+    }
+    if (magnitude >= 0x477ff000u) {  // >= 65520, halfway from the largest half (65504) up: inf
+        return static_cast<std::uint16_t>(sign | 0x7c00u);
+    }
+    if (magnitude >= 0x38800000u) {  // >= 2^-14: a normal half; rebias 127 -> 15, drop 13 bits
+        std::uint32_t r = magnitude - (112u << 23);
+        r += 0xfffu + ((r >> 13) & 1u);  // a carry out of the mantissa bumps the exponent, as it should
+        return static_cast<std::uint16_t>(sign | (r >> 13));
+    }
+    const std::uint32_t biased = magnitude >> 23;
+    if (biased < 102u) {  // below 2^-25, under half the smallest subnormal: zero
+        return sign;
+    }
+    // A subnormal half holds round(|f| * 2^24); |f| * 2^24 = significand * 2^(biased - 126).
+    const std::uint32_t significand = (magnitude & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126u - biased;  // 14..24
+    std::uint32_t q = significand >> shift;
+    const std::uint32_t rest = significand & ((1u << shift) - 1u);
+    const std::uint32_t half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (q & 1u))) {
+        ++q;  // may reach 0x400, the smallest normal, which is its encoding
+    }
+    return static_cast<std::uint16_t>(sign | q);
+}
+
 // Tile layout inside a page: four 16x16 faces (TL, TR, BL, BR), each row-major.
 inline std::uint32_t face_index(std::uint32_t r, std::uint32_t c) {
     return (((r >> 4) << 1) + (c >> 4)) * 256u + (r & 15u) * 16u + (c & 15u);
@@ -72,10 +122,10 @@ void unpack_tile(const std::uint8_t* src, Format fmt, float* out) {
         for (std::uint32_t c = 0; c < kTileCols; ++c) {
             const std::uint32_t i = face_index(r, c);
             float v;
-            if (fmt == Format::Float16_b) {
+            if (fmt == Format::Float16_b || fmt == Format::Float16) {
                 std::uint16_t b;
                 std::memcpy(&b, src + 2 * i, 2);
-                v = bf16_to_float(b);
+                v = fmt == Format::Float16 ? f16_to_float(b) : bf16_to_float(b);
             } else {
                 std::memcpy(&v, src + 4 * i, 4);
             }
@@ -89,8 +139,8 @@ void pack_tile_to(const float* in, Format fmt, std::uint8_t* dst) {
         for (std::uint32_t c = 0; c < kTileCols; ++c) {
             const std::uint32_t i = face_index(r, c);
             const float v = in[r * kTileCols + c];
-            if (fmt == Format::Float16_b) {
-                const std::uint16_t b = float_to_bf16(v);
+            if (fmt == Format::Float16_b || fmt == Format::Float16) {
+                const std::uint16_t b = fmt == Format::Float16 ? float_to_f16(v) : float_to_bf16(v);
                 std::memcpy(dst + 2 * i, &b, 2);
             } else {
                 std::memcpy(dst + 4 * i, &v, 4);
