@@ -248,6 +248,8 @@ def convert_plan(name: str, shape: list[int], src: str, dst: str, grid=(1, 1)) -
     """Y = X from a ``src`` to a ``dst`` buffer: unpacked into DST from one CB format, packed to the other."""
     plan = unary_plan(name, "copy", shape, grid, compute_source="compute_copy.cpp")
     plan["description"] = f"Y = X, {shape}, {src} -> {dst}, {grid[0]}x{grid[1]} cores"
+    # float32 data keeps its bits in DST only with fp32_dest_acc_en (16-bit DST would round it)
+    plan["kernels"]["compute"]["fp32_dest_acc_en"] = "float32" in (src, dst)
     return retyped(plan, {"X": src, "Y": dst}, {0: FORMATS[src], 16: FORMATS[dst]})
 
 
