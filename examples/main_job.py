@@ -1,13 +1,15 @@
 """The main job: compile every example kernel for every target and show its stages.
 
-    python examples/main_job.py [--out build/demo] [--targets cpu,hopper,ampere,rocm]
+    python examples/main_job.py [--out build/demo] [--targets cpu,hopper,ampere,rocm,tenstorrent]
 
 For each @tessera.kernel in examples/ (linear+bias+gelu, causal GQA flash attention, layer norm,
 softmax): its Graph IR, then per target the Schedule IR, where the Tile IR and Target IR (with
 the IR after every pass) were written, and the artifacts (CUDA/HIP/C source, cubin/PTX where nvcc
-is present, the CPU library). On the CPU each kernel also runs on small random arrays and is
-checked against its numpy reference. Then the TileLang GEMM is lowered through every target config
-directly (tessera_tvm.lower), Tenstorrent included, with its pass lists.
+is present, the CPU library, tt-metal reader/compute/writer/host sources). On the CPU each kernel
+also runs on small random arrays and is checked against its numpy reference; the Tenstorrent build
+runs in the tt-metal emulator (on arrays whose sequence length is whole 32-row blocks, which
+attention needs). Then the TileLang GEMM is lowered through every target config directly
+(tessera_tvm.lower) with its pass lists.
 """
 
 from __future__ import annotations
@@ -27,19 +29,21 @@ import tessera as ts  # noqa: E402
 import tessera_tvm  # noqa: E402
 
 EXAMPLES = ["linear", "flash_attention", "layer_norm", "softmax"]
-GPU_AND_CPU = ["cpu", "hopper", "ampere", "rocm"]
+TARGETS = ["cpu", "hopper", "ampere", "rocm", "tenstorrent"]
 # Small dims for the CPU check (the examples' SHAPES are GPU-sized); not multiples of any block.
 SMALL = {"M": 100, "N": 72, "K": 48, "B": 1, "H": 8, "H_kv": 2, "S": 67, "D": 64}
+# The emulator check: M, N, K ragged (padded tiles); attention's S whole 32-row blocks.
+SMALL_TT = {"M": 50, "N": 72, "K": 48, "B": 1, "H": 4, "H_kv": 2, "S": 64, "D": 64}
 
 
 def _rule(title: str) -> None:
     print(f"\n{'=' * 100}\n{title}\n{'=' * 100}")
 
 
-def _random(kernel, rng) -> list[np.ndarray]:
+def _random(kernel, rng, dims=SMALL) -> list[np.ndarray]:
     arrays = []
     for _, annotation in kernel.params:
-        shape = tuple(d if isinstance(d, int) else SMALL[d] for d in annotation.dims)
+        shape = tuple(d if isinstance(d, int) else dims[d] for d in annotation.dims)
         arrays.append(rng.standard_normal(shape).astype(annotation.dtype.numpy))
     return arrays
 
@@ -50,6 +54,15 @@ def _check_on_cpu(kernel) -> float:
     out = ts.compile(kernel, target="cpu")(*arrays)
     ref = kernel.reference(*arrays)
     return float(np.abs(np.asarray(out, np.float32) - np.asarray(ref, np.float32)).max())
+
+
+def _check_in_emulator(kernel, out: Path) -> float:
+    """max |emulator - reference| of the Tenstorrent build on SMALL_TT arrays (g++ builds each kernel)."""
+    arrays = _random(kernel, np.random.default_rng(0), SMALL_TT)
+    shapes = {d: v for d, v in SMALL_TT.items() if any(d in a.dims for _, a in kernel.params)}
+    result = ts.compile(kernel, target="tenstorrent", shapes=shapes).emulate(*arrays, cache_dir=out / "emulator")
+    ref = kernel.reference(*arrays)
+    return float(np.abs(np.asarray(result, np.float32) - np.asarray(ref, np.float32)).max())
 
 
 def language_examples(out: Path, targets: list[str]) -> int:
@@ -79,6 +92,15 @@ def language_examples(out: Path, targets: list[str]) -> int:
         small = {d: v for d, v in SMALL.items() if any(d in a.dims for _, a in kernel.params)}
         print(f"[cpu run] {small}: max |tessera - numpy reference| = {error:.2e}")
         failures += error > 0.1  # bf16/f16 outputs; the tests state tighter per-dtype tolerances
+        if "tenstorrent" in targets:
+            start = time.perf_counter()
+            error = _check_in_emulator(kernel, out)
+            small = {d: v for d, v in SMALL_TT.items() if any(d in a.dims for _, a in kernel.params)}
+            print(
+                f"[tt emulator] {small}: max |emulator - numpy reference| = {error:.2e} "
+                f"({time.perf_counter() - start:.0f} s)"
+            )
+            failures += error > 0.1
     return failures
 
 
@@ -107,7 +129,7 @@ def tile_gemm_every_config(out: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="build/demo", help="where stages, dumps and artifacts go")
-    parser.add_argument("--targets", default=",".join(GPU_AND_CPU), help="comma-separated target configs")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated target configs")
     args = parser.parse_args()
     out = Path(args.out)
     failures = language_examples(out, args.targets.split(","))

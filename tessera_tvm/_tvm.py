@@ -217,6 +217,15 @@ def prim_func(func):
     return program
 
 
+def named(buffer, name: str):
+    """``buffer`` renamed to ``name`` (TileLang names a buffer after the variable it is assigned to;
+    buffers made in a loop or a list need a name of their own)."""
+    from tvm.script.ir_builder import IRBuilder
+
+    IRBuilder.name(name, buffer)
+    return buffer
+
+
 def is_jit_kernel(obj) -> bool:
     """Whether ``obj`` is what ``@tilelang.jit`` returned, or a kernel it compiled."""
     from tilelang.jit import JITImpl

@@ -176,7 +176,12 @@ class Schedule:
         if gpu:
             pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
         elif self.device == "tenstorrent":
-            pipeline += " (Tenstorrent: each core loops over its 32x32 output tiles)"
+            block = (
+                "32x32 output tiles"
+                if (self.block_m, self.block_n) == (32, 32)
+                else (f"{self.block_m}x{self.block_n} output blocks")
+            )
+            pipeline += f" (Tenstorrent: each core loops over its {block})"
         elif self.parallel_grid:
             pipeline += " (CPU: the grid's blocks are shared among the cores' threads)"
         else:

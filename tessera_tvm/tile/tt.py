@@ -37,7 +37,7 @@ import math
 
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
-from .._tvm import T, prim_func
+from .._tvm import T, named, prim_func
 from .base import SpecError
 from .common import binary, declare_params, unary
 from .expr import Binary, Const, Input, Unary, expr_nodes
@@ -95,6 +95,42 @@ def _check_one_dtype(kind: str, dtypes: dict[str, str]) -> None:
         raise _unsupported(f"{kind} with mixed buffer dtypes", found, what="buffers of different dtypes in one kernel")
 
 
+#: A GEMM block of bm x bn tiles keeps bm*bn accumulators in DST: fp32 DST holds 8 tiles, half of
+#: them for math while the packer drains the other half (tile_regs_acquire/commit/wait/release).
+TT_MAX_BLOCK_TILES = 4
+
+
+def _check_gemm_block(spec: GemmSpec, schedule: TileSchedule) -> tuple[int, int]:
+    """(bm, bn): the output tiles per block of a GEMM schedule (``block_m``/``block_n`` multiples of 32;
+    ``block_k`` stays 32). (1, 1) is the one-tile block every other check expects."""
+    bm, bn = schedule.block_m // TILE, schedule.block_n // TILE
+    if schedule.block_m % TILE or schedule.block_n % TILE or schedule.block_k != TILE or (bm, bn) == (1, 1):
+        return (1, 1)  # _check_schedule names the problem, if any
+    where = f"gemm kernel: block_m x block_n is {schedule.block_m} x {schedule.block_n}"
+    if bm * bn > TT_MAX_BLOCK_TILES:
+        raise SpecError(
+            f"{where} = {bm * bn} tiles; a block keeps one fp32 accumulator per tile in DST, which has "
+            f"{TT_MAX_BLOCK_TILES} for math (use at most {TT_MAX_BLOCK_TILES} tiles, e.g. 64 x 64)"
+        )
+    if spec.transpose_a:
+        raise _unsupported(
+            "matmul with transpose_a in blocks larger than a tile",
+            f"{schedule.block_m} x {schedule.block_n}; transpose_a runs one 32x32 tile per block",
+            what="transpose_a with blocks larger than 32x32",
+        )
+    entries = math.prod(spec.batch)
+    m_tiles, n_tiles = -(-spec.M // TILE), -(-spec.N // TILE)
+    if _batched(spec.batch) and spec.M % TILE and bm > 1:
+        raise SpecError(f"{where}: a batched GEMM with a block over rows needs M a multiple of {TILE} (M={spec.M})")
+    if (m_tiles * entries) % bm or n_tiles % bn or (_batched(spec.batch) and m_tiles % bm):
+        raise SpecError(
+            f"{where}, but the output is {m_tiles * entries} x {n_tiles} tiles of 32x32 (M={spec.M}, N={spec.N}"
+            f"{f', {entries} batch entries' if entries > 1 else ''}): blocks must tile it exactly "
+            "(Tenstorrent moves whole tiles and has no masked edge blocks)"
+        )
+    return bm, bn
+
+
 def _check_schedule(spec: KernelSpec, schedule: TileSchedule) -> None:
     blocks = [schedule.block_m, schedule.block_n] + ([schedule.block_k] if isinstance(spec, GemmSpec) else [])
     if any(b != TILE for b in blocks):
@@ -109,8 +145,11 @@ def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"
     """The TileLang PrimFunc of ``spec`` for the Tenstorrent pipeline (32x32 tiles)."""
     if isinstance(spec, GemmSpec):
         _check_gemm(spec)
-        _check_schedule(spec, schedule)
-        return _gemm_program(spec)
+        sub = _check_gemm_block(spec, schedule)
+        if sub == (1, 1):
+            _check_schedule(spec, schedule)
+            return _gemm_program(spec)
+        return _gemm_block_program(spec, *sub)
     if isinstance(spec, ElementwiseSpec):
         _check_elementwise(spec)
         _check_schedule(spec, schedule)
@@ -120,7 +159,9 @@ def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"
     if isinstance(spec, NormSpec):
         raise _unsupported(spec.kind, "a row reduction; only GEMM and element-wise kernels lower")
     if isinstance(spec, AttentionSpec):
-        raise _unsupported("attention", "flash attention; only GEMM and element-wise kernels lower")
+        _check_attention(spec)
+        _check_schedule(spec, schedule)
+        return _attention_program(spec)
     if isinstance(spec, ReduceSpec):
         _check_reduce(spec)
         _check_schedule(spec, schedule)
@@ -166,8 +207,13 @@ def _check_batch(spec: GemmSpec) -> None:
 
 def _check_gemm(spec: GemmSpec) -> None:
     _check_batch(spec)
-    if spec.transpose_a:
-        raise _unsupported("matmul with transpose_a", "transpose A first (transpose_b is supported)")
+    if spec.transpose_a and _batched(spec.batch_a) and spec.K % TILE:
+        raise _unsupported(
+            "batched matmul with transpose_a and a ragged K",
+            f"K={spec.K}: with a batched, transposed A, K must be a multiple of {TILE} so that no tile straddles "
+            "two batch entries",
+            what="a batched transposed A with K not a multiple of 32",
+        )
     if spec.dtype_acc != "float32":
         raise _unsupported(f"matmul accumulating in {spec.dtype_acc}", "the accumulator is float32")
     _check_dtypes("matmul", {"dtype_a": spec.dtype_a, "dtype_b": spec.dtype_b, "dtype_out": spec.dtype_out})
@@ -220,7 +266,7 @@ def _view(arg, rows: int):
 
 def _gemm_program(spec: GemmSpec):
     M, N, K = spec.M, spec.N, spec.K
-    tb = spec.transpose_b
+    tb, ta = spec.transpose_b, spec.transpose_a
     entries = math.prod(spec.batch)  # every batch entry's rows, one after the other
     rows = entries * M
     a_batched, b_batched = _batched(spec.batch_a), _batched(spec.batch_b)
@@ -228,12 +274,14 @@ def _gemm_program(spec: GemmSpec):
     params = spec.params()
     n_ops = len(spec.epilogue_operands())
     view = [
-        _view(params[0], M * (entries if a_batched else 1)),
+        _view(params[0], (K if ta else M) * (entries if a_batched else 1)),
         _view(params[1], b_rows),
         *[_view(p, rows) if len(p.shape) > 1 else p for p in params[2:]],
     ]
     compute = any(op.kind != "cast" for op in spec.epilogue)
     m_tiles = M // TILE  # with a batched B (M a multiple of 32): the row tiles of one batch entry
+    if ta:
+        return _gemm_transposed_a_program(spec, view, n_ops, compute, rows, m_tiles)
 
     @prim_func
     def main():
@@ -255,6 +303,110 @@ def _gemm_program(spec: GemmSpec):
                 else:
                     T.copy(io.buffers[1][base + k * TILE, bx * TILE], B_s)
                 T.gemm(A_s, B_s, C_l, transpose_B=tb)
+            if compute:
+                for i, j in T.Parallel(TILE, TILE):
+                    C_l[i, j] = _epilogue_value(spec, C_l[i, j], operands, bx, by, i, j, rows)
+            T.copy(C_l, io.buffers[-1][by * TILE, bx * TILE])
+
+    return main
+
+
+def _gemm_block_program(spec: GemmSpec, bm: int, bn: int):
+    """A block of bm x bn output tiles: per K step, bm A tiles and bn B tiles are read once and
+    multiplied into bm*bn accumulators that stay in DST for the whole K loop (``matmul_tiles`` into
+    DST tiles 0..bm*bn-1), so each A tile is read once per bn outputs instead of once per output."""
+    M, N, K = spec.M, spec.N, spec.K
+    tb = spec.transpose_b
+    entries = math.prod(spec.batch)
+    rows = entries * M
+    a_batched, b_batched = _batched(spec.batch_a), _batched(spec.batch_b)
+    b_rows = (N if tb else K) * (entries if b_batched else 1)
+    params = spec.params()
+    n_ops = len(spec.epilogue_operands())
+    view = [
+        _view(params[0], M * (entries if a_batched else 1)),
+        _view(params[1], b_rows),
+        *[_view(p, rows) if len(p.shape) > 1 else p for p in params[2:]],
+    ]
+    compute = any(op.kind != "cast" for op in spec.epilogue)
+    m_tiles = -(-M // TILE)
+    tiles = [(i, j) for i in range(bm) for j in range(bn)]  # Python lists: expanded while building
+
+    @prim_func
+    def main():
+        io = declare_params(view)
+        operands = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
+        with T.Kernel(T.ceildiv(N, TILE * bn), T.ceildiv(rows, TILE * bm)) as (bx, by):
+            A_s = [named(T.alloc_shared((TILE, TILE), spec.dtype_a), f"A_s{i}") for i in range(bm)]
+            B_s = [named(T.alloc_shared((TILE, TILE), spec.dtype_b), f"B_s{j}") for j in range(bn)]
+            C_l = {t: named(T.alloc_fragment((TILE, TILE), "float32"), f"C_l{t[0]}{t[1]}") for t in tiles}
+            for t in tiles:
+                T.clear(C_l[t])
+            for k in T.serial(T.ceildiv(K, TILE)):
+                for i in list(range(bm)):
+                    row_tile = by * bm + i  # of the [entries * M, K] view (whole blocks: _check_gemm_block)
+                    if b_batched and not a_batched:
+                        T.copy(io.buffers[0][(row_tile % m_tiles) * TILE, k * TILE], A_s[i])
+                    else:
+                        T.copy(io.buffers[0][row_tile * TILE, k * TILE], A_s[i])
+                for j in list(range(bn)):
+                    base = ((by * bm) // m_tiles) * (N if tb else K) if b_batched else 0
+                    col_tile = bx * bn + j
+                    if tb:
+                        T.copy(io.buffers[1][base + col_tile * TILE, k * TILE], B_s[j])
+                    else:
+                        T.copy(io.buffers[1][base + k * TILE, col_tile * TILE], B_s[j])
+                for t in tiles:
+                    T.gemm(A_s[t[0]], B_s[t[1]], C_l[t], transpose_B=tb)
+            for t in tiles:
+                if compute:
+                    for i, j in T.Parallel(TILE, TILE):
+                        C_l[t][i, j] = _epilogue_value(
+                            spec, C_l[t][i, j], operands, bx * bn + t[1], by * bm + t[0], i, j, rows
+                        )
+                T.copy(C_l[t], io.buffers[-1][(by * bm + t[0]) * TILE, (bx * bn + t[1]) * TILE])
+
+    return main
+
+
+def _gemm_transposed_a_program(spec: GemmSpec, view, n_ops: int, compute: bool, rows: int, m_tiles: int):
+    """``transpose_a``: A is ``[K, M]``, so the A tile of output block (m, k) is A's tile (k, m)
+    transposed on its way into DST (``transpose_wh_tile``), packed, and multiplied. The matmul cannot
+    accumulate in DST across the K loop around that (DST is packed every step), so each step's
+    product is added to the accumulator, which travels between steps through a CB of its own."""
+    N, K = spec.N, spec.K
+    tb = spec.transpose_b
+    a_batched, b_batched = _batched(spec.batch_a), _batched(spec.batch_b)
+    params = spec.params()
+
+    @prim_func
+    def main():
+        io = declare_params(view)
+        operands = _by_name(params[2 : 2 + n_ops], io.buffers[2 : 2 + n_ops])
+        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(rows, TILE)) as (bx, by):
+            A_s = T.alloc_shared((TILE, TILE), spec.dtype_a)
+            A_t = T.alloc_fragment((TILE, TILE), "float32")
+            B_s = T.alloc_shared((TILE, TILE), spec.dtype_b)
+            P_l = T.alloc_fragment((TILE, TILE), "float32")
+            C_l = T.alloc_fragment((TILE, TILE), "float32")
+            T.clear(C_l)
+            batched = a_batched or b_batched  # then M is whole tiles: entry e's rows are tiles e*m_tiles..
+            entry = by // m_tiles if batched else 0
+            m = by % m_tiles if batched else by
+            for k in T.serial(T.ceildiv(K, TILE)):
+                a_row = entry * K + k * TILE if a_batched else k * TILE  # this entry's [K, M] block of A
+                T.copy(io.buffers[0][a_row, m * TILE], A_s)
+                for i, j in T.Parallel(TILE, TILE):
+                    A_t[i, j] = A_s[j, i]
+                base = entry * (N if tb else K) if b_batched else 0
+                if tb:
+                    T.copy(io.buffers[1][base + bx * TILE, k * TILE], B_s)
+                else:
+                    T.copy(io.buffers[1][base + k * TILE, bx * TILE], B_s)
+                T.clear(P_l)
+                T.gemm(A_t, B_s, P_l, transpose_B=tb)
+                for i, j in T.Parallel(TILE, TILE):
+                    C_l[i, j] = C_l[i, j] + P_l[i, j]
             if compute:
                 for i, j in T.Parallel(TILE, TILE):
                     C_l[i, j] = _epilogue_value(spec, C_l[i, j], operands, bx, by, i, j, rows)
@@ -383,24 +535,23 @@ def _check_reduce(spec: ReduceSpec) -> None:
         )
     _check_dtypes(f"reduce_{spec.kind}", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
     _check_one_dtype(f"reduce_{spec.kind}", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
-    if spec.kind == "max" and spec.shape[-1] % TILE:
-        raise _unsupported(
-            "reduce_max over a ragged last axis",
-            f"the last axis is {spec.shape[-1]}, not a multiple of {TILE}: the padding of its last tile would "
-            "enter the maximum",
-            what="max over a last axis that is not a multiple of 32",
-        )
 
 
 def _reduce_program(spec: ReduceSpec):
     """Per 32-row block: every 32x32 tile of the rows goes through ``T.reduce`` into one (32, 1)
     accumulator (``reduce_tile`` accumulating in DST), which is stored as the block's rows of the
-    [rows, 1] output view. A mean multiplies the sums by 1/N in DST (the SFPU's binop with a scalar)."""
+    [rows, 1] output view. A mean multiplies the sums by 1/N in DST (the SFPU's binop with a scalar).
+
+    The zero padding of a ragged last tile adds nothing to a sum, but would enter a maximum: a max
+    reduces the whole tiles in the loop, then the last tile plus a mask tile of -inf past the last
+    column (generated by the reader), and takes the larger of the two (``binary_max_tile``)."""
     rows, cols = math.prod(spec.shape[:-1]), spec.shape[-1]
     x_view = spec.inputs()[0]._replace(shape=(rows, cols))
     out_view = spec.outputs()[0]._replace(shape=(rows, 1))
     kind = "sum" if spec.kind == "mean" else spec.kind
     init = -math.inf if kind == "max" else 0.0
+    ragged = cols % TILE if kind == "max" else 0  # columns in the last tile when it is partial
+    full = cols // TILE if ragged else T.ceildiv(cols, TILE)  # the tiles reduced as they are
 
     @prim_func
     def main():
@@ -409,15 +560,141 @@ def _reduce_program(spec: ReduceSpec):
             X_f = T.alloc_fragment((TILE, TILE), spec.dtype_in)
             R_f = T.alloc_fragment((TILE, 1), "float32")
             T.fill(R_f, init)
-            for t in T.serial(T.ceildiv(cols, TILE)):
-                T.copy(io.buffers[0][by * TILE, t * TILE], X_f)
-                if kind == "max":
-                    T.reduce_max(X_f, R_f, dim=1, clear=False)
-                else:
-                    T.reduce_sum(X_f, R_f, dim=1, clear=False)
+            if not ragged or cols > TILE:
+                for t in T.serial(full):
+                    T.copy(io.buffers[0][by * TILE, t * TILE], X_f)
+                    if kind == "max":
+                        T.reduce_max(X_f, R_f, dim=1, clear=False)
+                    else:
+                        T.reduce_sum(X_f, R_f, dim=1, clear=False)
+            if ragged:  # the last tile with its padding at -inf
+                X_m = T.alloc_fragment((TILE, TILE), "float32")
+                R_last = T.alloc_fragment((TILE, 1), "float32")
+                T.copy(io.buffers[0][by * TILE, (cols // TILE) * TILE], X_f)
+                for i, j in T.Parallel(TILE, TILE):
+                    X_m[i, j] = T.cast(X_f[i, j], "float32") + T.if_then_else(
+                        j >= ragged, T.float32(-math.inf), T.float32(0)
+                    )
+                T.fill(R_last, T.float32(-math.inf))
+                T.reduce_max(X_m, R_last, dim=1, clear=False)
+                for i, j in T.Parallel(TILE, 1):
+                    R_f[i, j] = T.max(R_f[i, j], R_last[i, j])
             if spec.kind == "mean":  # the row sums times 1/N, on the SFPU, while they are in DST
                 for i, j in T.Parallel(TILE, 1):
                     R_f[i, j] = R_f[i, j] * T.float32(1.0 / cols)
             T.copy(R_f, io.buffers[1][by * TILE, 0])
+
+    return main
+
+
+# ---------------------------------------------------------------------------------------------
+# Flash attention
+# ---------------------------------------------------------------------------------------------
+
+TT_HEAD_DIMS = (32, 64, 128)
+
+
+def _check_attention(spec: AttentionSpec) -> None:
+    _check_dtypes("attention", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
+    _check_one_dtype("attention", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
+    if spec.D not in TT_HEAD_DIMS:
+        raise _unsupported(
+            f"attention with head dim {spec.D}",
+            f"supported head dims: {', '.join(map(str, TT_HEAD_DIMS))} (the output block is D/32 tiles held in CBs)",
+            what=f"head dim {spec.D}",
+        )
+    ragged = {n: v for n, v in (("S_q", spec.S_q), ("S_kv", spec.S_kv)) if v % TILE}
+    if ragged:
+        found = ", ".join(f"{n}={v}" for n, v in ragged.items())
+        raise _unsupported(
+            "attention with ragged sequence lengths",
+            f"{found}: sequence lengths must be multiples of {TILE} (padded keys would need a mask tile)",
+            what="sequence lengths that are not multiples of 32",
+        )
+
+
+def _attention_program(spec: AttentionSpec):
+    """One block per 32 query rows of one (batch, head): Q K^T over D/32 tiles into DST, the online
+    softmax on (32, 1) columns (running max ``m`` and sum ``l``, carried through circular buffers from
+    one key block to the next) and D/32 output tiles ``acc[d]`` rescaled by ``exp(m_old - m_new)``
+    before each P V_d is added; the outputs are divided by ``l`` after the last key block.
+
+    Q, K, V and O are declared as their ``[rows, D]`` views; a causal mask is a tile of -inf/0 the
+    reader generates for the key block (``tt.Tensorize`` turns the ``if_then_else`` into it), and the
+    key loop stops at the last block a query of the block can see."""
+    B, H, H_kv, S_q, S_kv, D = spec.B, spec.H, spec.H_kv, spec.S_q, spec.S_kv, spec.D
+    n_d, q_blocks, kv_blocks = D // TILE, S_q // TILE, S_kv // TILE
+    group, offset = spec.groups, spec.causal_offset
+    q, k, v = spec.inputs()
+    views = [q._replace(shape=(B * H * S_q, D)), k._replace(shape=(B * H_kv * S_kv, D))]
+    views += [v._replace(shape=(B * H_kv * S_kv, D)), spec.outputs()[0]._replace(shape=(B * H * S_q, D))]
+    dt = spec.dtype_in
+    tiles = list(range(n_d))  # the output block's tiles, one buffer each
+
+    @prim_func
+    def main():
+        io = declare_params(views)  # indexed, not unpacked: TileLang names a buffer after the variable
+        with T.Kernel(1, B * H * q_blocks) as (bx, by):
+            q_s = T.alloc_shared((TILE, TILE), dt)
+            k_s = T.alloc_shared((TILE, TILE), dt)
+            v_s = T.alloc_shared((TILE, TILE), dt)
+            S = T.alloc_fragment((TILE, TILE), "float32")
+            PV = T.alloc_fragment((TILE, TILE), "float32")
+            m = T.alloc_fragment((TILE, 1), "float32")
+            m_cur = T.alloc_fragment((TILE, 1), "float32")
+            m_new = T.alloc_fragment((TILE, 1), "float32")
+            alpha = T.alloc_fragment((TILE, 1), "float32")
+            l_sum = T.alloc_fragment((TILE, 1), "float32")
+            l_cur = T.alloc_fragment((TILE, 1), "float32")
+            inv_l = T.alloc_fragment((TILE, 1), "float32")
+            acc = [named(T.alloc_fragment((TILE, TILE), "float32"), f"acc{d}") for d in tiles]
+            bh = by // q_blocks
+            qb = by % q_blocks
+            kv_row = ((bh // H) * H_kv + (bh % H) // group) * S_kv  # this head's kv head, first row
+            T.fill(m, T.float32(-math.inf))
+            T.fill(l_sum, 0)
+            for d in tiles:  # a Python list: expanded while the program is built
+                T.fill(acc[d], 0)
+            # causal: the key blocks up to the one holding key qb*32 + 31 + offset
+            n_kv = T.min(kv_blocks, (qb * TILE + TILE - 1 + offset) // TILE + 1) if spec.causal else kv_blocks
+            for kb in T.serial(n_kv):
+                T.fill(S, 0)
+                for d in T.serial(n_d):
+                    T.copy(io.buffers[0][by * TILE, d * TILE], q_s)
+                    T.copy(io.buffers[1][kv_row + kb * TILE, d * TILE], k_s)
+                    T.gemm(q_s, k_s, S, transpose_B=True)
+                for i, j in T.Parallel(TILE, TILE):
+                    if spec.causal:
+                        masked = kb * TILE + j > qb * TILE + i + offset
+                        S[i, j] = S[i, j] * T.float32(spec.scale) + T.if_then_else(
+                            masked, T.float32(-math.inf), T.float32(0)
+                        )
+                    else:
+                        S[i, j] = S[i, j] * T.float32(spec.scale)
+                T.fill(m_cur, T.float32(-math.inf))
+                T.reduce_max(S, m_cur, dim=1, clear=False)
+                for i, j in T.Parallel(TILE, 1):
+                    m_new[i, j] = T.max(m[i, j], m_cur[i, j])
+                for i, j in T.Parallel(TILE, TILE):
+                    S[i, j] = T.exp(S[i, j] - m_new[i, 0])
+                for i, j in T.Parallel(TILE, 1):
+                    alpha[i, j] = T.exp(m[i, j] - m_new[i, j])
+                T.fill(l_cur, 0)
+                T.reduce_sum(S, l_cur, dim=1, clear=False)
+                for i, j in T.Parallel(TILE, 1):
+                    l_sum[i, j] = l_sum[i, j] * alpha[i, j] + l_cur[i, j]
+                for d in tiles:
+                    T.fill(PV, 0)
+                    T.copy(io.buffers[2][kv_row + kb * TILE, d * TILE], v_s)
+                    T.gemm(S, v_s, PV)
+                    for i, j in T.Parallel(TILE, TILE):
+                        acc[d][i, j] = acc[d][i, j] * alpha[i, 0] + PV[i, j]
+                T.copy(m_new, m)
+            for i, j in T.Parallel(TILE, 1):
+                inv_l[i, j] = T.float32(1) / l_sum[i, j]
+            for d in tiles:
+                for i, j in T.Parallel(TILE, TILE):
+                    acc[d][i, j] = acc[d][i, j] * inv_l[i, 0]
+                T.copy(acc[d], io.buffers[3][by * TILE, d * TILE])
 
     return main

@@ -366,6 +366,7 @@ TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp, "sigmoid": ops.s
     n=sizes(100),
     k=sizes(100),
     transpose_b=st.booleans(),
+    transpose_a=st.booleans(),
     bias=st.booleans(),
     act=st.sampled_from(sorted(TT_EPILOGUE)),
     binop=st.sampled_from(["add", "sub", "mul"]),
@@ -376,7 +377,7 @@ TT_UNARY = {"relu": ops.relu, "gelu": ops.gelu, "exp": ops.exp, "sigmoid": ops.s
     seed=st.integers(0, 2**16),
 )
 def test_frontend_kernels_on_the_tenstorrent_emulator(
-    tt_dirs, kind, m, n, k, transpose_b, bias, act, binop, unary, scale, residual, batch, seed
+    tt_dirs, kind, m, n, k, transpose_b, transpose_a, bias, act, binop, unary, scale, residual, batch, seed
 ):
     """The same kind of kernels, compiled with ts.compile for Tenstorrent and run in the emulator."""
     from tessera_tvm.target.tt.emulate import run_plan
@@ -386,17 +387,18 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
     rng = np.random.default_rng(seed)
     if kind == "gemm":
         w_dims = ("N", "K") if transpose_b else ("K", "N")
-
-        lead = ("Z",) if batch > 1 else ()
+        a_dims = ("K", "M") if transpose_a else ("M", "K")
+        lead = ("Z",) if batch > 1 and not (transpose_a and k % 32) else ()  # a batched A^T needs whole K tiles
+        batch = batch if lead else 1
 
         @ts.kernel
         def tt_kernel(
-            A: Tensor[(*lead, "M", "K", bf)],
+            A: Tensor[(*lead, *a_dims, bf)],
             W: Tensor[w_dims[0], w_dims[1], bf],
             b: Tensor["N", bf],
             R: Tensor[(*lead, "M", "N", bf)],
         ):
-            y = ops.matmul(A, W, transpose_b=transpose_b)
+            y = ops.matmul(A, W, transpose_a=transpose_a, transpose_b=transpose_b)
             y = y * scale if scale is not None else y  # the SFPU's binop with a scalar
             y = y + b if bias else y
             y = y + R if residual else y * 1.0  # a residual tile, else one more scalar op
@@ -404,7 +406,7 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
 
         zb = (batch,) if batch > 1 else ()
         arrays = (
-            random_array(rng, (*zb, m, k), bf),
+            random_array(rng, (*zb, *((k, m) if transpose_a else (m, k))), bf),
             random_array(rng, (n, k) if transpose_b else (k, n), bf, 1 / math.sqrt(k)),
             random_array(rng, (n,), bf),
             random_array(rng, (*zb, m, n), bf),
@@ -439,3 +441,97 @@ def test_frontend_kernels_on_the_tenstorrent_emulator(
     rtol, atol = TOLERANCE[bf]
     bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
     assert not bad.any(), f"{tt_kernel.name} {shapes}: {bad.sum()} of {bad.size} off, max {np.abs(got - ref).max()}"
+
+
+# --------------------------------------------------------------------------- Tenstorrent row ops, attention
+
+ROW_KINDS = ["softmax", "layer_norm", "rms_norm", "max", "mean"]
+
+
+@fuzz_settings(ci=6)
+@given(
+    kind=st.sampled_from(ROW_KINDS),
+    m=sizes(80),
+    n=sizes(150),
+    shift=st.sampled_from([0.0, -8.0]),  # all negative rows: a max that saw the zero padding would show
+    seed=st.integers(0, 2**16),
+)
+def test_row_ops_on_the_tenstorrent_emulator(tt_dirs, kind, m, n, shift, seed):
+    """Softmax, the norms and row reductions at any row length (the max masks the padded columns)."""
+    count("tenstorrent row ops")
+    bf = ts.bf16
+    rng = np.random.default_rng(seed)
+
+    @ts.kernel
+    def tt_kernel(x: Tensor["M", "N", bf], w: Tensor["N", bf], b: Tensor["N", bf]):
+        if kind == "softmax":
+            return ops.softmax(x, axis=-1)
+        if kind == "layer_norm":
+            return ops.layer_norm(x, w, b)
+        if kind == "rms_norm":
+            return ops.rms_norm(x, w)
+        return getattr(ops, kind)(x, axis=-1)
+
+    arrays = (
+        (random_array(rng, (m, n), ts.f32) + shift).astype(bf.numpy),
+        random_array(rng, (n,), bf),
+        random_array(rng, (n,), bf),
+    )
+    compiled = ts.compile(tt_kernel, target="tenstorrent", shapes={"M": m, "N": n})
+    got = np.asarray(compiled.emulate(*arrays, cache_dir=tt_dirs[1]), dtype=np.float64)
+    ref = np.asarray(tt_kernel.reference(*arrays), dtype=np.float64)
+    rtol, atol = TOLERANCE[bf]
+    scale = np.abs(ref).max() if kind in ("softmax", "max", "mean") else 1.0  # row-wise values of one size
+    tol = atol * scale + rtol * np.abs(ref)
+    if kind == "layer_norm":  # the row mean travels between kernels in bf16: off by u|mean|, divided by std
+        x = arrays[0].astype(np.float64)
+        cond = np.abs(x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        tol = tol + 4 * 2.0**-8 * cond * np.abs(arrays[1].astype(np.float64)).max()
+    bad = np.abs(got - ref) > tol
+    assert not bad.any(), f"{kind} {m}x{n}: {bad.sum()} of {bad.size} off, max {np.abs(got - ref).max()}"
+
+
+@fuzz_settings(ci=4)
+@given(
+    b=st.integers(1, 2),
+    h_kv=st.integers(1, 2),
+    group=st.integers(1, 2),
+    q_blocks=st.integers(1, 3),
+    kv_blocks=st.integers(1, 3),
+    d=st.sampled_from([32, 64]),
+    causal=st.booleans(),
+    align=st.sampled_from(["top_left", "bottom_right"]),
+    scale=st.sampled_from([None, 0.05]),
+    seed=st.integers(0, 2**16),
+)
+def test_flash_attention_on_the_tenstorrent_emulator(
+    tt_dirs, b, h_kv, group, q_blocks, kv_blocks, d, causal, align, scale, seed
+):
+    """Flash attention (one kernel, running max and sum carried through CBs) at random head counts,
+    sequence lengths of whole 32-row blocks, head dims, masks and scales."""
+    count("tenstorrent attention")
+    bf = ts.bf16
+    s_q, s_kv = 32 * q_blocks, 32 * kv_blocks
+    if causal and align == "bottom_right" and s_kv < s_q:
+        s_kv = s_q  # every query sees a key: rows that see none are the CPU's case, not this one
+
+    @ts.kernel
+    def tt_kernel(
+        Q: Tensor["B", "H", "Sq", "D", bf], K: Tensor["B", "Hk", "Skv", "D", bf], V: Tensor["B", "Hk", "Skv", "D", bf]
+    ):
+        return ops.flash_attention(Q, K, V, causal=causal, scale=scale, causal_align=align)
+
+    rng = np.random.default_rng(seed)
+    h = h_kv * group
+    arrays = (
+        random_array(rng, (b, h, s_q, d), bf),
+        random_array(rng, (b, h_kv, s_kv, d), bf),
+        random_array(rng, (b, h_kv, s_kv, d), bf),
+    )
+    shapes = {"B": b, "H": h, "Hk": h_kv, "Sq": s_q, "Skv": s_kv, "D": d}
+    compiled = ts.compile(tt_kernel, target="tenstorrent", shapes=shapes)
+    got = np.asarray(compiled.emulate(*arrays, cache_dir=tt_dirs[1]), dtype=np.float64)
+    ref = np.asarray(tt_kernel.reference(*arrays), dtype=np.float64)
+    tol = 2.0**-6 * np.abs(ref).max() + 2.0**-7 * np.abs(ref)  # P and the rescaled sums are packed to bf16
+    bad = np.abs(got - ref) > tol
+    assert not bad.any(), f"{shapes} causal={causal} {align}: {bad.sum()} off, max {np.abs(got - ref).max()}"

@@ -84,8 +84,10 @@ def _writer(tensor: str) -> dict:
     }
 
 
-def _compute(source: str) -> dict:
-    return {"source": source, "math_fidelity": "HiFi4", "fp32_dest_acc_en": False, "math_approx_mode": False}
+def _compute(source: str, fp32_dest_acc_en: bool = False) -> dict:
+    """A GEMM accumulates in fp32 DST, as Tessera compiles it (``fp32_dest_acc_en: auto``): with a
+    16-bit DST every partial sum of the K loop would be rounded to bf16."""
+    return {"source": source, "math_fidelity": "HiFi4", "fp32_dest_acc_en": fp32_dest_acc_en, "math_approx_mode": False}
 
 
 def _plan(name, description, arch, grid, buffers, cbs, kernels, cores, total, output) -> dict:
@@ -123,7 +125,7 @@ def gemm_plan(name: str, M: int, K: int, N: int, grid=(1, 1), arch: str = "wormh
         [cb(0, 2, "a"), cb(1, 2, "b"), cb(16, 2, "out")],
         {
             "reader": _reader("reader_gemm.cpp", "A", "B"),
-            "compute": _compute("compute_gemm.cpp"),
+            "compute": _compute("compute_gemm.cpp", fp32_dest_acc_en=True),
             "writer": _writer("C"),
         },
         _cores(grid, Mt * Nt, args),
@@ -164,7 +166,7 @@ def gemm_bias_gelu_plan(name: str, M: int, K: int, N: int, grid=(1, 1), arch: st
         [cb(0, 2, "a"), cb(1, 2, "b"), cb(2, 2, "bias"), cb(16, 2, "out"), cb(24, 1, "acc")],
         {
             "reader": _reader("reader_gemm_bias.cpp", "A", "B", "bias"),
-            "compute": _compute("compute_gemm_bias_gelu.cpp"),
+            "compute": _compute("compute_gemm_bias_gelu.cpp", fp32_dest_acc_en=True),
             "writer": _writer("C"),
         },
         _cores(grid, Mt * Nt, args),

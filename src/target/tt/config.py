@@ -13,7 +13,8 @@ from .arch import UnknownArchError, get_arch
 TT_KEYS = {
     "arch": "wormhole_b0 (n150) | blackhole (p150): the row of the arch table the resources come from",
     "math_fidelity": "LoFi | HiFi2 | HiFi3 | HiFi4",
-    "fp32_dest_acc_en": "accumulate in fp32 in DST (halves its capacity)",
+    "fp32_dest_acc_en": "accumulate in fp32 in DST (halves its capacity): true | false | auto (per kernel: "
+    "on where the tile program holds float32)",
     "math_approx_mode": "approximate SFPU math",
 }
 _TT_ARCH_RESOURCES = {"l1_bytes_per_core": "l1_budget_bytes", "circular_buffers_per_core": "num_cbs"}
@@ -40,10 +41,11 @@ def parse_section(data: dict[str, Any], target: dict[str, Any], resources_: dict
     fidelity = tt.setdefault("math_fidelity", "HiFi4")
     if fidelity not in ("LoFi", "HiFi2", "HiFi3", "HiFi4"):
         raise check.fail("tt.math_fidelity", f"expected LoFi, HiFi2, HiFi3 or HiFi4, found {fidelity!r}")
-    for flag in ("fp32_dest_acc_en", "math_approx_mode"):
-        check.typed(tt.setdefault(flag, False), f"tt.{flag}", bool, "true or false")
+    check.typed(tt.setdefault("math_approx_mode", False), "tt.math_approx_mode", bool, "true or false")
+    if tt.setdefault("fp32_dest_acc_en", "auto") != "auto":
+        check.typed(tt["fp32_dest_acc_en"], "tt.fp32_dest_acc_en", bool, "true, false or auto")
     from_arch = {key: getattr(arch, field) for key, field in _TT_ARCH_RESOURCES.items()}
-    from_arch["dst_tiles"] = arch.dst_tiles(tt["fp32_dest_acc_en"])
+    from_arch["dst_tiles"] = arch.dst_tiles(tt["fp32_dest_acc_en"] is True)  # auto: decided per kernel
     for key, limit in from_arch.items():
         value = resources_.setdefault(key, limit)
         if value > limit:  # a config may tighten the arch's budget, never widen it

@@ -235,9 +235,11 @@ def validate_plan(
                 errors.append(f"$.schedule.output: unknown buffer {schedule['output']!r}")
             else:
                 pr, pc = out["padded_shape"]
-                if total != (pr // 32) * (pc // 32):
+                tiles = (pr // 32) * (pc // 32)
+                if total <= 0 or tiles % total:  # a work item writes one tile, or a block of them (attention: D/32)
                     errors.append(
-                        f"$.schedule.total_tiles: {total} but buffer {out['name']!r} has {(pr // 32) * (pc // 32)} tiles"
+                        f"$.schedule.total_tiles: {total} but buffer {out['name']!r} has {tiles} tiles "
+                        "(expected the work items to write the same number of tiles each)"
                     )
         if len(assignments) != len(plan["cores"]):
             errors.append("$.cores: with a schedule every core needs 'tiles': [start_tile, num_tiles]")

@@ -232,7 +232,9 @@ def check_circular_buffers(name: str, cbs: list[dict], arch: dict, config_name: 
     """Raise ``TTResourceError`` when the CBs of kernel ``name`` do not fit one core of ``arch``."""
     limit = arch["num_cbs"]
     first = cb_ranges(limit)
-    ends = {"input": first["output"], "output": first["intermediate"], "intermediate": limit}
+    # Inputs and outputs keep tt-metal's ranges; intermediates start at c_24 and, when a kernel needs
+    # more (attention's carried tiles), take the ids inputs and outputs leave free.
+    ends = {"input": first["output"], "output": first["intermediate"]}
     for role, end in ends.items():
         ids = sorted(cb["id"] for cb in cbs if cb.get("role") == role)
         if ids and (ids[-1] >= end or ids[0] < first[role]):

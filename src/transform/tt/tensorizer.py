@@ -18,6 +18,9 @@ from tessera_tvm.target.tt import TILE_HEIGHT, TILE_WIDTH
 from . import common
 from .tile_exprs import _describe, _is_zero, _strip_casts, match_gelu, same_expr
 
+#: Spilled tiles get ids from here until ``finish`` assigns physical CBs.
+VIRTUAL = 1000
+
 
 class _Unsupported(Exception):
     def __init__(self, op: str, reason: str):
@@ -42,18 +45,24 @@ class _Event:
 
 @dataclass
 class _Operand:
-    kind: str  # "cb" or "dst"
+    kind: str  # "cb", "dst" or "const" (a filled tile not yet materialised: a constant CB when read)
     event: _Event | None = None
     bcast: str = "none"
+    const_cb: int | None = None
+    slot: int = 0  # the DST tile of a value in DST (a GEMM sub-block keeps one accumulator per tile)
 
     @property
     def cb(self) -> int:
-        return self.event.cb
+        return self.event.cb if self.event is not None else self.const_cb
+
+    def as_bcast(self, bcast: str) -> _Operand:
+        return _Operand(self.kind, self.event, bcast, self.const_cb, self.slot)
 
 
 @dataclass
 class _Record:
     tile_op: str
+    loops: tuple = ()
     reads: list = field(default_factory=list)
     ops: list = field(default_factory=list)
     writes: list = field(default_factory=list)
@@ -82,6 +91,13 @@ class _Tensorizer:
         self.columns: set[str] = set()  # (32, 1) tile buffers: row-reduction accumulators (column 0 of a tile)
         self.constants: dict[float, int] = {}  # constant-tile CBs the reader fills once (reduce scalers)
         self.dst_bcast = "none"  # the DST value is a broadcast row/column transformed on the SFPU
+        self.column_loop = False  # the current element-wise loop is over a (32, 1) column
+        self.fill_pending: tuple | None = None  # (buffer, value, ops list, acquire op) of a fill nothing used yet
+        self.carry_events: list[_Event] = []  # carried values after their loop (popped unused at the end)
+        self.group: dict[str, int] = {}  # accumulators of a GEMM sub-block: buffer -> DST tile
+        # Spills get virtual ids from VIRTUAL up; finish() maps them onto physical CBs whose tiles are not
+        # live at the same time. Carried values and constant tiles keep their own CBs.
+        self.next_virtual = VIRTUAL
         self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
         self.stopped = False
         formats = {cb["data_format"] for cb in self.cbs}
@@ -110,7 +126,20 @@ class _Tensorizer:
             ops.append({"op": "release"})
         self.phase, self.dst_holds = None, None
 
+    def _settle_fill(self) -> None:
+        """A filled tile nothing used in DST: drop its acquire; it is read from a constant CB instead."""
+        if self.fill_pending is None:
+            return
+        name, value, ops, op = self.fill_pending
+        self.fill_pending = None
+        if self.phase == "math" and self.acquire is op and op["fpu"] is None and self.dst_holds == name:
+            ops.remove(op)
+            self.location[name] = _Operand("const", const_cb=self._constant(value))
+            self.phase, self.dst_holds = None, None
+
     def _acquire(self, ops: list, holds: str) -> dict:
+        self._settle_fill()
+        self._close_group(ops)
         if self.phase == "math":
             self._spill(ops)
         self._release(ops)
@@ -123,7 +152,7 @@ class _Tensorizer:
     def _set_mode(self, mode: dict) -> None:
         if self.acquire["fpu"] is None:
             self.acquire["fpu"] = mode
-        elif self.acquire["fpu"] != mode:
+        elif _mode_key(self.acquire["fpu"]) != _mode_key(mode):  # CBs of one format need no re-init
             raise _Unsupported(
                 "compute", f"two FPU modes in one DST phase ({self.acquire['fpu']['kind']} and {mode['kind']})"
             )
@@ -135,22 +164,9 @@ class _Tensorizer:
         self.phase = "packed"
 
     def _spill(self, ops: list) -> _Operand:
-        """The DST value packed to a new intermediate CB (c_24..), as a CB operand."""
-        cb_id = self.next_intermediate
-        self.next_intermediate += 1
-        holder = self.dst_holds or "value"
-        self.cbs.append(
-            {
-                "id": cb_id,
-                "name": f"{holder}_tmp{cb_id}",
-                "role": "intermediate",
-                "dram": "",
-                "tile": "",
-                "num_pages": 1,
-                "page_size": self.page_size,
-                "data_format": self.format,
-            }
-        )
+        """The DST value packed to a new intermediate CB (a virtual id until finish()), as a CB operand."""
+        self.fill_pending = None
+        cb_id = self._new_spill(self.dst_holds or "value")
         self._pack(ops, cb_id)
         event = _Event(cb_id, tuple(self.loops))
         self.events.append(event)
@@ -160,7 +176,27 @@ class _Tensorizer:
             self.location[self.dst_holds] = operand
         return operand
 
+    def _new_spill(self, holder: str) -> int:
+        """A new intermediate CB (a virtual id until finish()) for a spilled tile."""
+        cb_id = self.next_virtual
+        self.next_virtual += 1
+        self.cbs.append(
+            {
+                "id": cb_id,
+                "name": f"{holder}_tmp",  # + the physical id finish() gives it
+                "role": "intermediate",
+                "dram": "",
+                "tile": "",
+                "num_pages": 1,
+                "page_size": self.page_size,
+                "data_format": self.format,
+            }
+        )
+        return cb_id
+
     def _use(self, operand: _Operand, op: dict) -> None:
+        if operand.event is None:  # a constant tile: waited for once before the tile loop
+            return
         pushed = operand.event.loops
         if len(pushed) != len(self.loops) or not all(a.same_as(b) for a, b in zip(pushed, self.loops, strict=True)):
             raise _Unsupported("compute", "a tile is pushed outside the loop that uses it; load it in the same loop")
@@ -214,16 +250,196 @@ class _Tensorizer:
         elif isinstance(stmt, tirx.AllocBuffer | tirx.DeclBuffer):
             pass
         elif isinstance(stmt, tirx.For) and self._elementwise_nest(stmt) is None:
+            carried = self._carried(stmt)
+            try:
+                self._open_group(stmt)
+                cbs = self._carry_in(carried) if carried else {}
+            except _Unsupported as exc:
+                self._stop(exc)
+                return
             self.loops.append(stmt.loop_var)
+            for name, cb in cbs.items():  # this iteration's value: the previous one's (or the initial)
+                self.location[name] = self._carry_event(cb)
             self._stmt(stmt.body)
+            try:
+                if cbs and not self.stopped:
+                    self._carry_out(cbs)
+            except _Unsupported as exc:
+                self._stop(exc)
             self.loops.pop()
+            for name, cb in cbs.items():  # after the loop: the last iteration's value
+                event = self._carry_event(cb)
+                self.location[name] = event
+                self.carry_events.append((event.event, len(self.records)))
         else:
             self._leaf(stmt)
+
+    # ---- GEMM sub-blocks: several accumulators in DST at once ----------------------------------
+    def _open_group(self, loop) -> None:
+        """A K loop whose T.gemm calls accumulate into several cleared tiles: one DST phase holds them
+        all, each in its own DST tile (``matmul_tiles(..., idst)``), until they are packed."""
+        accs: list[str] = []
+
+        def visit(node):
+            op = common.tile_op(node) if isinstance(node, tvm.tirx.Evaluate) else None
+            if op is not None and op[0] == "tl.tileop.gemm":
+                name = common.region(op[1].args[2])[0].name
+                if name not in accs:
+                    accs.append(name)
+
+        tvm.tirx.stmt_functor.post_order_visit(loop.body, visit)
+        accs = [a for a in accs if a in self.location]  # cleared before the loop, accumulated through it
+        if len(accs) < 2:
+            return
+        limit = max(1, self.arch["dst_tiles"] // 2)  # tile_regs_acquire gives math half of DST
+        if len(accs) > limit:
+            raise _Unsupported(
+                "T.gemm",
+                f"{len(accs)} accumulators in DST at once; DST holds {limit} tiles per phase here "
+                f"(dst_tiles={self.arch['dst_tiles']}, half for math): use a smaller block",
+            )
+        self._settle_fill()
+        for name in accs:
+            operand = self.location.get(name)
+            if operand is None or operand.kind != "const" or self.cbs_value(operand.cb) != 0.0:
+                raise _Unsupported("T.gemm", f"accumulator {name!r} must be cleared (T.clear) before its K loop")
+        ops = self._carry_record("just before").ops
+        op = self._acquire(ops, accs[0])  # tile_regs_acquire: DST starts at zero
+        self.group = {name: k for k, name in enumerate(accs)}
+        for name, k in self.group.items():
+            self.location[name] = _Operand("dst", slot=k)
+        op["zeroed"] = accs[0]
+
+    def cbs_value(self, cb_id: int):
+        return next((cb.get("value") for cb in self.cbs if cb["id"] == cb_id), None)
+
+    def _close_group(self, ops: list) -> None:
+        """The sub-block's accumulators still in DST packed to CBs of their own (before DST is reused)."""
+        if not self.group:
+            return
+        group, self.group = self.group, {}
+        for name, k in group.items():
+            operand = self.location.get(name)
+            if operand is None or operand.kind != "dst" or operand.slot != k:
+                continue
+            cb = self._new_spill(name)
+            ops.append({"op": "pack", "dst": k, "cb": cb, "commit": self.phase == "math"})
+            self.phase = "packed"
+            event = _Event(cb, tuple(self.loops))
+            self.events.append(event)
+            self.location[name] = _Operand("cb", event)
+        self._release(ops)
+
+    # ---- values carried from one loop iteration to the next --------------------------------------
+    def _stop(self, exc: _Unsupported) -> None:
+        if self.records:
+            self.records[-1].unsupported = (exc.op, exc.reason)
+        self.stopped = True
+
+    def _carried(self, loop) -> list[str]:
+        """Tile buffers with a value before ``loop`` that its body reads and then stores (or copies
+        into): their value travels between iterations through a CB of its own."""
+        read, written = set(), set()
+
+        def visit(node):
+            if isinstance(node, tvm.tirx.BufferStore):
+                written.add(node.buffer.name)
+            elif isinstance(node, tvm.tirx.BufferLoad):
+                read.add(node.buffer.name)
+            op = common.tile_op(node) if isinstance(node, tvm.tirx.Evaluate) else None
+            if op is not None:
+                regions = [common.region(a) for a in op[1].args]
+                names = [r[0].name for r in regions if r is not None]
+                read.update(names[:-1] if op[0] == "tl.tileop.copy" else names)
+                if op[0] == "tl.tileop.copy" and names:
+                    written.add(names[-1])
+
+        tvm.tirx.stmt_functor.post_order_visit(loop.body, visit)
+        return [n for n in self.location if n in read and n in written]
+
+    def _carry_record(self, what: str) -> _Record:
+        record = self.records[-1] if self.records else None
+        if record is None or record.loops != tuple(self.loops) or record.unsupported is not None:
+            raise _Unsupported(
+                "loop",
+                f"a value carried through a loop needs a statement {what} the loop at its level "
+                "(not inside an inner loop) to move it into its circular buffer",
+            )
+        return record
+
+    def _carry_in(self, carried: list[str]) -> dict[str, int]:
+        """Before the loop: each carried value packed into its own CB (a filled tile from its constant)."""
+        ops = self._carry_record("just before").ops
+        self._settle_fill()
+        cbs = {}
+        for name in sorted(carried, key=lambda n: self.dst_holds != n):  # the DST value first
+            cb = self._new_cb(f"{name}_carry", "intermediate")
+            cbs[name] = cb
+            operand = self.location[name]
+            if operand.kind == "dst":
+                if self.dst_holds != name or self.phase != "math":
+                    raise _Unsupported("loop", f"tile {name!r} left DST before the loop that carries it")
+            else:
+                self._to_dst(ops, operand, name)
+            self._pack(ops, cb)
+        self._release(ops)
+        return cbs
+
+    def _carry_event(self, cb: int) -> _Operand:
+        event = _Event(cb, tuple(self.loops))
+        self.events.append(event)
+        return _Operand("cb", event)
+
+    def _carry_out(self, cbs: dict[str, int]) -> None:
+        """At the end of the body: each carried value's new tile packed into its CB for the next iteration."""
+        ops = self._carry_record("at the end of").ops
+        self._settle_fill()
+        for name in sorted(cbs, key=lambda n: self.dst_holds != n):
+            operand = self.location[name]
+            if operand.kind == "cb" and operand.event.cb == cbs[name]:
+                raise _Unsupported("loop", f"tile {name!r} is read in the loop but never given a new value")
+            if operand.kind == "dst":
+                if self.dst_holds != name or self.phase != "math":
+                    raise _Unsupported("loop", f"tile {name!r} left DST before the end of the loop body")
+            else:
+                self._to_dst(ops, operand, name)
+            self._pack(ops, cbs[name])
+        self._release(ops)
+        for name, cb in cbs.items():
+            event = next(e for e in reversed(self.events) if e.cb == cb)
+            if not event.uses:
+                raise _Unsupported("loop", f"tile {name!r} is carried through the loop but not read in it")
+
+    def _new_cb(self, name: str, role: str, **extra) -> int:
+        """A CB of its own (carried values, constants, generated tiles): the next intermediate id, then
+        the highest id inputs and outputs leave free."""
+        taken = {cb["id"] for cb in self.cbs}
+        if self.next_intermediate < self.arch["num_cbs"]:
+            cb_id = self.next_intermediate
+            self.next_intermediate += 1
+        else:
+            cb_id = max((i for i in range(self.arch["num_cbs"]) if i not in taken), default=None)
+            if cb_id is None:
+                raise _Unsupported("tile", f"more tiles than the {self.arch['num_cbs']} circular buffers of a core")
+        self.cbs.append(
+            {
+                "id": cb_id,
+                "name": name,
+                "role": role,
+                "dram": "",
+                "tile": "",
+                "num_pages": 1,
+                "page_size": self.page_size,
+                "data_format": self.format,
+                **extra,
+            }
+        )
+        return cb_id
 
     def _leaf(self, stmt) -> None:
         op = common.tile_op(stmt)
         label = op[0].removeprefix("tl.tileop.") if op else type(stmt).__name__
-        record = _Record(label)
+        record = _Record(label, tuple(self.loops))
         self.records.append(record)
         try:
             if op is not None:
@@ -301,7 +517,13 @@ class _Tensorizer:
         if operand is None:
             raise _Unsupported("T.copy", f"copies tile {value!r} to {dram!r} before it has a value")
         cb = self._cb("output", dram, tile if tile is not None else tile_name)
-        if operand.kind == "cb":
+        if operand.kind == "dst" and tile_name in self.group and self.phase in ("math", "packed"):
+            record.ops.append({"op": "pack", "dst": operand.slot, "cb": cb, "commit": self.phase == "math"})
+            self.phase = "packed"
+            record.writes.append({"cb": cb, "buffer": dram, "page": page})
+            self.location[tile_name] = _Operand("packed")  # written out; its DST tile is free
+            return
+        if operand.kind in ("cb", "const"):
             self._to_dst(record.ops, operand, tile_name or dram)
         elif self.phase is None or (tile_name and self.dst_holds != tile_name):
             raise _Unsupported("T.copy", f"tile {tile_name!r} is no longer in DST")
@@ -325,15 +547,16 @@ class _Tensorizer:
         column = reg is not None and [common.const_int(e) for e in reg[2]] == [self.tile[0], 1]
         # 0 clears an accumulator; -inf starts a max, whose first reduce_tile in a DST phase writes it.
         value = _strip_casts(call.args[1])
-        minus_inf = column and isinstance(value, tvm.tirx.FloatImm) and value.value == float("-inf")
+        minus_inf = isinstance(value, tvm.tirx.FloatImm) and value.value == float("-inf")
         if reg is None or not (_is_zero(call.args[1]) or minus_inf):
-            raise _Unsupported("T.fill", "T.fill with a value other than 0 (only accumulator clears are supported)")
+            raise _Unsupported("T.fill", "T.fill with a value other than 0 or -inf (accumulator starts)")
         buffer, _ = self._tile_region(reg, "filled tile", "T.fill", column=column)
         if column:
             self.columns.add(buffer.name)
-        self._acquire(record.ops, buffer.name)
+        op = self._acquire(record.ops, buffer.name)
         self.location[buffer.name] = _Operand("dst")
         self.acquire["zeroed"] = buffer.name
+        self.fill_pending = (buffer.name, float("-inf") if minus_inf else 0.0, record.ops, op)
 
     def _gemm(self, record: _Record, call) -> None:
         a, b, c = (common.region(arg) for arg in call.args[:3])
@@ -347,7 +570,10 @@ class _Tensorizer:
         if len(call.args) > 9 and bool(common.const_int(call.args[9])):
             raise _Unsupported("T.gemm", "clear_accum=True; clear the accumulator with T.clear before the K loop")
         acc = c[0].name
-        if self.dst_holds != acc or self.phase != "math" or self.location.get(acc, _Operand("none")).kind != "dst":
+        in_group = acc in self.group and self.phase == "math"
+        if not in_group and (
+            self.dst_holds != acc or self.phase != "math" or self.location.get(acc, _Operand("none")).kind != "dst"
+        ):
             raise _Unsupported(
                 "T.gemm",
                 f"accumulator {acc!r} must be cleared with T.clear (T.fill 0) before its K loop and stay in DST",
@@ -356,15 +582,16 @@ class _Tensorizer:
         for reg in (a, b):
             operand = self.location.get(reg[0].name)
             if operand is None or operand.kind != "cb" or operand.bcast != "none":
-                raise _Unsupported("T.gemm", f"operand {reg[0].name!r} must be a tile copied from DRAM")
+                raise _Unsupported("T.gemm", f"operand {reg[0].name!r} must be a tile in a circular buffer")
             operands.append(operand)
+        self.fill_pending = None
         mode = {"kind": "matmul", "in0": operands[0].cb, "in1": operands[1].cb, "transpose": int(trans_b)}
         self._set_mode(mode)
         op = {
             "op": "matmul",
             "in0": operands[0].cb,
             "in1": operands[1].cb,
-            "dst": 0,
+            "dst": self.group.get(acc, 0),
             "transpose": int(trans_b),
             "wait": [],
             "pop": [],
@@ -376,22 +603,8 @@ class _Tensorizer:
     def _constant(self, value: float) -> int:
         """The id of a CB holding one tile of ``value`` everywhere (the reader fills it once)."""
         if value not in self.constants:
-            cb_id = self.next_intermediate
-            self.next_intermediate += 1
-            self.cbs.append(
-                {
-                    "id": cb_id,
-                    "name": "scaler",
-                    "role": "constant",
-                    "value": value,
-                    "dram": "",
-                    "tile": "",
-                    "num_pages": 1,
-                    "page_size": self.page_size,
-                    "data_format": self.format,
-                }
-            )
-            self.constants[value] = cb_id
+            name = "scaler" if value == 1.0 else "zeros" if value == 0.0 else "neg_inf" if value < 0 else "const"
+            self.constants[value] = self._new_cb(name, "constant", value=value)
         return self.constants[value]
 
     def _reduce(self, record: _Record, call) -> None:
@@ -416,7 +629,8 @@ class _Tensorizer:
             )
         operand = self.location.get(src_buf.name)
         if operand is None or operand.kind != "cb" or operand.bcast != "none":
-            raise _Unsupported("T.reduce", f"the reduced tile {src_buf.name!r} must be a tile copied from DRAM")
+            raise _Unsupported("T.reduce", f"the reduced tile {src_buf.name!r} must be a tile in a circular buffer")
+        self.fill_pending = None
         scaler = self._constant(1.0)
         self._set_mode({"kind": "reduce", "type": kind, "in0": operand.cb, "scaler": scaler})
         op = {"op": "reduce", "type": kind, "in0": operand.cb, "scaler": scaler, "dst": 0, "wait": [], "pop": []}
@@ -436,13 +650,25 @@ class _Tensorizer:
         return loop.loop_var, inner.loop_var, stmts
 
     def _elementwise(self, record: _Record, loop) -> None:
+        self._close_group(record.ops)
         row, col, stmts = self._elementwise_nest(loop)
+        # a store simplified away (x = x * 1 of a mean over one column) leaves a no-op Evaluate
+        stmts = [
+            st for st in stmts if not (isinstance(st, tvm.tirx.Evaluate) and common.const_int(st.value) is not None)
+        ]
+        if not stmts:
+            return
         extents = [common.const_int(loop.extent), common.const_int(loop.body.extent)]
         column = extents == [self.tile[0], 1] and all(
-            isinstance(st, tvm.tirx.BufferStore) and st.buffer.name in self.columns
+            isinstance(st, tvm.tirx.BufferStore)
+            and not common.is_dram(st.buffer)
+            and (st.buffer.name in self.columns or [common.const_int(e) for e in st.buffer.shape] == [self.tile[0], 1])
             for st in stmts
             if not isinstance(st, tvm.tirx.Bind)
-        )  # a (32, 1) accumulator: its whole tile is in DST
+        )  # (32, 1) columns (row statistics): computed as whole tiles whose column 0 matters
+        if column:
+            self.columns.update(st.buffer.name for st in stmts if isinstance(st, tvm.tirx.BufferStore))
+        self.column_loop = column
         if extents != list(self.tile) and not column:
             raise _Unsupported(
                 "T.Parallel",
@@ -564,6 +790,11 @@ class _Tensorizer:
             return self._sfpu_on(record, "recip", self._sfpu(record, "sqrt", expr.args[0]))
         if isinstance(expr, tirx.Max) and (_is_zero(expr.a) or _is_zero(expr.b)):
             return self._sfpu(record, "relu", expr.b if _is_zero(expr.a) else expr.a)
+        constant = (tirx.FloatImm, tirx.IntImm)
+        if isinstance(expr, tirx.Max) and not any(isinstance(_strip_casts(x), constant) for x in (expr.a, expr.b)):
+            return self._sfpu_binary(record, "max", expr.a, expr.b)
+        if common.op_name(expr) == "tirx.if_then_else":
+            return self._generated(record, expr)
         fn = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.Div: "div"}.get(type(expr))
         if fn is not None:
             a_const = isinstance(_strip_casts(expr.a), tirx.FloatImm | tirx.IntImm)
@@ -593,6 +824,9 @@ class _Tensorizer:
         name = load.buffer.name
         if not common.is_dram(load.buffer):
             i, j = self.ij
+            indices = load.indices
+            if name not in self.columns and len(indices) == 2 and indices[0].same_as(j) and indices[1].same_as(i):
+                return self._transpose(record, name)
             if not self._at_ij(name, load.indices):
                 raise _Unsupported(
                     "load",
@@ -604,6 +838,10 @@ class _Tensorizer:
             self.pending[name] = self.pending.get(name, 1) - 1
             if operand.kind == "dst" and self.dst_holds != name:
                 raise _Unsupported("load", f"tile {name!r} left DST before this use")
+            if name in self.columns and not self.column_loop:  # a row statistic across the tile's columns
+                if operand.kind == "dst":
+                    operand = self._spill(record.ops)
+                return operand.as_bcast("cols")
             return operand
         for cached, operand in self.leaf_cache:  # the same DRAM tile read twice in one statement: one push
             if same_expr(cached, load):
@@ -614,6 +852,74 @@ class _Tensorizer:
         self.leaf_cache.append((load, operand))
         return operand
 
+    def _generated(self, record: _Record, expr) -> _Operand:
+        """``if_then_else(cond, a, b)`` of constants on a condition of the tile's row/column and loop
+        indices (e.g. a causal mask): a tile the reader writes into an input CB for each use."""
+        tirx = tvm.tirx
+        cond, then, other = expr.args
+        values = [_strip_casts(v) for v in (then, other)]
+        loads: list = []
+        tirx.stmt_functor.post_order_visit(
+            tirx.Evaluate(cond), lambda n: loads.append(n) if isinstance(n, tirx.BufferLoad) else None
+        )
+        if loads or not all(isinstance(v, tirx.FloatImm | tirx.IntImm) for v in values):
+            raise _Unsupported(
+                "if_then_else",
+                f"{expr}: a select is supported between two constants on a condition of indices only "
+                "(a mask tile the reader generates)",
+            )
+        cond = tirx.stmt_functor.substitute(cond, self.lets) if self.lets else cond
+        cb = self._new_cb(f"mask{self.next_intermediate}", "generated")
+        # the reader evaluates cond for row i, column j of the tile
+        record.reads.append(
+            {
+                "cb": cb,
+                "buffer": "",
+                "cond": cond,
+                "row": self.ij[0],
+                "col": self.ij[1],
+                "values": [float(v.value) for v in values],
+            }
+        )
+        event = _Event(cb, tuple(self.loops))
+        self.events.append(event)
+        return _Operand("cb", event)
+
+    def _sfpu_binary(self, record: _Record, fn: str, a, b) -> _Operand:
+        """``fn(a, b)`` of two tiles on the SFPU: ``a`` copied to DST 0, ``b`` to DST 1, the result in DST 0."""
+        left = self._emit(record, a)
+        if left.kind == "dst":
+            left = self._spill(record.ops)
+        right = self._emit(record, b)
+        if right.kind == "dst":
+            right = self._spill(record.ops)
+        if left.bcast != "none" or right.bcast != "none":
+            raise _Unsupported("max", "the maximum of a tile and a broadcast row or column")
+        self._to_dst(record.ops, left, "value")
+        op = {"op": "copy", "cb": right.cb, "dst": 1, "wait": [], "pop": []}
+        self._use(right, op)
+        record.ops.append(op)
+        record.ops.append({"op": "sfpu", "fn": fn, "dst": 0, "init": False})
+        self.dst_holds = "value"
+        return _Operand("dst")
+
+    def _transpose(self, record: _Record, name: str) -> _Operand:
+        """``tile[j, i]``: the tile transposed on its way into DST (``transpose_wh_tile``)."""
+        operand = self.location.get(name)
+        if operand is None:
+            raise _Unsupported("load", f"reads tile {name!r} before it has a value")
+        self.pending[name] = self.pending.get(name, 1) - 1
+        if operand.kind == "dst":
+            operand = self._spill(record.ops)
+        if operand.bcast != "none":
+            raise _Unsupported("transpose", f"a transposed broadcast {operand.bcast[:-1]}")
+        self._acquire(record.ops, "value")
+        self._set_mode({"kind": "transpose", "cb": operand.cb})
+        op = {"op": "transpose", "cb": operand.cb, "dst": 0, "wait": [], "pop": []}
+        self._use(operand, op)
+        record.ops.append(op)
+        return _Operand("dst")
+
     def _sfpu(self, record: _Record, fn: str, arg) -> _Operand:
         return self._sfpu_on(record, fn, self._emit(record, arg))
 
@@ -622,7 +928,7 @@ class _Tensorizer:
         reads again later is packed to a CB first: the SFPU works in place."""
         if value.kind == "dst" and self.pending.get(self.dst_holds or "", 0) > 0:
             value = self._spill(record.ops)
-        if value.kind == "cb":
+        if value.kind in ("cb", "const"):
             self._to_dst(record.ops, value, "value", keep_bcast=True)
             self.dst_bcast = value.bcast  # e.g. 1 / a column: still a column
         elif self.phase != "math":
@@ -680,6 +986,18 @@ class _Tensorizer:
         """Wait/pop per push and the init plan; the hoisted inits (None when the kernel stopped)."""
         if self.stopped:
             return None
+        for event, after in self.carry_events:  # a carried value nothing reads after its loop: popped unused
+            if event.uses:
+                continue
+            last = next((r for r in reversed(self.records[after:]) if r.loops == event.loops), None)
+            if last is None:
+                raise common.UnsupportedTTOperationError(
+                    f"kernel {self.name!r}: the value carried in CB {event.cb} is never read after its loop and no "
+                    "statement follows the loop to drop it"
+                )
+            op = {"op": "discard", "cb": event.cb, "wait": [], "pop": []}
+            last.ops.append(op)
+            event.uses.append(op)
         by_cb: dict[int, list[_Event]] = {}
         for event in self.events:
             if not event.uses:
@@ -695,7 +1013,53 @@ class _Tensorizer:
                     raise common.UnsupportedTTOperationError(
                         f"kernel {self.name!r}: two tiles of CB {cb} are in use at once; use separate tile buffers"
                     )
+        self._assign_spill_cbs(all_ops, position, by_cb)
+        used = {op.get(k) for op in all_ops for k in ("cb", "in0", "in1", "scaler")}
+        self.cbs[:] = [cb for cb in self.cbs if cb["role"] != "constant" or cb["id"] in used]  # e.g. a settled clear
         return self._plan_inits(all_ops)
+
+    def _assign_spill_cbs(self, ops: list, position: dict, by_cb: dict) -> None:
+        """Map the virtual ids of spilled tiles onto physical CBs: a CB is reused once the tile it held
+        was popped (intervals from the pack to the last use, in program order). Free ids are the
+        intermediate range from the first unused one, then unused ids below it, highest first."""
+        virtual = sorted(cb for cb in {c["id"] for c in self.cbs} if cb >= VIRTUAL)
+        if not virtual:
+            return
+        defined = {op["cb"]: k for k, op in enumerate(ops) if op["op"] == "pack" and op["cb"] >= VIRTUAL}
+        ends = {
+            cb: max((position[id(u)] for e in by_cb.get(cb, []) for u in e.uses), default=defined[cb]) for cb in virtual
+        }
+        taken = {c["id"] for c in self.cbs if c["id"] < VIRTUAL}
+        limit = self.arch["num_cbs"]
+        first = common.cb_ranges(limit)["intermediate"]
+        pool = [i for i in range(first, limit) if i not in taken]
+        pool += [i for i in range(first - 1, -1, -1) if i not in taken]
+        busy: dict[int, int] = {}  # physical id -> position of its current tile's last use
+        mapping: dict[int, int] = {}
+        for cb in sorted(virtual, key=lambda c: defined[c]):
+            free = next((i for i in pool if busy.get(i, -1) < defined[cb]), None)
+            if free is None:
+                raise common.UnsupportedTTOperationError(
+                    f"kernel {self.name!r}: more tiles are live at once than the {limit} circular buffers of a core hold"
+                )
+            mapping[cb] = free
+            busy[free] = ends[cb]
+        for op in ops + [a["fpu"] for a in ops if a["op"] == "acquire" and a.get("fpu")]:
+            for key in ("cb", "in0", "in1"):
+                if op.get(key) in mapping:
+                    op[key] = mapping[op[key]]
+            for key in ("wait", "pop"):
+                if key in op:
+                    op[key] = [mapping.get(c, c) for c in op[key]]
+        entries: dict[int, dict] = {}
+        for entry in self.cbs:
+            if entry["id"] >= VIRTUAL:
+                physical = mapping.get(entry["id"])
+                if physical is None or physical in entries:
+                    continue
+                entry = {**entry, "id": physical, "name": f"{entry['name']}{physical}"}
+            entries[entry["id"]] = entry
+        self.cbs[:] = list(entries.values())
 
     def _plan_inits(self, ops: list) -> dict:
         phases = [op for op in ops if op["op"] == "acquire"]
@@ -707,15 +1071,20 @@ class _Tensorizer:
         if hw is not None:
             hw["out"] = first_pack
         keys = [_mode_key(m) for m in modes]
-        if any(m["kind"] == "reduce" for m in modes) and len(set(keys)) > 1:
-            raise common.UnsupportedTTOperationError(
-                f"kernel {self.name!r}: a row reduction and other FPU operations in one kernel (reduce_init's packer "
-                "edge masks would need reduce_uninit between them); split the kernel"
-            )
         fpu_hoisted = bool(keys) and len(set(keys)) == 1
         for k, op in enumerate(phases):
             if not fpu_hoisted and keys[k] != keys[k - 1]:
                 op["init"] = modes[k]  # the mode changes here (cyclically: the last phase precedes the first)
+                # leaving a reduction: reduce_uninit clears the packer edge masks reduce_init set
+                if modes[k - 1]["kind"] == "reduce" and modes[k]["kind"] != "reduce":
+                    op["uninit"] = True
+        current = None
+        for op in ops:  # reduce_init names the CB its phase packs to (the packer's edge masks)
+            if op["op"] == "acquire":
+                current = op if op.get("init") and op["init"]["kind"] == "reduce" else None
+            elif op["op"] == "pack" and current is not None:
+                current["init"] = {**current["init"], "out": op["cb"]}
+                current = None
         # Hoisted: the one mode, or the first phase's when that phase re-inits only from the second tile on.
         fpu = modes[0] if phases and (fpu_hoisted or phases[0]["init"] is None) else None
         sfpu = [op for op in ops if op["op"] == "sfpu"]

@@ -200,6 +200,13 @@ class _Verifier:
             self._annotated(stmt, path)
         elif isinstance(stmt, tirx.For) and not _computes(stmt):
             extent = common.const_int(stmt.extent)
+            if extent is None and common.const_int(stmt.min) is not None:
+                # an extent that depends on the tile (a causal key loop): checked at its largest, which
+                # counts pushes and pops alike and checks the pages of every iteration any tile runs
+                try:
+                    extent = int(np.max(evaluate(stmt.extent, self.env)))
+                except Exception:  # noqa: BLE001 - anything evaluate cannot reduce to numbers
+                    extent = None
             if extent is None or common.const_int(stmt.min) is None:
                 raise self.fail(f"loop over {stmt.loop_var} at {' › '.join(path)} has a symbolic range")
             lo = common.const_int(stmt.min)
@@ -247,6 +254,9 @@ class _Verifier:
     def _page_access(self, key: str, node: dict, where: str) -> None:
         cb, buffer = node["cb"], node["buffer"]
         self._known_cb(cb, where)
+        if "cond" in node:  # a tile the reader generates (a mask)
+            self.pushes[cb] += self.trips
+            return
         if buffer not in self.shards:
             raise self.fail(f"{where}: {key} of unknown buffer {buffer!r}")
         pages = np.broadcast_to(evaluate(node["page"], self.env), tuple(self.shape)).ravel()
@@ -275,7 +285,9 @@ class _Verifier:
                 if self.phase is not None:
                     raise self.fail(f"{where}: tile_regs_acquire while DST is {self.phase}")
                 self.phase = "math"
-            elif kind in ("matmul", "binary", "copy", "sfpu", "reduce"):
+            elif kind == "discard":
+                pass
+            elif kind in ("matmul", "binary", "copy", "transpose", "sfpu", "reduce"):
                 if self.phase != "math":
                     raise self.fail(f"{where}: {kind} while DST is {self.phase or 'released'}")
             elif kind == "pack":

@@ -122,7 +122,8 @@ def test_dst_index_over_capacity():
     def to_dst_16(node):
         return {**node, "ops": [{**op, "dst": 16} if "dst" in op else op for op in node["ops"]]}
 
-    with pytest.raises(TTVerificationError, match="uses DST tile 16 but DST holds 16 tiles"):
+    # a GEMM holds float32: fp32_dest_acc_en (auto) halves DST to 8 tiles
+    with pytest.raises(TTVerificationError, match="uses DST tile 16 but DST holds 8 tiles"):
         verify(mutate_annotations(gemm_bias(), "tt.compute", to_dst_16))
 
 

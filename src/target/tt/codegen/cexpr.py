@@ -103,8 +103,14 @@ class Names:
         raise CodegenError(f"variable {var} is used before the kernel defines it")
 
 
-_PRECEDENCE = {"Mul": 5, "FloorDiv": 5, "FloorMod": 5, "Add": 4, "Sub": 4}
-_OPERATOR = {"Mul": "*", "FloorDiv": "/", "FloorMod": "%", "Add": "+", "Sub": "-"}
+_PRECEDENCE = {
+    "Mul": 5, "FloorDiv": 5, "FloorMod": 5, "Add": 4, "Sub": 4,
+    "LT": 3, "LE": 3, "GT": 3, "GE": 3, "EQ": 2, "NE": 2, "And": 1, "Or": 0,
+}  # fmt: skip
+_OPERATOR = {
+    "Mul": "*", "FloorDiv": "/", "FloorMod": "%", "Add": "+", "Sub": "-",
+    "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!=", "And": "&&", "Or": "||",
+}  # fmt: skip
 
 
 def cxx(expr, names: Names) -> str:
@@ -125,6 +131,9 @@ def _print(expr, names: Names, parent: int, right: bool = False) -> str:
     if isinstance(expr, tirx.Cast):
         return _print(expr.value, names, parent, right)
     kind = type(expr).__name__
+    if kind in ("Min", "Max"):  # unsigned operands: a conditional, no <algorithm> in kernels
+        a, b = _print(expr.a, names, 0), _print(expr.b, names, 0)
+        return f"({a} {'<' if kind == 'Min' else '>'} {b} ? {a} : {b})"
     if kind not in _PRECEDENCE:
         raise CodegenError(f"cannot print {kind} ({expr}) in a Tenstorrent kernel")
     own = _PRECEDENCE[kind]

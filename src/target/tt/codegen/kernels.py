@@ -80,7 +80,7 @@ def kernel_info(name: str, func) -> KernelInfo:
     def ordered(key):
         out: list[str] = []
         for node in annotations(loop.body, key):
-            if node["buffer"] not in out:
+            if node["buffer"] and node["buffer"] not in out:  # "": a tile the reader generates
                 out.append(node["buffer"])
         return out
 
@@ -131,6 +131,10 @@ class _Kernel:
         def visit(node):
             if isinstance(node, tirx.AttrStmt) and node.attr_key == key and "page" in common.to_python(node.node):
                 needed.extend(used_vars(common.to_python(node.node)["page"]))
+            elif isinstance(node, tirx.AttrStmt) and node.attr_key == key and "cond" in common.to_python(node.node):
+                gen = common.to_python(node.node)
+                local = (gen["row"], gen["col"])
+                needed.extend(v for v in used_vars(gen["cond"]) if not any(v.same_as(x) for x in local))
             elif isinstance(node, tirx.For) and self._relevant(node):
                 needed.extend(used_vars(node.min) + used_vars(node.extent))
             elif isinstance(node, tirx.Bind):
@@ -307,7 +311,38 @@ class ReaderKernel(_DataMovement):
         self.emit(depth, f"cb_push_back({name}, 1);")
         self.emit(0, "")
 
+    def generate(self, node: dict, depth: int) -> None:
+        """A tile whose element (i, j) is ``values[0]`` where ``cond`` holds and ``values[1]`` elsewhere
+        (a causal mask), written in face order straight into the CB's page."""
+        name = self.cb_name(node["cb"])
+        cb = self.info.cb(node["cb"])
+        i, j = self.names.bind(node["row"], "i"), self.names.bind(node["col"], "j")
+        if cb["data_format"] == "Float32":
+            word, bits = "uint32_t", [f"0x{f32_bits(v):08x}u" for v in node["values"]]
+        else:
+            word, bits = "uint16_t", [f"0x{_half_bits(cb['data_format'], v):04x}u" for v in node["values"]]
+        ptr = self.names.fresh(f"{cb['name']}_ptr")
+        self.flush(depth)
+        self.emit(depth, f"cb_reserve_back({name}, 1);")
+        self.emit(depth, f"volatile {word}* {ptr} = reinterpret_cast<volatile {word}*>(get_write_ptr({name}));")
+        self.emit(depth, f"for (uint32_t {i} = 0; {i} < 32; ++{i}) {{")
+        self.emit(depth + 1, f"for (uint32_t {j} = 0; {j} < 32; ++{j}) {{")
+        self.emit(depth + 2, f"// face ({i} / 16, {j} / 16), row-major inside it")
+        self.emit(
+            depth + 2,
+            f"{ptr}[(({i} >> 4) * 2 + ({j} >> 4)) * 256 + ({i} & 15) * 16 + ({j} & 15)] = "
+            f"({cxx(node['cond'], self.names)}) ? {bits[0]} : {bits[1]};",
+        )
+        self.emit(depth + 1, "}")
+        self.emit(depth, "}")
+        self.emit(depth, f"cb_push_back({name}, 1);")
+
     def annotation(self, node: dict, depth: int) -> None:
+        if "cond" in node:
+            self.generate(node, depth)
+            return
+        if node["cb"] in self.pending:  # a second tile for the same CB: push the first one before
+            self.flush(depth)
         cb = self.cb_name(node["cb"])
         self.emit(depth, f"cb_reserve_back({cb}, 1);")
         self.emit(
@@ -360,6 +395,7 @@ _SFPU = {  # fn -> (init call, op call, header)
     "recip": ("recip_tile_init()", "recip_tile", "compute_kernel_api/eltwise_unary/recip.h"),
     # one init for every mode; the call is <mode>_unary_tile(idst, the scalar's fp32 bits)
     "binop_scalar": ("binop_with_scalar_tile_init()", None, "compute_kernel_api/eltwise_unary/binop_with_scalar.h"),
+    "max": ("binary_max_tile_init()", "binary_max_tile", "compute_kernel_api/binary_max_min.h"),
 }
 
 
@@ -383,6 +419,8 @@ class ComputeKernel(_Kernel):
         kind = mode["kind"]
         if kind == "reduce":
             self.headers.add("compute_kernel_api/reduce.h")
+            if out is None and mode.get("out") is not None:
+                out = self.cb_name(mode["out"])
             return f"reduce_init<{_reduce_args(mode)}>({self.cb_name(mode['in0'])}, {self.cb_name(mode['scaler'])}, {out});"
         if kind == "matmul":
             self.headers.add("compute_kernel_api/matmul.h")
@@ -390,6 +428,9 @@ class ComputeKernel(_Kernel):
         if kind == "copy":
             self.headers.add("compute_kernel_api/tile_move_copy.h")
             return f"copy_tile_to_dst_init_short({self.cb_name(mode['cb'])});"
+        if kind == "transpose":
+            self.headers.add("compute_kernel_api/transpose_wh.h")
+            return f"transpose_wh_init_short({self.cb_name(mode['cb'])});"
         in0, in1 = self.cb_name(mode["in0"]), self.cb_name(mode["in1"])
         if mode["bcast"] != "none":
             self.headers.add("compute_kernel_api/bcast.h")
@@ -415,6 +456,10 @@ class ComputeKernel(_Kernel):
                     depth, f"mm_init({self.cb_name(hw['in0'])}, {self.cb_name(hw['in1'])}, {out}, {hw['transpose']});"
                 )
                 fpu = None if fpu is not None and fpu["kind"] == "matmul" else fpu
+            elif hw["kind"] == "transpose":
+                self.headers.add("compute_kernel_api/transpose_wh.h")
+                self.emit(depth, f"transpose_wh_init({self.cb_name(hw['cb'])}, {out});")
+                fpu = None if fpu is not None and fpu["kind"] == "transpose" else fpu
             elif hw["kind"] == "copy":
                 self.headers.add("compute_kernel_api/eltwise_unary/eltwise_unary.h")
                 self.emit(depth, f"init_sfpu({self.cb_name(hw['cb'])}, {out});")
@@ -440,6 +485,8 @@ class ComputeKernel(_Kernel):
         for op in node["ops"]:
             kind = op["op"]
             if kind == "acquire":
+                if op.get("uninit"):
+                    self.emit(depth, "reduce_uninit();")
                 if op.get("init"):
                     self.emit(depth, self.mode_init(op["init"]))
                 self.emit(depth, "tile_regs_acquire();")
@@ -474,12 +521,23 @@ class ComputeKernel(_Kernel):
                 self.waits(depth, op)
                 self.emit(depth, f"copy_tile({self.cb_name(op['cb'])}, 0, {op['dst']});")
                 self.pops(depth, op)
+            elif kind == "transpose":
+                self.headers.add("compute_kernel_api/transpose_wh.h")
+                self.waits(depth, op)
+                self.emit(depth, f"transpose_wh_tile({self.cb_name(op['cb'])}, 0, {op['dst']});")
+                self.pops(depth, op)
             elif kind == "sfpu":
                 init, call, header = _SFPU[op["fn"]]
                 self.headers.add(header)
                 if op.get("init"):
                     self.emit(depth, f"{init};")
-                self.emit(depth, _scalar_call(op) if call is None else f"{call}({op['dst']});")
+                if op["fn"] == "max":  # DST[dst] = max(DST[dst], DST[dst + 1])
+                    self.emit(depth, f"{call}({op['dst']}, {op['dst'] + 1});")
+                else:
+                    self.emit(depth, _scalar_call(op) if call is None else f"{call}({op['dst']});")
+            elif kind == "discard":  # a carried tile nothing reads after its loop
+                self.waits(depth, op)
+                self.pops(depth, op)
             elif kind == "pack":
                 if op["commit"]:
                     self.emit(depth, "tile_regs_commit();")

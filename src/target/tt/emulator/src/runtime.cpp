@@ -633,6 +633,7 @@ const char* fpu_mode_name(int mode) {
         case FPU_REDUCE_SUM_ROW: return "row sum (reduce_init<SUM, REDUCE_ROW>)";
         case FPU_REDUCE_MAX_ROW: return "row max (reduce_init<MAX, REDUCE_ROW>)";
         case FPU_COPY: return "copy (copy_tile_init / init_sfpu)";
+        case FPU_TRANSPOSE: return "transpose (transpose_wh_init)";
         default: return "?";
     }
 }
@@ -647,6 +648,7 @@ const char* sfpu_name(int op) {
         case SFPU_BINOP_SCALAR: return "binop with scalar (binop_with_scalar_tile_init)";
         case SFPU_SQRT: return "sqrt (sqrt_tile_init)";
         case SFPU_RECIP: return "reciprocal (recip_tile_init)";
+        case SFPU_MAX: return "binary max (binary_max_tile_init)";
         default: return "?";
     }
 }
@@ -826,6 +828,23 @@ float* fpu_operands(ComputeState& cs, Core& core, int mode, std::uint32_t in0, s
     return dst_tile(cs, idst);
 }
 
+// Without fp32_dest_acc_en DST holds 16-bit values: every result written to it is rounded to the
+// format the unpacker was configured for (bfloat16, or IEEE half for Float16 CBs; float32 data too).
+void dst_round16(ComputeState& cs, std::uint32_t idst) {
+    if (g_device->prog->fp32_dest_acc) {
+        return;
+    }
+    Format fmt;
+    {
+        std::lock_guard<std::mutex> lk(g_ctx->core->mu);
+        fmt = get_cb(*g_ctx->core, cs.fpu_cb0, "DST").format;
+    }
+    float* d = dst_tile(cs, idst);
+    for (std::uint32_t i = 0; i < kTileElems; ++i) {
+        d[i] = fmt == Format::Float16 ? f16_to_float(float_to_f16(d[i])) : bf16_to_float(float_to_bf16(d[i]));
+    }
+}
+
 void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::uint32_t i1, std::uint32_t idst,
                   std::uint32_t transpose) {
     const char* api = "matmul_tiles";
@@ -852,6 +871,7 @@ void matmul_tiles(std::uint32_t in0, std::uint32_t in1, std::uint32_t i0, std::u
             d[r * kTileCols + c2] += acc[c2];
         }
     }
+    dst_round16(cs, idst);
     cs.matmul_tiles++;
 }
 
@@ -873,6 +893,7 @@ void reduce_tiles(int mode, std::uint32_t icb, std::uint32_t iscaler, std::uint3
         out = first ? v : (mode == FPU_REDUCE_MAX_ROW ? std::max(out, v) : out + v);
     }
     cs.reduced[idst] = true;
+    dst_round16(cs, idst);
     cs.binary_tiles++;
 }
 
@@ -905,6 +926,7 @@ void binary_tiles(int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t 
             out = acc ? out + v : v;
         }
     }
+    dst_round16(cs, idst);
     cs.binary_tiles++;
 }
 
@@ -917,6 +939,27 @@ void copy_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst) {
     need_dst(cs, idst, api);
     check_same_format(*g_ctx->core, in_cb, cs.fpu_cb0, api, cs.fpu_init_api);
     read_front_tile(*g_ctx->core, in_cb, in_tile, dst_tile(cs, idst), api);
+    dst_round16(cs, idst);
+    cs.copy_tiles++;
+}
+
+void transpose_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst) {
+    const char* api = "transpose_wh_tile";
+    ComputeState& cs = compute_ctx(api);
+    need_hw(cs, api);
+    need_fpu(cs, FPU_TRANSPOSE, api);
+    need_math(cs, api);
+    need_dst(cs, idst, api);
+    check_same_format(*g_ctx->core, in_cb, cs.fpu_cb0, api, cs.fpu_init_api);
+    float tile[kTileElems];
+    read_front_tile(*g_ctx->core, in_cb, in_tile, tile, api);
+    float* d = dst_tile(cs, idst);  // DST tiles are row-major: element (r, c) at r * 32 + c
+    for (std::uint32_t r = 0; r < 32; ++r) {
+        for (std::uint32_t c = 0; c < 32; ++c) {
+            d[r * 32 + c] = tile[c * 32 + r];
+        }
+    }
+    dst_round16(cs, idst);
     cs.copy_tiles++;
 }
 
@@ -948,6 +991,29 @@ void sfpu_apply(int op, std::uint32_t idst, float scale, const char* api) {
             default: fail(api, "unknown SFPU op");
         }
     }
+    dst_round16(cs, idst);
+    cs.sfpu_tiles++;
+}
+
+void sfpu_binary(int op, std::uint32_t idst0, std::uint32_t idst1, const char* api) {
+    ComputeState& cs = compute_ctx(api);
+    need_hw(cs, api);
+    need_math(cs, api);
+    need_dst(cs, idst0, api);
+    need_dst(cs, idst1, api);
+    if (cs.sfpu_op != op) {
+        fail(api, format("the SFPU is initialised for %s, not %s: call the matching *_tile_init first", sfpu_name(cs.sfpu_op),
+                         sfpu_name(op)));
+    }
+    float* a = dst_tile(cs, idst0);
+    const float* b = dst_tile(cs, idst1);
+    for (std::uint32_t i = 0; i < kTileElems; ++i) {
+        switch (op) {
+            case SFPU_MAX: a[i] = std::max(a[i], b[i]); break;  // the result overwrites the first operand
+            default: fail(api, "unknown binary SFPU op");
+        }
+    }
+    dst_round16(cs, idst0);
     cs.sfpu_tiles++;
 }
 
@@ -974,6 +1040,7 @@ void sfpu_scalar(int mode, std::uint32_t idst, std::uint32_t bits, const char* a
             default: fail(api, "unknown binop-with-scalar mode");
         }
     }
+    dst_round16(cs, idst);
     cs.sfpu_tiles++;
 }
 

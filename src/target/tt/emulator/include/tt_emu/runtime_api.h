@@ -25,10 +25,11 @@ enum FpuMode : int {
     FPU_SUB_BCAST_COLS,
     FPU_REDUCE_SUM_ROW,
     FPU_REDUCE_MAX_ROW,
+    FPU_TRANSPOSE,
 };
 
 // SFPU operations (configured by their *_tile_init, applied in place on a DST tile).
-enum SfpuOp : int { SFPU_NONE = 0, SFPU_EXP, SFPU_GELU, SFPU_GELU_APPROX, SFPU_RELU, SFPU_BINOP_SCALAR, SFPU_SQRT, SFPU_RECIP };
+enum SfpuOp : int { SFPU_NONE = 0, SFPU_EXP, SFPU_GELU, SFPU_GELU_APPROX, SFPU_RELU, SFPU_BINOP_SCALAR, SFPU_SQRT, SFPU_RECIP, SFPU_MAX };
 // The modes of binop_with_scalar (add_unary_tile ... rsub_unary_tile): DST tile (op) scalar.
 enum ScalarOp : int { SCALAR_ADD = 0, SCALAR_SUB, SCALAR_MUL, SCALAR_DIV, SCALAR_RSUB };
 
@@ -88,8 +89,10 @@ TT_EMU_API void binary_tiles(
     int mode, std::uint32_t in0_cb, std::uint32_t in1_cb, std::uint32_t in0_tile, std::uint32_t in1_tile,
     std::uint32_t idst, const char* api);
 TT_EMU_API void copy_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst);
+TT_EMU_API void transpose_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst);
 TT_EMU_API void sfpu_init(int op, const char* api);
 TT_EMU_API void sfpu_apply(int op, std::uint32_t idst, float scale, const char* api);
+TT_EMU_API void sfpu_binary(int op, std::uint32_t idst0, std::uint32_t idst1, const char* api);
 TT_EMU_API void sfpu_scalar(int mode, std::uint32_t idst, std::uint32_t bits, const char* api);
 TT_EMU_API void pack_tile(std::uint32_t idst, std::uint32_t ocb, std::uint32_t output_tile_index, bool out_of_order);
 
