@@ -24,6 +24,7 @@ from tessera_tvm.trace import tracing as trace  # noqa: E402
 
 from . import ops, reference  # noqa: E402
 from .compiler import CompiledKernel, compile  # noqa: E402
+from .distributed import CollectiveError, Mesh, Replicate, Split, shard  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     AutotuneError,
@@ -51,6 +52,11 @@ __all__ = [
     "schedule",
     "compile",
     "autotune",
+    "shard",
+    "Mesh",
+    "Split",
+    "Replicate",
+    "CollectiveError",
     "pack_repro",
     "replay",
     "AutotuneResult",

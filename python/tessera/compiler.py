@@ -469,6 +469,21 @@ def compile(
     :class:`~tessera.tuning.AutotuneResult` of an earlier run) compiles with the tuned schedules, which
     come from the tuning cache when this kernel, shapes and config were tuned before.
     """
+    from .distributed import ShardedCompiledKernel, ShardedKernel
+
+    if isinstance(kernel, ShardedKernel):  # each rank: the kernel for its local shapes, then the collectives
+        local_shapes = kernel.local_shapes(shapes) if shapes else None
+        local = compile(
+            kernel.kernel,
+            target,
+            shapes=local_shapes,
+            schedule=schedule,
+            dump=dump,
+            dump_dir=dump_dir,
+            build=build,
+            autotune=autotune,
+        )
+        return ShardedCompiledKernel(kernel, local, tessera_tvm.load_config(target), shapes)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"ts.compile takes a @tessera.kernel, found {kernel!r}")
     with _trace.span(f"compile {kernel.name}", "host", target=str(target)):

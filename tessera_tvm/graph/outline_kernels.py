@@ -13,6 +13,7 @@ from .._tvm import tvm
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .fusion import GROUPS_ATTR, KernelGroup, read_groups
 from .nodes import FlatFunction, GraphIRError, Node, flatten, kernel_functions, keyed, rebuild
+from .sharding import collective_name
 
 relax = tvm.relax
 
@@ -84,7 +85,9 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
     """The kernel ``name`` of an outlined module as one flat function and its kernel groups.
 
     Each call of an outlined function is inlined: its bindings read the caller's values and its last
-    binding is the caller's. Without OutlineKernels (disabled), the groups come from the function's
+    binding is the caller's. A sharded kernel's collectives (``tessera.InsertCollectives``) are not
+    kernels: the outputs are read as the local values they act on (``sharding.read_collectives``
+    lists them). Without OutlineKernels (disabled), the groups come from the function's
     ``tessera.kernel_groups`` attribute.
     """
     func = mod[name]
@@ -101,6 +104,9 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
         call = binding.value
         if isinstance(call, relax.Var):
             value_of[binding.var] = value_of.get(call, call)
+            continue
+        if collective_name(call) is not None:  # a sharded kernel's collective (tessera.InsertCollectives):
+            value_of[binding.var] = value_of.get(call.args[1], call.args[1])  # the local value it acts on
             continue
         callee = call.op if isinstance(call, relax.Call) else None
         if not isinstance(callee, tvm.ir.GlobalVar) or "tessera.family" not in (mod[callee].attrs or {}):

@@ -9,6 +9,7 @@ entry in its own file:
     tessera.FuseEpilogues        matmul + transposes + epilogue, attention + its layout permutes
     tessera.FuseKernels          softmax / norms / reductions (+ trailing cast), element-wise trees
     tessera.OutlineKernels       one private Relax function per kernel; the kernel calls them in order
+    tessera.InsertCollectives    a sharded kernel's collectives at its outputs (sharding.py)
 
 :func:`run_graph_passes` runs the list like the TIR phases (``PassContext`` acts on it, each pass
 is recorded and dumped) and returns a :class:`GraphIR`: the traced module, the outlined one, the
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..pipeline import PassRecord, PassRecorder, recording, run_phase
-from . import decompose, fuse_epilogues, fuse_kernels, simplify  # noqa: F401  (register the passes)
+from . import decompose, fuse_epilogues, fuse_kernels, sharding, simplify  # noqa: F401  (register the passes)
 from .fusion import KernelGroup
 from .nodes import FlatFunction
 from .outline_kernels import read_kernels

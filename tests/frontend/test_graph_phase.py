@@ -23,6 +23,7 @@ SHARED = [
     "tessera.FuseEpilogues",
     "tessera.FuseKernels",
     "tessera.OutlineKernels",
+    "tessera.InsertCollectives",
 ]
 
 
@@ -50,7 +51,7 @@ def test_tessera_passes_prints_the_graph_phase_first(capsys):
     assert main(["passes", "--target", "cpu"]) == 0
     out = capsys.readouterr().out
     graph = out[out.index("[Graph]") : out.index("[LowerAndLegalize]")]
-    assert graph.splitlines()[0] == "[Graph]  # 6 passes" and graph.split()[4:] == SHARED
+    assert graph.splitlines()[0] == "[Graph]  # 7 passes" and graph.split()[4:] == SHARED
 
 
 def test_tessera_passes_list_says_what_each_pass_transforms(capsys):

@@ -1,0 +1,450 @@
+"""Sharded kernels: a kernel's arguments split over a device mesh, run on torch.distributed.
+
+    mesh = ts.Mesh({"tp": 2})                                    # 1-D; ts.Mesh({"dp": 2, "tp": 2}) is 2-D
+    mlp_tp = ts.shard(mlp, mesh, {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")})
+    mlp_tp.inspect_ir("graph")                                   # the kernel, then R.call_pure_packed("tessera.all_reduce", ...)
+    k = ts.compile(mlp_tp, target="cpu")                         # one local kernel per rank (a cache hit on all but one)
+    out = k(x, w1_shard, b1_shard, w2_shard)                     # under torchrun: each rank passes its shards
+
+The Graph IR of a sharded kernel carries ``tessera.sharding`` (the mesh, each parameter's split, each
+output's). ``tessera.InsertCollectives`` adds what its outputs need: an all-reduce of a partial sum,
+a reduce-scatter, an all-gather (``tessera_tvm.graph.sharding``). Each rank compiles the kernel for
+its local shapes (a split dim divided by its mesh axis), runs it on its shards, and then runs the
+collectives through the process group of ``torch.distributed`` (gloo; the collectives run on host
+arrays, so GPU targets with NCCL are not done).
+Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into buckets of
+``bucket_mb`` (default 16 MB), with each tensor starting on a 32x32-tile boundary. With
+``wait=False`` a call returns a :class:`Pending` result at once: the collectives run on a
+communication thread while the caller computes something else.
+
+A collective that does not finish within ``timeout`` seconds raises :class:`CollectiveError` on the
+rank that waits for it. The error names the rank, the collective, the output and the kernel. A rank
+whose peer died gets the same error, as soon as gloo notices or at the timeout. No output of such a
+call is returned.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tessera_tvm import trace as _trace
+from tessera_tvm.graph import run_graph_passes
+from tessera_tvm.graph.sharding import SHARDING_ATTR, Collective, read_collectives
+
+from .errors import KernelError, TesseraError
+from .kernel import Kernel
+
+__all__ = ["CollectiveError", "Mesh", "Pending", "Replicate", "ShardedKernel", "Split", "shard"]
+
+#: Bucket size for coalesced all-reduces (seed 004 §6: 8-32 MB).
+DEFAULT_BUCKET_MB = 16.0
+#: Elements of one 32x32 tile: each tensor in a bucket starts on a multiple of it.
+TILE_ELEMS = 32 * 32
+
+
+class CollectiveError(TesseraError, RuntimeError):
+    """A collective of a sharded kernel failed or did not finish in time (a hung or dead rank)."""
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A device mesh: named axes with sizes, ranks laid out row-major (the last axis varies fastest)."""
+
+    axes: tuple[tuple[str, int], ...]
+
+    def __init__(self, axes: Mapping[str, int] | int):
+        items = tuple({"x": axes}.items()) if isinstance(axes, int) else tuple(dict(axes).items())
+        if not items or len(items) > 2:
+            raise KernelError(f"ts.Mesh takes 1 or 2 named axes, e.g. {{'tp': 2}}; found {axes!r}")
+        for name, size in items:
+            if not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise KernelError(f"ts.Mesh: axis {name!r} has size {size!r}; expected a name and an int >= 1")
+        object.__setattr__(self, "axes", items)
+
+    @property
+    def size(self) -> int:
+        return math.prod(s for _, s in self.axes)
+
+    def axis_size(self, axis: str) -> int:
+        return dict(self.axes)[axis]
+
+    def coords(self, rank: int) -> dict[str, int]:
+        out = {}
+        for name, size in reversed(self.axes):
+            out[name] = rank % size
+            rank //= size
+        return {name: out[name] for name, _ in self.axes}
+
+    def group_ranks(self, axis: str) -> list[list[int]]:
+        """The rank groups along ``axis``: ranks that differ only in their ``axis`` coordinate."""
+        groups: dict[tuple, list[int]] = {}
+        for r in range(self.size):
+            c = self.coords(r)
+            groups.setdefault(tuple(v for k, v in c.items() if k != axis), []).append(r)
+        return list(groups.values())
+
+    def __repr__(self) -> str:
+        return "ts.Mesh({" + ", ".join(f"{n!r}: {s}" for n, s in self.axes) + "})"
+
+
+@dataclass(frozen=True)
+class Split:
+    """Split a tensor's dim (its name, e.g. ``"F"``, or its index) over a mesh axis (default: the
+    mesh's only axis, or its last)."""
+
+    dim: str | int
+    axis: str | None = None
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """Every rank holds the whole tensor (the default)."""
+
+
+def _specs(value) -> list:
+    if value is None or isinstance(value, Replicate):
+        return []
+    if isinstance(value, Split):
+        return [value]
+    if isinstance(value, Sequence) and all(isinstance(v, Split) for v in value):
+        return list(value)
+    raise KernelError(f"a sharding is ts.Split(dim, axis), a list of them, or ts.Replicate(); found {value!r}")
+
+
+class ShardedKernel:
+    """A kernel whose arguments and results are split over ``mesh`` (made by :func:`shard`)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        mesh: Mesh,
+        inputs: Mapping[str, Any],
+        outputs: Any = None,
+        *,
+        timeout: float = 60.0,
+        bucket_mb: float = DEFAULT_BUCKET_MB,
+    ):
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"ts.shard takes a @tessera.kernel, found {kernel!r}")
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"ts.shard takes a ts.Mesh, found {mesh!r}")
+        if not (isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0):
+            raise KernelError(f"ts.shard: timeout is {timeout!r}; expected seconds > 0")
+        if not (isinstance(bucket_mb, int | float) and not isinstance(bucket_mb, bool) and bucket_mb > 0):
+            raise KernelError(f"ts.shard: bucket_mb is {bucket_mb!r}; expected megabytes > 0")
+        self.kernel, self.mesh, self.timeout, self.bucket_mb = kernel, mesh, float(timeout), float(bucket_mb)
+        self.name = kernel.name
+        where = f"ts.shard({kernel.name})"
+        params = dict(kernel.params)
+        unknown = [n for n in inputs if n not in params]
+        if unknown:
+            raise KernelError(f"{where}: {', '.join(unknown)} is not a parameter; parameters: {', '.join(params)}")
+        self.param_splits: dict[str, dict[str, int]] = {}
+        for name, value in inputs.items():
+            self.param_splits[name] = self._resolve(where, name, params[name].dims, _specs(value))
+        results = kernel.result if isinstance(kernel.result, tuple) else (kernel.result,)
+        out_specs = list(outputs) if isinstance(outputs, list | tuple) else [outputs] * len(results)
+        self.output_splits = []
+        for k, spec in enumerate(out_specs):
+            dims = results[k].dims if k < len(results) and results[k] is not None else ()
+            self.output_splits.append(self._resolve(where, f"output {k}", dims, _specs(spec)))
+        # a dim name split in one parameter is split alike in every parameter that has it
+        split_dims: dict[str, str] = {}
+        for name, splits in self.param_splits.items():
+            for axis, index in splits.items():
+                d = params[name].dims[index]
+                if isinstance(d, str):
+                    if split_dims.get(d, axis) != axis:
+                        raise KernelError(f"{where}: dim {d} is split over {split_dims[d]!r} and {axis!r}")
+                    split_dims[d] = axis
+        for name, t in params.items():
+            for index, d in enumerate(t.dims):
+                if d in split_dims and self.param_splits.get(name, {}).get(split_dims[d]) != index:
+                    raise KernelError(
+                        f"{where}: dim {d} is split over {split_dims[d]!r} in some parameters but not in {name}; "
+                        f"every tensor with dim {d} must split it alike (add ts.Split({d!r}) for {name})"
+                    )
+        self.split_dims = split_dims
+
+    def _resolve(self, where: str, what: str, dims, specs: list[Split]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        names = [a for a, _ in self.mesh.axes]
+        for s in specs:
+            axis = s.axis if s.axis is not None else names[-1]
+            if axis not in names:
+                raise KernelError(f"{where}: {what} is split over {axis!r}, which is not an axis of {self.mesh!r}")
+            if isinstance(s.dim, int) and not isinstance(s.dim, bool):
+                index = s.dim % len(dims) if dims and -len(dims) <= s.dim < len(dims) else None
+            else:
+                index = list(dims).index(s.dim) if s.dim in list(dims) else None
+            if index is None:
+                raise KernelError(f"{where}: {what} has no dim {s.dim!r}; its dims are {list(dims)}")
+            if axis in out:
+                raise KernelError(f"{where}: {what} is split twice over {axis!r}")
+            out[axis] = index
+        return out
+
+    # ---- shapes and arrays ------------------------------------------------------------------
+    def local_shapes(self, shapes: Mapping[str, int] | None) -> dict[str, int]:
+        """Each rank's dims: a split dim divided by the size of its mesh axis (it must divide)."""
+        env = self.kernel.check_shapes(shapes)
+        out = dict(env)
+        for d, axis in self.split_dims.items():
+            if d in env:
+                n = self.mesh.axis_size(axis)
+                if env[d] % n:
+                    raise KernelError(
+                        f"ts.shard({self.name}): dim {d} = {env[d]} does not split evenly over {axis!r} ({n} ranks)"
+                    )
+                out[d] = env[d] // n
+        return out
+
+    def local_arrays(self, arrays: Sequence[Any], rank: int) -> list[np.ndarray]:
+        """Rank ``rank``'s shards of the whole arguments ``arrays`` (each a numpy array)."""
+        coords = self.mesh.coords(rank)
+        out = []
+        for (name, _), array in zip(self.kernel.params, arrays, strict=True):
+            a = np.asarray(array)
+            for axis, index in self.param_splits.get(name, {}).items():
+                a = np.split(a, self.mesh.axis_size(axis), axis=index)[coords[axis]]
+            out.append(np.ascontiguousarray(a))
+        return out
+
+    # ---- Graph IR ------------------------------------------------------------------------------
+    def sharding_attr(self) -> dict:
+        return {
+            "mesh": dict(self.mesh.axes),
+            "params": {n: dict(s) for n, s in self.param_splits.items() if s},
+            "outputs": [dict(s) for s in self.output_splits],
+        }
+
+    def graph(self, shapes: Mapping[str, int] | None = None, *, target: Any = None):
+        """The Graph IR: the kernel traced for each rank's shapes, with its collectives."""
+        traced = self.kernel._trace(self.local_shapes(shapes), {})
+        func = traced[self.name].with_attr(SHARDING_ATTR, self.sharding_attr())
+        traced = traced.__class__({**dict(traced.functions.items()), traced.get_global_var(self.name): func})
+        return run_graph_passes(traced, self.name, target)
+
+    def collectives(self, target: Any = None) -> list[Collective]:
+        graph = self.graph(target=target)
+        return read_collectives(graph.module, self.name)
+
+    def inspect_ir(self, stage: str = "graph", *, shapes: Mapping[str, int] | None = None) -> str:
+        if stage != "graph":
+            raise KernelError(f"stage {stage!r} needs a target: ts.compile(sharded, target=...).inspect_ir({stage!r})")
+        return self.graph(shapes).text()
+
+    def __repr__(self) -> str:
+        return f"<tessera.shard {self.name} over {self.mesh!r}>"
+
+
+def shard(
+    kernel: Kernel,
+    mesh: Mesh,
+    inputs: Mapping[str, Any],
+    outputs: Any = None,
+    *,
+    timeout: float = 60.0,
+    bucket_mb: float = DEFAULT_BUCKET_MB,
+) -> ShardedKernel:
+    """``kernel`` with its parameters split over ``mesh``: ``inputs`` maps parameter names to
+    ``ts.Split(dim, axis)`` (or a list of them, one per mesh axis); unnamed parameters are replicated.
+    ``outputs`` (one spec, or a list per result) says how each result is left on the ranks (default:
+    replicated). ``timeout`` bounds each collective, ``bucket_mb`` the all-reduce buckets."""
+    return ShardedKernel(kernel, mesh, inputs, outputs, timeout=timeout, bucket_mb=bucket_mb)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: the local kernel, then the collectives on torch.distributed
+# ---------------------------------------------------------------------------------------------
+
+
+class Pending:
+    """The result of a call with ``wait=False``: its collectives run on a communication thread."""
+
+    def __init__(self, future: concurrent.futures.Future):
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self):
+        return self._future.result()
+
+
+class ShardedCompiledKernel:
+    """What ``ts.compile`` returns for a :class:`ShardedKernel`: the local kernel and its collectives."""
+
+    def __init__(self, sharded: ShardedKernel, local, config, shapes: Mapping[str, int] | None):
+        self.sharded = sharded
+        self.local = local  # the CompiledKernel for this rank's shapes
+        self.config = config
+        self.graph = sharded.graph(shapes, target=config)
+        self.collectives = read_collectives(self.graph.module, sharded.name)
+        self.stats: dict[str, Any] = {}
+        self._groups: dict[str, Any] | None = None
+        self._comm: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<ShardedCompiledKernel {self.sharded.name} over {self.sharded.mesh!r} for {self.config.name}>"
+
+    def inspect_ir(self, stage: str = "graph") -> str:
+        if stage == "graph":
+            return self.graph.text()
+        text = self.local.inspect_ir(stage)
+        if stage == "sched":
+            lines = [
+                f"sched.collective  {c.text(self._output_name(c.output))} on torch.distributed"
+                + (" (coalesced into buckets)" if c.kind == "all_reduce" else "")
+                for c in self.collectives
+            ]
+            text = "\n".join([text, *lines]) if lines else text
+        return text
+
+    def _output_name(self, k: int) -> str:
+        return f"output {k}"
+
+    # ---- process groups ----
+    def _dist(self):
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise CollectiveError(
+                f"{self.sharded.name}: a sharded kernel runs under torch.distributed; call "
+                "torch.distributed.init_process_group (torchrun does the environment) first"
+            )
+        if dist.get_world_size() != self.sharded.mesh.size:
+            raise CollectiveError(
+                f"{self.sharded.name}: the mesh {self.sharded.mesh!r} has {self.sharded.mesh.size} ranks but the "
+                f"process group has {dist.get_world_size()}"
+            )
+        return dist
+
+    def _group(self, dist, axis: str):
+        """The process group of this rank along ``axis`` (the default group on a 1-D mesh)."""
+        if len(self.sharded.mesh.axes) == 1:
+            return None, list(range(self.sharded.mesh.size))
+        with self._lock:
+            if self._groups is None:  # every rank creates every group, in the same order
+                self._groups = {}
+                for name, _ in self.sharded.mesh.axes:
+                    for ranks in self.sharded.mesh.group_ranks(name):
+                        group = dist.new_group(ranks)
+                        if dist.get_rank() in ranks:
+                            self._groups[name] = (group, ranks)
+        return self._groups[axis]
+
+    # ---- calls ----
+    def __call__(self, *arrays, wait: bool = True):
+        outs = self.local(*arrays)
+        results = list(outs) if isinstance(outs, tuple) else [outs]
+        if not self.collectives:
+            return outs
+        dist = self._dist()
+        if wait:
+            return self._finish(dist, results, isinstance(outs, tuple))
+        if self._comm is None:
+            self._comm = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"tessera-comm-{self.sharded.name}"
+            )
+        return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple)))
+
+    def _finish(self, dist, results: list, as_tuple: bool):
+        import torch
+
+        rank = dist.get_rank()
+        begin = time.perf_counter()
+        tensors = [torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32)) for r in results]
+        dtypes = [np.asarray(r).dtype for r in results]
+        issued = 0
+        with _trace.span(f"collectives {self.sharded.name}", "comm", rank=rank):
+            reduces: dict[str, list[int]] = {}
+            for c in self.collectives:
+                if c.kind == "all_reduce":
+                    reduces.setdefault(c.axis, []).append(c.output)
+            for axis, outputs in reduces.items():
+                group, ranks = self._group(dist, axis)
+                for bucket in self._buckets([tensors[k] for k in outputs]):
+                    flat = torch.zeros(bucket[-1][1] + bucket[-1][2], dtype=torch.float32)
+                    for t, offset, n in bucket:
+                        flat[offset : offset + n] = t.reshape(-1)
+                    self._wait(dist.all_reduce(flat, group=group, async_op=True), "all_reduce", outputs, axis, ranks)
+                    issued += 1
+                    for t, offset, n in bucket:
+                        t.copy_(flat[offset : offset + n].reshape(t.shape))
+            for c in self.collectives:
+                if c.kind == "all_reduce":
+                    continue
+                group, ranks = self._group(dist, c.axis)
+                t = tensors[c.output]
+                if c.kind == "reduce_scatter":  # gloo has no reduce_scatter: the sum, then this rank's piece
+                    work = dist.all_reduce(t, group=group, async_op=True)
+                    self._wait(work, "reduce_scatter", [c.output], c.axis, ranks)
+                    piece = self.sharded.mesh.coords(rank)[c.axis]
+                    t = torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
+                else:
+                    parts = [torch.empty_like(t) for _ in ranks]
+                    self._wait(
+                        dist.all_gather(parts, t.contiguous(), group=group, async_op=True),
+                        "all_gather",
+                        [c.output],
+                        c.axis,
+                        ranks,
+                    )
+                    t = torch.cat(parts, dim=c.dim)
+                tensors[c.output] = t
+                issued += 1
+        self.stats = {"collectives": issued, "rank": rank, "comm_seconds": time.perf_counter() - begin}
+        outs = [t.numpy().astype(dt, copy=False) for t, dt in zip(tensors, dtypes, strict=True)]
+        return tuple(outs) if as_tuple else outs[0]
+
+    def _buckets(self, tensors: list) -> list[list[tuple]]:
+        """Tensors packed into buckets of at most ``bucket_mb`` (a bigger tensor gets its own), each
+        starting on a tile boundary: ``[(tensor, offset, numel), ...]`` per bucket."""
+        limit = int(self.sharded.bucket_mb * 2**20 // 4)
+        buckets: list[list[tuple]] = []
+        current: list[tuple] = []
+        used = 0
+        for t in tensors:
+            n = t.numel()
+            offset = -(-used // TILE_ELEMS) * TILE_ELEMS
+            if current and offset + n > limit:
+                buckets.append(current)
+                current, offset = [], 0
+            current.append((t, offset, n))
+            used = offset + n
+        if current:
+            buckets.append(current)
+        return buckets
+
+    def _wait(self, work, kind: str, outputs: list[int], axis: str, ranks: list[int]) -> None:
+        import torch.distributed as dist
+
+        timeout = self.sharded.timeout
+        what = (
+            f"rank {dist.get_rank()}: {kind} of output{'s' if len(outputs) > 1 else ''} "
+            f"{', '.join(map(str, outputs))} of kernel {self.sharded.name} over mesh axis {axis!r} (ranks {ranks})"
+        )
+        try:
+            ok = work.wait(timeout=datetime.timedelta(seconds=timeout))
+        except RuntimeError as exc:
+            reason = " ".join(str(exc).split())[:300]
+            if "timed out" in reason.lower() or "timeout" in reason.lower():
+                raise CollectiveError(
+                    f"{what} did not complete within {timeout:g} s: a rank of the group is hung or gone ({reason})"
+                ) from None
+            raise CollectiveError(
+                f"{what} failed: a rank of the group is gone or broke the connection ({reason})"
+            ) from None
+        if ok is False:
+            raise CollectiveError(f"{what} did not complete within {timeout:g} s: a rank of the group is hung or gone")

@@ -1,0 +1,408 @@
+"""Sharding: what a kernel's sharded arguments imply for its values, and the collectives that follows.
+
+A sharded kernel's function carries ``tessera.sharding`` (set by ``tessera.shard``): the device mesh
+(``{axis: size}``, 1-D or 2-D), each parameter's split (``{param: {mesh axis: dim index}}``; absent:
+replicated) and the sharding each output must have. :func:`propagate` follows it through the flat
+graph, one mesh axis at a time. Each value is then one of the following:
+
+    replicated              every rank holds all of it
+    ("split", d)            dim d is cut into equal, contiguous pieces, piece i on the rank with coordinate i
+    ("partial",)            every rank holds a summand; the value is their sum
+
+It uses these rules (anything else raises :class:`ShardingError`, naming the op and the remedy):
+
+    element-wise ops        splits must agree on a dim every operand has (broadcast dims replicated);
+                            partial only through +/- of partials, negation, casts and * by a replicated
+                            scalar
+    matmul                  a split on K and b split on K -> partial; a split on a row or batch dim, or
+                            b split on N -> that output dim split; partial times replicated -> partial
+    permute_dims            the split dim moves with its axis
+    attention               q, k, v split alike on batch or heads -> output split there
+    softmax, norms, sums    a split on a dim they do not reduce passes through
+
+``tessera.InsertCollectives`` (the last graph pass) then compares each output with the sharding it
+must have and adds what closes the gap, as calls in the kernel function after its kernels:
+
+    partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
+    partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
+    split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
+
+Collectives are inserted only at outputs. A value that would need one before a later op, such as a
+partial sum entering a gelu, raises an error that says where to split the kernel. ``read_collectives``
+returns the inserted calls for the runtime (``tessera.distributed``), which runs them on
+torch.distributed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._tvm import tvm
+from ..errors import TesseraError
+from ..registry import BuildContext, register_pass, tessera_module_pass
+from .nodes import FlatFunction, flatten, kernel_functions
+
+relax = tvm.relax
+
+SHARDING_ATTR = "tessera.sharding"
+COLLECTIVES = ("tessera.all_reduce", "tessera.reduce_scatter", "tessera.all_gather")
+
+_LINEAR_UNARY = {"negative", "astype"}
+_UNARY = {
+    "nn.gelu",
+    "nn.gelu_tanh",
+    "nn.relu",
+    "nn.silu",
+    "exp",
+    "tanh",
+    "sigmoid",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "log",
+    "negative",
+    "astype",
+}
+_BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}
+
+
+class ShardingError(TesseraError):
+    """A sharding the kernel's ops cannot follow, or one that needs a collective Tessera does not place."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective at a kernel output: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter)."""
+
+    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather"
+    output: int  # index of the kernel output
+    axis: str
+    dim: int | None = None
+
+    def text(self, name: str) -> str:
+        where = "" if self.dim is None else f", dim {self.dim}"
+        return f"{self.kind}({name}) over {self.axis!r}{where}"
+
+
+def _rank(value) -> int:
+    return len(value.struct_info.shape.values)
+
+
+def _dims(value) -> list:
+    return list(value.struct_info.shape.values)
+
+
+def _is_one(d) -> bool:
+    return isinstance(d, tvm.tirx.IntImm) and int(d.value) == 1
+
+
+def _tensor(value) -> bool:
+    return isinstance(getattr(value, "struct_info", None), relax.TensorStructInfo) and _rank(value) > 0
+
+
+class _Propagator:
+    def __init__(self, flat: FlatFunction, sharding: dict, kernel: str):
+        self.flat = flat
+        self.kernel = kernel
+        self.mesh: dict[str, int] = dict(sharding["mesh"])
+        self.state: dict[Any, dict[str, tuple]] = {}
+        params = {str(p.name_hint): p for p in flat.params}
+        for name, splits in sharding["params"].items():
+            for axis, dim in splits.items():
+                self.state.setdefault(params[name], {})[axis] = ("split", int(dim))
+
+    def of(self, value) -> dict[str, tuple]:
+        return self.state.get(value, {}) if isinstance(value, relax.Var) else {}
+
+    def fail(self, node, axis: str, why: str, fix: str) -> ShardingError:
+        return ShardingError(
+            f"kernel {self.kernel}: {node.name} = {node.op}(...) over mesh axis {axis!r}: {why}; {fix}"
+        )
+
+    def run(self) -> dict[Any, dict[str, tuple]]:
+        for node in self.flat.nodes:
+            out = {}
+            for axis in self.mesh:
+                ins = [self.of(a).get(axis) for a in node.args]
+                if all(s is None for s in ins):
+                    continue
+                result = self.rule(node, axis, ins)
+                if result is not None:
+                    out[axis] = result
+            self.state[node.var] = out
+        return self.state
+
+    # ---- rules: the output's state on one axis from the inputs' (None: replicated) ----
+    def rule(self, node, axis: str, ins: list) -> tuple | None:
+        op = node.op
+        partial = [s is not None and s[0] == "partial" for s in ins]
+        if op in _UNARY:
+            (s,) = ins[:1]
+            if s[0] == "partial" and op not in _LINEAR_UNARY:
+                raise self.fail(
+                    node,
+                    axis,
+                    "its input is a partial sum (a split contraction dim upstream)",
+                    "the sum over ranks must come first: Tessera inserts collectives only at "
+                    "kernel outputs, so end the kernel before this op (or shard so the "
+                    "contraction dim is not split)",
+                )
+            return s
+        if op in _BINARY:
+            return self.elementwise(node, axis, ins, partial)
+        if op == "matmul":
+            return self.matmul(node, axis, ins)
+        if op == "permute_dims":
+            s = ins[0]
+            if s[0] == "split":
+                axes = list(node.attrs["axes"])
+                return ("split", axes.index(s[1]))
+            return s
+        if op == "nn.attention":
+            return self.attention(node, axis, ins)
+        if op in ("nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum", "mean", "max"):
+            return self.row_op(node, axis, ins)
+        raise self.fail(node, axis, f"{op} has no sharding rule", "keep its inputs replicated")
+
+    def elementwise(self, node, axis, ins, partial) -> tuple | None:
+        if any(partial):
+            others = [s for s, p in zip(ins, partial, strict=True) if not p]
+            tensors = [a for a in node.args if _tensor(a)]
+            if node.op in ("add", "subtract") and all(partial[k] for k, a in enumerate(node.args) if _tensor(a)):
+                if len(tensors) == len(node.args):
+                    return ("partial",)  # a sum of partial sums
+            if node.op == "multiply" and sum(partial) == 1 and all(o is None for o in others):
+                return ("partial",)  # (sum of x_i) * y = sum of (x_i * y)
+            if node.op == "divide" and partial[0] and not partial[1] and all(o is None for o in others):
+                return ("partial",)
+            raise self.fail(
+                node,
+                axis,
+                "a partial sum meets an operand that is not one (the sum over ranks is not taken yet)",
+                "the sum over ranks must come first: Tessera inserts collectives only at kernel outputs, "
+                "so end the kernel before this op",
+            )
+        out_rank = _rank(node.var)
+        dims = {out_rank - _rank(a) + st[1] for a, st in zip(node.args, ins, strict=True) if st is not None}
+        if len(dims) > 1:
+            raise self.fail(
+                node, axis, f"its operands are split on different dims {sorted(dims)}", "split them on the same dim"
+            )
+        (d,) = dims
+        for a, st in zip(node.args, ins, strict=True):
+            if st is None and _tensor(a) and not self._broadcast(a, d, out_rank):
+                name = getattr(a, "name_hint", "a constant")
+                raise self.fail(
+                    node,
+                    axis,
+                    f"{name} is replicated but the other operand is split on dim {d}",
+                    f"split {name} on that dim too",
+                )
+        return ("split", d)
+
+    @staticmethod
+    def _broadcast(value, d: int, out_rank: int) -> bool:
+        """Whether ``value`` is broadcast along output dim ``d`` (absent or of size 1 there)."""
+        k = d - (out_rank - _rank(value))
+        return k < 0 or _is_one(_dims(value)[k])
+
+    def matmul(self, node, axis, ins) -> tuple | None:
+        a, b = node.args
+        sa, sb = ins
+        ra, rb, ro = _rank(a), _rank(b), _rank(node.var)
+        if (sa is not None and sa[0] == "partial") or (sb is not None and sb[0] == "partial"):
+            if sa is not None and sb is not None:
+                raise self.fail(node, axis, "both operands carry a split or partial sum", "keep one replicated")
+            return ("partial",)
+        ka, kb = ra - 1, rb - 2  # contraction dims
+        if sa is not None and sb is not None:
+            if sa[1] == ka and sb[1] == kb:
+                return ("partial",)
+            if ra > 2 and rb > 2 and sa[1] < ra - 2 and ro - ra + sa[1] == ro - rb + sb[1]:
+                return ("split", ro - ra + sa[1])  # the same batch dim
+            raise self.fail(
+                node,
+                axis,
+                f"a is split on dim {sa[1]} and b on dim {sb[1]}",
+                "split a on its last dim and b on its second to last (K), or only one of them",
+            )
+        if sa is not None:
+            if sa[1] == ka:
+                raise self.fail(
+                    node,
+                    axis,
+                    "a is split on its contraction dim but b is replicated",
+                    "split b on its contraction dim (second to last) too",
+                )
+            return ("split", ro - ra + sa[1])  # rows or batch
+        if sb[1] == kb:
+            raise self.fail(
+                node, axis, "b is split on its contraction dim but a is replicated", "split a on its last dim too"
+            )
+        if sb[1] == rb - 1:
+            return ("split", ro - 1)  # columns
+        return ("split", ro - rb + sb[1])  # batch
+
+    def attention(self, node, axis, ins) -> tuple | None:
+        if any(s is None for s in ins) or len({s for s in ins}) != 1 or ins[0][0] != "split" or ins[0][1] not in (0, 2):
+            raise self.fail(
+                node,
+                axis,
+                "q, k and v must be split alike on batch or heads",
+                "split Q, K and V on the batch or the head dim (H and H_kv), nothing else",
+            )
+        return ins[0]
+
+    def row_op(self, node, axis, ins) -> tuple | None:
+        s = ins[0]
+        if s is None:
+            if any(x is not None for x in ins[1:]):
+                raise self.fail(node, axis, "a weight is split but the input is not", "keep norm weights replicated")
+            return None
+        if s[0] == "partial":
+            raise self.fail(node, axis, "its input is a partial sum", "end the kernel before this op")
+        rank = _rank(node.args[0])
+        reduced = node.attrs.get("axis", node.attrs.get("axes"))
+        reduced = [reduced] if isinstance(reduced, int) else list(reduced or range(rank))
+        reduced = [r % rank for r in reduced]
+        if s[1] in reduced or any(x is not None for x in ins[1:]):
+            raise self.fail(
+                node,
+                axis,
+                f"it reduces over dim {s[1]}, which is split",
+                "split a dim it does not reduce (e.g. the rows)",
+            )
+        if node.op in ("sum", "mean", "max") and not node.attrs.get("keepdims", False):
+            return ("split", s[1] - sum(1 for r in reduced if r < s[1]))
+        return s
+
+
+def plan_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> list[Collective]:
+    """The collectives that bring each output of ``flat`` to the sharding it must have."""
+    state = _Propagator(flat, sharding, kernel).run()
+    wanted = sharding.get("outputs", [])
+    out = []
+    for k, value in enumerate(flat.outputs):
+        have = state.get(value, {}) if isinstance(value, relax.Var) else {}
+        want = wanted[k] if k < len(wanted) else {}
+        for axis in sharding["mesh"]:
+            h, w = have.get(axis), want.get(axis)
+            w = None if w is None else ("split", int(w))
+            if h == w:
+                continue
+            if h == ("partial",):
+                out.append(
+                    Collective("all_reduce" if w is None else "reduce_scatter", k, axis, None if w is None else w[1])
+                )
+            elif w is None:
+                out.append(Collective("all_gather", k, axis, h[1]))
+            else:
+                raise ShardingError(
+                    f"kernel {kernel}: output {k} is {'replicated' if h is None else f'split on dim {h[1]}'} over "
+                    f"{axis!r} but should be split on dim {w[1]}; Tessera does not re-split outputs "
+                    "(declare the output as it comes, or all-gather it)"
+                )
+    return out
+
+
+def _insert(func, collectives: list[Collective], mesh: dict[str, int]):
+    """The kernel function with the collectives applied to its outputs (after its kernel calls)."""
+    block = func.body.blocks[0]
+    result = func.body.body
+    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    bindings = list(block.bindings)
+    values = list(outputs)
+    for c in collectives:
+        x = values[c.output]
+        dims = _dims(x)
+        if c.kind == "all_gather":
+            dims[c.dim] = dims[c.dim] * mesh[c.axis]  # the local piece times the ranks on the axis
+        elif c.kind == "reduce_scatter":
+            dims[c.dim] = tvm.tirx.floordiv(dims[c.dim], mesh[c.axis])
+        sinfo = relax.TensorStructInfo(dims, x.struct_info.dtype)
+        args = [x, relax.StringImm(c.axis)] + ([] if c.dim is None else [relax.PrimValue(c.dim)])
+        call = relax.op.call_pure_packed(f"tessera.{c.kind}", *args, sinfo_args=[sinfo])
+        var = relax.Var(f"{x.name_hint}_{c.kind}", sinfo)
+        bindings.append(relax.VarBinding(var, call))
+        values[c.output] = var
+    ret = relax.Tuple(values) if isinstance(result, relax.Tuple) else values[0]
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
+    return relax.Function(func.params, body, ret.struct_info, func.is_pure, func.attrs)
+
+
+def read_collectives(mod, name: str) -> list[Collective]:
+    """The collectives ``tessera.InsertCollectives`` placed in kernel ``name`` (in order)."""
+    func = mod[name]
+    result = func.body.body
+    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    bindings = list(func.body.blocks[0].bindings) if func.body.blocks else []
+    found = []
+    for b in bindings:
+        kind = collective_name(b.value)
+        if kind is None:
+            continue
+        chain = b.var
+        later = [x for x in bindings if collective_name(x.value) and x.value.args[1].same_as(chain)]
+        while later:  # a second collective on the same output (a 2-D mesh) consumes this one
+            chain = later[0].var
+            later = [x for x in bindings if collective_name(x.value) and x.value.args[1].same_as(chain)]
+        index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
+        args = b.value.args  # (callee, x, axis[, dim])
+        dim = int(args[3].value) if len(args) > 3 else None
+        found.append(Collective(kind, index, str(args[2].value), dim))
+    return found
+
+
+def collective_name(value) -> str | None:
+    """``all_reduce``/``reduce_scatter``/``all_gather`` for a collective's call, else None."""
+    if not isinstance(value, relax.Call) or str(getattr(value.op, "name", "")) != "relax.call_pure_packed":
+        return None
+    callee = str(value.args[0].global_symbol) if hasattr(value.args[0], "global_symbol") else str(value.args[0])
+    for c in COLLECTIVES:
+        if callee == c:
+            return c.removeprefix("tessera.")
+    return None
+
+
+@register_pass(
+    "tessera.InsertCollectives",
+    ir="relax",
+    doc="a sharded kernel: the collectives its outputs need (all-reduce, reduce-scatter, all-gather)",
+)
+def _insert_collectives(ctx: BuildContext):
+    def run(mod, _pass_ctx):
+        out = mod
+        for gv, func in kernel_functions(mod):
+            if func.attrs is None or SHARDING_ATTR not in func.attrs:
+                continue
+            from .outline_kernels import read_kernels
+
+            name = str(gv.name_hint)
+            sharding = _plain(func.attrs[SHARDING_ATTR])
+            flat, _ = (
+                read_kernels(mod, name) if "tessera.kernel_groups" not in func.attrs else (flatten(func, name), None)
+            )
+            collectives = plan_collectives(flat, sharding, name)
+            if collectives:
+                funcs = dict(out.functions.items())
+                funcs[gv] = _insert(func, collectives, sharding["mesh"])
+                out = tvm.IRModule(funcs)
+        return out
+
+    return tessera_module_pass(run, name="tessera.InsertCollectives")
+
+
+def _plain(value):
+    """A TVM attribute (Map/Array/str/int) as plain Python."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int | float | bool):
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "__len__"):
+        return [_plain(v) for v in value]
+    if hasattr(value, "value"):
+        return value.value
+    return value

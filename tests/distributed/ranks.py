@@ -1,0 +1,186 @@
+# ruff: noqa: F821, F722  (Tensor["M", "K", ...] dims are strings, not names)
+"""What each rank runs in the torch.distributed tests (started with the spawn method, gloo on
+localhost). Each scenario returns plain data; the test process asserts on it."""
+
+# No `from __future__ import annotations`: the kernels' annotations are evaluated at definition.
+import datetime
+import os
+import time
+import traceback
+
+import numpy as np
+
+import tessera as ts
+from tessera import Tensor, ops
+
+SHAPES = {"M": 16, "D": 32, "F": 64}
+
+
+def _kernels():
+    @ts.kernel
+    def mlp(
+        X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32], b1: Tensor["F", ts.f32], W2: Tensor["F", "D", ts.f32]
+    ) -> Tensor["M", "D", ts.f32]:
+        return ops.matmul(ops.gelu(ops.matmul(X, W1) + b1), W2)
+
+    @ts.kernel
+    def attention(
+        Q: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "G", "S", "E", ts.f32],
+        V: Tensor["B", "G", "S", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    @ts.kernel
+    def three(
+        X: Tensor["M", "F", ts.f32],
+        A: Tensor["F", "D", ts.f32],
+        B: Tensor["F", "D", ts.f32],
+        C: Tensor["F", "D", ts.f32],
+    ):
+        return ops.matmul(X, A), ops.matmul(X, B), ops.matmul(X, C)
+
+    return mlp, attention, three
+
+
+def _arrays(rng, kernel, shapes):
+    return [rng.standard_normal(tuple(shapes[d] for d in t.dims)).astype(np.float32) * 0.5 for _, t in kernel.params]
+
+
+def scenario_mlp(rank: int, world: int) -> dict:
+    mlp, _, _ = _kernels()
+    sharded = ts.shard(mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")})
+    arrays = _arrays(np.random.default_rng(0), mlp, SHAPES)  # the same on every rank
+    k = ts.compile(sharded, target="cpu")
+    out = k(*sharded.local_arrays(arrays, rank))
+    ref = mlp.reference(*arrays)
+    return {
+        "err": float(np.abs(out - ref).max()),
+        "collectives": k.stats["collectives"],
+        "graph": k.inspect_ir("graph"),
+    }
+
+
+def scenario_attention(rank: int, world: int) -> dict:
+    _, attention, _ = _kernels()
+    shapes = {"B": 1, "H": 2 * world, "G": world, "S": 24, "E": 16}
+    sharded = ts.shard(attention, ts.Mesh({"tp": world}), {n: ts.Split(1) for n in ("Q", "K", "V")})
+    arrays = _arrays(np.random.default_rng(1), attention, shapes)
+    k = ts.compile(sharded, target="cpu")
+    out = k(*sharded.local_arrays(arrays, rank))  # heads gathered back (the output is replicated)
+    return {"err": float(np.abs(out - attention.reference(*arrays)).max()), "shape": list(out.shape)}
+
+
+def scenario_buckets(rank: int, world: int) -> dict:
+    _, _, three = _kernels()
+    arrays = _arrays(np.random.default_rng(2), three, SHAPES)
+    refs = three.reference(*arrays)
+    counts = {}
+    for mb in (16.0, 1e-6):  # all three in one bucket; one bucket each
+        sharded = ts.shard(
+            three, ts.Mesh({"tp": world}), {n: ts.Split("F") for n in ("X", "A", "B", "C")}, bucket_mb=mb
+        )
+        k = ts.compile(sharded, target="cpu")
+        outs = k(*sharded.local_arrays(arrays, rank))
+        counts[str(mb)] = k.stats["collectives"]
+        counts[f"err{mb}"] = max(float(np.abs(o - r).max()) for o, r in zip(outs, refs, strict=True))
+    return counts
+
+
+def scenario_overlap(rank: int, world: int) -> dict:
+    mlp, _, _ = _kernels()
+    sharded = ts.shard(mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")})
+    arrays = _arrays(np.random.default_rng(3), mlp, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    local = sharded.local_arrays(arrays, rank)
+    k(*local)  # warm: compiled and bound
+    if rank != 0:
+        time.sleep(1.0)  # rank 0's collective waits for this rank
+    start = time.perf_counter()
+    pending = k(*local, wait=False)
+    returned = time.perf_counter() - start
+    in_flight = not pending.done()
+    computed = 0
+    other = ts.compile(mlp, target="cpu")  # independent work on this rank while the collective is pending
+    while time.perf_counter() - start < 0.5:
+        other(*arrays)
+        computed += 1
+    out = pending.result()
+    return {
+        "returned_s": returned,
+        "in_flight": in_flight,
+        "computed": computed,
+        "total_s": time.perf_counter() - start,
+        "err": float(np.abs(out - mlp.reference(*arrays)).max()),
+    }
+
+
+def scenario_mesh_2d(rank: int, world: int) -> dict:
+    mlp, _, _ = _kernels()
+    mesh = ts.Mesh({"dp": 2, "tp": world // 2})
+    specs = {"X": ts.Split("M", "dp"), "W1": ts.Split("F", "tp"), "b1": ts.Split("F", "tp"), "W2": ts.Split("F", "tp")}
+    sharded = ts.shard(mlp, mesh, specs, outputs=ts.Split("M", "dp"))  # rows stay split over dp
+    arrays = _arrays(np.random.default_rng(4), mlp, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    out = k(*sharded.local_arrays(arrays, rank))
+    rows = np.split(mlp.reference(*arrays), 2, axis=0)[mesh.coords(rank)["dp"]]
+    return {"err": float(np.abs(out - rows).max()), "shape": list(out.shape), "collectives": k.stats["collectives"]}
+
+
+def scenario_timeout(rank: int, world: int) -> dict:
+    mlp, _, _ = _kernels()
+    sharded = ts.shard(
+        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=2.0
+    )
+    arrays = _arrays(np.random.default_rng(5), mlp, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    if rank != 0:
+        time.sleep(8.0)  # hung: never enters the collective while rank 0 waits
+        return {"skipped": True}
+    start = time.perf_counter()
+    try:
+        k(*sharded.local_arrays(arrays, rank))
+    except ts.CollectiveError as exc:
+        return {"error": str(exc), "seconds": time.perf_counter() - start}
+    return {"error": None}
+
+
+def scenario_killed(rank: int, world: int) -> dict:
+    mlp, _, _ = _kernels()
+    sharded = ts.shard(
+        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=5.0
+    )
+    arrays = _arrays(np.random.default_rng(6), mlp, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    if rank != 0:
+        os._exit(3)  # a dead rank
+    time.sleep(0.5)
+    start = time.perf_counter()
+    try:
+        k(*sharded.local_arrays(arrays, rank))
+    except ts.CollectiveError as exc:
+        return {"error": str(exc), "seconds": time.perf_counter() - start}
+    return {"error": None}
+
+
+def run(rank: int, world: int, port: int, scenarios: list[str], results) -> None:
+    """A rank: join the gloo group, run the scenarios, report {scenario: data or an exception}."""
+    import torch.distributed as dist
+
+    os.environ.setdefault("TESSERA_REPRO_DIR", "off")
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    out = {}
+    for name in scenarios:
+        try:
+            out[name] = globals()[f"scenario_{name}"](rank, world)
+        except Exception:  # reported to the test process
+            out[name] = {"exception": traceback.format_exc()}
+    results.put((rank, out))
+    if not any(n in ("timeout", "killed") for n in scenarios):
+        dist.destroy_process_group()

@@ -1,0 +1,128 @@
+# ruff: noqa: F821, F722  (Tensor["M", "K", ...] dims are strings, not names)
+# No `from __future__ import annotations`: the kernels' annotations are evaluated at definition.
+"""Sharding in one process: ts.shard's checks, the propagation rules, the collectives that
+tessera.InsertCollectives places (or the error that says where a kernel must be split)."""
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera import Tensor, ops
+from tessera.errors import KernelError
+from tessera_tvm.graph.sharding import Collective, ShardingError
+
+TP = ts.Mesh({"tp": 2})
+
+
+@ts.kernel
+def mlp(
+    X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32], b1: Tensor["F", ts.f32], W2: Tensor["F", "D", ts.f32]
+) -> Tensor["M", "D", ts.f32]:
+    return ops.matmul(ops.gelu(ops.matmul(X, W1) + b1), W2)
+
+
+@ts.kernel
+def mlp_residual(
+    X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]
+) -> Tensor["M", "D", ts.f32]:
+    return X + ops.matmul(ops.relu(ops.matmul(X, W1)), W2)
+
+
+@ts.kernel
+def norm_rows(x: Tensor["M", "N", ts.f32], w: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.rms_norm(x, w)
+
+
+MEGATRON = {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}
+
+
+def _collectives(sharded):
+    return sharded.collectives()
+
+
+def test_column_then_row_parallel_mlp_needs_one_all_reduce_shown_in_the_graph_ir():
+    sharded = ts.shard(mlp, TP, MEGATRON)
+    assert _collectives(sharded) == [Collective("all_reduce", 0, "tp")]
+    text = sharded.inspect_ir("graph")
+    assert 'R.call_pure_packed("tessera.all_reduce", out, R.str("tp")' in text
+    assert '"tessera.sharding": {"mesh": {"tp": 2}' in text
+
+
+def test_outputs_left_split_need_a_reduce_scatter_or_nothing():
+    rows = ts.shard(mlp, TP, MEGATRON, outputs=ts.Split("M"))
+    assert _collectives(rows) == [Collective("reduce_scatter", 0, "tp", 0)]
+    with pytest.raises(KernelError, match="dim F is split over 'tp' in some parameters but not in W2"):
+        ts.shard(mlp, TP, {"W1": ts.Split("F"), "b1": ts.Split("F")})  # W2 replicated: F is split in W1 only
+
+
+@ts.kernel
+def column_only(X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32]) -> Tensor["M", "F", ts.f32]:
+    return ops.gelu(ops.matmul(X, W1))
+
+
+def test_a_column_parallel_result_is_gathered_unless_it_may_stay_split():
+    assert _collectives(ts.shard(column_only, TP, {"W1": ts.Split("F")})) == [Collective("all_gather", 0, "tp", 1)]
+    assert _collectives(ts.shard(column_only, TP, {"W1": ts.Split("F")}, outputs=ts.Split("F"))) == []
+
+
+def test_a_partial_sum_meeting_the_residual_names_where_to_split_the_kernel():
+    # column- then row-parallel: the second matmul is a partial sum, which X is added to before any all-reduce
+    sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
+    with pytest.raises(ShardingError, match=r"add\(...\) over mesh axis 'tp': a partial sum meets an operand"):
+        _collectives(sharded)
+
+
+@ts.kernel
+def contract_then_relu(X: Tensor["M", "K", ts.f32], W: Tensor["K", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.relu(ops.matmul(X, W))
+
+
+def test_a_partial_sum_entering_relu_is_refused_with_the_remedy():
+    sharded = ts.shard(contract_then_relu, TP, {"X": ts.Split("K"), "W": ts.Split("K")})
+    with pytest.raises(ShardingError, match=r"out = nn.relu\(...\) over mesh axis 'tp': its input is a partial sum"):
+        _collectives(sharded)
+
+
+def test_a_row_op_over_a_split_dim_is_refused_and_over_rows_passes():
+    with pytest.raises(ShardingError, match="it reduces over dim 1, which is split"):
+        _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("N"), "w": ts.Split("N")}))
+    assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")}, outputs=ts.Split("M"))) == []
+    assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")})) == [Collective("all_gather", 0, "tp", 0)]
+
+
+def test_shard_checks_its_arguments():
+    with pytest.raises(KernelError, match="Q is not a parameter"):
+        ts.shard(mlp, TP, {"Q": ts.Split("F")})
+    with pytest.raises(KernelError, match="W1 has no dim 'Z'"):
+        ts.shard(mlp, TP, {"W1": ts.Split("Z")})
+    with pytest.raises(KernelError, match="split over 'dp', which is not an axis"):
+        ts.shard(mlp, TP, {"W1": ts.Split("F", "dp")})
+    with pytest.raises(KernelError, match="1 or 2 named axes"):
+        ts.Mesh({})
+    with pytest.raises(KernelError, match="dim F = 63 does not split evenly over 'tp'"):
+        ts.shard(mlp, TP, MEGATRON).local_shapes({"M": 4, "D": 8, "F": 63})
+
+
+def test_local_shapes_and_arrays_cut_the_split_dims():
+    sharded = ts.shard(mlp, ts.Mesh({"dp": 2, "tp": 2}), {"X": ts.Split("M", "dp"), **MEGATRON})
+    assert sharded.local_shapes({"M": 8, "D": 4, "F": 6}) == {"M": 4, "D": 4, "F": 3}
+    arrays = [np.arange(np.prod(s)).reshape(s) for s in ((8, 4), (4, 6), (6,), (6, 4))]
+    x, w1, b1, w2 = sharded.local_arrays(arrays, rank=3)  # coords dp=1, tp=1
+    assert (x == arrays[0][4:]).all() and (w1 == arrays[1][:, 3:]).all()
+    assert (b1 == arrays[2][3:]).all() and (w2 == arrays[3][3:]).all()
+    assert sharded.mesh.group_ranks("tp") == [[0, 1], [2, 3]] and sharded.mesh.group_ranks("dp") == [[0, 2], [1, 3]]
+
+
+def test_the_compiled_kernel_shows_its_collectives_and_needs_a_process_group():
+    sharded = ts.shard(mlp, TP, MEGATRON)
+    k = ts.compile(sharded, target="cpu", shapes={"M": 4, "D": 8, "F": 16})
+    assert k.local.shapes == {"M": 4, "D": 8, "F": 8}  # each rank compiles its own shapes
+    assert "sched.collective  all_reduce(output 0) over 'tp' on torch.distributed" in k.inspect_ir("sched")
+    rng = np.random.default_rng(0)
+    arrays = sharded.local_arrays(
+        [rng.standard_normal(s).astype(np.float32) for s in ((4, 8), (8, 16), (16,), (16, 8))], 0
+    )
+    with pytest.raises(
+        ts.CollectiveError, match="runs under torch.distributed; call torch.distributed.init_process_group"
+    ):
+        k(*arrays)

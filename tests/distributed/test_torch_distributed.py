@@ -1,0 +1,87 @@
+"""Sharded kernels on torch.distributed: 2 and 4 gloo ranks on localhost (spawned processes)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import socket
+
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+from . import ranks  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(world: int, scenarios: list[str], timeout: float = 240.0) -> dict[int, dict]:
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=ranks.run, args=(r, world, port, scenarios, results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out: dict[int, dict] = {}
+    try:
+        while len(out) < world:
+            try:
+                rank, data = results.get(timeout=timeout)
+            except queue.Empty:
+                break
+            out[rank] = data
+    finally:
+        for p in procs:
+            p.join(timeout=20)
+            if p.is_alive():
+                p.kill()
+    for rank, data in out.items():
+        for name, d in data.items():
+            assert "exception" not in d, f"rank {rank}, {name}:\n{d['exception']}"
+    return out
+
+
+def test_two_ranks_tensor_parallel_mlp_attention_buckets_and_overlap():
+    out = _spawn(2, ["mlp", "attention", "buckets", "overlap"])
+    assert sorted(out) == [0, 1]
+    for rank in (0, 1):
+        mlp = out[rank]["mlp"]
+        assert mlp["err"] < 1e-4 and mlp["collectives"] == 1  # column- then row-parallel: one all-reduce
+        assert 'R.call_pure_packed("tessera.all_reduce"' in mlp["graph"]
+        att = out[rank]["attention"]
+        assert att["err"] < 1e-4 and att["shape"] == [1, 4, 24, 16]  # heads split, gathered back
+        buckets = out[rank]["buckets"]
+        assert buckets["16.0"] == 1 and buckets["1e-06"] == 3  # three all-reduces coalesced into one bucket
+        assert buckets["err16.0"] < 1e-4 and buckets["err1e-06"] < 1e-4
+    overlap = out[0]["overlap"]  # rank 1 enters the collective 1 s late
+    assert overlap["returned_s"] < 0.3 and overlap["in_flight"], overlap
+    assert overlap["computed"] >= 1 and overlap["err"] < 1e-4, overlap  # rank 0 computed while it was pending
+
+
+def test_four_ranks_on_a_two_by_two_mesh():
+    out = _spawn(4, ["mlp", "mesh_2d"])
+    assert sorted(out) == [0, 1, 2, 3]
+    for rank in range(4):
+        assert out[rank]["mlp"]["err"] < 1e-4
+        mesh = out[rank]["mesh_2d"]
+        assert mesh["err"] < 1e-4 and mesh["shape"] == [8, 32] and mesh["collectives"] == 1  # all-reduce over tp only
+
+
+def test_a_hung_rank_times_out_with_a_clear_error():
+    out = _spawn(2, ["timeout"])
+    result = out[0]["timeout"]
+    assert result["error"] is not None, "rank 0 returned although rank 1 never entered the collective"
+    assert "rank 0: all_reduce of output 0 of kernel mlp over mesh axis 'tp' (ranks [0, 1])" in result["error"]
+    assert result["seconds"] < 6.0, result  # the 2 s timeout, not gloo's 60 s default
+
+
+def test_a_dead_rank_is_detected_with_a_clear_error():
+    out = _spawn(2, ["killed"], timeout=120.0)
+    result = out[0]["killed"]
+    assert result["error"] is not None, "rank 0 returned although rank 1 had died"
+    assert "rank 0: all_reduce of output 0 of kernel mlp" in result["error"]
+    assert result["seconds"] < 7.0, result
