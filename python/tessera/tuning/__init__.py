@@ -37,10 +37,14 @@ Measuring needs the kernels to run here: CPU configs always; CUDA configs where 
 runtime library exist (see :data:`BENCHES`). Elsewhere ``measure=False`` lists the candidates that
 pass the resource model without compiling any.
 
+``executor="ray"`` sends steps 3 and 4 to Ray workers (``ray_executor``): one candidate per call, each
+compiled by an actor within the same time limit and then run and timed on the node that compiled it;
+pruning, the result check, the choice and the cache stay here.
+
 This package holds :func:`autotune`; the rest lives in its modules, their names re-exported here: ``results``
 (:class:`Candidate`, :class:`KernelTuning`, :class:`AutotuneResult`), ``space`` (candidates and
 pruning), ``workers`` (compiling in worker processes), ``measure`` (the benches and the timing loop),
-``cache`` (the tuning cache) and ``progress`` (the bar on stderr).
+``ray_executor`` (both on Ray), ``cache`` (the tuning cache) and ``progress`` (the bar on stderr).
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ from .measure import MIN_SAMPLE_S as MIN_SAMPLE_S
 from .measure import CpuBench as CpuBench
 from .measure import CudaBench as CudaBench
 from .progress import _Progress
+from .ray_executor import cannot_measure as _cannot_measure_on_ray
+from .ray_executor import check_options as _check_ray_options
+from .ray_executor import run_on_ray
 from .results import STATUSES as STATUSES
 from .results import AutotuneResult, Candidate, KernelTuning
 from .space import _plan, _pruned_report, normalize_space
@@ -76,7 +83,13 @@ from .workers import WorkerPool as WorkerPool
 from .workers import compile_candidate as compile_candidate
 from .workers import worker_main as worker_main
 
-__all__ = ["AutotuneResult", "BENCHES", "Candidate", "KernelTuning", "autotune"]
+__all__ = ["AutotuneResult", "BENCHES", "Candidate", "EXECUTORS", "KernelTuning", "autotune"]
+
+#: Where candidates compile and run: ``executor=`` of :func:`autotune`.
+EXECUTORS = {
+    "local": "worker processes on this machine compile; this process measures",
+    "ray": "Ray workers compile and measure (pip install 'tessera[ray]')",
+}
 
 
 def autotune(
@@ -93,6 +106,8 @@ def autotune(
     cache: bool = True,
     measure: bool = True,
     compile_timeout: float | None = COMPILE_TIMEOUT_S,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> AutotuneResult:
     """Search the schedule space of every fused kernel of ``kernel`` on ``target`` for the fastest schedule.
 
@@ -107,6 +122,11 @@ def autotune(
     candidate's compile in a worker: past it the worker and its compilers are killed, the candidate
     fails (``compile exceeded 300 s``) and the rest go on. It applies to worker compiles only: with
     ``workers=0`` candidates compile in this process, where nothing can stop a compile.
+
+    ``executor="ray"`` compiles and measures on Ray workers (one candidate per call; ``workers``: the
+    compiling actors, default one per CPU of the cluster, or per GPU on GPU targets). ``ray_address``
+    joins that cluster; None starts a local Ray for the call and shuts it down after. A process that
+    has joined Ray already (``ray.init``) searches on that one.
 
     Raises :class:`AutotuneError` when every candidate of a fused kernel is pruned (nothing is
     compiled then), when none compiles and runs, or when the target's kernels cannot be timed here.
@@ -127,6 +147,11 @@ def autotune(
     refused = backend_for(config).tuning_refused
     if refused is not None:  # Tenstorrent: one fixed tile
         raise AutotuneError(f"{where}: {refused}")
+    if not isinstance(executor, str) or executor not in EXECUTORS:
+        choices = "; ".join(f"{name!r}: {what}" for name, what in EXECUTORS.items())
+        raise AutotuneError(f"{where}: executor is {executor!r}; expected one of {choices}")
+    if ray_address is not None and executor != "ray":
+        raise AutotuneError(f"{where}: ray_address={ray_address!r} is for executor='ray' (executor is {executor!r})")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise AutotuneError(f"{where}: repeats is {repeats!r}; expected an int >= 1")
     if max_candidates is not None and (
@@ -160,14 +185,14 @@ def autotune(
         result.kernels = [KernelTuning(p.name, p.spec.family, p.space, p.candidates) for p in plans]
         result.seconds = time.perf_counter() - begin
         return result
-    why = _cannot_measure(config)
+    ray = _check_ray_options(workers, where) if executor == "ray" else None
+    why = _cannot_measure(config) if ray is None else _cannot_measure_on_ray(config)
     if why is not None:
         live = sum(len(p.live) for p in plans)
         raise AutotuneError(
             f"{where}: cannot measure on {config.name}: {why}. {live} candidate(s) pass the resource model "
             "(measure=False lists them without compiling)"
         )
-    bench_type = BENCHES[config.codegen_kind]
     show = _Progress(progress)
     tuning_cache = _tuning_cache(KernelCache.from_env()) if cache else KernelCache(None)
     for plan in plans:
@@ -181,12 +206,25 @@ def autotune(
     todo = [p for p in plans if p.tuning is None]
     if todo:
         with _kernel_cache_for_tuning() as worker_env:
-            result.workers, result.compile_seconds = _compile_all(
-                todo, config, workers, worker_env, show, compile_timeout
-            )
-            start = time.perf_counter()
-            _measure_all(todo, config, bench_type, repeats, show)
-            result.measure_seconds = time.perf_counter() - start
+            if ray is not None:
+                result.workers, result.compile_seconds, result.measure_seconds = run_on_ray(
+                    ray,
+                    todo,
+                    config,
+                    workers=workers,
+                    timeout=compile_timeout,
+                    repeats=repeats,
+                    address=ray_address,
+                    show=show,
+                    where=where,
+                )
+            else:
+                result.workers, result.compile_seconds = _compile_all(
+                    todo, config, workers, worker_env, show, compile_timeout
+                )
+                start = time.perf_counter()
+                _measure_all(todo, config, BENCHES[config.codegen_kind], repeats, show)
+                result.measure_seconds = time.perf_counter() - start
         for plan in todo:
             if tuning_cache.enabled:
                 tuning_cache.store(plan.key, {"tuning": plan.tuning.as_dict()}, {})

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,8 @@ from .workers import _one_line
 
 class CpuBench:
     """Runs CPU kernels in this process: numpy arrays, the shared library called through ctypes."""
+
+    on_gpu = False  # a Ray worker that measures these kernels needs no GPU
 
     def __init__(self, spec, seed: int = 0):
         from ..compiler import _numpy_dtype
@@ -81,6 +83,8 @@ class CudaBench:
     (``LoweredModule.__call__`` with a runtime library). Tested without a GPU by
     tests/frontend/test_autotune.py, which emulates the device, the launch and the events on the CPU.
     """
+
+    on_gpu = True  # a Ray worker that measures these kernels holds a GPU (num_gpus=1)
 
     def __init__(self, spec, seed: int = 0):
         import torch
@@ -178,6 +182,56 @@ def _agrees(out: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
 MIN_SAMPLE_S = 2e-3
 
 
+def _load_candidate(job: Mapping[str, Any]):
+    """A compiled candidate's build, found in the kernel cache where its compile left it, and its tile spec."""
+    from ..compiler import tile_program
+
+    with capture.disabled():  # a candidate's failure is a table row, not a crash
+        tile, tile_spec = tile_program(job["name"], job["describe"], job["spec"], job["schedule"], job["config"])
+        return tessera_tvm.lower(tile, job["config"]), tile_spec
+
+
+def _calls_per_sample(bench, run: Callable[[], Any]) -> int:
+    """Calls that make one sample last about :data:`MIN_SAMPLE_S` (a tiny kernel is called several times)."""
+    once = bench.sample(run, 1)
+    return max(1, min(1000, int(MIN_SAMPLE_S / max(once, 1e-7))))
+
+
+class _Reference:
+    """The result every candidate of a fused kernel must agree with: the default schedule's, or, when
+    the default failed, the first candidate's that ran (candidates are checked in index order)."""
+
+    def __init__(self):
+        self.out: np.ndarray | None = None
+        self.index: int | None = None
+
+    def check(self, index: int, out: np.ndarray, dtype: str) -> str:
+        """Why ``out`` (candidate ``index``'s result) is wrong; empty when it agrees."""
+        if self.out is None:
+            self.out, self.index = out, index
+        return "" if _agrees(out, self.out, dtype) else f"wrong result: differs from #{self.index}'s"
+
+
+def measure_candidate(job: Mapping[str, Any], repeats: int) -> dict[str, Any]:
+    """Run one compiled candidate on this machine's device (in a Ray worker): its build from the kernel
+    cache, run once (the result comes back to be checked), then ``repeats`` samples timed back to back.
+    ``{"ok": True, "out", "dtype", "seconds"}`` (the fastest sample), or ``{"ok": False, "error"}``."""
+    config = job["config"]
+    bench_type = BENCHES[config.codegen_kind]
+    why = bench_type.available(config)
+    if why is not None:
+        return {"ok": False, "error": f"cannot measure here: {why}"}
+    try:
+        lowered, tile_spec = _load_candidate(job)
+        bench = bench_type(tile_spec)
+        run, out = bench.prepare(lowered)
+        number = _calls_per_sample(bench, run)
+        seconds = min(bench.sample(run, number) for _ in range(repeats))
+    except Exception as exc:  # a candidate that does not run is reported, not fatal
+        return {"ok": False, "error": _one_line(exc)}
+    return {"ok": True, "out": out, "dtype": tile_spec.outputs()[0].dtype, "seconds": seconds}
+
+
 def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Progress) -> None:
     """Time every compiled candidate here and choose the best of each plan.
 
@@ -185,14 +239,12 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
     calibrated; then ``repeats`` rounds time every candidate once each, so load from other processes
     falls on all candidates alike. A candidate's time is its fastest sample: interference only adds.
     """
-    from ..compiler import tile_program
-
     for plan in plans:
         show.start(
             f"autotune: measuring {plan.name} ({len(plan.live)} candidates, {repeats} rounds)", len(plan.live) + repeats
         )
         bench = None
-        reference, reference_index = None, None
+        reference = _Reference()
         ready: dict[int, tuple[Callable[[], Any], int]] = {}  # index -> (run, calls per sample)
         reasons: dict[int, str] = {}
         for c in plan.live:
@@ -202,18 +254,14 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
                 show.step()
                 continue
             try:
-                with capture.disabled():  # a candidate's failure is a table row, not a crash
-                    tile, tile_spec = tile_program(plan.name, plan.describe, plan.spec, c.schedule, config)
-                    lowered = tessera_tvm.lower(tile, config)  # the worker's build, from the kernel cache
+                lowered, tile_spec = _load_candidate(plan.job(c, config))  # the worker's build
                 bench = bench or bench_type(tile_spec)
                 run, out = bench.prepare(lowered)
-                if reference is None:  # the default schedule's result, unless it failed
-                    reference, reference_index = out, c.index
-                if not _agrees(out, reference, tile_spec.outputs()[0].dtype):
-                    reasons[c.index] = f"wrong result: differs from #{reference_index}'s"
+                wrong = reference.check(c.index, out, tile_spec.outputs()[0].dtype)
+                if wrong:
+                    reasons[c.index] = wrong
                 else:
-                    once = bench.sample(run, 1)
-                    ready[c.index] = (run, max(1, min(1000, int(MIN_SAMPLE_S / max(once, 1e-7)))))
+                    ready[c.index] = (run, _calls_per_sample(bench, run))
             except Exception as exc:  # a candidate that does not run is reported, not fatal
                 reasons[c.index] = _one_line(exc)
             show.step()
@@ -222,36 +270,38 @@ def _measure_all(plans: list[_Plan], config, bench_type, repeats: int, show: _Pr
             for index, (run, number) in ready.items():
                 samples[index].append(bench.sample(run, number))
             show.step()
-        for c in plan.live:
-            measured = c.index in samples
-            plan.candidates[c.index] = dataclasses.replace(
-                c,
-                status="measured" if measured else "failed",
-                reason=reasons.get(c.index, ""),
-                seconds=min(samples[c.index]) if measured else None,
-                compile_seconds=plan.compiled.get(c.index, {}).get("seconds"),
-            )
         show.finish()
-        measured = [c for c in plan.candidates if c.status == "measured"]
-        if not measured:
-            failures = "\n".join(
-                f"    #{c.index} {c.overrides or 'default'}: {c.reason}"
-                for c in plan.candidates
-                if c.status == "failed"
-            )
-            raise AutotuneError(f"autotune {plan.name} on {config.name}: no candidate compiled and ran:\n{failures}")
-        times = sorted(c.seconds for c in measured)
-        best = min(measured, key=lambda c: c.seconds)
-        default = plan.candidates[0]
-        summary = TuningSummary(
-            measured=len(measured),
-            pruned=plan.count("pruned"),
-            failed=plan.count("failed"),
-            best_s=best.seconds,
-            median_s=statistics.median(times),
-            worst_s=times[-1],
-            default_s=default.seconds if default.status == "measured" else None,
+        _choose(plan, config, {i: min(s) for i, s in samples.items()}, reasons)
+
+
+def _choose(plan: _Plan, config, seconds: dict[int, float], reasons: dict[int, str]) -> None:
+    """Every live candidate of ``plan`` marked measured (its time in ``seconds``) or failed (why, in
+    ``reasons``), and the fastest chosen: ``plan.tuning``. Raises when none was measured."""
+    for c in plan.live:
+        measured = c.index in seconds
+        plan.candidates[c.index] = dataclasses.replace(
+            c,
+            status="measured" if measured else "failed",
+            reason=reasons.get(c.index, ""),
+            seconds=seconds[c.index] if measured else None,
+            compile_seconds=plan.compiled.get(c.index, {}).get("seconds"),
         )
-        plan.tuning = KernelTuning(
-            plan.name, plan.spec.family, plan.space, plan.candidates, best.index, summary, plan.key
+    measured = [c for c in plan.candidates if c.status == "measured"]
+    if not measured:
+        failures = "\n".join(
+            f"    #{c.index} {c.overrides or 'default'}: {c.reason}" for c in plan.candidates if c.status == "failed"
         )
+        raise AutotuneError(f"autotune {plan.name} on {config.name}: no candidate compiled and ran:\n{failures}")
+    times = sorted(c.seconds for c in measured)
+    best = min(measured, key=lambda c: c.seconds)
+    default = plan.candidates[0]
+    summary = TuningSummary(
+        measured=len(measured),
+        pruned=plan.count("pruned"),
+        failed=plan.count("failed"),
+        best_s=best.seconds,
+        median_s=statistics.median(times),
+        worst_s=times[-1],
+        default_s=default.seconds if default.status == "measured" else None,
+    )
+    plan.tuning = KernelTuning(plan.name, plan.spec.family, plan.space, plan.candidates, best.index, summary, plan.key)

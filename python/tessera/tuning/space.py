@@ -67,6 +67,17 @@ class _Plan:
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.candidates)
 
+    def job(self, candidate: Candidate, config) -> dict[str, Any]:
+        """What a worker needs to compile ``candidate`` or load its build: the fused kernel, its spec and
+        the candidate's schedule, on ``config``."""
+        return {
+            "name": self.name,
+            "describe": self.describe,
+            "spec": self.spec,
+            "schedule": candidate.schedule,
+            "config": config,
+        }
+
     @property
     def all_pruned(self) -> bool:
         """Every point of the space is rejected by the resource model (the default aside)."""

@@ -230,36 +230,47 @@ class WorkerPool:
                         self._live.discard(proc)
 
 
+class _InProcess:
+    """Compiles the jobs one after the other in this process (``workers=0``), where nothing can stop a compile."""
+
+    def run(self, jobs: list[tuple[Any, dict]], done: Callable[[Any, dict], None]) -> None:
+        for tag, job in jobs:
+            done(tag, compile_candidate(job))
+
+
+def _compile_jobs(plans: list[_Plan], config) -> list[tuple[tuple[int, int], dict]]:
+    """Every live candidate as a ``((plan number, candidate index), job)`` for a pool."""
+    return [((i, c.index), p.job(c, config)) for i, p in enumerate(plans) for c in p.live]
+
+
+def _compile_with(
+    pool, jobs: list[tuple[tuple[int, int], dict]], plans: list[_Plan], show: _Progress, how: str
+) -> None:
+    """``jobs`` compiled by ``pool`` (a :class:`WorkerPool`, or any object with its ``run``), the bar
+    advancing as each answer arrives; the answers recorded on the plans."""
+    show.start(f"autotune: compiling {len(jobs)} candidates ({how})", len(jobs))
+
+    def done(tag, answer):
+        plans[tag[0]].compiled[tag[1]] = answer
+        show.step(f"{plans[tag[0]].name} #{tag[1]}")
+
+    pool.run(jobs, done)
+    failed = sum(not a["ok"] for p in plans for a in p.compiled.values())
+    show.finish(f"{failed} failed" if failed else "")
+
+
 def _compile_all(
     plans: list[_Plan], config, workers: int | None, env: dict[str, str], show: _Progress, timeout: float | None
 ) -> tuple[int, float]:
     """Every live candidate compiled (in parallel, each within ``timeout`` seconds; workers=0: in this
     process, unbounded); answers recorded on the plans. (workers, seconds)."""
     start = time.perf_counter()
-    jobs = [
-        (
-            (i, c.index),
-            {"name": p.name, "describe": p.describe, "spec": p.spec, "schedule": c.schedule, "config": config},
-        )
-        for i, p in enumerate(plans)
-        for c in p.live
-    ]
+    jobs = _compile_jobs(plans, config)
     if workers is None:
         workers = os.cpu_count() or 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise AutotuneError(f"workers is {workers!r}; expected an int >= 0 (0: compile in this process)")
     workers = min(workers, len(jobs))
-    show.start(f"autotune: compiling {len(jobs)} candidates ({workers or 'no'} worker processes)", len(jobs))
-
-    def done(tag, answer):
-        plans[tag[0]].compiled[tag[1]] = answer
-        show.step(f"{plans[tag[0]].name} #{tag[1]}")
-
-    if workers == 0:
-        for tag, job in jobs:
-            done(tag, compile_candidate(job))
-    else:
-        WorkerPool(workers, env, timeout).run(jobs, done)
-    failed = sum(not a["ok"] for p in plans for a in p.compiled.values())
-    show.finish(f"{failed} failed" if failed else "")
+    pool = WorkerPool(workers, env, timeout) if workers else _InProcess()
+    _compile_with(pool, jobs, plans, show, f"{workers or 'no'} worker processes")
     return workers, time.perf_counter() - start
