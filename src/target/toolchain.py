@@ -343,6 +343,37 @@ def _describe_status(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL ``pid``'s process group and every process below ``pid``.
+
+    That includes the compilers :func:`run_tool` starts in process groups of their own
+    (``start_new_session``), which killing the caller's group alone would miss. The tree is read
+    from ``/proc`` on Linux before anything is killed (a killed parent's children move to init);
+    elsewhere only the group is killed.
+    """
+    below: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in children.read_text().split()]
+            except (OSError, ValueError):  # gone meanwhile
+                continue
+            below += kids
+            todo += kids
+    for target in (pid, *below):
+        try:
+            os.killpg(target, signal.SIGKILL)  # a group it leads (the caller's, a compiler's own)
+        except OSError:  # not a group leader, or gone
+            pass
+    for target in below:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # Kill only the process group we created for this tool (start_new_session=True).
     try:

@@ -175,3 +175,31 @@ def test_tilelang_include_dirs_hold_the_headers():
     assert Path(src, "tl_templates", "cpp", "common.h").is_file()
     assert Path(src, "tl_templates", "cuda", "common.h").is_file()
     assert Path(cutlass, "cutlass", "cutlass.h").is_file()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc")
+def test_kill_process_tree_reaches_a_compiler_in_its_own_session(tmp_path):
+    """A compile worker killed at its time limit takes with it the compilers run_tool started, although
+    they run in sessions of their own (killing the worker's process group alone would leave them)."""
+    import subprocess
+
+    from tessera_tvm.target.toolchain import kill_process_tree
+
+    pid_file = tmp_path / "compiler.pid"
+    script = (
+        "from tessera_tvm.target.toolchain import run_tool\n"
+        f"run_tool(['sh', '-c', \"echo $$ > '{pid_file}'; exec sleep 600\"], timeout=600)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.time() < deadline:
+        time.sleep(0.05)
+    compiler = int(pid_file.read_text())
+    assert os.getpgid(compiler) == compiler != os.getpgid(worker.pid)  # its own group, not the worker's
+    kill_process_tree(worker.pid)
+    worker.wait(timeout=10)
+    deadline = time.time() + 10
+    stat_file = Path(f"/proc/{compiler}/stat")
+    while stat_file.exists() and stat_file.read_text().split()[2] != "Z" and time.time() < deadline:
+        time.sleep(0.05)
+    assert not stat_file.exists() or stat_file.read_text().split()[2] == "Z", "the compiler outlived its worker"

@@ -122,13 +122,11 @@ class _CompileActor:
 
 
 def _kill_group(group: int) -> None:
-    """Run on a timed-out actor's node: the actor and every compiler in its process group."""
-    import signal
+    """Run on a timed-out actor's node: the actor, its process group and every compiler below it
+    (run_tool starts them in process groups of their own)."""
+    from tessera_tvm.target.toolchain import kill_process_tree
 
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:  # gone already
-        pass
+    kill_process_tree(group)
 
 
 def _on_node(node: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import json
 import os
 import pickle
 import queue
-import signal
 import subprocess
 import sys
 import tempfile
@@ -95,8 +94,10 @@ def _kill(proc: subprocess.Popen) -> None:
     if proc.returncode is not None:  # already reaped: its id may belong to another process now
         return
     try:
-        if hasattr(os, "killpg"):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if hasattr(os, "killpg"):  # the group, and compilers run_tool started in sessions of their own
+            from tessera_tvm.target.toolchain import kill_process_tree
+
+            kill_process_tree(proc.pid)
         else:  # pragma: no cover - Windows: no process groups
             proc.kill()
     except OSError:  # gone already
