@@ -474,7 +474,7 @@ def compile(
     if isinstance(kernel, ShardedKernel):  # each rank: the kernel for its local shapes, then the collectives
         local_shapes = kernel.local_shapes(shapes) if shapes else None
         local = compile(
-            kernel.kernel,
+            kernel.local_kernel,
             target,
             shapes=local_shapes,
             schedule=schedule,

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from tessera_tvm import trace as _trace
-from tessera_tvm.graph import run_graph_passes
 from tessera_tvm.graph.sharding import SHARDING_ATTR, Collective, read_collectives
 
 from .errors import KernelError, TesseraError
@@ -120,6 +119,20 @@ def _specs(value) -> list:
     raise KernelError(f"a sharding is ts.Split(dim, axis), a list of them, or ts.Replicate(); found {value!r}")
 
 
+class _LocalKernel(Kernel):
+    """What each rank compiles: the kernel traced with ``tessera.sharding`` on its function, so its
+    Graph IR has the collectives and its fused kernels end where an all-reduce must run."""
+
+    def __init__(self, sharded: ShardedKernel):
+        super().__init__(sharded.kernel.fn, sharded.kernel.schedule_overrides)
+        self._sharding = sharded.sharding_attr()
+
+    def _trace(self, env, arg_shapes):
+        traced = super()._trace(env, arg_shapes)
+        func = traced[self.name].with_attr(SHARDING_ATTR, self._sharding)
+        return traced.__class__({**dict(traced.functions.items()), traced.get_global_var(self.name): func})
+
+
 class ShardedKernel:
     """A kernel whose arguments and results are split over ``mesh`` (made by :func:`shard`)."""
 
@@ -174,6 +187,7 @@ class ShardedKernel:
                         f"every tensor with dim {d} must split it alike (add ts.Split({d!r}) for {name})"
                     )
         self.split_dims = split_dims
+        self.local_kernel = _LocalKernel(self)
 
     def _resolve(self, where: str, what: str, dims, specs: list[Split]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -229,10 +243,7 @@ class ShardedKernel:
 
     def graph(self, shapes: Mapping[str, int] | None = None, *, target: Any = None):
         """The Graph IR: the kernel traced for each rank's shapes, with its collectives."""
-        traced = self.kernel._trace(self.local_shapes(shapes), {})
-        func = traced[self.name].with_attr(SHARDING_ATTR, self.sharding_attr())
-        traced = traced.__class__({**dict(traced.functions.items()), traced.get_global_var(self.name): func})
-        return run_graph_passes(traced, self.name, target)
+        return self.local_kernel.graph(self.local_shapes(shapes), target=target)
 
     def collectives(self, target: Any = None) -> list[Collective]:
         graph = self.graph(target=target)
@@ -346,9 +357,10 @@ class ShardedCompiledKernel:
 
     # ---- calls ----
     def __call__(self, *arrays, wait: bool = True):
-        outs = self.local(*arrays)
+        self.stats = {}
+        outs = self._run_local(arrays)
         results = list(outs) if isinstance(outs, tuple) else [outs]
-        if not self.collectives:
+        if not any(c.output >= 0 for c in self.collectives):
             return outs
         dist = self._dist()
         if wait:
@@ -359,30 +371,74 @@ class ShardedCompiledKernel:
             )
         return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple)))
 
+    def _run_local(self, arrays: Sequence[Any]):
+        """The local kernels; an all-reduce inside the kernel sums its kernel's output in place, before
+        the next kernel reads it."""
+        inner = [c for c in self.collectives if c.output < 0]
+        if not inner:
+            return self.local(*arrays)
+        from .instance import HOST, DeviceKernel, _bind, _check_args
+
+        dist = self._dist()
+        local = self.local
+        checked = _check_args(local.kernel, arrays, local.shapes)
+        instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
+        after: dict[str, list[Collective]] = {}
+        for c in inner:
+            after.setdefault(c.after, []).append(c)
+        issued = [0]
+
+        def run(device, named):
+            DeviceKernel.run(device, named)
+            for c in after.get(device.name, []):
+                self._all_reduce_in_place(dist, named[next(reversed(named))], c)  # its output: bound last
+                issued[0] += 1
+
+        with _trace.span(f"local kernels {self.sharded.name}", "host"):
+            outs = instance.run(checked, memory=HOST, device_run=run)
+        self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": 0.0}
+        return outs
+
+    def _all_reduce_in_place(self, dist, array, c: Collective) -> None:
+        import torch
+
+        group, ranks = self._group(dist, c.axis)
+        with _trace.span(f"all_reduce after {c.after}", "comm"):
+            t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            what = f"the output of its fused kernel {c.after!r}"
+            self._wait(dist.all_reduce(t, group=group, async_op=True), "all_reduce", [], c.axis, ranks, what)
+            array[...] = t.numpy().astype(array.dtype, copy=False)
+
     def _finish(self, dist, results: list, as_tuple: bool):
         import torch
 
         rank = dist.get_rank()
         begin = time.perf_counter()
-        tensors = [torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32)) for r in results]
-        dtypes = [np.asarray(r).dtype for r in results]
-        issued = 0
+        # summed and gathered in fp32: numpy results through torch views, torch results as they are
+        as_torch = [isinstance(r, torch.Tensor) for r in results]
+        dtypes = [r.dtype if t else np.asarray(r).dtype for r, t in zip(results, as_torch, strict=True)]
+        tensors = [
+            r.to(torch.float32).contiguous() if t else torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32))
+            for r, t in zip(results, as_torch, strict=True)
+        ]
+        issued = self.stats.get("collectives", 0) if self.stats.get("rank") == rank else 0
+        outside = [c for c in self.collectives if c.output >= 0]  # the ones inside ran with the kernels
         with _trace.span(f"collectives {self.sharded.name}", "comm", rank=rank):
             reduces: dict[str, list[int]] = {}
-            for c in self.collectives:
+            for c in outside:
                 if c.kind == "all_reduce":
                     reduces.setdefault(c.axis, []).append(c.output)
             for axis, outputs in reduces.items():
                 group, ranks = self._group(dist, axis)
                 for bucket in self._buckets([tensors[k] for k in outputs]):
-                    flat = torch.zeros(bucket[-1][1] + bucket[-1][2], dtype=torch.float32)
+                    flat = torch.zeros(bucket[-1][1] + bucket[-1][2], dtype=torch.float32, device=bucket[0][0].device)
                     for t, offset, n in bucket:
                         flat[offset : offset + n] = t.reshape(-1)
                     self._wait(dist.all_reduce(flat, group=group, async_op=True), "all_reduce", outputs, axis, ranks)
                     issued += 1
                     for t, offset, n in bucket:
                         t.copy_(flat[offset : offset + n].reshape(t.shape))
-            for c in self.collectives:
+            for c in outside:
                 if c.kind == "all_reduce":
                     continue
                 group, ranks = self._group(dist, c.axis)
@@ -405,7 +461,10 @@ class ShardedCompiledKernel:
                 tensors[c.output] = t
                 issued += 1
         self.stats = {"collectives": issued, "rank": rank, "comm_seconds": time.perf_counter() - begin}
-        outs = [t.numpy().astype(dt, copy=False) for t, dt in zip(tensors, dtypes, strict=True)]
+        outs = [
+            t.to(dt) if torch_out else t.numpy().astype(dt, copy=False)
+            for t, dt, torch_out in zip(tensors, dtypes, as_torch, strict=True)
+        ]
         return tuple(outs) if as_tuple else outs[0]
 
     def _buckets(self, tensors: list) -> list[list[tuple]]:
@@ -427,14 +486,12 @@ class ShardedCompiledKernel:
             buckets.append(current)
         return buckets
 
-    def _wait(self, work, kind: str, outputs: list[int], axis: str, ranks: list[int]) -> None:
+    def _wait(self, work, kind: str, outputs: list[int], axis: str, ranks: list[int], value: str = "") -> None:
         import torch.distributed as dist
 
         timeout = self.sharded.timeout
-        what = (
-            f"rank {dist.get_rank()}: {kind} of output{'s' if len(outputs) > 1 else ''} "
-            f"{', '.join(map(str, outputs))} of kernel {self.sharded.name} over mesh axis {axis!r} (ranks {ranks})"
-        )
+        value = value or f"output{'s' if len(outputs) > 1 else ''} {', '.join(map(str, outputs))}"
+        what = f"rank {dist.get_rank()}: {kind} of {value} of kernel {self.sharded.name} over mesh axis {axis!r} (ranks {ranks})"
         try:
             ok = work.wait(timeout=datetime.timedelta(seconds=timeout))
         except RuntimeError as exc:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._tvm import tvm
 from .nodes import FlatFunction, GraphIRError, Node, constant_value
+from .sharding import is_collective
 
 relax = tvm.relax
 
@@ -223,7 +224,7 @@ class Fuser:
 
     def fuse_rest(self) -> None:
         for node in self.flat.nodes:
-            if node in self.group_of:
+            if node in self.group_of or is_collective(node):  # a sharded kernel's collective: not a kernel
                 continue
             if node.op == "nn.softmax":
                 self._add("softmax", self._with_trailing_cast(node))
@@ -236,7 +237,7 @@ class Fuser:
                 self._add("reduce", self._with_trailing_cast(node))
         # Element-wise trees: walk backwards so each root collects its single-use producers.
         for node in reversed(self.flat.nodes):
-            if node in self.group_of:
+            if node in self.group_of or is_collective(node):
                 continue
             if not is_elementwise(node):
                 raise GraphIRError(

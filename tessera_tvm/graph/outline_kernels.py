@@ -12,8 +12,8 @@ from typing import Any
 from .._tvm import tvm
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .fusion import GROUPS_ATTR, KernelGroup, read_groups
-from .nodes import FlatFunction, GraphIRError, Node, flatten, kernel_functions, keyed, rebuild
-from .sharding import collective_name
+from .nodes import FlatFunction, GraphIRError, Node, call_with, flatten, kernel_functions, keyed, rebuild
+from .sharding import collective_name, is_collective
 
 relax = tvm.relax
 
@@ -37,13 +37,20 @@ def outline(flat: FlatFunction, groups: list[KernelGroup], attrs) -> Any:
     with bb.function(flat.name, list(flat.params), attrs):
         gvs = [bb.add_func(f, g.name) for f, g in zip(funcs, groups, strict=True)]
         outs_set = {o for o in flat.outputs if isinstance(o, relax.Var)}
+        by_output = {g.output: (g, gv) for g, gv in zip(groups, gvs, strict=True)}
         with bb.dataflow():
-            for g, gv in zip(groups, gvs, strict=True):
-                args = [subst.get(v, v) for v in g.inputs()]
-                call = relax.Call(gv, args)
-                name = str(g.output.name_hint)
-                subst[g.output] = (
-                    bb.emit_output(call, name_hint=name) if g.output in outs_set else bb.emit(call, name_hint=name)
+            # in program order: a kernel's call where its output was bound, a collective where it was
+            for node in flat.nodes:
+                if is_collective(node):
+                    call = call_with(node, [subst.get(a, a) if isinstance(a, relax.Var) else a for a in node.args])
+                elif node.var in by_output:
+                    g, gv = by_output[node.var]
+                    call = relax.Call(gv, [subst.get(v, v) for v in g.inputs()])
+                else:
+                    continue
+                name = str(node.var.name_hint)
+                subst[node.var] = (
+                    bb.emit_output(call, name_hint=name) if node.var in outs_set else bb.emit(call, name_hint=name)
                 )
             outs = [subst.get(o, o) for o in flat.outputs]
             outs = [bb.emit_output(o) if o in set(flat.params) else o for o in outs]
@@ -65,7 +72,7 @@ def _outline_kernels(ctx: BuildContext):
             flat = flatten(func, name)
             groups = read_groups(flat, func.attrs[GROUPS_ATTR])
             grouped = {node for g in groups for node in g.nodes}
-            loose = [f"{n.name} = {n.op}" for n in flat.nodes if n not in grouped]
+            loose = [f"{n.name} = {n.op}" for n in flat.nodes if n not in grouped and not is_collective(n)]
             if loose:
                 raise GraphIRError(
                     f"{name}: {', '.join(loose)} belong(s) to no kernel group; tessera.FuseKernels forms the "

@@ -6,10 +6,10 @@ entry in its own file:
     relax.CanonicalizeBindings   drop aliases (``y = x``)
     tessera.Simplify             algebraic simplification (simplify.py)
     relax.DeadCodeElimination    drop unused bindings
+    tessera.InsertCollectives    a sharded kernel's collectives, as bindings fusion does not cross (sharding.py)
     tessera.FuseEpilogues        matmul + transposes + epilogue, attention + its layout permutes
     tessera.FuseKernels          softmax / norms / reductions (+ trailing cast), element-wise trees
     tessera.OutlineKernels       one private Relax function per kernel; the kernel calls them in order
-    tessera.InsertCollectives    a sharded kernel's collectives at its outputs (sharding.py)
 
 :func:`run_graph_passes` runs the list like the TIR phases (``PassContext`` acts on it, each pass
 is recorded and dumped) and returns a :class:`GraphIR`: the traced module, the outlined one, the

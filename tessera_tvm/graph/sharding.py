@@ -20,17 +20,20 @@ It uses these rules (anything else raises :class:`ShardingError`, naming the op 
     attention               q, k, v split alike on batch or heads -> output split there
     softmax, norms, sums    a split on a dim they do not reduce passes through
 
-``tessera.InsertCollectives`` (the last graph pass) then compares each output with the sharding it
-must have and adds what closes the gap, as calls in the kernel function after its kernels:
+``tessera.InsertCollectives`` (a graph pass before fusion) adds the collectives this implies, as
+bindings of the kernel function: an all-reduce where a partial sum meets an op that needs the whole
+sum (a nonlinear op, a replicated operand such as a residual), and at each output what brings it
+to the sharding it must have. The fusion passes never fuse across them, and OutlineKernels keeps them
+in the kernel function between the kernels they separate:
 
     partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
     partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
     split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
 
-Collectives are inserted only at outputs. A value that would need one before a later op, such as a
-partial sum entering a gelu, raises an error that says where to split the kernel. ``read_collectives``
-returns the inserted calls for the runtime (``tessera.distributed``), which runs them on
-torch.distributed.
+Inside a kernel only all-reduces are placed (they keep the shape, so the runtime sums the producing
+kernel's output in place before the next kernel reads it). A split value that would have to be
+gathered inside a kernel raises an error. ``read_collectives`` returns the collectives for the runtime
+(``tessera.distributed``), which runs them on torch.distributed.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 from .._tvm import tvm
 from ..errors import TesseraError
 from ..registry import BuildContext, register_pass, tessera_module_pass
-from .nodes import FlatFunction, flatten, kernel_functions
+from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_functions
 
 relax = tvm.relax
 
@@ -76,9 +79,10 @@ class Collective:
     """One collective at a kernel output: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter)."""
 
     kind: str  # "all_reduce" | "reduce_scatter" | "all_gather"
-    output: int  # index of the kernel output
+    output: int  # index of the kernel output, or -1 inside the kernel
     axis: str
     dim: int | None = None
+    after: str = ""  # inside the kernel: the fused kernel whose output it sums (read_collectives)
 
     def text(self, name: str) -> str:
         where = "" if self.dim is None else f", dim {self.dim}"
@@ -120,18 +124,52 @@ class _Propagator:
             f"kernel {self.kernel}: {node.name} = {node.op}(...) over mesh axis {axis!r}: {why}; {fix}"
         )
 
-    def run(self) -> dict[Any, dict[str, tuple]]:
+    def run(self, insert: bool = False) -> dict[Any, dict[str, tuple]]:
+        """The state of every value; with ``insert``, an all-reduce is placed where a partial sum meets
+        an op that needs the whole sum (``self.nodes`` is then the new node list)."""
+        self.nodes: list = []
+        self.reduced: dict[tuple, Any] = {}  # (value, axis) -> its all-reduced var
         for node in self.flat.nodes:
             out = {}
             for axis in self.mesh:
                 ins = [self.of(a).get(axis) for a in node.args]
                 if all(s is None for s in ins):
                     continue
-                result = self.rule(node, axis, ins)
+                try:
+                    result = self.rule(node, axis, ins)
+                except ShardingError:
+                    if not insert or not any(s == ("partial",) for s in ins):
+                        raise
+                    node = self._reduce_inputs(node, axis)
+                    ins = [self.of(a).get(axis) for a in node.args]
+                    if all(s is None for s in ins):
+                        continue
+                    result = self.rule(node, axis, ins)
                 if result is not None:
                     out[axis] = result
             self.state[node.var] = out
+            self.nodes.append(node)
         return self.state
+
+    def _reduce_inputs(self, node, axis: str):
+        """``node`` reading, for each partial input over ``axis``, its all-reduced value (placed once)."""
+        from .nodes import Node, node_of
+
+        args = list(node.args)
+        for k, a in enumerate(args):
+            if self.of(a).get(axis) != ("partial",):
+                continue
+            key = (a, axis)
+            if key not in self.reduced:
+                call = relax.op.call_pure_packed(
+                    "tessera.all_reduce", a, relax.StringImm(axis), sinfo_args=[a.struct_info]
+                )
+                var = relax.Var(f"{a.name_hint}_all_reduce", a.struct_info)
+                self.nodes.append(node_of(var, call))
+                self.state[var] = {x: s for x, s in self.of(a).items() if x != axis}
+                self.reduced[key] = var
+            args[k] = self.reduced[key]
+        return Node(node.var, node.op, args, node.call, node.attrs)
 
     # ---- rules: the output's state on one axis from the inputs' (None: replicated) ----
     def rule(self, node, axis: str, ins: list) -> tuple | None:
@@ -279,11 +317,16 @@ class _Propagator:
 
 
 def plan_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> list[Collective]:
-    """The collectives that bring each output of ``flat`` to the sharding it must have."""
+    """The collectives that bring each output of ``flat`` to the sharding it must have (the outputs
+    as they are: without the all-reduces ``tessera.InsertCollectives`` places inside the kernel)."""
     state = _Propagator(flat, sharding, kernel).run()
+    return _output_collectives(flat.outputs, state, sharding, kernel)
+
+
+def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
     wanted = sharding.get("outputs", [])
     out = []
-    for k, value in enumerate(flat.outputs):
+    for k, value in enumerate(outputs):
         have = state.get(value, {}) if isinstance(value, relax.Var) else {}
         want = wanted[k] if k < len(wanted) else {}
         for axis in sharding["mesh"]:
@@ -306,15 +349,18 @@ def plan_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> list[Co
     return out
 
 
-def _insert(func, collectives: list[Collective], mesh: dict[str, int]):
-    """The kernel function with the collectives applied to its outputs (after its kernel calls)."""
-    block = func.body.blocks[0]
-    result = func.body.body
-    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
-    bindings = list(block.bindings)
-    values = list(outputs)
-    for c in collectives:
-        x = values[c.output]
+def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatFunction:
+    """``flat`` with its collectives as nodes: all-reduces where partial sums meet ops that need the
+    whole sum, then what each output needs."""
+    from .nodes import node_of
+
+    prop = _Propagator(flat, sharding, kernel)
+    state = prop.run(insert=True)
+    nodes = list(prop.nodes)
+    outputs = list(flat.outputs)
+    mesh = sharding["mesh"]
+    for c in _output_collectives(outputs, state, sharding, kernel):
+        x = outputs[c.output]
         dims = _dims(x)
         if c.kind == "all_gather":
             dims[c.dim] = dims[c.dim] * mesh[c.axis]  # the local piece times the ranks on the axis
@@ -324,11 +370,13 @@ def _insert(func, collectives: list[Collective], mesh: dict[str, int]):
         args = [x, relax.StringImm(c.axis)] + ([] if c.dim is None else [relax.PrimValue(c.dim)])
         call = relax.op.call_pure_packed(f"tessera.{c.kind}", *args, sinfo_args=[sinfo])
         var = relax.Var(f"{x.name_hint}_{c.kind}", sinfo)
-        bindings.append(relax.VarBinding(var, call))
-        values[c.output] = var
-    ret = relax.Tuple(values) if isinstance(result, relax.Tuple) else values[0]
-    body = relax.SeqExpr([relax.DataflowBlock(bindings)], ret)
-    return relax.Function(func.params, body, ret.struct_info, func.is_pure, func.attrs)
+        nodes.append(node_of(var, call))
+        outputs[c.output] = var
+    return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output)
+
+
+def is_collective(node) -> bool:
+    return node.op == "call_pure_packed" and collective_name(node.call) is not None
 
 
 def read_collectives(mod, name: str) -> list[Collective]:
@@ -337,6 +385,7 @@ def read_collectives(mod, name: str) -> list[Collective]:
     result = func.body.body
     outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
     bindings = list(func.body.blocks[0].bindings) if func.body.blocks else []
+    producers = {b.var: b.value for b in bindings}
     found = []
     for b in bindings:
         kind = collective_name(b.value)
@@ -350,7 +399,9 @@ def read_collectives(mod, name: str) -> list[Collective]:
         index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
         args = b.value.args  # (callee, x, axis[, dim])
         dim = int(args[3].value) if len(args) > 3 else None
-        found.append(Collective(kind, index, str(args[2].value), dim))
+        source = producers.get(args[1])
+        after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
+        found.append(Collective(kind, index, str(args[2].value), dim, after if index < 0 else ""))
     return found
 
 
@@ -368,27 +419,20 @@ def collective_name(value) -> str | None:
 @register_pass(
     "tessera.InsertCollectives",
     ir="relax",
-    doc="a sharded kernel: the collectives its outputs need (all-reduce, reduce-scatter, all-gather)",
+    doc="a sharded kernel (ts.shard): its collectives as bindings (all-reduce, reduce-scatter, all-gather)",
 )
 def _insert_collectives(ctx: BuildContext):
     def run(mod, _pass_ctx):
-        out = mod
+        funcs = {}
         for gv, func in kernel_functions(mod):
             if func.attrs is None or SHARDING_ATTR not in func.attrs:
                 continue
-            from .outline_kernels import read_kernels
-
             name = str(gv.name_hint)
-            sharding = _plain(func.attrs[SHARDING_ATTR])
-            flat, _ = (
-                read_kernels(mod, name) if "tessera.kernel_groups" not in func.attrs else (flatten(func, name), None)
-            )
-            collectives = plan_collectives(flat, sharding, name)
-            if collectives:
-                funcs = dict(out.functions.items())
-                funcs[gv] = _insert(func, collectives, sharding["mesh"])
-                out = tvm.IRModule(funcs)
-        return out
+            flat = flatten(func, name)
+            if any(is_collective(n) for n in flat.nodes):
+                continue  # placed already
+            funcs[gv] = rebuild(insert_collectives(flat, _plain(func.attrs[SHARDING_ATTR]), name), dict(func.attrs))
+        return replace_functions(mod, funcs) if funcs else mod
 
     return tessera_module_pass(run, name="tessera.InsertCollectives")
 

@@ -54,10 +54,34 @@ def scenario_mlp(rank: int, world: int) -> dict:
     k = ts.compile(sharded, target="cpu")
     out = k(*sharded.local_arrays(arrays, rank))
     ref = mlp.reference(*arrays)
+    collectives = k.stats["collectives"]
+    import torch
+
+    as_torch = k(*[torch.from_numpy(a) for a in sharded.local_arrays(arrays, rank)])  # torch in, torch out
     return {
         "err": float(np.abs(out - ref).max()),
-        "collectives": k.stats["collectives"],
+        "torch_err": float(np.abs(as_torch.numpy() - ref).max()) if isinstance(as_torch, torch.Tensor) else None,
+        "collectives": collectives,
         "graph": k.inspect_ir("graph"),
+    }
+
+
+def scenario_residual(rank: int, world: int) -> dict:
+    """A residual after the row-parallel matmul: the all-reduce runs between two of the kernels."""
+
+    @ts.kernel
+    def block(X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]):
+        return ops.relu(X + ops.matmul(ops.gelu(ops.matmul(X, W1)), W2))
+
+    sharded = ts.shard(block, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "W2": ts.Split("F")})
+    arrays = _arrays(np.random.default_rng(7), block, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    out = k(*sharded.local_arrays(arrays, rank))
+    inner = [c.after for c in k.collectives if c.output < 0]
+    return {
+        "err": float(np.abs(out - block.reference(*arrays)).max()),
+        "inner": inner,
+        "issued": k.stats["collectives"],
     }
 
 

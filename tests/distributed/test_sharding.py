@@ -65,11 +65,14 @@ def test_a_column_parallel_result_is_gathered_unless_it_may_stay_split():
     assert _collectives(ts.shard(column_only, TP, {"W1": ts.Split("F")}, outputs=ts.Split("F"))) == []
 
 
-def test_a_partial_sum_meeting_the_residual_names_where_to_split_the_kernel():
-    # column- then row-parallel: the second matmul is a partial sum, which X is added to before any all-reduce
+def test_a_partial_sum_meeting_the_residual_is_all_reduced_inside_the_kernel():
+    # column- then row-parallel: the second matmul is a partial sum; X is added to the whole sum, so
+    # the all-reduce comes between the matmul and the add, which then is a kernel of its own
     sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
-    with pytest.raises(ShardingError, match=r"add\(...\) over mesh axis 'tp': a partial sum meets an operand"):
-        _collectives(sharded)
+    assert _collectives(sharded) == [Collective("all_reduce", -1, "tp", None, "matmul")]
+    text = sharded.inspect_ir("graph")
+    assert 'matmul1_all_reduce: R.Tensor((M, D), dtype="float32") = R.call_pure_packed("tessera.all_reduce"' in text
+    assert "cls.fused_add(X, matmul1_all_reduce)" in text or "cls.add(X, matmul1_all_reduce)" in text
 
 
 @ts.kernel
@@ -77,9 +80,23 @@ def contract_then_relu(X: Tensor["M", "K", ts.f32], W: Tensor["K", "N", ts.f32])
     return ops.relu(ops.matmul(X, W))
 
 
-def test_a_partial_sum_entering_relu_is_refused_with_the_remedy():
+def test_a_partial_sum_entering_relu_is_summed_first_and_the_epilogue_is_not_fused():
     sharded = ts.shard(contract_then_relu, TP, {"X": ts.Split("K"), "W": ts.Split("K")})
-    with pytest.raises(ShardingError, match=r"out = nn.relu\(...\) over mesh axis 'tp': its input is a partial sum"):
+    assert _collectives(sharded) == [Collective("all_reduce", -1, "tp", None, "matmul")]
+    graph = sharded.graph()
+    assert [g.family for g in graph.groups] == ["gemm", "elementwise"]  # relu after the sum, not in the GEMM
+
+
+@ts.kernel
+def split_rows_then_softmax(x: Tensor["M", "N", ts.f32], w: Tensor["N", "K", ts.f32]) -> Tensor["M", "K", ts.f32]:
+    return ops.softmax(ops.matmul(x, w), axis=-1)
+
+
+def test_a_split_value_that_would_need_a_gather_inside_the_kernel_is_refused():
+    sharded = ts.shard(split_rows_then_softmax, TP, {"w": ts.Split("K")})  # the softmax row is split
+    with pytest.raises(
+        ShardingError, match=r"nn.softmax\(...\) over mesh axis 'tp': it reduces over dim 1, which is split"
+    ):
         _collectives(sharded)
 
 

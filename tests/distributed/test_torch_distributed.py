@@ -45,12 +45,15 @@ def _spawn(world: int, scenarios: list[str], timeout: float = 240.0) -> dict[int
     return out
 
 
-def test_two_ranks_tensor_parallel_mlp_attention_buckets_and_overlap():
-    out = _spawn(2, ["mlp", "attention", "buckets", "overlap"])
+def test_two_ranks_tensor_parallel_mlp_residual_attention_buckets_and_overlap():
+    out = _spawn(2, ["mlp", "residual", "attention", "buckets", "overlap"])
     assert sorted(out) == [0, 1]
     for rank in (0, 1):
+        residual = out[rank]["residual"]  # summed between the matmul kernel and the add + relu kernel
+        assert residual["err"] < 1e-4 and residual["inner"] == ["matmul"] and residual["issued"] == 1, residual
         mlp = out[rank]["mlp"]
         assert mlp["err"] < 1e-4 and mlp["collectives"] == 1  # column- then row-parallel: one all-reduce
+        assert mlp["torch_err"] is not None and mlp["torch_err"] < 1e-4  # torch CPU tensors in and out
         assert 'R.call_pure_packed("tessera.all_reduce"' in mlp["graph"]
         att = out[rank]["attention"]
         assert att["err"] < 1e-4 and att["shape"] == [1, 4, 24, 16]  # heads split, gathered back
