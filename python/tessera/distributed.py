@@ -315,15 +315,22 @@ class ShardedCompiledKernel:
         text = self.local.inspect_ir(stage)
         if stage == "sched":
             lines = [
-                f"sched.collective  {c.text(self._output_name(c.output))} on torch.distributed"
-                + (" (coalesced into buckets)" if c.kind == "all_reduce" else "")
+                f"sched.collective  {c.text(self._output_name(c))} on torch.distributed"
+                + (
+                    " (in place, before the next kernel reads it)"
+                    if c.output < 0
+                    else " (coalesced into buckets)"
+                    if c.kind == "all_reduce"
+                    else ""
+                )
                 for c in self.collectives
             ]
             text = "\n".join([text, *lines]) if lines else text
         return text
 
-    def _output_name(self, k: int) -> str:
-        return f"output {k}"
+    @staticmethod
+    def _output_name(c: Collective) -> str:
+        return f"output {c.output}" if c.output >= 0 else f"{c.after}'s output"
 
     # ---- process groups ----
     def _dist(self):

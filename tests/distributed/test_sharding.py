@@ -143,3 +143,10 @@ def test_the_compiled_kernel_shows_its_collectives_and_needs_a_process_group():
         ts.CollectiveError, match="runs under torch.distributed; call torch.distributed.init_process_group"
     ):
         k(*arrays)
+
+
+def test_the_schedule_ir_names_an_all_reduce_inside_the_kernel():
+    sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
+    k = ts.compile(sharded, target="cpu", shapes={"M": 4, "D": 8, "F": 16})
+    text = k.inspect_ir("sched")
+    assert "sched.collective  all_reduce(matmul's output) over 'tp' on torch.distributed (in place" in text
