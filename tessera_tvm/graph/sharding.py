@@ -43,6 +43,7 @@ from typing import Any
 
 from .._tvm import tvm
 from ..errors import TesseraError
+from ..pipeline import report_status
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_functions
 
@@ -424,6 +425,7 @@ def collective_name(value) -> str | None:
 def _insert_collectives(ctx: BuildContext):
     def run(mod, _pass_ctx):
         funcs = {}
+        placed = 0
         for gv, func in kernel_functions(mod):
             if func.attrs is None or SHARDING_ATTR not in func.attrs:
                 continue
@@ -431,7 +433,10 @@ def _insert_collectives(ctx: BuildContext):
             flat = flatten(func, name)
             if any(is_collective(n) for n in flat.nodes):
                 continue  # placed already
-            funcs[gv] = rebuild(insert_collectives(flat, _plain(func.attrs[SHARDING_ATTR]), name), dict(func.attrs))
+            sharded = insert_collectives(flat, _plain(func.attrs[SHARDING_ATTR]), name)
+            placed += sum(1 for n in sharded.nodes if is_collective(n))
+            funcs[gv] = rebuild(sharded, dict(func.attrs))
+        report_status(f"{placed} collective{'s' if placed != 1 else ''}" if funcs else "not sharded")
         return replace_functions(mod, funcs) if funcs else mod
 
     return tessera_module_pass(run, name="tessera.InsertCollectives")

@@ -70,6 +70,8 @@ def test_a_partial_sum_meeting_the_residual_is_all_reduced_inside_the_kernel():
     # the all-reduce comes between the matmul and the add, which then is a kernel of its own
     sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
     assert _collectives(sharded) == [Collective("all_reduce", -1, "tp", None, "matmul")]
+    status = {r.name: r.status for r in sharded.graph().records}
+    assert status["tessera.InsertCollectives"] == "ran (1 collective)"
     text = sharded.inspect_ir("graph")
     assert 'matmul1_all_reduce: R.Tensor((M, D), dtype="float32") = R.call_pure_packed("tessera.all_reduce"' in text
     assert "cls.fused_add(X, matmul1_all_reduce)" in text or "cls.add(X, matmul1_all_reduce)" in text
