@@ -364,26 +364,26 @@ class ShardedCompiledKernel:
 
     # ---- calls ----
     def __call__(self, *arrays, wait: bool = True):
-        self.stats = {}
-        outs = self._run_local(arrays)
+        outs, inside = self._run_local(arrays)
         results = list(outs) if isinstance(outs, tuple) else [outs]
         if not any(c.output >= 0 for c in self.collectives):
             return outs
         dist = self._dist()
         if wait:
-            return self._finish(dist, results, isinstance(outs, tuple))
+            return self._finish(dist, results, isinstance(outs, tuple), inside)
         if self._comm is None:
             self._comm = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix=f"tessera-comm-{self.sharded.name}"
             )
-        return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple)))
+        return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple), inside))
 
-    def _run_local(self, arrays: Sequence[Any]):
-        """The local kernels; an all-reduce inside the kernel sums its kernel's output in place, before
-        the next kernel reads it."""
+    def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, int]:
+        """The local kernels and how many collectives ran among them: an all-reduce inside the kernel
+        sums its kernel's output in place, before the next kernel reads it."""
         inner = [c for c in self.collectives if c.output < 0]
+        self.stats = {}
         if not inner:
-            return self.local(*arrays)
+            return self.local(*arrays), 0
         from .instance import HOST, DeviceKernel, _bind, _check_args
 
         dist = self._dist()
@@ -404,7 +404,7 @@ class ShardedCompiledKernel:
         with _trace.span(f"local kernels {self.sharded.name}", "host"):
             outs = instance.run(checked, memory=HOST, device_run=run)
         self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": 0.0}
-        return outs
+        return outs, issued[0]
 
     def _all_reduce_in_place(self, dist, array, c: Collective) -> None:
         import torch
@@ -416,7 +416,8 @@ class ShardedCompiledKernel:
             self._wait(dist.all_reduce(t, group=group, async_op=True), "all_reduce", [], c.axis, ranks, what)
             array[...] = t.numpy().astype(array.dtype, copy=False)
 
-    def _finish(self, dist, results: list, as_tuple: bool):
+    def _finish(self, dist, results: list, as_tuple: bool, issued: int):
+        """The output collectives (``issued``: those that already ran inside the kernel)."""
         import torch
 
         rank = dist.get_rank()
@@ -428,7 +429,6 @@ class ShardedCompiledKernel:
             r.to(torch.float32).contiguous() if t else torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32))
             for r, t in zip(results, as_torch, strict=True)
         ]
-        issued = self.stats.get("collectives", 0) if self.stats.get("rank") == rank else 0
         outside = [c for c in self.collectives if c.output >= 0]  # the ones inside ran with the kernels
         with _trace.span(f"collectives {self.sharded.name}", "comm", rank=rank):
             reduces: dict[str, list[int]] = {}

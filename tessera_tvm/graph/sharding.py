@@ -125,9 +125,13 @@ class _Propagator:
             f"kernel {self.kernel}: {node.name} = {node.op}(...) over mesh axis {axis!r}: {why}; {fix}"
         )
 
-    def run(self, insert: bool = False) -> dict[Any, dict[str, tuple]]:
-        """The state of every value; with ``insert``, an all-reduce is placed where a partial sum meets
-        an op that needs the whole sum (``self.nodes`` is then the new node list)."""
+    def needs_sum(self, node, axis: str) -> ShardingError:
+        """A partial sum reaching an op that needs the whole sum: :meth:`run` places an all-reduce."""
+        return self.fail(node, axis, "a partial sum reaches it", "its all-reduce comes first")
+
+    def run(self) -> dict[Any, dict[str, tuple]]:
+        """The state of every value. Where a partial sum meets an op that needs the whole sum, an
+        all-reduce of it is placed first (``self.nodes`` is the node list with them)."""
         self.nodes: list = []
         self.reduced: dict[tuple, Any] = {}  # (value, axis) -> its all-reduced var
         for node in self.flat.nodes:
@@ -139,7 +143,7 @@ class _Propagator:
                 try:
                     result = self.rule(node, axis, ins)
                 except ShardingError:
-                    if not insert or not any(s == ("partial",) for s in ins):
+                    if not any(s == ("partial",) for s in ins):
                         raise
                     node = self._reduce_inputs(node, axis)
                     ins = [self.of(a).get(axis) for a in node.args]
@@ -179,14 +183,7 @@ class _Propagator:
         if op in _UNARY:
             (s,) = ins[:1]
             if s[0] == "partial" and op not in _LINEAR_UNARY:
-                raise self.fail(
-                    node,
-                    axis,
-                    "its input is a partial sum (a split contraction dim upstream)",
-                    "the sum over ranks must come first: Tessera inserts collectives only at "
-                    "kernel outputs, so end the kernel before this op (or shard so the "
-                    "contraction dim is not split)",
-                )
+                raise self.needs_sum(node, axis)
             return s
         if op in _BINARY:
             return self.elementwise(node, axis, ins, partial)
@@ -215,13 +212,7 @@ class _Propagator:
                 return ("partial",)  # (sum of x_i) * y = sum of (x_i * y)
             if node.op == "divide" and partial[0] and not partial[1] and all(o is None for o in others):
                 return ("partial",)
-            raise self.fail(
-                node,
-                axis,
-                "a partial sum meets an operand that is not one (the sum over ranks is not taken yet)",
-                "the sum over ranks must come first: Tessera inserts collectives only at kernel outputs, "
-                "so end the kernel before this op",
-            )
+            raise self.needs_sum(node, axis)
         out_rank = _rank(node.var)
         dims = {out_rank - _rank(a) + st[1] for a, st in zip(node.args, ins, strict=True) if st is not None}
         if len(dims) > 1:
@@ -300,7 +291,7 @@ class _Propagator:
                 raise self.fail(node, axis, "a weight is split but the input is not", "keep norm weights replicated")
             return None
         if s[0] == "partial":
-            raise self.fail(node, axis, "its input is a partial sum", "end the kernel before this op")
+            raise self.needs_sum(node, axis)
         rank = _rank(node.args[0])
         reduced = node.attrs.get("axis", node.attrs.get("axes"))
         reduced = [reduced] if isinstance(reduced, int) else list(reduced or range(rank))
@@ -315,13 +306,6 @@ class _Propagator:
         if node.op in ("sum", "mean", "max") and not node.attrs.get("keepdims", False):
             return ("split", s[1] - sum(1 for r in reduced if r < s[1]))
         return s
-
-
-def plan_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> list[Collective]:
-    """The collectives that bring each output of ``flat`` to the sharding it must have (the outputs
-    as they are: without the all-reduces ``tessera.InsertCollectives`` places inside the kernel)."""
-    state = _Propagator(flat, sharding, kernel).run()
-    return _output_collectives(flat.outputs, state, sharding, kernel)
 
 
 def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
@@ -356,7 +340,7 @@ def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatF
     from .nodes import node_of
 
     prop = _Propagator(flat, sharding, kernel)
-    state = prop.run(insert=True)
+    state = prop.run()
     nodes = list(prop.nodes)
     outputs = list(flat.outputs)
     mesh = sharding["mesh"]

@@ -168,9 +168,7 @@ class _Tensorizer:
         self.fill_pending = None
         cb_id = self._new_spill(self.dst_holds or "value")
         self._pack(ops, cb_id)
-        event = _Event(cb_id, tuple(self.loops))
-        self.events.append(event)
-        operand = _Operand("cb", event, self.dst_bcast)
+        operand = self._pushed(cb_id, self.dst_bcast)
         self.dst_bcast = "none"
         if self.dst_holds is not None and self.location.get(self.dst_holds, _Operand("none")).kind == "dst":
             self.location[self.dst_holds] = operand
@@ -219,9 +217,14 @@ class _Tensorizer:
     def _read(self, record: _Record, buffer_name: str, tile: str, page) -> _Operand:
         cb = self._cb("input", buffer_name, tile)
         record.reads.append({"cb": cb, "buffer": buffer_name, "page": page})
+        return self._pushed(cb)
+
+    def _pushed(self, cb: int, bcast: str = "none") -> _Operand:
+        """A tile pushed into ``cb`` here (inside the current loops), as a CB operand: its uses decide
+        its wait and pop."""
         event = _Event(cb, tuple(self.loops))
         self.events.append(event)
-        return _Operand("cb", event)
+        return _Operand("cb", event, bcast)
 
     # ---- statements -------------------------------------------------------------------------
     def run(self, body) -> None:
@@ -259,7 +262,7 @@ class _Tensorizer:
                 return
             self.loops.append(stmt.loop_var)
             for name, cb in cbs.items():  # this iteration's value: the previous one's (or the initial)
-                self.location[name] = self._carry_event(cb)
+                self.location[name] = self._pushed(cb)
             self._stmt(stmt.body)
             try:
                 if cbs and not self.stopped:
@@ -268,9 +271,9 @@ class _Tensorizer:
                 self._stop(exc)
             self.loops.pop()
             for name, cb in cbs.items():  # after the loop: the last iteration's value
-                event = self._carry_event(cb)
-                self.location[name] = event
-                self.carry_events.append((event.event, len(self.records)))
+                operand = self._pushed(cb)
+                self.location[name] = operand
+                self.carry_events.append((operand.event, len(self.records)))
         else:
             self._leaf(stmt)
 
@@ -301,7 +304,7 @@ class _Tensorizer:
         self._settle_fill()
         for name in accs:
             operand = self.location.get(name)
-            if operand is None or operand.kind != "const" or self.cbs_value(operand.cb) != 0.0:
+            if operand is None or operand.kind != "const" or operand.cb != self.constants.get(0.0):
                 raise _Unsupported("T.gemm", f"accumulator {name!r} must be cleared (T.clear) before its K loop")
         ops = self._carry_record("just before").ops
         op = self._acquire(ops, accs[0])  # tile_regs_acquire: DST starts at zero
@@ -309,9 +312,6 @@ class _Tensorizer:
         for name, k in self.group.items():
             self.location[name] = _Operand("dst", slot=k)
         op["zeroed"] = accs[0]
-
-    def cbs_value(self, cb_id: int):
-        return next((cb.get("value") for cb in self.cbs if cb["id"] == cb_id), None)
 
     def _close_group(self, ops: list) -> None:
         """The sub-block's accumulators still in DST packed to CBs of their own (before DST is reused)."""
@@ -325,9 +325,7 @@ class _Tensorizer:
             cb = self._new_spill(name)
             ops.append({"op": "pack", "dst": k, "cb": cb, "commit": self.phase == "math"})
             self.phase = "packed"
-            event = _Event(cb, tuple(self.loops))
-            self.events.append(event)
-            self.location[name] = _Operand("cb", event)
+            self.location[name] = self._pushed(cb)
         self._release(ops)
 
     # ---- values carried from one loop iteration to the next --------------------------------------
@@ -371,40 +369,32 @@ class _Tensorizer:
         """Before the loop: each carried value packed into its own CB (a filled tile from its constant)."""
         ops = self._carry_record("just before").ops
         self._settle_fill()
-        cbs = {}
-        for name in sorted(carried, key=lambda n: self.dst_holds != n):  # the DST value first
-            cb = self._new_cb(f"{name}_carry", "intermediate")
-            cbs[name] = cb
-            operand = self.location[name]
-            if operand.kind == "dst":
-                if self.dst_holds != name or self.phase != "math":
-                    raise _Unsupported("loop", f"tile {name!r} left DST before the loop that carries it")
-            else:
-                self._to_dst(ops, operand, name)
-            self._pack(ops, cb)
-        self._release(ops)
+        order = sorted(carried, key=lambda n: self.dst_holds != n)  # the DST value first
+        cbs = {name: self._new_cb(f"{name}_carry", "intermediate") for name in order}
+        self._pack_carried(ops, cbs, "before the loop that carries it")
         return cbs
 
-    def _carry_event(self, cb: int) -> _Operand:
-        event = _Event(cb, tuple(self.loops))
-        self.events.append(event)
-        return _Operand("cb", event)
-
-    def _carry_out(self, cbs: dict[str, int]) -> None:
-        """At the end of the body: each carried value's new tile packed into its CB for the next iteration."""
-        ops = self._carry_record("at the end of").ops
+    def _pack_carried(self, ops: list, cbs: dict[str, int], when: str) -> None:
+        """Each carried value packed into its CB (the one in DST first; the others through DST)."""
         self._settle_fill()
         for name in sorted(cbs, key=lambda n: self.dst_holds != n):
             operand = self.location[name]
-            if operand.kind == "cb" and operand.event.cb == cbs[name]:
-                raise _Unsupported("loop", f"tile {name!r} is read in the loop but never given a new value")
             if operand.kind == "dst":
                 if self.dst_holds != name or self.phase != "math":
-                    raise _Unsupported("loop", f"tile {name!r} left DST before the end of the loop body")
+                    raise _Unsupported("loop", f"tile {name!r} left DST {when}")
             else:
                 self._to_dst(ops, operand, name)
             self._pack(ops, cbs[name])
         self._release(ops)
+
+    def _carry_out(self, cbs: dict[str, int]) -> None:
+        """At the end of the body: each carried value's new tile packed into its CB for the next iteration."""
+        ops = self._carry_record("at the end of").ops
+        for name, cb in cbs.items():
+            operand = self.location[name]
+            if operand.kind == "cb" and operand.event.cb == cb:
+                raise _Unsupported("loop", f"tile {name!r} is read in the loop but never given a new value")
+        self._pack_carried(ops, cbs, "before the end of the loop body")
         for name, cb in cbs.items():
             event = next(e for e in reversed(self.events) if e.cb == cb)
             if not event.uses:
@@ -413,11 +403,11 @@ class _Tensorizer:
     def _new_cb(self, name: str, role: str, **extra) -> int:
         """A CB of its own (carried values, constants, generated tiles): the next intermediate id, then
         the highest id inputs and outputs leave free."""
-        taken = {cb["id"] for cb in self.cbs}
         if self.next_intermediate < self.arch["num_cbs"]:
             cb_id = self.next_intermediate
             self.next_intermediate += 1
         else:
+            taken = {cb["id"] for cb in self.cbs}
             cb_id = max((i for i in range(self.arch["num_cbs"]) if i not in taken), default=None)
             if cb_id is None:
                 raise _Unsupported("tile", f"more tiles than the {self.arch['num_cbs']} circular buffers of a core")
@@ -478,7 +468,7 @@ class _Tensorizer:
         sizes = [common.const_int(e) for e in extents]
         if column and len(extents) == 2 and sizes == [self.tile[0], 1]:
             return buffer, starts
-        if [common.const_int(e) for e in extents[-2:]] != list(self.tile) or len(extents) != 2:
+        if sizes[-2:] != list(self.tile) or len(extents) != 2:
             raise _Unsupported(
                 op,
                 f"{what} {buffer.name} is a {'x'.join(str(e) for e in extents)} region; "
@@ -881,9 +871,7 @@ class _Tensorizer:
                 "values": [float(v.value) for v in values],
             }
         )
-        event = _Event(cb, tuple(self.loops))
-        self.events.append(event)
-        return _Operand("cb", event)
+        return self._pushed(cb)
 
     def _sfpu_binary(self, record: _Record, fn: str, a, b) -> _Operand:
         """``fn(a, b)`` of two tiles on the SFPU: ``a`` copied to DST 0, ``b`` to DST 1, the result in DST 0."""

@@ -298,10 +298,7 @@ class ReaderKernel(_DataMovement):
         (a reduce's scaler tile: every element the scale, so any face layout reads it the same)."""
         name = self.cb_name(cb["id"])
         value = float(cb["value"])
-        if cb["data_format"] == "Float32":
-            word, bits = "uint32_t", f"0x{f32_bits(value):08x}u"
-        else:  # Float16_b or Float16
-            word, bits = "uint16_t", f"0x{_half_bits(cb['data_format'], value):04x}u"
+        word, (bits,) = _tile_words(cb["data_format"], [value])
         ptr = self.names.fresh(f"{cb['name']}_ptr")
         self.emit(depth, f"cb_reserve_back({name}, 1);")
         self.emit(depth, f"volatile {word}* {ptr} = reinterpret_cast<volatile {word}*>(get_write_ptr({name}));")
@@ -317,10 +314,7 @@ class ReaderKernel(_DataMovement):
         name = self.cb_name(node["cb"])
         cb = self.info.cb(node["cb"])
         i, j = self.names.bind(node["row"], "i"), self.names.bind(node["col"], "j")
-        if cb["data_format"] == "Float32":
-            word, bits = "uint32_t", [f"0x{f32_bits(v):08x}u" for v in node["values"]]
-        else:
-            word, bits = "uint16_t", [f"0x{_half_bits(cb['data_format'], v):04x}u" for v in node["values"]]
+        word, bits = _tile_words(cb["data_format"], node["values"])
         ptr = self.names.fresh(f"{cb['name']}_ptr")
         self.flush(depth)
         self.emit(depth, f"cb_reserve_back({name}, 1);")
@@ -385,6 +379,10 @@ _BCAST = {  # (broadcast, fn) -> (short init, op): row 0 / column 0 of the secon
     ("cols", "add"): ("add_bcast_cols_init_short", "add_tiles_bcast_cols"),
     ("cols", "mul"): ("mul_bcast_cols_init_short", "mul_tiles_bcast_cols"),
     ("cols", "sub"): ("sub_bcast_cols_init_short", "sub_tiles_bcast_cols"),  # no row form in v0.62.2
+}
+_UNPACK_TO_DST = {  # op -> (call, header)
+    "copy": ("copy_tile", "compute_kernel_api/tile_move_copy.h"),
+    "transpose": ("transpose_wh_tile", "compute_kernel_api/transpose_wh.h"),
 }
 _SFPU = {  # fn -> (init call, op call, header)
     "exp": ("exp_tile_init()", "exp_tile", "compute_kernel_api/eltwise_unary/exp.h"),
@@ -516,15 +514,11 @@ class ComputeKernel(_Kernel):
                     f"0, 0, {op['dst']});",
                 )
                 self.pops(depth, op)
-            elif kind == "copy":
-                self.headers.add("compute_kernel_api/tile_move_copy.h")
+            elif kind in _UNPACK_TO_DST:  # a CB tile into DST: copied, or transposed on the way
+                call, header = _UNPACK_TO_DST[kind]
+                self.headers.add(header)
                 self.waits(depth, op)
-                self.emit(depth, f"copy_tile({self.cb_name(op['cb'])}, 0, {op['dst']});")
-                self.pops(depth, op)
-            elif kind == "transpose":
-                self.headers.add("compute_kernel_api/transpose_wh.h")
-                self.waits(depth, op)
-                self.emit(depth, f"transpose_wh_tile({self.cb_name(op['cb'])}, 0, {op['dst']});")
+                self.emit(depth, f"{call}({self.cb_name(op['cb'])}, 0, {op['dst']});")
                 self.pops(depth, op)
             elif kind == "sfpu":
                 init, call, header = _SFPU[op["fn"]]
@@ -600,6 +594,13 @@ def _half_bits(data_format: str, value: float) -> int:
     if data_format == "Float16":
         return struct.unpack("<H", struct.pack("<e", value))[0]
     return f32_bits(value) >> 16
+
+
+def _tile_words(data_format: str, values) -> tuple[str, list[str]]:
+    """The C type of one element of a CB page in ``data_format`` and ``values`` as its literals."""
+    if data_format == "Float32":
+        return "uint32_t", [f"0x{f32_bits(v):08x}u" for v in values]
+    return "uint16_t", [f"0x{_half_bits(data_format, v):04x}u" for v in values]  # Float16_b or Float16
 
 
 def _reduce_args(mode: dict) -> str:

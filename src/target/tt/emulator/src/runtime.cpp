@@ -930,37 +930,36 @@ void binary_tiles(int mode, std::uint32_t in0, std::uint32_t in1, std::uint32_t 
     cs.binary_tiles++;
 }
 
-void copy_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst) {
-    const char* api = "copy_tile";
+// A CB tile into DST (copy_tile), or transposed on the way (transpose_wh_tile: B[w, h] = A[h, w]).
+void unpack_to_dst(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst, bool transpose, const char* api) {
     ComputeState& cs = compute_ctx(api);
     need_hw(cs, api);
-    need_fpu(cs, FPU_COPY, api);
+    need_fpu(cs, transpose ? FPU_TRANSPOSE : FPU_COPY, api);
     need_math(cs, api);
     need_dst(cs, idst, api);
     check_same_format(*g_ctx->core, in_cb, cs.fpu_cb0, api, cs.fpu_init_api);
-    read_front_tile(*g_ctx->core, in_cb, in_tile, dst_tile(cs, idst), api);
+    float* d = dst_tile(cs, idst);  // DST tiles are row-major: element (r, c) at r * 32 + c
+    if (transpose) {
+        float tile[kTileElems];
+        read_front_tile(*g_ctx->core, in_cb, in_tile, tile, api);
+        for (std::uint32_t r = 0; r < 32; ++r) {
+            for (std::uint32_t c = 0; c < 32; ++c) {
+                d[r * 32 + c] = tile[c * 32 + r];
+            }
+        }
+    } else {
+        read_front_tile(*g_ctx->core, in_cb, in_tile, d, api);
+    }
     dst_round16(cs, idst);
     cs.copy_tiles++;
 }
 
+void copy_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst) {
+    unpack_to_dst(in_cb, in_tile, idst, false, "copy_tile");
+}
+
 void transpose_tile(std::uint32_t in_cb, std::uint32_t in_tile, std::uint32_t idst) {
-    const char* api = "transpose_wh_tile";
-    ComputeState& cs = compute_ctx(api);
-    need_hw(cs, api);
-    need_fpu(cs, FPU_TRANSPOSE, api);
-    need_math(cs, api);
-    need_dst(cs, idst, api);
-    check_same_format(*g_ctx->core, in_cb, cs.fpu_cb0, api, cs.fpu_init_api);
-    float tile[kTileElems];
-    read_front_tile(*g_ctx->core, in_cb, in_tile, tile, api);
-    float* d = dst_tile(cs, idst);  // DST tiles are row-major: element (r, c) at r * 32 + c
-    for (std::uint32_t r = 0; r < 32; ++r) {
-        for (std::uint32_t c = 0; c < 32; ++c) {
-            d[r * 32 + c] = tile[c * 32 + r];
-        }
-    }
-    dst_round16(cs, idst);
-    cs.copy_tiles++;
+    unpack_to_dst(in_cb, in_tile, idst, true, "transpose_wh_tile");
 }
 
 void sfpu_init(int op, const char* api) { compute_ctx(api).sfpu_op = op; }
