@@ -1,12 +1,18 @@
-"""The tensor-parallel MLP of #20 on 1 vs 2 gloo ranks, one CPU thread per rank.
+"""The sharded kernels of #20 on 1 vs 2 gloo ranks, one CPU thread per rank.
 
     python bench/distributed.py [--tokens 512] [--hidden 1024] [--out bench/RESULTS.md]
 
-Rank count 1 runs the plain kernel, 2 runs ``ts.shard`` of it (W1/b1 column-parallel, W2
-row-parallel: one all-reduce of the [tokens, hidden] output). Each rank is pinned to one thread
-(``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute of 1. The figures are medians of
-timed calls after a warm-up; the communication share is the time a call spends in its all-reduce
-(``stats["comm_seconds"]``) divided by the call's time, on rank 0.
+Two kernels, each as the plain kernel on 1 rank and as ``ts.shard`` of it on 2:
+
+- ``mlp``: gelu(X W1 + b1) W2 tensor-parallel (W1/b1 column-parallel, W2 row-parallel: one
+  all-reduce of the [tokens, hidden] output);
+- ``sp``: X + gelu(rms_norm(X) W1) W2 sequence-parallel (X split on its rows: an all-gather of the
+  normed rows before W1 and a reduce-scatter of the partial sum onto X's rows, both between the
+  kernels; the result stays split on the rows).
+
+Each rank is pinned to one thread (``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute
+of 1. The figures are medians of timed calls after a warm-up; the communication share is the time
+a call spends in its collectives (``stats["comm_seconds"]``) divided by the call's time, on rank 0.
 """
 
 # No `from __future__ import annotations`: the kernel in _rank has its annotations evaluated there.
@@ -24,7 +30,7 @@ from pathlib import Path
 REPEATS = 15
 
 
-def _rank(rank: int, world: int, port: int, tokens: int, hidden: int, results) -> None:
+def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int, results) -> None:
     os.environ["TESSERA_NUM_THREADS"] = "1"
     os.environ["OMP_NUM_THREADS"] = "1"
     import numpy as np
@@ -39,19 +45,34 @@ def _rank(rank: int, world: int, port: int, tokens: int, hidden: int, results) -
     ) -> Tensor["M", "D", ts.f32]:
         return ops.matmul(ops.gelu(ops.matmul(X, W1) + b1), W2)
 
+    @ts.kernel
+    def sp(
+        X: Tensor["M", "D", ts.f32], g: Tensor["D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]
+    ) -> Tensor["M", "D", ts.f32]:
+        return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
+
+    kernel = {"mlp": mlp, "sp": sp}[model]
     shapes = {"M": tokens, "D": hidden, "F": 4 * hidden}
     rng = np.random.default_rng(0)
-    arrays = [(rng.standard_normal(tuple(shapes[d] for d in t.dims)) * 0.05).astype(np.float32) for _, t in mlp.params]
+    arrays = [
+        (rng.standard_normal(tuple(shapes[d] for d in t.dims)) * 0.05).astype(np.float32) for _, t in kernel.params
+    ]
+    ref = kernel.reference(*arrays)
     if world == 1:
-        k = ts.compile(mlp, target="cpu", shapes=shapes)
+        k = ts.compile(kernel, target="cpu", shapes=shapes)
         local, comm = arrays, None
     else:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        sharded = ts.shard(mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")})
+        specs = {"W1": ts.Split("F"), "W2": ts.Split("F")}
+        if model == "mlp":
+            sharded = ts.shard(mlp, ts.Mesh({"tp": world}), {**specs, "b1": ts.Split("F")})
+        else:
+            sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
+            ref = np.split(ref, world, axis=0)[rank]
         k = ts.compile(sharded, target="cpu", shapes=shapes)
         local, comm = sharded.local_arrays(arrays, rank), []
     out = k(*local)
-    err = float(np.abs(out - mlp.reference(*arrays)).max())
+    err = float(np.abs(out - ref).max())
     times = []
     for _ in range(REPEATS):
         if world > 1:
@@ -66,13 +87,13 @@ def _rank(rank: int, world: int, port: int, tokens: int, hidden: int, results) -
     results.put((rank, statistics.median(times), statistics.median(comm) if comm else 0.0, err))
 
 
-def _run(world: int, tokens: int, hidden: int) -> tuple:
+def _run(world: int, model: str, tokens: int, hidden: int) -> tuple:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=_rank, args=(r, world, port, tokens, hidden, results)) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(r, world, port, model, tokens, hidden, results)) for r in range(world)]
     for p in procs:
         p.start()
     got = dict((r, (t, c, e)) for r, t, c, e in (results.get(timeout=900) for _ in range(world)))
@@ -87,26 +108,31 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--out", default=None, help="append the table to this file (e.g. bench/RESULTS.md)")
     args = parser.parse_args()
-    t1, _, e1 = _run(1, args.tokens, args.hidden)
-    t2, c2, e2 = _run(2, args.tokens, args.hidden)
     flops = 2 * 2 * args.tokens * args.hidden * 4 * args.hidden
-    rows = [
-        f"| 1 rank (plain kernel) | {t1 * 1e3:.2f} ms | {flops / t1 / 1e9:.1f} GFLOP/s | 1.00x | - | {e1:.1e} |",
-        f"| 2 ranks (ts.shard, tp=2) | {t2 * 1e3:.2f} ms | {flops / t2 / 1e9:.1f} GFLOP/s | {t1 / t2:.2f}x | "
-        f"{100 * c2 / t2:.0f}% | {e2:.1e} |",
-    ]
+    rows = []
+    for model, what in (("mlp", "tensor-parallel MLP"), ("sp", "sequence-parallel block")):
+        t1, _, e1 = _run(1, model, args.tokens, args.hidden)
+        t2, c2, e2 = _run(2, model, args.tokens, args.hidden)
+        rows += [
+            f"| {what} | 1 rank (plain kernel) | {t1 * 1e3:.2f} ms | {flops / t1 / 1e9:.1f} GFLOP/s | 1.00x | - | "
+            f"{e1:.1e} |",
+            f"| {what} | 2 ranks (ts.shard, tp=2) | {t2 * 1e3:.2f} ms | {flops / t2 / 1e9:.1f} GFLOP/s | "
+            f"{t1 / t2:.2f}x | {100 * c2 / t2:.0f}% | {e2:.1e} |",
+        ]
     cpu = platform.processor() or platform.machine()
     text = "\n".join(
         [
-            f"\n## Tensor-parallel MLP on torch.distributed (gloo), {datetime.date.today()}",
+            f"\n## Sharded kernels on torch.distributed (gloo), {datetime.date.today()}",
             "",
             f"Machine: {os.cpu_count()} cores ({cpu}); command: `python bench/distributed.py --tokens {args.tokens} "
-            f"--hidden {args.hidden}`. X [{args.tokens}, {args.hidden}] -> gelu(X W1 + b1) W2, F = 4 x hidden, f32; "
-            "one thread per rank; median of "
-            f"{REPEATS} calls; rank 0's time.",
+            f"--hidden {args.hidden}`. X [{args.tokens}, {args.hidden}], F = 4 x hidden, f32. Tensor-parallel MLP: "
+            "gelu(X W1 + b1) W2, W1/b1/W2 split on F (one all-reduce at the output). Sequence-parallel block: "
+            "X + gelu(rms_norm(X) W1) W2, X split on its rows and W1/W2 on F (an all-gather and a reduce-scatter "
+            f"between the kernels, the result left split). One thread per rank; median of {REPEATS} calls; "
+            "rank 0's time; GFLOP/s counts the two matmuls.",
             "",
-            "| run | time | throughput | speed-up | communication share | max error vs numpy |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| kernel | run | time | throughput | speed-up | communication share | max error vs numpy |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
             *rows,
             "",
         ]

@@ -7,11 +7,13 @@
     out = k(x, w1_shard, b1_shard, w2_shard)                     # under torchrun: each rank passes its shards
 
 The Graph IR of a sharded kernel carries ``tessera.sharding`` (the mesh, each parameter's split, each
-output's). ``tessera.InsertCollectives`` adds what its outputs need: an all-reduce of a partial sum,
-a reduce-scatter, an all-gather (``tessera_tvm.graph.sharding``). Each rank compiles the kernel for
-its local shapes (a split dim divided by its mesh axis), runs it on its shards, and then runs the
-collectives through the process group of ``torch.distributed`` (gloo; the collectives run on host
-arrays, so GPU targets with NCCL are not done).
+output's). ``tessera.InsertCollectives`` adds the collectives it implies (``tessera_tvm.graph.sharding``):
+between the kernels, where an op needs a whole sum or a whole dim (an all-reduce, a reduce-scatter onto
+a split residual, an all-gather of a split row or of the sequence), and at the outputs. Each rank
+compiles the kernel for its local shapes (a split dim divided by its mesh axis) and runs it on its
+shards; the collectives run through the process group of ``torch.distributed`` (gloo: those between
+the kernels when a kernel first reads them, those at the outputs after the kernels). On the CPU they
+run on host arrays; on a CUDA config (NCCL) on torch tensors on the device, a path no GPU has run yet.
 Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into buckets of
 ``bucket_mb`` (default 16 MB), with each tensor starting on a 32x32-tile boundary. With
 ``wait=False`` a call returns a :class:`Pending` result at once: the collectives run on a
@@ -107,6 +109,25 @@ class Split:
 @dataclass(frozen=True)
 class Replicate:
     """Every rank holds the whole tensor (the default)."""
+
+
+def _numpy_of(t, dtype) -> np.ndarray:
+    """A torch CPU tensor as a numpy array of ``dtype`` (bf16 and fp8 through float32)."""
+    import torch
+
+    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+        return np.ascontiguousarray(t.to(torch.float32).numpy().astype(dtype))
+    return np.ascontiguousarray(t.numpy())
+
+
+def _torch_of(a: np.ndarray):
+    import torch
+
+    from .gpu import torch_dtype
+
+    if a.dtype in (np.float16, np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_):
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(a.astype(np.float32)).to(torch_dtype(a.dtype.name))
 
 
 def _specs(value) -> list:
@@ -315,9 +336,9 @@ class ShardedCompiledKernel:
         text = self.local.inspect_ir(stage)
         if stage == "sched":
             lines = [
-                f"sched.collective  {c.text(self._output_name(c))} on torch.distributed"
+                f"sched.collective  {c.text(c.value_name)} on torch.distributed"
                 + (
-                    " (in place, before the next kernel reads it)"
+                    " (between the kernels, before the next one reads it)"
                     if c.output < 0
                     else " (coalesced into buckets)"
                     if c.kind == "all_reduce"
@@ -327,10 +348,6 @@ class ShardedCompiledKernel:
             ]
             text = "\n".join([text, *lines]) if lines else text
         return text
-
-    @staticmethod
-    def _output_name(c: Collective) -> str:
-        return f"output {c.output}" if c.output >= 0 else f"{c.after}'s output"
 
     # ---- process groups ----
     def _dist(self):
@@ -364,7 +381,7 @@ class ShardedCompiledKernel:
 
     # ---- calls ----
     def __call__(self, *arrays, wait: bool = True):
-        outs, inside = self._run_local(arrays)
+        outs, inside = self._run_local(arrays)  # (count, seconds) of the collectives between the kernels
         results = list(outs) if isinstance(outs, tuple) else [outs]
         if not any(c.output >= 0 for c in self.collectives):
             return outs
@@ -377,47 +394,84 @@ class ShardedCompiledKernel:
             )
         return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple), inside))
 
-    def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, int]:
-        """The local kernels and how many collectives ran among them: an all-reduce inside the kernel
-        sums its kernel's output in place, before the next kernel reads it."""
+    def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, tuple[int, float]]:
+        """The local kernels, and the count and seconds of the collectives among them: a collective between the kernels
+        (an all-reduce, a reduce-scatter or an all-gather a later kernel reads) runs when that kernel
+        first needs it, on every rank in the same order."""
         inner = [c for c in self.collectives if c.output < 0]
         self.stats = {}
         if not inner:
-            return self.local(*arrays), 0
-        from .instance import HOST, DeviceKernel, _bind, _check_args
+            return self.local(*arrays), (0, 0.0)
+        import torch
+
+        from tessera_tvm.target.backend import backend_for
+
+        from .gpu import run_on_gpu
+        from .instance import HOST, _bind, _check_args
 
         dist = self._dist()
         local = self.local
-        checked = _check_args(local.kernel, arrays, local.shapes)
+        on_gpu = backend_for(local.config).runs_on == "gpu"
+        checked = _check_args(local.kernel, arrays, local.shapes, allow_torch=on_gpu, allow_torch_cpu=not on_gpu)
+        as_torch = not on_gpu and bool(checked) and isinstance(checked[0], torch.Tensor)
+        if as_torch:  # the CPU kernels run on host arrays: torch tensors in, torch tensors out
+            checked = [
+                _numpy_of(t, ttype.dtype.numpy) for t, (_, ttype) in zip(checked, local.kernel.params, strict=True)
+            ]
         instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
-        after: dict[str, list[Collective]] = {}
-        for c in inner:
-            after.setdefault(c.after, []).append(c)
-        issued = [0]
+        issued, seconds = [0], [0.0]
 
-        def run(device, named):
-            DeviceKernel.run(device, named)
-            for c in after.get(device.name, []):
-                self._all_reduce_in_place(dist, named[next(reversed(named))], c)  # its output: bound last
-                issued[0] += 1
+        def collective(c: Collective, array):
+            issued[0] += 1
+            begin = time.perf_counter()
+            out = self._collective_between(dist, c, array)
+            seconds[0] += time.perf_counter() - begin
+            return out
 
         with _trace.span(f"local kernels {self.sharded.name}", "host"):
-            outs = instance.run(checked, memory=HOST, device_run=run)
-        self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": 0.0}
-        return outs, issued[0]
+            if on_gpu:  # values stay on the device; the collectives take torch tensors (NCCL)
+                outs = run_on_gpu(instance, checked, collective=collective)
+            else:
+                outs = instance.run(checked, memory=HOST, collective=collective)
+        if as_torch:
+            outs = tuple(map(_torch_of, outs)) if isinstance(outs, tuple) else _torch_of(outs)
+        self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": seconds[0]}
+        return outs, (issued[0], seconds[0])
 
-    def _all_reduce_in_place(self, dist, array, c: Collective) -> None:
+    def _collective_between(self, dist, c: Collective, value):
+        """``c`` on a value between the kernels (summed and gathered in fp32): its result, of the
+        value's kind (a host array, or a torch tensor on the GPU)."""
         import torch
 
         group, ranks = self._group(dist, c.axis)
-        with _trace.span(f"all_reduce after {c.after}", "comm"):
-            t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-            what = f"the output of its fused kernel {c.after!r}"
-            self._wait(dist.all_reduce(t, group=group, async_op=True), "all_reduce", [], c.axis, ranks, what)
-            array[...] = t.numpy().astype(array.dtype, copy=False)
+        what = c.value_name
+        with _trace.span(f"{c.kind} of {what}", "comm"):
+            # a copy: the value the collective reads may be read again (by another kernel, as an output)
+            if isinstance(value, torch.Tensor):
+                t = value.to(torch.float32, copy=True)
+                return self._run_one(dist, c, t, group, ranks, [], what).to(value.dtype)
+            t = torch.from_numpy(np.array(value, dtype=np.float32))
+            t = self._run_one(dist, c, t, group, ranks, [], what)
+            return t.numpy().astype(value.dtype, copy=False)
 
-    def _finish(self, dist, results: list, as_tuple: bool, issued: int):
-        """The output collectives (``issued``: those that already ran inside the kernel)."""
+    def _run_one(self, dist, c: Collective, t, group, ranks: list[int], outputs: list[int], value: str = ""):
+        """One all-reduce, reduce-scatter or all-gather of ``t`` (fp32) over ``c.axis``: its result."""
+        import torch
+
+        if c.kind == "all_gather":
+            parts = [torch.empty_like(t) for _ in ranks]
+            work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
+            self._wait(work, "all_gather", outputs, c.axis, ranks, value)
+            return torch.cat(parts, dim=c.dim)
+        self._wait(dist.all_reduce(t, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
+        if c.kind == "reduce_scatter":  # gloo has no reduce_scatter: the sum, then this rank's piece
+            piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]
+            t = torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
+        return t
+
+    def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float]):
+        """The output collectives (``inside``: the count and seconds of those that ran between the kernels)."""
+        issued, between = inside
         import torch
 
         rank = dist.get_rank()
@@ -449,25 +503,9 @@ class ShardedCompiledKernel:
                 if c.kind == "all_reduce":
                     continue
                 group, ranks = self._group(dist, c.axis)
-                t = tensors[c.output]
-                if c.kind == "reduce_scatter":  # gloo has no reduce_scatter: the sum, then this rank's piece
-                    work = dist.all_reduce(t, group=group, async_op=True)
-                    self._wait(work, "reduce_scatter", [c.output], c.axis, ranks)
-                    piece = self.sharded.mesh.coords(rank)[c.axis]
-                    t = torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
-                else:
-                    parts = [torch.empty_like(t) for _ in ranks]
-                    self._wait(
-                        dist.all_gather(parts, t.contiguous(), group=group, async_op=True),
-                        "all_gather",
-                        [c.output],
-                        c.axis,
-                        ranks,
-                    )
-                    t = torch.cat(parts, dim=c.dim)
-                tensors[c.output] = t
+                tensors[c.output] = self._run_one(dist, c, tensors[c.output], group, ranks, [c.output])
                 issued += 1
-        self.stats = {"collectives": issued, "rank": rank, "comm_seconds": time.perf_counter() - begin}
+        self.stats = {"collectives": issued, "rank": rank, "comm_seconds": between + time.perf_counter() - begin}
         outs = [
             t.to(dt) if torch_out else t.numpy().astype(dt, copy=False)
             for t, dt, torch_out in zip(tensors, dtypes, as_torch, strict=True)

@@ -133,8 +133,10 @@ class TorchMemory(Memory):
         torch.cuda.synchronize(self.device)
 
 
-def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
-    """Run every fused kernel of ``instance`` on the GPU; numpy in gives numpy out, torch in gives torch out."""
+def run_on_gpu(instance, arrays: Sequence[Any], collective=None) -> Any:
+    """Run every fused kernel of ``instance`` on the GPU; numpy in gives numpy out, torch in gives torch out.
+    ``collective``: a sharded kernel's hook for the collectives between its kernels (``Instance.run``),
+    which receives and returns torch tensors on the device."""
     if not gpu_available():
         raise NotRunnableError(
             f"{instance.kernel.name} for {instance.config.name}: no NVIDIA GPU is visible to torch here "
@@ -148,14 +150,15 @@ def run_on_gpu(instance, arrays: Sequence[Any]) -> Any:
     ]
     memory = TorchMemory(device)
     entry = instance.gpu_entry
-    if entry is not None and _trace.active() is None:  # one call of the kernel's tvm-ffi library runs them all
+    if entry is not None and _trace.active() is None and collective is None:
+        # one call of the kernel's tvm-ffi library runs them all
         function, plan = entry  # it enters the tensors' device itself, and runs on torch's current stream
         held = [memory.hold(value, t.dtype, t.shape) for value, t in zip(inputs, plan.inputs, strict=True)]
         outs = [memory.empty(t.shape, t.dtype) for t in plan.outputs]
         function(*held, *outs)
         result = tuple(outs) if instance.graph.simplified.tuple_output else outs[0]
     else:  # under a trace each device kernel runs on its own, a span (and NVTX range) each, synchronised
-        result = instance.run(inputs, memory)
+        result = instance.run(inputs, memory, collective=collective)
     if tensors:
         return result
     if isinstance(result, tuple):

@@ -218,14 +218,24 @@ class Instance:
         arrays: Sequence[Any],
         memory: Memory | None = None,
         device_run: Callable[[DeviceKernel, dict[str, Any]], None] | None = None,
+        collective: Callable[[Any, Any], Any] | None = None,
     ) -> Any:
         """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
         output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``).
         On the host, one call of the tvm-ffi entry runs them all where it can (:attr:`host_entry`).
         ``device_run(device, named)`` runs one device kernel instead of :meth:`DeviceKernel.run`
-        (the Tenstorrent emulator: ``CompiledKernel.emulate``)."""
+        (the Tenstorrent emulator: ``CompiledKernel.emulate``). A sharded kernel's collectives
+        between its kernels (``graph.simplified.collectives``) are computed by
+        ``collective(c, value)`` when a kernel first reads them (``tessera.distributed``)."""
         device_run = device_run or DeviceKernel.run
-        if memory is None:
+        steps = {c.var: c for c in self.graph.simplified.collectives}
+        if steps and collective is None:
+            raise ArgumentError(
+                f"{self.kernel.name}: its kernels exchange values through collectives "
+                f"({', '.join(f'{c.kind} over {c.axis!r}' for c in steps.values())}); run it through "
+                "ts.compile(ts.shard(...)) under torch.distributed"
+            )
+        if memory is None and not steps:
             result = self._run_entry(arrays)
             if result is not None:
                 return result
@@ -237,8 +247,17 @@ class Instance:
                 )
         memory = memory or HOST
         values: dict[Any, Any] = dict(zip(self.graph.params, arrays, strict=True))
+
+        def value(var):
+            if var not in values and var in steps:  # a collective between the kernels
+                c = steps[var]
+                values[var] = collective(c, value(c.source))
+            return values[var]
+
         traced = _trace.active() is not None
         for launch in self.launches:
+            for var, *_ in launch.inputs:
+                value(var)
             if traced:
                 self._run_traced(launch, values, memory, device_run)
                 continue
@@ -249,7 +268,7 @@ class Instance:
             var, dtype, shape = launch.result
             values[var] = memory.result(out, dtype, shape)
         params = set(self.graph.params)
-        results = [memory.copy(values[o]) if o in params else values[o] for o in self.graph.outputs]
+        results = [memory.copy(values[o]) if o in params else value(o) for o in self.graph.outputs]
         return tuple(results) if self.graph.simplified.tuple_output else results[0]
 
     @staticmethod

@@ -47,6 +47,11 @@ def module_plan(instance: Instance) -> ModulePlan:
     """The entry plan of ``instance``: inputs, outputs, intermediates, calls (see the module docstring)."""
     kernel, graph, env = instance.kernel, instance.graph, instance.env
     where = f"{kernel.name} ({instance.config.name})"
+    if graph.simplified.collectives:
+        raise ModuleError(
+            f"{where}: a sharded kernel whose kernels exchange values through collectives has no single "
+            "tvm-ffi entry (the collectives run on torch.distributed between its kernels)"
+        )
     names: dict[Any, str] = {}
     tensors: dict[str, TensorArg] = {}
 

@@ -7,7 +7,7 @@ short loop over the dataflow block instead of a Relax mutator.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +91,9 @@ class FlatFunction:
     nodes: list[Node]
     outputs: list[Any]  # relax exprs (Vars, or params)
     tuple_output: bool = False
+    # a sharded kernel's collectives between its kernels (sharding.Collective, in program order):
+    # values the nodes read that no node computes (read_kernels)
+    collectives: list[Any] = field(default_factory=list)
 
     def producers(self) -> dict[Any, Node]:
         return {n.var: n for n in self.nodes}
@@ -150,8 +153,16 @@ def call_with(node: Node, args: Sequence[Any]):
     return relax.Call(call.op, list(args), call.attrs, call.sinfo_args)
 
 
-def rebuild(flat: FlatFunction, attrs: dict[str, Any] | None = None, *, private: bool = False):
-    """A Relax function computing ``flat`` (nodes re-emitted in order, struct info re-inferred)."""
+def rebuild(
+    flat: FlatFunction,
+    attrs: dict[str, Any] | None = None,
+    *,
+    private: bool = False,
+    remake: Callable[[Node, list], Any] | None = None,
+):
+    """A Relax function computing ``flat`` (nodes re-emitted in order, struct info re-inferred).
+    ``remake(node, args)`` gives a node's new call where struct info cannot be re-inferred (a
+    ``call_pure_packed``'s declared result), or None for the usual one."""
     bb = relax.BlockBuilder()
     subst: dict[Any, Any] = {}
 
@@ -162,7 +173,8 @@ def rebuild(flat: FlatFunction, attrs: dict[str, Any] | None = None, *, private:
         with bb.dataflow():
             out_set = {o for o in flat.outputs if isinstance(o, relax.Var)}
             for node in flat.nodes:
-                expr = call_with(node, [arg(a) for a in node.args])
+                args = [arg(a) for a in node.args]
+                expr = (remake and remake(node, args)) or call_with(node, args)
                 if node.var in out_set:
                     subst[node.var] = bb.emit_output(expr, name_hint=node.name)
                 else:

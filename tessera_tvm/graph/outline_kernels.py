@@ -7,13 +7,14 @@ the Graph IR that ``inspect_ir("graph")`` shows and the later stages read (:func
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .._tvm import tvm
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .fusion import GROUPS_ATTR, KernelGroup, read_groups
 from .nodes import FlatFunction, GraphIRError, Node, call_with, flatten, kernel_functions, keyed, rebuild
-from .sharding import collective_name, is_collective
+from .sharding import Collective, collective_name, function_collectives, is_collective
 
 relax = tvm.relax
 
@@ -93,8 +94,9 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
 
     Each call of an outlined function is inlined: its bindings read the caller's values and its last
     binding is the caller's. A sharded kernel's collectives (``tessera.InsertCollectives``) are not
-    kernels: the outputs are read as the local values they act on (``sharding.read_collectives``
-    lists them). Without OutlineKernels (disabled), the groups come from the function's
+    kernels: those at an output are read as the local values they act on, and those between the
+    kernels keep their values and are listed in ``FlatFunction.collectives`` (``Instance.run`` asks
+    the runtime to compute them). Without OutlineKernels (disabled), the groups come from the function's
     ``tessera.kernel_groups`` attribute.
     """
     func = mod[name]
@@ -107,13 +109,19 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
     value_of: dict[Any, Any] = {}
     nodes: list[Node] = []
     groups: list[KernelGroup] = []
+    between = {c.var: c for c in function_collectives(func) if c.output < 0}
+    collectives: list[Collective] = []
     for binding in blocks[0].bindings if blocks else []:
         call = binding.value
         if isinstance(call, relax.Var):
             value_of[binding.var] = value_of.get(call, call)
             continue
-        if collective_name(call) is not None:  # a sharded kernel's collective (tessera.InsertCollectives):
-            value_of[binding.var] = value_of.get(call.args[1], call.args[1])  # the local value it acts on
+        if collective_name(call) is not None:  # a sharded kernel's collective (tessera.InsertCollectives)
+            c = between.get(binding.var)
+            if c is None:  # at an output, run after the kernels: the output is the local value it acts on
+                value_of[binding.var] = value_of.get(call.args[1], call.args[1])
+            else:  # between the kernels: a value of its own, which the runtime's hook computes
+                collectives.append(replace(c, source=value_of.get(c.source, c.source)))
             continue
         callee = call.op if isinstance(call, relax.Call) else None
         if not isinstance(callee, tvm.ir.GlobalVar) or "tessera.family" not in (mod[callee].attrs or {}):
@@ -125,9 +133,15 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
         inner = flatten(kernel, str(callee.name_hint))
         args = dict(zip(kernel.params, [value_of.get(a, a) for a in call.args], strict=True))
         (result,) = inner.outputs
+        site = binding.var
+        if site.struct_info.shape is None and result.struct_info.shape is not None:
+            # a kernel reading a gathered value (shape S * 2) returns a shape its signature cannot
+            # state; the value keeps the shape its body computes (dims are bound by name)
+            site = relax.Var(site.name_hint, result.struct_info)
+            value_of[binding.var] = site
         members = []
         for node in inner.nodes:
-            var = binding.var if node.var.same_as(result) else node.var
+            var = site if node.var.same_as(result) else node.var
             args[node.var] = var
             members.append(Node(var, node.op, [args.get(a, a) for a in node.args], node.call, node.attrs))
         nodes += members
@@ -135,6 +149,11 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
     result = func.body.body
     outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
     flat = FlatFunction(
-        name, list(func.params), nodes, [value_of.get(o, o) for o in outputs], isinstance(result, relax.Tuple)
+        name,
+        list(func.params),
+        nodes,
+        [value_of.get(o, o) for o in outputs],
+        isinstance(result, relax.Tuple),
+        collectives,
     )
     return flat, groups

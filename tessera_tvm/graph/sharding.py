@@ -2,14 +2,14 @@
 
 A sharded kernel's function carries ``tessera.sharding`` (set by ``tessera.shard``): the device mesh
 (``{axis: size}``, 1-D or 2-D), each parameter's split (``{param: {mesh axis: dim index}}``; absent:
-replicated) and the sharding each output must have. :func:`propagate` follows it through the flat
+replicated) and the sharding each output must have. :class:`_Propagator` follows it through the flat
 graph, one mesh axis at a time. Each value is then one of the following:
 
     replicated              every rank holds all of it
     ("split", d)            dim d is cut into equal, contiguous pieces, piece i on the rank with coordinate i
     ("partial",)            every rank holds a summand; the value is their sum
 
-It uses these rules (anything else raises :class:`ShardingError`, naming the op and the remedy):
+It uses these rules:
 
     element-wise ops        splits must agree on a dim every operand has (broadcast dims replicated);
                             partial only through +/- of partials, negation, casts and * by a replicated
@@ -17,28 +17,43 @@ It uses these rules (anything else raises :class:`ShardingError`, naming the op 
     matmul                  a split on K and b split on K -> partial; a split on a row or batch dim, or
                             b split on N -> that output dim split; partial times replicated -> partial
     permute_dims            the split dim moves with its axis
-    attention               q, k, v split alike on batch or heads -> output split there
+    attention               q, k, v split alike on batch or heads -> output split there; q split on
+                            its sequence with k and v whole (not causal) -> output split there
     softmax, norms, sums    a split on a dim they do not reduce passes through
 
-``tessera.InsertCollectives`` (a graph pass before fusion) adds the collectives this implies, as
-bindings of the kernel function: an all-reduce where a partial sum meets an op that needs the whole
-sum (a nonlinear op, a replicated operand such as a residual), and at each output what brings it
-to the sharding it must have. The fusion passes never fuse across them, and OutlineKernels keeps them
-in the kernel function between the kernels they separate:
+Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propagator.mend`):
+
+    a partial sum           reduce-scattered on the dim another operand is split on (a residual
+                            split on the rows), else all-reduced
+    a split value           all-gathered on its split dim: the fewest inputs that let the rule hold,
+                            in argument order (``x @ W1`` with x split on rows and W1 on columns
+                            gathers x; a softmax over a split row gathers the row). A permute's
+                            result is gathered as the permute of its gathered input, so layout
+                            permutes stay next to the attention that takes them in
+
+What cannot be mended (causal attention with its query sequence split: each rank would need a mask
+offset of its own) raises :class:`ShardingError`, naming the op and the remedy.
+
+``tessera.InsertCollectives`` (a graph pass before fusion) adds these collectives, and at each
+output what brings it to the sharding it must have, as bindings of the kernel function. The fusion
+passes never fuse across them, and OutlineKernels keeps them in the kernel function between the
+kernels they separate:
 
     partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
     partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
     split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
 
-Inside a kernel only all-reduces are placed (they keep the shape, so the runtime sums the producing
-kernel's output in place before the next kernel reads it). A split value that would have to be
-gathered inside a kernel raises an error. ``read_collectives`` returns the collectives for the runtime
-(``tessera.distributed``), which runs them on torch.distributed.
+A collective that a kernel reads runs between the kernels (``read_kernels`` keeps its value, of its
+own shape, and lists it in ``FlatFunction.collectives``; ``Instance.run`` calls the runtime's hook
+for it when a kernel first needs it). The collectives at the outputs run after the kernels, where
+they are bucketed and may overlap other work. ``read_collectives`` returns both kinds for the
+runtime (``tessera.distributed``), which runs them on torch.distributed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._tvm import tvm
@@ -77,17 +92,31 @@ class ShardingError(TesseraError):
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective at a kernel output: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter)."""
+    """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
+    ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
 
     kind: str  # "all_reduce" | "reduce_scatter" | "all_gather"
-    output: int  # index of the kernel output, or -1 inside the kernel
+    output: int  # index of the kernel output, or -1 between the kernels
     axis: str
     dim: int | None = None
-    after: str = ""  # inside the kernel: the fused kernel whose output it sums (read_collectives)
+    after: str = ""  # between the kernels: the fused kernel whose output it acts on ("" for a parameter)
+    var: Any = field(default=None, compare=False, repr=False)  # its value (the binding's var)
+    source: Any = field(default=None, compare=False, repr=False)  # the value it acts on
 
     def text(self, name: str) -> str:
         where = "" if self.dim is None else f", dim {self.dim}"
         return f"{self.kind}({name}) over {self.axis!r}{where}"
+
+    @property
+    def value_name(self) -> str:
+        """What it acts on, in words: ``output 0``, ``matmul's output``, ``parameter X``."""
+        if self.output >= 0:
+            return f"output {self.output}"
+        return f"{self.after}'s output" if self.after else str(self.source.name_hint)
+
+
+class _Unmendable(ShardingError):
+    """A rule's refusal that no collective on the inputs can mend."""
 
 
 def _rank(value) -> int:
@@ -126,14 +155,15 @@ class _Propagator:
         )
 
     def needs_sum(self, node, axis: str) -> ShardingError:
-        """A partial sum reaching an op that needs the whole sum: :meth:`run` places an all-reduce."""
+        """A partial sum reaching an op that needs the whole sum: :meth:`mend` sums it first."""
         return self.fail(node, axis, "a partial sum reaches it", "its all-reduce comes first")
 
     def run(self) -> dict[Any, dict[str, tuple]]:
-        """The state of every value. Where a partial sum meets an op that needs the whole sum, an
-        all-reduce of it is placed first (``self.nodes`` is the node list with them)."""
+        """The state of every value. Where an op's inputs break its rule, the collectives that make
+        them fit are placed first (``self.nodes`` is the node list with them)."""
         self.nodes: list = []
-        self.reduced: dict[tuple, Any] = {}  # (value, axis) -> its all-reduced var
+        self.producers: dict[Any, Any] = {}
+        self.placed: dict[tuple, Any] = {}  # (value, kind, axis, dim) -> the collective's var
         for node in self.flat.nodes:
             out = {}
             for axis in self.mesh:
@@ -142,39 +172,119 @@ class _Propagator:
                     continue
                 try:
                     result = self.rule(node, axis, ins)
-                except ShardingError:
-                    if not any(s == ("partial",) for s in ins):
-                        raise
-                    node = self._reduce_inputs(node, axis)
-                    ins = [self.of(a).get(axis) for a in node.args]
-                    if all(s is None for s in ins):
-                        continue
-                    result = self.rule(node, axis, ins)
+                except _Unmendable:
+                    raise
+                except ShardingError as exc:
+                    node, result = self.mend(node, axis, exc)
                 if result is not None:
                     out[axis] = result
-            self.state[node.var] = out
-            self.nodes.append(node)
+            self._append(node, out)
+        self._drop_unused()
         return self.state
 
-    def _reduce_inputs(self, node, axis: str):
-        """``node`` reading, for each partial input over ``axis``, its all-reduced value (placed once)."""
-        from .nodes import Node, node_of
+    def _drop_unused(self) -> None:
+        """Drop the nodes a gather left unread (a permute now applied to the gathered input)."""
+        while True:
+            used = {a for n in self.nodes for a in n.args if isinstance(a, relax.Var)}
+            used.update(o for o in self.flat.outputs if isinstance(o, relax.Var))
+            kept = [n for n in self.nodes if n.var in used]
+            if len(kept) == len(self.nodes):
+                return
+            self.nodes = kept
 
+    def mend(self, node, axis: str, error: ShardingError) -> tuple[Any, tuple | None]:
+        """``node`` reading collectives of its inputs over ``axis`` that let its rule hold, and the
+        rule's result. Partial sums are summed first: reduce-scattered on the dim another operand is
+        split on, else all-reduced. Then, if the rule still fails, the fewest split inputs (in
+        argument order) are all-gathered. ``error`` is raised when nothing helps."""
+        ins = [self.of(a).get(axis) for a in node.args]
+        if any(s == ("partial",) for s in ins):
+            node = self._sum_partials(node, axis, ins)
+            ins = [self.of(a).get(axis) for a in node.args]
+            if all(s is None for s in ins):
+                return node, None
+            try:
+                return node, self.rule(node, axis, ins)
+            except _Unmendable:
+                raise
+            except ShardingError as exc:
+                error = exc
+        split = [k for k, s in enumerate(ins) if s is not None and s[0] == "split" and _tensor(node.args[k])]
+        for size in range(1, len(split) + 1):
+            for gathered in itertools.combinations(split, size):
+                trial = [None if k in gathered else s for k, s in enumerate(ins)]
+                try:
+                    result = None if all(s is None for s in trial) else self.rule(node, axis, trial)
+                except _Unmendable:
+                    raise
+                except ShardingError:
+                    continue
+                args = list(node.args)
+                for k in gathered:
+                    args[k] = self._gather(args[k], axis, ins[k][1])
+                return _with_args(node, args), result
+        raise error
+
+    def _sum_partials(self, node, axis: str, ins: list):
+        """``node`` reading each partial input over ``axis`` summed: reduce-scattered on the dim an
+        element-wise op's other operand is split on (then the sum arrives split as that operand is),
+        else all-reduced."""
         args = list(node.args)
-        for k, a in enumerate(args):
-            if self.of(a).get(axis) != ("partial",):
+        out_rank = _rank(node.var) if _tensor(node.var) else 0
+        split_dims = {
+            out_rank - _rank(a) + s[1]
+            for a, s in zip(node.args, ins, strict=True)
+            if s is not None and s[0] == "split" and _tensor(a)
+        }
+        for k, (a, s) in enumerate(zip(node.args, ins, strict=True)):
+            if s != ("partial",):
                 continue
-            key = (a, axis)
-            if key not in self.reduced:
-                call = relax.op.call_pure_packed(
-                    "tessera.all_reduce", a, relax.StringImm(axis), sinfo_args=[a.struct_info]
-                )
-                var = relax.Var(f"{a.name_hint}_all_reduce", a.struct_info)
-                self.nodes.append(node_of(var, call))
-                self.state[var] = {x: s for x, s in self.of(a).items() if x != axis}
-                self.reduced[key] = var
-            args[k] = self.reduced[key]
-        return Node(node.var, node.op, args, node.call, node.attrs)
+            scatter = None
+            if node.op in _BINARY and len(split_dims) == 1:
+                (d,) = split_dims
+                local = d - (out_rank - _rank(a))
+                if local >= 0 and not _is_one(_dims(a)[local]):
+                    scatter = local
+            if scatter is None:
+                args[k] = self._collective("all_reduce", a, axis, None)
+            else:
+                args[k] = self._collective("reduce_scatter", a, axis, scatter)
+        return _with_args(node, args)
+
+    def _gather(self, value, axis: str, dim: int):
+        """``value`` all-gathered on ``dim`` over ``axis``. A permute's result is gathered as the
+        permute of its gathered input, so layout permutes stay next to the op that reads them (an
+        attention kernel takes its Q, K, V permutes in)."""
+        producer = self.producers.get(value)
+        if producer is not None and producer.op == "permute_dims" and isinstance(producer.args[0], relax.Var):
+            source = producer.args[0]
+            source_dim = list(producer.attrs["axes"])[dim]
+            if self.of(source).get(axis) == ("split", source_dim):
+                key = (value, "permuted_gather", axis, dim)
+                if key not in self.placed:
+                    gathered = self._gather(source, axis, source_dim)
+                    node = _with_args(producer, [gathered], relax.Var(value.name_hint, value.struct_info))
+                    self._append(node, {x: st for x, st in self.of(value).items() if x != axis})
+                    self.placed[key] = node.var
+                return self.placed[key]
+        return self._collective("all_gather", value, axis, dim)
+
+    def _append(self, node, state: dict) -> None:
+        self.nodes.append(node)
+        self.producers[node.var] = node
+        self.state[node.var] = state
+
+    def _collective(self, kind: str, value, axis: str, dim: int | None):
+        """The var of ``kind`` of ``value`` over ``axis`` (placed once per value, kind, axis, dim)."""
+        key = (value, kind, axis, dim)
+        if key not in self.placed:
+            node = collective_node(kind, value, axis, dim, self.mesh[axis])
+            after = {x: st for x, st in self.of(value).items() if x != axis}
+            if kind == "reduce_scatter":
+                after[axis] = ("split", dim)
+            self._append(node, after)
+            self.placed[key] = node.var
+        return self.placed[key]
 
     # ---- rules: the output's state on one axis from the inputs' (None: replicated) ----
     def rule(self, node, axis: str, ins: list) -> tuple | None:
@@ -275,6 +385,21 @@ class _Propagator:
         return ("split", ro - rb + sb[1])  # batch
 
     def attention(self, node, axis, ins) -> tuple | None:
+        q, k, v = ins[:3]
+        if q == ("split", 1):  # the query sequence (nn.attention is B, S, H, D)
+            if node.attrs.get("causal_mask") is not None:
+                raise _Unmendable(
+                    str(
+                        self.fail(
+                            node,
+                            axis,
+                            "causal attention with the query sequence split needs a mask offset per rank",
+                            "split batch or heads instead, or keep the sequence whole",
+                        )
+                    )
+                )
+            if k is None and v is None:
+                return q  # each rank's queries against all keys
         if any(s is None for s in ins) or len({s for s in ins}) != 1 or ins[0][0] != "split" or ins[0][1] not in (0, 2):
             raise self.fail(
                 node,
@@ -308,6 +433,34 @@ class _Propagator:
         return s
 
 
+def _with_args(node, args: list, var=None):
+    from .nodes import Node
+
+    return Node(node.var if var is None else var, node.op, args, node.call, node.attrs)
+
+
+def collective_node(kind: str, value, axis: str, dim: int | None, ranks: int):
+    """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim])``, its
+    shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter) by the
+    ``ranks`` on ``axis``."""
+    from .nodes import node_of
+
+    call = collective_call(kind, value, axis, dim, ranks)
+    return node_of(relax.Var(f"{value.name_hint}_{kind}", call.sinfo_args[0]), call)
+
+
+def collective_call(kind: str, value, axis: str, dim: int | None, ranks: int):
+    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim])`` with its result's struct info."""
+    dims = _dims(value)
+    if kind == "all_gather":
+        dims[dim] = dims[dim] * ranks
+    elif kind == "reduce_scatter":
+        dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
+    sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
+    args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
+    return relax.op.call_pure_packed(f"tessera.{kind}", *args, sinfo_args=[sinfo])
+
+
 def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
     wanted = sharding.get("outputs", [])
     out = []
@@ -335,28 +488,16 @@ def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Col
 
 
 def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatFunction:
-    """``flat`` with its collectives as nodes: all-reduces where partial sums meet ops that need the
-    whole sum, then what each output needs."""
-    from .nodes import node_of
-
+    """``flat`` with its collectives as nodes: those that let each op's inputs fit its rule (see
+    :meth:`_Propagator.mend`), then what each output needs."""
     prop = _Propagator(flat, sharding, kernel)
     state = prop.run()
     nodes = list(prop.nodes)
     outputs = list(flat.outputs)
-    mesh = sharding["mesh"]
     for c in _output_collectives(outputs, state, sharding, kernel):
-        x = outputs[c.output]
-        dims = _dims(x)
-        if c.kind == "all_gather":
-            dims[c.dim] = dims[c.dim] * mesh[c.axis]  # the local piece times the ranks on the axis
-        elif c.kind == "reduce_scatter":
-            dims[c.dim] = tvm.tirx.floordiv(dims[c.dim], mesh[c.axis])
-        sinfo = relax.TensorStructInfo(dims, x.struct_info.dtype)
-        args = [x, relax.StringImm(c.axis)] + ([] if c.dim is None else [relax.PrimValue(c.dim)])
-        call = relax.op.call_pure_packed(f"tessera.{c.kind}", *args, sinfo_args=[sinfo])
-        var = relax.Var(f"{x.name_hint}_{c.kind}", sinfo)
-        nodes.append(node_of(var, call))
-        outputs[c.output] = var
+        node = collective_node(c.kind, outputs[c.output], c.axis, c.dim, sharding["mesh"][c.axis])
+        nodes.append(node)
+        outputs[c.output] = node.var
     return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output)
 
 
@@ -365,28 +506,42 @@ def is_collective(node) -> bool:
 
 
 def read_collectives(mod, name: str) -> list[Collective]:
-    """The collectives ``tessera.InsertCollectives`` placed in kernel ``name`` (in order)."""
-    func = mod[name]
+    """The collectives ``tessera.InsertCollectives`` placed in kernel ``name``, in program order."""
+    return function_collectives(mod[name])
+
+
+def function_collectives(func) -> list[Collective]:
+    """The collectives among ``func``'s bindings. One is at an output (``output`` >= 0: it runs after
+    the kernels) when its value, through later collectives of it (a 2-D mesh), is returned and no
+    kernel reads it; the others run between the kernels (``output`` -1)."""
     result = func.body.body
     outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
     bindings = list(func.body.blocks[0].bindings) if func.body.blocks else []
     producers = {b.var: b.value for b in bindings}
+    kinds = {b.var: collective_name(b.value) for b in bindings}
+    read_by_kernel = set()
+    for b in bindings:
+        if kinds[b.var] is None and isinstance(b.value, relax.Call):
+            read_by_kernel.update(a for a in b.value.args if isinstance(a, relax.Var))
     found = []
     for b in bindings:
-        kind = collective_name(b.value)
+        kind = kinds[b.var]
         if kind is None:
             continue
-        chain = b.var
-        later = [x for x in bindings if collective_name(x.value) and x.value.args[1].same_as(chain)]
-        while later:  # a second collective on the same output (a 2-D mesh) consumes this one
-            chain = later[0].var
-            later = [x for x in bindings if collective_name(x.value) and x.value.args[1].same_as(chain)]
+        chain, inner = b.var, b.var in read_by_kernel
+        later = [x.var for x in bindings if kinds[x.var] and x.value.args[1].same_as(chain)]
+        while later:  # a second collective on the same value (a 2-D mesh) consumes this one
+            chain = later[0]
+            inner = inner or chain in read_by_kernel
+            later = [x.var for x in bindings if kinds[x.var] and x.value.args[1].same_as(chain)]
         index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
         args = b.value.args  # (callee, x, axis[, dim])
         dim = int(args[3].value) if len(args) > 3 else None
         source = producers.get(args[1])
         after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
-        found.append(Collective(kind, index, str(args[2].value), dim, after if index < 0 else ""))
+        if inner or index < 0:
+            index = -1
+        found.append(Collective(kind, index, str(args[2].value), dim, after if index < 0 else "", b.var, args[1]))
     return found
 
 
@@ -417,9 +572,19 @@ def _insert_collectives(ctx: BuildContext):
             flat = flatten(func, name)
             if any(is_collective(n) for n in flat.nodes):
                 continue  # placed already
-            sharded = insert_collectives(flat, _plain(func.attrs[SHARDING_ATTR]), name)
+            sharding = _plain(func.attrs[SHARDING_ATTR])
+            sharded = insert_collectives(flat, sharding, name)
             placed += sum(1 for n in sharded.nodes if is_collective(n))
-            funcs[gv] = rebuild(sharded, dict(func.attrs))
+
+            def remake(node, args, mesh=sharding["mesh"]):
+                """A collective's result on its input as rebuilt (a gather upstream changes its shape)."""
+                kind = collective_name(node.call)
+                if kind is None:
+                    return None
+                axis, dim = str(args[2].value), int(args[3].value) if len(args) > 3 else None
+                return collective_call(kind, args[1], axis, dim, mesh[axis])
+
+            funcs[gv] = rebuild(sharded, dict(func.attrs), remake=remake)
         report_status(f"{placed} collective{'s' if placed != 1 else ''}" if funcs else "not sharded")
         return replace_functions(mod, funcs) if funcs else mod
 

@@ -95,6 +95,106 @@ def scenario_attention(rank: int, world: int) -> dict:
     return {"err": float(np.abs(out - attention.reference(*arrays)).max()), "shape": list(out.shape)}
 
 
+def scenario_sequence_parallel(rank: int, world: int) -> dict:
+    """Megatron sequence parallelism in one kernel: the rows of X are split; the norm runs on each
+    rank's rows, they are all-gathered for the column-parallel matmul, and the row-parallel partial
+    sum is reduce-scattered onto the residual's rows."""
+
+    @ts.kernel
+    def block(
+        X: Tensor["S", "D", ts.f32], g: Tensor["D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]
+    ) -> Tensor["S", "D", ts.f32]:
+        return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
+
+    specs = {"X": ts.Split("S"), "W1": ts.Split("F"), "W2": ts.Split("F")}
+    shapes = {"S": 32, "D": 32, "F": 64}
+    arrays = _arrays(np.random.default_rng(8), block, shapes)
+    ref = block.reference(*arrays)
+    rows = ts.shard(block, ts.Mesh({"tp": world}), specs, outputs=ts.Split("S"))
+    k = ts.compile(rows, target="cpu")
+    out = k(*rows.local_arrays(arrays, rank))
+    import torch
+
+    as_torch = k(*[torch.from_numpy(a) for a in rows.local_arrays(arrays, rank)])
+    whole = ts.shard(block, ts.Mesh({"tp": world}), specs)  # the result's rows gathered at the output
+    k_whole = ts.compile(whole, target="cpu")
+    out_whole = k_whole(*whole.local_arrays(arrays, rank))
+    return {
+        "err": float(np.abs(out - np.split(ref, world, axis=0)[rank]).max()),
+        "torch_err": float(np.abs(as_torch.numpy() - np.split(ref, world, axis=0)[rank]).max()),
+        "issued": k.stats["collectives"],
+        "kinds": [(c.kind, c.output) for c in k.collectives],
+        "sched": k.inspect_ir("sched"),
+        "whole_err": float(np.abs(out_whole - ref).max()),
+        "whole_shape": list(out_whole.shape),
+    }
+
+
+def scenario_sequence_attention(rank: int, world: int) -> dict:
+    """The query sequence split, keys and values gathered; and a softmax over a split row."""
+
+    @ts.kernel
+    def attend(
+        Q: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "H", "T", "E", ts.f32],
+        V: Tensor["B", "H", "T", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V)
+
+    @ts.kernel
+    def scores(x: Tensor["M", "N", ts.f32], w: Tensor["N", "K", ts.f32]) -> Tensor["M", "K", ts.f32]:
+        return ops.softmax(ops.matmul(x, w), axis=-1)
+
+    mesh = ts.Mesh({"tp": world})
+    shapes = {"B": 1, "H": 2, "S": 16 * world, "T": 8 * world, "E": 16}
+    arrays = _arrays(np.random.default_rng(9), attend, shapes)
+    sharded = ts.shard(attend, mesh, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")})
+    out = ts.compile(sharded, target="cpu")(*sharded.local_arrays(arrays, rank))
+    soft_arrays = _arrays(np.random.default_rng(10), scores, {"M": 8, "N": 16, "K": 32})
+    soft = ts.shard(scores, mesh, {"w": ts.Split("K")})
+    soft_out = ts.compile(soft, target="cpu")(*soft.local_arrays(soft_arrays, rank))
+    return {
+        "err": float(np.abs(out - attend.reference(*arrays)).max()),
+        "shape": list(out.shape),
+        "softmax_err": float(np.abs(soft_out - scores.reference(*soft_arrays)).max()),
+    }
+
+
+def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
+    """The sequence-parallel block on the GPU (hopper): the values between the kernels stay torch
+    tensors on the device, and the collectives run through NCCL."""
+    import torch
+
+    @ts.kernel
+    def block(
+        X: Tensor["S", "D", ts.bf16],
+        g: Tensor["D", ts.bf16],
+        W1: Tensor["D", "F", ts.bf16],
+        W2: Tensor["F", "D", ts.bf16],
+    ) -> Tensor["S", "D", ts.bf16]:
+        return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
+
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    specs = {"X": ts.Split("S"), "W1": ts.Split("F"), "W2": ts.Split("F")}
+    shapes = {"S": 128 * world, "D": 128, "F": 256}
+    rng = np.random.default_rng(11)
+    arrays = [
+        (rng.standard_normal(tuple(shapes[d] for d in t.dims)) * 0.1).astype(ts.bf16.numpy) for _, t in block.params
+    ]
+    ref = ts.compile(block, target="cpu")(*arrays).astype(np.float32)
+    sharded = ts.shard(block, ts.Mesh({"tp": world}), specs, outputs=ts.Split("S"))
+    k = ts.compile(sharded, target="hopper")
+    local = [
+        torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).cuda() for a in sharded.local_arrays(arrays, rank)
+    ]
+    out = k(*local)
+    return {
+        "err": float((out.float().cpu().numpy() - np.split(ref, world, axis=0)[rank]).__abs__().max()),
+        "cuda": bool(out.is_cuda),
+        "issued": k.stats["collectives"],
+    }
+
+
 def scenario_buckets(rank: int, world: int) -> dict:
     _, _, three = _kernels()
     arrays = _arrays(np.random.default_rng(2), three, SHAPES)
@@ -187,13 +287,13 @@ def scenario_killed(rank: int, world: int) -> dict:
     return {"error": None}
 
 
-def run(rank: int, world: int, port: int, scenarios: list[str], results) -> None:
-    """A rank: join the gloo group, run the scenarios, report {scenario: data or an exception}."""
+def run(rank: int, world: int, port: int, scenarios: list[str], results, backend: str = "gloo") -> None:
+    """A rank: join the process group, run the scenarios, report {scenario: data or an exception}."""
     import torch.distributed as dist
 
     os.environ.setdefault("TESSERA_REPRO_DIR", "off")
     dist.init_process_group(
-        "gloo",
+        backend,
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,

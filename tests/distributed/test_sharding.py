@@ -94,19 +94,72 @@ def split_rows_then_softmax(x: Tensor["M", "N", ts.f32], w: Tensor["N", "K", ts.
     return ops.softmax(ops.matmul(x, w), axis=-1)
 
 
-def test_a_split_value_that_would_need_a_gather_inside_the_kernel_is_refused():
+def test_a_softmax_over_a_split_row_gathers_the_row_between_the_kernels():
     sharded = ts.shard(split_rows_then_softmax, TP, {"w": ts.Split("K")})  # the softmax row is split
-    with pytest.raises(
-        ShardingError, match=r"nn.softmax\(...\) over mesh axis 'tp': it reduces over dim 1, which is split"
-    ):
-        _collectives(sharded)
+    assert _collectives(sharded) == [Collective("all_gather", -1, "tp", 1, "matmul")]
+    text = sharded.inspect_ir("graph")
+    assert 'matmul_all_gather: R.Tensor((M, K * 2), dtype="float32") = R.call_pure_packed("tessera.all_gather"' in text
+    assert [g.family for g in sharded.graph().groups] == ["gemm", "softmax"]
 
 
-def test_a_row_op_over_a_split_dim_is_refused_and_over_rows_passes():
-    with pytest.raises(ShardingError, match="it reduces over dim 1, which is split"):
-        _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("N"), "w": ts.Split("N")}))
+def test_a_row_op_over_a_split_dim_gathers_its_input_and_over_rows_passes():
+    gathered = _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("N"), "w": ts.Split("N")}))
+    assert gathered == [Collective("all_gather", -1, "tp", 1), Collective("all_gather", -1, "tp", 0)]  # x, then w
+    assert [c.value_name for c in gathered] == ["x", "w"]  # parameters: gathered before the first kernel
     assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")}, outputs=ts.Split("M"))) == []
     assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")})) == [Collective("all_gather", 0, "tp", 0)]
+
+
+@ts.kernel
+def sp_block(
+    X: Tensor["S", "D", ts.f32], g: Tensor["D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]
+) -> Tensor["S", "D", ts.f32]:
+    return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
+
+
+SP = {"X": ts.Split("S"), "W1": ts.Split("F"), "W2": ts.Split("F")}
+
+
+def test_sequence_parallel_block_all_gathers_then_reduce_scatters_inside_the_kernel():
+    # Megatron sequence parallelism: the norm runs on each rank's rows; they are gathered for the
+    # column-parallel matmul; the row-parallel partial sum is reduce-scattered onto the rows of the
+    # residual, which stays split on S: no collective at the output
+    sharded = ts.shard(sp_block, TP, SP, outputs=ts.Split("S"))
+    assert _collectives(sharded) == [
+        Collective("all_gather", -1, "tp", 0, "rms_norm"),
+        Collective("reduce_scatter", -1, "tp", 0, "matmul"),
+    ]
+    text = sharded.inspect_ir("graph")
+    assert 'R.Tensor((S * 2, D), dtype="float32") = R.call_pure_packed("tessera.all_gather"' in text
+    assert 'R.Tensor((S * 2 // 2, D), dtype="float32") = R.call_pure_packed("tessera.reduce_scatter"' in text
+    status = {r.name: r.status for r in sharded.graph().records}
+    assert status["tessera.InsertCollectives"] == "ran (2 collectives)"
+    # left replicated, the rows of the sum are gathered at the output instead
+    whole = ts.shard(sp_block, TP, SP)
+    assert _collectives(whole)[-1] == Collective("all_gather", 0, "tp", 0)
+
+
+@ts.kernel
+def attend(
+    Q: Tensor["B", "H", "S", "E", ts.f32], K: Tensor["B", "H", "T", "E", ts.f32], V: Tensor["B", "H", "T", "E", ts.f32]
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V)
+
+
+@ts.kernel
+def attend_causal(
+    Q: Tensor["B", "H", "S", "E", ts.f32], K: Tensor["B", "H", "S", "E", ts.f32], V: Tensor["B", "H", "S", "E", ts.f32]
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+def test_sequence_parallel_attention_gathers_keys_and_values_and_refuses_causal():
+    sharded = ts.shard(attend, TP, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")}, outputs=ts.Split("S"))
+    kinds = [(c.kind, c.output, c.dim, c.value_name) for c in _collectives(sharded)]
+    assert kinds == [("all_gather", -1, 2, "K"), ("all_gather", -1, 2, "V")]  # on T, before the permutes; Q stays split
+    assert [g.family for g in sharded.graph().groups] == ["attention"]  # the permutes still fused in
+    with pytest.raises(ShardingError, match="causal attention with the query sequence split needs a mask offset"):
+        _collectives(ts.shard(attend_causal, TP, {n: ts.Split("S") for n in ("Q", "K", "V")}))
 
 
 def test_shard_checks_its_arguments():
@@ -151,4 +204,4 @@ def test_the_schedule_ir_names_an_all_reduce_inside_the_kernel():
     sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
     k = ts.compile(sharded, target="cpu", shapes={"M": 4, "D": 8, "F": 16})
     text = k.inspect_ir("sched")
-    assert "sched.collective  all_reduce(matmul's output) over 'tp' on torch.distributed (in place" in text
+    assert "sched.collective  all_reduce(matmul's output) over 'tp' on torch.distributed (between the kernels" in text

@@ -19,11 +19,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(world: int, scenarios: list[str], timeout: float = 240.0) -> dict[int, dict]:
+def _spawn(world: int, scenarios: list[str], timeout: float = 240.0, backend: str = "gloo") -> dict[int, dict]:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=ranks.run, args=(r, world, port, scenarios, results)) for r in range(world)]
+    procs = [ctx.Process(target=ranks.run, args=(r, world, port, scenarios, results, backend)) for r in range(world)]
     for p in procs:
         p.start()
     out: dict[int, dict] = {}
@@ -65,6 +65,22 @@ def test_two_ranks_tensor_parallel_mlp_residual_attention_buckets_and_overlap():
     assert overlap["computed"] >= 1 and overlap["err"] < 1e-4, overlap  # rank 0 computed while it was pending
 
 
+def _check_sequence_parallel(out: dict, world: int) -> None:
+    for rank in range(world):
+        sp = out[rank]["sequence_parallel"]
+        assert sp["err"] < 1e-4 and sp["torch_err"] < 1e-4, sp
+        assert sp["kinds"] == [("all_gather", -1), ("reduce_scatter", -1)] and sp["issued"] == 2, sp
+        assert "sched.collective  all_gather(rms_norm's output) over 'tp', dim 0 on torch.distributed" in sp["sched"]
+        assert sp["whole_err"] < 1e-4 and sp["whole_shape"] == [32, 32], sp
+        att = out[rank]["sequence_attention"]
+        assert att["err"] < 1e-4 and att["shape"] == [1, 2, 16 * world, 16], att  # gathered back at the output
+        assert att["softmax_err"] < 1e-5, att
+
+
+def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
+    _check_sequence_parallel(_spawn(2, ["sequence_parallel", "sequence_attention"]), 2)
+
+
 def test_four_ranks_on_a_two_by_two_mesh():
     out = _spawn(4, ["mlp", "mesh_2d"])
     assert sorted(out) == [0, 1, 2, 3]
@@ -88,3 +104,17 @@ def test_a_dead_rank_is_detected_with_a_clear_error():
     assert result["error"] is not None, "rank 0 returned although rank 1 had died"
     assert "rank 0: all_reduce of output 0 of kernel mlp" in result["error"]
     assert result["seconds"] < 7.0, result
+
+
+@pytest.mark.gpu
+def test_sequence_parallel_on_the_gpu_with_nccl():
+    # one rank per GPU: on a one-GPU machine the mesh has one rank, and the collectives between the
+    # kernels still run, on torch CUDA tensors through NCCL
+    import torch
+
+    world = torch.cuda.device_count()
+    out = _spawn(world, ["gpu_sequence_parallel"], backend="nccl")
+    for rank in range(world):
+        result = out[rank]["gpu_sequence_parallel"]
+        assert result["cuda"] and result["issued"] == 2, result
+        assert result["err"] < 5e-2, result  # bf16 values, f32 accumulation
