@@ -446,11 +446,12 @@ class ShardedCompiledKernel:
         group, ranks = self._group(dist, c.axis)
         what = c.value_name
         with _trace.span(f"{c.kind} of {what}", "comm"):
-            # a copy: the value the collective reads may be read again (by another kernel, as an output)
+            # an all-reduce sums in place: on a copy, as the value may be read again (an output, say)
+            copy = c.kind == "all_reduce"
             if isinstance(value, torch.Tensor):
-                t = value.to(torch.float32, copy=True)
+                t = value.to(torch.float32, copy=copy)
                 return self._run_one(dist, c, t, group, ranks, [], what).to(value.dtype)
-            t = torch.from_numpy(np.array(value, dtype=np.float32))
+            t = torch.from_numpy(np.array(value, dtype=np.float32, copy=copy or None))
             t = self._run_one(dist, c, t, group, ranks, [], what)
             return t.numpy().astype(value.dtype, copy=False)
 
@@ -463,10 +464,14 @@ class ShardedCompiledKernel:
             work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
             self._wait(work, "all_gather", outputs, c.axis, ranks, value)
             return torch.cat(parts, dim=c.dim)
+        if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
+            pieces = [p.contiguous() for p in torch.chunk(t, len(ranks), dim=c.dim)]
+            out = torch.empty_like(pieces[self.sharded.mesh.coords(dist.get_rank())[c.axis]])
+            self._wait(
+                dist.reduce_scatter(out, pieces, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value
+            )
+            return out
         self._wait(dist.all_reduce(t, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
-        if c.kind == "reduce_scatter":  # gloo has no reduce_scatter: the sum, then this rank's piece
-            piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]
-            t = torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
         return t
 
     def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float]):
