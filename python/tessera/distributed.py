@@ -20,9 +20,10 @@ Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into 
 communication thread while the caller computes something else.
 
 A collective that does not finish within ``timeout`` seconds raises :class:`CollectiveError` on the
-rank that waits for it. The error names the rank, the collective, the output and the kernel. A rank
-whose peer died gets the same error, as soon as gloo notices or at the timeout. No output of such a
-call is returned.
+rank that waits for it. The error names the rank, the collective, the output and the kernel, and the
+ranks that are hung or gone: the ranks whose collective failed check in on the process group's
+store, and those that do not within a second are named. A rank whose peer died gets the same error,
+as soon as gloo notices or at the timeout. No output of such a call is returned.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ __all__ = ["CollectiveError", "Mesh", "Pending", "Replicate", "ShardedKernel", "
 DEFAULT_BUCKET_MB = 16.0
 #: Elements of one 32x32 tile: each tensor in a bucket starts on a multiple of it.
 TILE_ELEMS = 32 * 32
+#: Seconds the ranks of a failed collective wait for each other to check in (the rest are named).
+HEALTH_WINDOW = 1.0
 
 
 class CollectiveError(TesseraError, RuntimeError):
@@ -326,6 +329,7 @@ class ShardedCompiledKernel:
         self._groups: dict[str, Any] | None = None
         self._comm: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._waits = 0  # collectives waited for, numbered alike on every rank (_silent_ranks)
 
     def __repr__(self) -> str:
         return f"<ShardedCompiledKernel {self.sharded.name} over {self.sharded.mesh!r} for {self.config.name}>"
@@ -540,18 +544,45 @@ class ShardedCompiledKernel:
         import torch.distributed as dist
 
         timeout = self.sharded.timeout
+        with self._lock:  # every rank issues its collectives in the same order: the same number here
+            self._waits += 1
+            number = self._waits
         value = value or f"output{'s' if len(outputs) > 1 else ''} {', '.join(map(str, outputs))}"
         what = f"rank {dist.get_rank()}: {kind} of {value} of kernel {self.sharded.name} over mesh axis {axis!r} (ranks {ranks})"
         try:
             ok = work.wait(timeout=datetime.timedelta(seconds=timeout))
+            reason = None if ok is not False else "timed out"
         except RuntimeError as exc:
             reason = " ".join(str(exc).split())[:300]
-            if "timed out" in reason.lower() or "timeout" in reason.lower():
-                raise CollectiveError(
-                    f"{what} did not complete within {timeout:g} s: a rank of the group is hung or gone ({reason})"
-                ) from None
-            raise CollectiveError(
-                f"{what} failed: a rank of the group is gone or broke the connection ({reason})"
-            ) from None
-        if ok is False:
-            raise CollectiveError(f"{what} did not complete within {timeout:g} s: a rank of the group is hung or gone")
+        if reason is None:
+            return
+        who = self._silent_ranks(dist, ranks, number)
+        if "timed out" in reason.lower() or "timeout" in reason.lower():
+            raise CollectiveError(f"{what} did not complete within {timeout:g} s: {who} ({reason})") from None
+        raise CollectiveError(f"{what} failed: {who} ({reason})") from None
+
+    def _silent_ranks(self, dist, ranks: list[int], number: int) -> str:
+        """Which ranks of ``ranks`` are hung or gone, in words: each rank whose collective failed checks
+        in on the process group's store under the collective's number, and the ranks that do not
+        within :data:`HEALTH_WINDOW` seconds are named. A store that cannot be reached (it lives with
+        rank 0 under a tcp:// init) leaves the ranks unnamed."""
+        me = dist.get_rank()
+        try:
+            from torch.distributed.distributed_c10d import _get_default_store
+
+            store = _get_default_store()
+            prefix = f"tessera/health/{self.sharded.name}/{number}/"
+            store.set(f"{prefix}{me}", "failed")
+            missing = [r for r in ranks if r != me]
+            deadline = time.monotonic() + min(HEALTH_WINDOW, self.sharded.timeout)
+            while True:
+                missing = [r for r in missing if not store.check([f"{prefix}{r}"])]
+                if not missing or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+        except Exception:  # no store to ask: say what is known
+            return "a rank of the group is hung or gone"
+        if not missing:
+            return "every rank of the group saw it fail (a broken connection, not a missing rank)"
+        names = ", ".join(map(str, missing))
+        return f"rank{'s' if len(missing) > 1 else ''} {names} did not answer: hung or gone"

@@ -269,6 +269,24 @@ def scenario_timeout(rank: int, world: int) -> dict:
     return {"error": None}
 
 
+def scenario_hung_last(rank: int, world: int) -> dict:
+    """The last rank hangs; every other rank names it in its error."""
+    mlp, _, _ = _kernels()
+    sharded = ts.shard(
+        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=2.0
+    )
+    arrays = _arrays(np.random.default_rng(12), mlp, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    if rank == world - 1:
+        time.sleep(6.0)
+        return {"skipped": True}
+    try:
+        k(*sharded.local_arrays(arrays, rank))
+    except ts.CollectiveError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
 def scenario_killed(rank: int, world: int) -> dict:
     mlp, _, _ = _kernels()
     sharded = ts.shard(
@@ -306,5 +324,5 @@ def run(rank: int, world: int, port: int, scenarios: list[str], results, backend
         except Exception:  # reported to the test process
             out[name] = {"exception": traceback.format_exc()}
     results.put((rank, out))
-    if not any(n in ("timeout", "killed") for n in scenarios):
+    if not any(n in ("timeout", "killed", "hung_last") for n in scenarios):
         dist.destroy_process_group()

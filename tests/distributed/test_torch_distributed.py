@@ -81,8 +81,12 @@ def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
     _check_sequence_parallel(_spawn(2, ["sequence_parallel", "sequence_attention"]), 2)
 
 
-def test_four_ranks_on_a_two_by_two_mesh():
-    out = _spawn(4, ["mlp", "mesh_2d"])
+def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
+    out = _spawn(4, ["mlp", "mesh_2d", "hung_last"])
+    for rank in range(3):
+        error = out[rank]["hung_last"]["error"]
+        assert error is not None and f"rank {rank}: all_reduce of output 0 of kernel mlp" in error, error
+        assert "rank 3 did not answer: hung or gone" in error, error
     assert sorted(out) == [0, 1, 2, 3]
     for rank in range(4):
         assert out[rank]["mlp"]["err"] < 1e-4
@@ -95,7 +99,8 @@ def test_a_hung_rank_times_out_with_a_clear_error():
     result = out[0]["timeout"]
     assert result["error"] is not None, "rank 0 returned although rank 1 never entered the collective"
     assert "rank 0: all_reduce of output 0 of kernel mlp over mesh axis 'tp' (ranks [0, 1])" in result["error"]
-    assert result["seconds"] < 6.0, result  # the 2 s timeout, not gloo's 60 s default
+    assert "did not complete within 2 s: rank 1 did not answer: hung or gone" in result["error"]
+    assert result["seconds"] < 6.0, result  # the 2 s timeout and 1 s for the ranks to check in, not gloo's 60 s
 
 
 def test_a_dead_rank_is_detected_with_a_clear_error():
@@ -103,6 +108,7 @@ def test_a_dead_rank_is_detected_with_a_clear_error():
     result = out[0]["killed"]
     assert result["error"] is not None, "rank 0 returned although rank 1 had died"
     assert "rank 0: all_reduce of output 0 of kernel mlp" in result["error"]
+    assert "rank 1 did not answer: hung or gone" in result["error"]
     assert result["seconds"] < 7.0, result
 
 
