@@ -133,6 +133,18 @@ def _torch_of(a: np.ndarray):
     return torch.from_numpy(a.astype(np.float32)).to(torch_dtype(a.dtype.name))
 
 
+def _kernels_queued(results: list):
+    """On the GPU, a CUDA event recorded on the caller's stream after the kernels that made ``results``
+    (the communication stream waits for it); None on the CPU."""
+    import torch
+
+    if not any(isinstance(r, torch.Tensor) and r.is_cuda for r in results):
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
 def _specs(value) -> list:
     if value is None or isinstance(value, Replicate):
         return []
@@ -304,7 +316,8 @@ def shard(
 
 
 class Pending:
-    """The result of a call with ``wait=False``: its collectives run on a communication thread."""
+    """The result of a call with ``wait=False``: its collectives run on a communication thread (on
+    the GPU, on a CUDA stream of their own)."""
 
     def __init__(self, future: concurrent.futures.Future):
         self._future = future
@@ -313,7 +326,12 @@ class Pending:
         return self._future.done()
 
     def result(self):
-        return self._future.result()
+        outs, finished = self._future.result()
+        if finished is not None:  # the GPU: the caller's stream waits for the communication stream
+            import torch
+
+            torch.cuda.current_stream().wait_event(finished)
+        return outs
 
 
 class ShardedCompiledKernel:
@@ -330,6 +348,7 @@ class ShardedCompiledKernel:
         self._comm: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._waits = 0  # collectives waited for, numbered alike on every rank (_silent_ranks)
+        self._stream = None  # the GPU: the communication stream of wait=False calls
 
     def __repr__(self) -> str:
         return f"<ShardedCompiledKernel {self.sharded.name} over {self.sharded.mesh!r} for {self.config.name}>"
@@ -396,7 +415,31 @@ class ShardedCompiledKernel:
             self._comm = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix=f"tessera-comm-{self.sharded.name}"
             )
-        return Pending(self._comm.submit(self._finish, dist, results, isinstance(outs, tuple), inside))
+        queued = _kernels_queued(results)  # the GPU: the communication stream starts after these kernels
+        return Pending(
+            self._comm.submit(self._finish_on_the_side, dist, results, isinstance(outs, tuple), inside, queued)
+        )
+
+    def _finish_on_the_side(self, dist, results: list, as_tuple: bool, inside: tuple[int, float], queued):
+        """:meth:`_finish` on the communication thread, and the CUDA event that marks its end (None on
+        the CPU). On the GPU its work goes on a stream of its own, which first waits for the kernels
+        queued on the caller's stream (the event ``queued``): the caller's next kernels overlap the
+        collectives."""
+        import torch
+
+        cuda = [r for r in results if isinstance(r, torch.Tensor) and r.is_cuda]
+        if not cuda:
+            return self._finish(dist, results, as_tuple, inside), None
+        device = cuda[0].device
+        with self._lock:
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(self._stream):
+            self._stream.wait_event(queued)
+            outs = self._finish(dist, results, as_tuple, inside)
+            finished = torch.cuda.Event()
+            finished.record(self._stream)
+        return outs, finished
 
     def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, tuple[int, float]]:
         """The local kernels, and the count and seconds of the collectives among them: a collective between the kernels

@@ -188,10 +188,19 @@ def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
         torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).cuda() for a in sharded.local_arrays(arrays, rank)
     ]
     out = k(*local)
+    issued = k.stats["collectives"]
+    whole = ts.shard(block, ts.Mesh({"tp": world}), specs)  # rows gathered at the output
+    k_whole = ts.compile(whole, target="hopper")
+    pending = k_whole(*local, wait=False)  # the gather on the communication stream
+    other = torch.randn(256, 256, device="cuda") @ torch.randn(256, 256, device="cuda")  # queued meanwhile
+    gathered = pending.result()
     return {
         "err": float((out.float().cpu().numpy() - np.split(ref, world, axis=0)[rank]).__abs__().max()),
-        "cuda": bool(out.is_cuda),
-        "issued": k.stats["collectives"],
+        "cuda": bool(out.is_cuda) and bool(gathered.is_cuda),
+        "issued": issued,
+        "whole_err": float((gathered.float().cpu().numpy() - ref).__abs__().max()),
+        "whole_shape": list(gathered.shape),
+        "other": bool(torch.isfinite(other).all()),
     }
 
 

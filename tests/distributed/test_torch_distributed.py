@@ -124,3 +124,5 @@ def test_sequence_parallel_on_the_gpu_with_nccl():
         result = out[rank]["gpu_sequence_parallel"]
         assert result["cuda"] and result["issued"] == 2, result
         assert result["err"] < 5e-2, result  # bf16 values, f32 accumulation
+        # wait=False: the output gather on a CUDA stream of its own, fenced by events
+        assert result["whole_err"] < 5e-2 and result["whole_shape"] == [128 * world, 128] and result["other"], result
