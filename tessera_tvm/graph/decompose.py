@@ -2,7 +2,8 @@
 
 A target that has row reductions and broadcast element-wise operations but no fused row-wise
 kernels (Tenstorrent: ``reduce_tile`` plus ``*_tiles_bcast_cols``) runs these ops as what they
-are made of. Over the last axis, with the input's dtype throughout:
+are made of. Over the last axis, with the input's dtype throughout (a bf16 or fp16 layer norm
+centres its rows twice: see ``_layer_norm``):
 
     softmax(x)        m = max(x, keepdims); e = exp(x - m); e / sum(e, keepdims)
     layer_norm(x)     d = x - mean(x, keepdims); d * rsqrt(mean(d * d, keepdims) + eps) [* w] [+ b]
@@ -75,6 +76,13 @@ def _layer_norm(node: Node) -> list[Node]:
     emit = _Emitter(node)
     mu = _mean(emit, x, "mean")
     d = emit("subtract", relax.op.subtract(x, mu), [x, mu], "centered")
+    if dtype != "float32":
+        # A bf16 (fp16) row mean is off by up to 2**-9 (2**-12) of |mean|, and centring turns that
+        # into an error of every value: |mean| / std of them. Centring again removes it: the first
+        # differences are exact where x is within 2x of the mean (Sterbenz), so their mean is the
+        # rounding error of the first, to the precision of the values' own spread.
+        mu = _mean(emit, d, "mean_residual")
+        d = emit("subtract", relax.op.subtract(d, mu), [d, mu], "recentered")
     sq = emit("multiply", relax.op.multiply(d, d), [d, d], "squared")
     var = _mean(emit, sq, "var")
     r = _rsqrt_plus(emit, var, float(node.attrs["epsilon"]), dtype, "rstd")

@@ -453,7 +453,9 @@ ROW_KINDS = ["softmax", "layer_norm", "rms_norm", "max", "mean"]
     kind=st.sampled_from(ROW_KINDS),
     m=sizes(80),
     n=sizes(150),
-    shift=st.sampled_from([0.0, -8.0]),  # all negative rows: a max that saw the zero padding would show
+    # all negative rows: a max that saw the zero padding would show; rows far from zero: a layer
+    # norm whose bf16 mean were not corrected would be off by 2**-9 |mean| / std
+    shift=st.sampled_from([0.0, -8.0, 100.0]),
     seed=st.integers(0, 2**16),
 )
 def test_row_ops_on_the_tenstorrent_emulator(tt_dirs, kind, m, n, shift, seed):
@@ -483,10 +485,6 @@ def test_row_ops_on_the_tenstorrent_emulator(tt_dirs, kind, m, n, shift, seed):
     rtol, atol = TOLERANCE[bf]
     scale = np.abs(ref).max() if kind in ("softmax", "max", "mean") else 1.0  # row-wise values of one size
     tol = atol * scale + rtol * np.abs(ref)
-    if kind == "layer_norm":  # the row mean travels between kernels in bf16: off by u|mean|, divided by std
-        x = arrays[0].astype(np.float64)
-        cond = np.abs(x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-        tol = tol + 4 * 2.0**-8 * cond * np.abs(arrays[1].astype(np.float64)).max()
     bad = np.abs(got - ref) > tol
     assert not bad.any(), f"{kind} {m}x{n}: {bad.sum()} of {bad.size} off, max {np.abs(got - ref).max()}"
 
