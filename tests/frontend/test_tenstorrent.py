@@ -277,6 +277,38 @@ def test_float16_softmax_and_layer_norm_run_in_the_emulator(kernel, make, tmp_pa
 
 
 @ts.kernel
+def widen_scale(x: Tensor["M", "N", ts.bf16], w: Tensor["N", ts.bf16]) -> Tensor["M", "N", ts.f32]:
+    return ops.cast(x * w + 1.0, ts.f32)  # bf16 in, float32 out: one kernel
+
+
+@ts.kernel
+def narrow_rows(x: Tensor["M", "N", ts.f32]) -> Tensor["M", ts.bf16]:
+    return ops.cast(ops.sum(x, axis=-1), ts.bf16)  # float32 in, bfloat16 out: the reduce packs bf16
+
+
+@ts.kernel
+def narrow_softmax(x: Tensor["M", "N", ts.f32]) -> Tensor["M", "N", ts.bf16]:
+    return ops.cast(ops.softmax(x, axis=-1), ts.bf16)
+
+
+@needs_gxx
+@pytest.mark.parametrize("kernel", [widen_scale, narrow_rows, narrow_softmax], ids=["widen", "reduce", "softmax"])
+def test_a_kernel_that_changes_the_format_reads_one_and_packs_the_other(kernel, tmp_path):
+    # the unpacker reads the inputs' format and the packer writes the output's: a cast needs no
+    # kernel of its own (the emulator checks that every pack goes to a CB of the packer's format)
+    rng = np.random.default_rng(24)
+    arrays = [
+        rng.standard_normal([40 if d == "M" else 70 for d in t.dims]).astype(t.dtype.numpy) for _, t in kernel.params
+    ]
+    k = ts.compile(kernel, target="tenstorrent", shapes={"M": 40, "N": 70})
+    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    ref = kernel.reference(*arrays)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    ref = ref.astype(np.float64)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 2 * U_BF16 * np.abs(ref).max()
+
+
+@ts.kernel
 def layer_norm_bf16(
     x: Tensor["M", "N", ts.bf16], w: Tensor["N", ts.bf16], b: Tensor["N", ts.bf16]
 ) -> Tensor["M", "N", ts.bf16]:
@@ -740,6 +772,15 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
             "broadcast of x",
         ),
         (ReduceSpec((64, 64), axis=0), "reduce_sum over axes"),
+        (
+            ElementwiseSpec(
+                (32, 32),
+                (("x", (32, 32), "bfloat16"), ("y", (32, 32), "float32")),
+                Binary("add", Input("x"), Input("y")),
+                dtype_out="float32",
+            ),
+            "element-wise with mixed buffer dtypes",
+        ),
     ],
     ids=[
         "partly_broadcast_batch",
@@ -751,6 +792,7 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
         "abs",
         "broadcast",
         "reduce_axis0",
+        "mixed_inputs",
     ],
 )
 def test_generator_rejects_what_tt_cannot_lower_naming_the_op(spec, op):

@@ -422,6 +422,13 @@ MUTATIONS = [
     ),
     ("unary_exp", "compute_exp.cpp", "    exp_tile_init();\n", "", "exp_tile: the SFPU is initialised for nothing"),
     (
+        "convert_f32_to_f16",
+        "compute_copy.cpp",
+        "    init_sfpu(cb_in, cb_out);\n",
+        "    init_sfpu(cb_in, cb_in);\n",
+        "pack_tile: packs into CB 16 (Float16) but the packer was configured by unary_op_init_common for CB 0 (Float32)",
+    ),
+    (
         "unary_exp",
         "reader_unary.cpp",
         "        noc_async_read_barrier();\n",
@@ -466,6 +473,22 @@ def test_kernel_bugs_are_caught_with_clear_errors(
     msg = str(info.value)
     assert expected in msg, msg
     assert re.search(r"core \(\d+,\d+\)", msg) and plan_name in msg and kernel in msg or "deadlock" in msg
+
+
+def test_pack_reconfig_data_format_sets_the_packer_for_another_cb(plans_dir, kernels_dir, tt_cache, tmp_path):
+    # the packer configured for the Float32 input CB, then reconfigured for the Float16 output
+    kdir = _mutated_kernel_dir(
+        kernels_dir,
+        tmp_path,
+        "compute_copy.cpp",
+        "    init_sfpu(cb_in, cb_out);\n",
+        "    init_sfpu(cb_in, cb_in);\n    pack_reconfig_data_format(cb_out);\n",
+    )
+    plan_path = plans_dir / "convert_f32_to_f16.json"
+    inputs = bf16_inputs(load_plan(plan_path))
+    result = run_plan(plan_path, kdir, inputs, cache_dir=tt_cache, timeout_s=30)
+    (x,) = inputs.values()
+    assert np.array_equal(np.asarray(result["Y"], np.float16), x.astype(np.float16))
 
 
 def test_spinning_kernel_hits_the_stall_watchdog(kernels_dir, plans_dir, tt_cache, tmp_path):

@@ -100,14 +100,21 @@ class _Tensorizer:
         self.next_virtual = VIRTUAL
         self.next_intermediate = common.cb_ranges(self.arch["num_cbs"])["intermediate"]
         self.stopped = False
-        formats = {cb["data_format"] for cb in self.cbs}
-        if len(formats) > 1:
+        # The unpacker reads one format and the packer writes one (compute_kernel_hw_startup configures
+        # both): the inputs share a format, the outputs share one, which may differ (a cast). The
+        # tiles the kernel keeps in CBs of its own take the inputs' format.
+        inputs = {cb["data_format"] for cb in self.cbs if cb["role"] != "output"}
+        outputs = {cb["data_format"] for cb in self.cbs if cb["role"] == "output"}
+        if len(inputs) > 1 or len(outputs) > 1:
             raise common.UnsupportedTTOperationError(
-                f"kernel {name!r} mixes data formats {sorted(formats)} across its buffers; the Tenstorrent target "
-                "needs one format per kernel (all bfloat16, all float16 or all float32)"
+                f"kernel {name!r} mixes data formats {sorted(inputs | outputs)} across its "
+                f"{'inputs' if len(inputs) > 1 else 'outputs'}; the Tenstorrent target needs one format for the "
+                "inputs and one for the outputs of a kernel (bfloat16, float16 or float32)"
             )
-        first = self.cbs[0] if self.cbs else {"data_format": "Float16_b", "page_size": 2048}
+        source = [cb for cb in self.cbs if cb["role"] != "output"] or self.cbs
+        first = source[0] if source else {"data_format": "Float16_b", "page_size": 2048}
         self.format, self.page_size = first["data_format"], first["page_size"]
+        self.out_format = next(iter(outputs), self.format)
 
     # ---- CB lookup --------------------------------------------------------------------------
     def _cb(self, role: str, dram: str, tile: str = "") -> int:
@@ -974,6 +981,14 @@ class _Tensorizer:
         """Wait/pop per push and the init plan; the hoisted inits (None when the kernel stopped)."""
         if self.stopped:
             return None
+        if self.out_format != self.format:
+            # The packer stays configured for the outputs' format (compute_kernel_hw_startup's ocb); a tile
+            # the kernel keeps in a CB of its own (the inputs' format) is packed between two reconfigs.
+            outputs = [cb["id"] for cb in self.cbs if cb["role"] == "output"]
+            for record in self.records:
+                for op in record.ops:
+                    if op["op"] == "pack" and op["cb"] not in outputs:
+                        op["restore_format"] = outputs[0]
         for event, after in self.carry_events:  # a carried value nothing reads after its loop: popped unused
             if event.uses:
                 continue

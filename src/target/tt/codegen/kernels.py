@@ -538,7 +538,12 @@ class ComputeKernel(_Kernel):
                     self.emit(depth, "tile_regs_wait();")
                 cb = self.cb_name(op["cb"])
                 self.emit(depth, f"cb_reserve_back({cb}, 1);")
+                restore = op.get("restore_format")  # a tile of the kernel's own in a kernel that changes format
+                if restore is not None:
+                    self.emit(depth, f"pack_reconfig_data_format({cb});")
                 self.emit(depth, f"pack_tile({op['dst']}, {cb});")
+                if restore is not None:
+                    self.emit(depth, f"pack_reconfig_data_format({self.cb_name(restore)});")
                 self.emit(depth, f"cb_push_back({cb}, 1);")
             elif kind == "release":
                 self.emit(depth, "tile_regs_release();")

@@ -148,6 +148,8 @@ struct ComputeState {
     std::uint32_t capacity = 16;
     int state = DST_RELEASED;
     bool hw_configured = false;
+    std::uint32_t pack_cb = kNumCBs;  // the CB whose format the packer was configured for (kNumCBs: none)
+    const char* hw_init_api = "(none)";
     int fpu_mode = FPU_NONE;
     const char* fpu_init_api = "(none)";
     std::uint32_t fpu_flags = 0;

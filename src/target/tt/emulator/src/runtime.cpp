@@ -748,6 +748,8 @@ void hw_startup(const char* api, std::uint32_t icb0, std::uint32_t icb1, std::ui
     ComputeState& cs = compute_ctx(api);
     check_cbs(*g_ctx->core, {icb0, icb1, ocb}, api);
     cs.hw_configured = true;
+    cs.pack_cb = ocb;
+    cs.hw_init_api = api;
 }
 
 void fpu_init(int mode, std::uint32_t icb0, std::uint32_t icb1, std::uint32_t flags, const char* api) {
@@ -1043,6 +1045,14 @@ void sfpu_scalar(int mode, std::uint32_t idst, std::uint32_t bits, const char* a
     cs.sfpu_tiles++;
 }
 
+void pack_reconfig(std::uint32_t ocb) {
+    const char* api = "pack_reconfig_data_format";
+    ComputeState& cs = compute_ctx(api);
+    check_cbs(*g_ctx->core, {ocb}, api);
+    cs.pack_cb = ocb;
+    cs.hw_init_api = api;
+}
+
 void pack_tile(std::uint32_t idst, std::uint32_t ocb, std::uint32_t output_tile_index, bool out_of_order) {
     const char* api = "pack_tile";
     ComputeState& cs = compute_ctx(api);
@@ -1057,6 +1067,13 @@ void pack_tile(std::uint32_t idst, std::uint32_t ocb, std::uint32_t output_tile_
     {
         std::lock_guard<std::mutex> lk(core.mu);
         CB& cb = get_cb(core, ocb, api);
+        if (cs.pack_cb < kNumCBs && cs.pack_cb != ocb) {  // the packer converts to the format it was set up for
+            const CB& configured = get_cb(core, cs.pack_cb, api);
+            if (configured.format != cb.format) {
+                fail(api, format("packs into CB %u (%s) but the packer was configured by %s for CB %u (%s)", ocb,
+                                 format_name(cb.format), cs.hw_init_api, cs.pack_cb, format_name(configured.format)));
+            }
+        }
         const std::uint32_t pos = out_of_order ? output_tile_index : cb.pack_pos;
         if (pos >= cb.reserved) {
             fail(api, format("writes tile position %u of CB %u but only %u page(s) are reserved (cb_reserve_back first)", pos,

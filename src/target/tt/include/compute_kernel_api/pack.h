@@ -9,4 +9,7 @@ namespace ckernel {
 template <bool out_of_order_output = false>
 void pack_tile(std::uint32_t ifrom_dst, std::uint32_t icb, std::uint32_t output_tile_index = 0);
 
+void pack_reconfig_data_format(const std::uint32_t new_cb_id);
+void pack_reconfig_data_format(const std::uint32_t old_cb_id, const std::uint32_t new_cb_id);
+
 }  // namespace ckernel

@@ -11,4 +11,11 @@ ALWI void pack_tile(std::uint32_t ifrom_dst, std::uint32_t icb, std::uint32_t ou
     tt_emu::pack_tile(ifrom_dst, icb, output_tile_index, out_of_order_output);
 }
 
+// The packer converts DST to the format of the CB it was configured for: packing into a CB of
+// another format needs this first (the emulator checks it in pack_tile).
+ALWI void pack_reconfig_data_format(const std::uint32_t new_cb_id) { tt_emu::pack_reconfig(new_cb_id); }
+ALWI void pack_reconfig_data_format(const std::uint32_t /*old_cb_id*/, const std::uint32_t new_cb_id) {
+    tt_emu::pack_reconfig(new_cb_id);
+}
+
 }  // namespace ckernel

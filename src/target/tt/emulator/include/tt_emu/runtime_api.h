@@ -95,5 +95,6 @@ TT_EMU_API void sfpu_apply(int op, std::uint32_t idst, float scale, const char* 
 TT_EMU_API void sfpu_binary(int op, std::uint32_t idst0, std::uint32_t idst1, const char* api);
 TT_EMU_API void sfpu_scalar(int mode, std::uint32_t idst, std::uint32_t bits, const char* api);
 TT_EMU_API void pack_tile(std::uint32_t idst, std::uint32_t ocb, std::uint32_t output_tile_index, bool out_of_order);
+TT_EMU_API void pack_reconfig(std::uint32_t ocb);
 
 }  // namespace tt_emu
