@@ -174,7 +174,6 @@ def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     ) -> Tensor["S", "D", ts.bf16]:
         return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
 
-    torch.cuda.set_device(rank % torch.cuda.device_count())
     specs = {"X": ts.Split("S"), "W1": ts.Split("F"), "W2": ts.Split("F")}
     shapes = {"S": 128 * world, "D": 128, "F": 256}
     rng = np.random.default_rng(11)
@@ -319,6 +318,10 @@ def run(rank: int, world: int, port: int, scenarios: list[str], results, backend
     import torch.distributed as dist
 
     os.environ.setdefault("TESSERA_REPRO_DIR", "off")
+    if backend == "nccl":  # one GPU per rank, chosen before NCCL makes its communicator
+        import torch
+
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(
         backend,
         init_method=f"tcp://127.0.0.1:{port}",
