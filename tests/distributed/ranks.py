@@ -130,6 +130,26 @@ def scenario_sequence_parallel(rank: int, world: int) -> dict:
     }
 
 
+def scenario_sum_read_twice(rank: int, world: int) -> dict:
+    """A partial sum that is both an output and read by a residual: summed once between the kernels
+    (on a copy) and once at the output, neither summing the other's result again."""
+
+    @ts.kernel
+    def two(X: Tensor["M", "D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]):
+        h = ops.matmul(ops.relu(ops.matmul(X, W1)), W2)
+        return h, X + h
+
+    sharded = ts.shard(two, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "W2": ts.Split("F")})
+    arrays = _arrays(np.random.default_rng(13), two, SHAPES)
+    k = ts.compile(sharded, target="cpu")
+    h, r = k(*sharded.local_arrays(arrays, rank))
+    ref_h, ref_r = two.reference(*arrays)
+    return {
+        "err": max(float(np.abs(h - ref_h).max()), float(np.abs(r - ref_r).max())),
+        "kinds": [(c.kind, c.output) for c in k.collectives],
+    }
+
+
 def scenario_sequence_attention(rank: int, world: int) -> dict:
     """The query sequence split, keys and values gathered; and a softmax over a split row."""
 

@@ -78,7 +78,11 @@ def _check_sequence_parallel(out: dict, world: int) -> None:
 
 
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
-    _check_sequence_parallel(_spawn(2, ["sequence_parallel", "sequence_attention"]), 2)
+    out = _spawn(2, ["sequence_parallel", "sequence_attention", "sum_read_twice"])
+    _check_sequence_parallel(out, 2)
+    for rank in (0, 1):
+        twice = out[rank]["sum_read_twice"]
+        assert twice["kinds"] == [("all_reduce", -1), ("all_reduce", 0)] and twice["err"] < 1e-4, twice
 
 
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
