@@ -361,7 +361,9 @@ class ShardedCompiledKernel:
             lines = [
                 f"sched.collective  {c.text(c.value_name)} on torch.distributed"
                 + (
-                    " (between the kernels, before the next one reads it)"
+                    " (no communication: each rank keeps its piece)"
+                    if c.kind == "slice"
+                    else " (between the kernels, before the next one reads it)"
                     if c.output < 0
                     else " (coalesced into buckets)"
                     if c.kind == "all_reduce"
@@ -503,8 +505,12 @@ class ShardedCompiledKernel:
             return t.numpy().astype(value.dtype, copy=False)
 
     def _run_one(self, dist, c: Collective, t, group, ranks: list[int], outputs: list[int], value: str = ""):
-        """One all-reduce, reduce-scatter or all-gather of ``t`` (fp32) over ``c.axis``: its result."""
+        """One all-reduce, reduce-scatter, all-gather or slice of ``t`` (fp32) over ``c.axis``: its result."""
         import torch
+
+        if c.kind == "slice":  # a whole value cut to this rank's piece: no communication
+            piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]
+            return torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
 
         if c.kind == "all_gather":
             parts = [torch.empty_like(t) for _ in ranks]

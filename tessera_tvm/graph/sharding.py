@@ -25,6 +25,9 @@ Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propag
 
     a partial sum           reduce-scattered on the dim another operand is split on (a residual
                             split on the rows), else all-reduced
+    a whole input           of an element-wise op or a matmul, cut to this rank's piece where that
+                            suffices (no communication: a replicated residual added to a split value,
+                            x times a W split on K)
     a split value           all-gathered on its split dim: the fewest inputs that let the rule hold,
                             in argument order (``x @ W1`` with x split on rows and W1 on columns
                             gathers x; a softmax over a split row gathers the row). A permute's
@@ -42,6 +45,10 @@ kernels they separate:
     partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
     partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
     split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
+    replicated -> split d   R.call_pure_packed("tessera.slice", x, axis, d)             this rank's piece of d
+                                                                                    (no communication)
+
+A value split on one dim that must be split on another is gathered, then sliced.
 
 A collective that a kernel reads runs between the kernels (``read_kernels`` keeps its value, of its
 own shape, and lists it in ``FlatFunction.collectives``; ``Instance.run`` calls the runtime's hook
@@ -65,7 +72,9 @@ from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_fun
 relax = tvm.relax
 
 SHARDING_ATTR = "tessera.sharding"
-COLLECTIVES = ("tessera.all_reduce", "tessera.reduce_scatter", "tessera.all_gather")
+COLLECTIVES = ("tessera.all_reduce", "tessera.reduce_scatter", "tessera.all_gather", "tessera.slice")
+#: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
+_CUTTING = ("reduce_scatter", "slice")
 
 _LINEAR_UNARY = {"negative", "astype"}
 _UNARY = {
@@ -95,7 +104,7 @@ class Collective:
     """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
     ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
 
-    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather"
+    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "slice" (no communication)
     output: int  # index of the kernel output, or -1 between the kernels
     axis: str
     dim: int | None = None
@@ -195,8 +204,9 @@ class _Propagator:
     def mend(self, node, axis: str, error: ShardingError) -> tuple[Any, tuple | None]:
         """``node`` reading collectives of its inputs over ``axis`` that let its rule hold, and the
         rule's result. Partial sums are summed first: reduce-scattered on the dim another operand is
-        split on, else all-reduced. Then, if the rule still fails, the fewest split inputs (in
-        argument order) are all-gathered. ``error`` is raised when nothing helps."""
+        split on, else all-reduced. Then, if the rule still fails, a whole input is cut to this
+        rank's piece where that suffices, else the fewest split inputs (in argument order) are
+        all-gathered. ``error`` is raised when nothing helps."""
         ins = [self.of(a).get(axis) for a in node.args]
         if any(s == ("partial",) for s in ins):
             node = self._sum_partials(node, axis, ins)
@@ -209,6 +219,9 @@ class _Propagator:
                 raise
             except ShardingError as exc:
                 error = exc
+        sliced = self._slice_whole_inputs(node, axis, ins)
+        if sliced is not None:
+            return sliced
         split = [k for k, s in enumerate(ins) if s is not None and s[0] == "split" and _tensor(node.args[k])]
         for size in range(1, len(split) + 1):
             for gathered in itertools.combinations(split, size):
@@ -224,6 +237,29 @@ class _Propagator:
                     args[k] = self._gather(args[k], axis, ins[k][1])
                 return _with_args(node, args), result
         raise error
+
+    def _slice_whole_inputs(self, node, axis: str, ins: list) -> tuple[Any, tuple | None] | None:
+        """``node`` reading one whole input cut to this rank's piece, where that lets its rule hold: no
+        communication (a replicated residual added to a split sum, a whole ``x`` times a ``W`` split
+        on K). The first input and dim that works, in order; None if none does."""
+        if node.op not in _BINARY and node.op != "matmul":
+            return None
+        for k, (a, s) in enumerate(zip(node.args, ins, strict=True)):
+            if s is not None or not _tensor(a):
+                continue
+            for d, size in enumerate(_dims(a)):
+                if _is_one(size):
+                    continue
+                trial = list(ins)
+                trial[k] = ("split", d)
+                try:
+                    result = self.rule(node, axis, trial)
+                except ShardingError:
+                    continue
+                args = list(node.args)
+                args[k] = self._collective("slice", a, axis, d)
+                return _with_args(node, args), result
+        return None
 
     def _sum_partials(self, node, axis: str, ins: list):
         """``node`` reading each partial input over ``axis`` summed: reduce-scattered on the dim an
@@ -280,7 +316,7 @@ class _Propagator:
         if key not in self.placed:
             node = collective_node(kind, value, axis, dim, self.mesh[axis])
             after = {x: st for x, st in self.of(value).items() if x != axis}
-            if kind == "reduce_scatter":
+            if kind in _CUTTING:
                 after[axis] = ("split", dim)
             self._append(node, after)
             self.placed[key] = node.var
@@ -454,7 +490,7 @@ def collective_call(kind: str, value, axis: str, dim: int | None, ranks: int):
     dims = _dims(value)
     if kind == "all_gather":
         dims[dim] = dims[dim] * ranks
-    elif kind == "reduce_scatter":
+    elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
     args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
@@ -476,14 +512,11 @@ def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Col
                 out.append(
                     Collective("all_reduce" if w is None else "reduce_scatter", k, axis, None if w is None else w[1])
                 )
-            elif w is None:
-                out.append(Collective("all_gather", k, axis, h[1]))
-            else:
-                raise ShardingError(
-                    f"kernel {kernel}: output {k} is {'replicated' if h is None else f'split on dim {h[1]}'} over "
-                    f"{axis!r} but should be split on dim {w[1]}; Tessera does not re-split outputs "
-                    "(declare the output as it comes, or all-gather it)"
-                )
+            else:  # gathered whole, then (to be split on another dim) cut to this rank's piece
+                if h is not None:
+                    out.append(Collective("all_gather", k, axis, h[1]))
+                if w is not None:
+                    out.append(Collective("slice", k, axis, w[1]))
     return out
 
 
@@ -546,7 +579,7 @@ def function_collectives(func) -> list[Collective]:
 
 
 def collective_name(value) -> str | None:
-    """``all_reduce``/``reduce_scatter``/``all_gather`` for a collective's call, else None."""
+    """``all_reduce``/``reduce_scatter``/``all_gather``/``slice`` for a collective's call, else None."""
     if not isinstance(value, relax.Call) or str(getattr(value.op, "name", "")) != "relax.call_pure_packed":
         return None
     callee = str(value.args[0].global_symbol) if hasattr(value.args[0], "global_symbol") else str(value.args[0])

@@ -150,6 +150,50 @@ def scenario_sum_read_twice(rank: int, world: int) -> dict:
     }
 
 
+def scenario_every_split(rank: int, world: int) -> dict:
+    """A transformer MLP block under every sharding ts.shard accepts (15: X whole, split on its rows
+    or on D; the weights whole, split on F or on D; the result whole or split on S or D): each runs
+    and matches numpy (or is refused with a ShardingError naming the op)."""
+    import itertools
+
+    from tessera_tvm.graph.sharding import ShardingError
+
+    @ts.kernel
+    def block(
+        X: Tensor["S", "D", ts.f32], g: Tensor["D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]
+    ) -> Tensor["S", "D", ts.f32]:
+        return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
+
+    shapes = {"S": 16, "D": 32, "F": 64}
+    arrays = _arrays(np.random.default_rng(14), block, shapes)
+    ref = block.reference(*arrays)
+    by_d = {"X": ts.Split("D"), "g": ts.Split("D"), "W1": ts.Split("D"), "W2": ts.Split("D")}
+    inputs = [by_d] + [
+        {**({"X": ts.Split("S")} if rows else {}), **({"W1": ts.Split("F"), "W2": ts.Split("F")} if cols else {})}
+        for rows, cols in itertools.product([False, True], repeat=2)
+    ]
+    results = []
+    for specs, out_dim in itertools.product(inputs, [None, "S", "D"]):
+        what = f"{sorted((n, s.dim) for n, s in specs.items())} -> {out_dim}"
+        try:
+            sharded = ts.shard(
+                block, ts.Mesh({"tp": world}), specs, outputs=None if out_dim is None else ts.Split(out_dim)
+            )
+            k = ts.compile(sharded, target="cpu")
+            out = k(*sharded.local_arrays(arrays, rank))
+        except ShardingError as exc:
+            results.append((what, "refused", str(exc)))
+            continue
+        want = (
+            ref
+            if out_dim is None
+            else np.split(ref, world, axis=0 if out_dim == "S" else 1)[sharded.mesh.coords(rank)["tp"]]
+        )
+        err = float(np.abs(out - want).max()) if out.shape == want.shape else float("inf")
+        results.append((what, "ran", err, [c.kind for c in k.collectives]))
+    return {"results": results}
+
+
 def scenario_sequence_attention(rank: int, world: int) -> dict:
     """The query sequence split, keys and values gathered; and a softmax over a split row."""
 

@@ -110,6 +110,18 @@ def test_a_row_op_over_a_split_dim_gathers_its_input_and_over_rows_passes():
     assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")})) == [Collective("all_gather", 0, "tp", 0)]
 
 
+def test_a_result_split_otherwise_than_it_comes_is_gathered_then_sliced():
+    # whole on every rank: each keeps its piece, no communication
+    assert _collectives(ts.shard(norm_rows, TP, {}, outputs=ts.Split("M"))) == [Collective("slice", 0, "tp", 0)]
+    # split on the rows, wanted split on the columns: gathered, then sliced
+    resplit = ts.shard(norm_rows, TP, {"x": ts.Split("M")}, outputs=ts.Split("N"))
+    assert _collectives(resplit) == [Collective("all_gather", 0, "tp", 0), Collective("slice", 0, "tp", 1)]
+    k = ts.compile(resplit, target="cpu", shapes={"M": 8, "N": 64})
+    assert "sched.collective  slice(output 0) over 'tp', dim 1 on torch.distributed (no communication" in (
+        k.inspect_ir("sched")
+    )
+
+
 @ts.kernel
 def sp_block(
     X: Tensor["S", "D", ts.f32], g: Tensor["D", ts.f32], W1: Tensor["D", "F", ts.f32], W2: Tensor["F", "D", ts.f32]

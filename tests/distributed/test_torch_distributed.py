@@ -130,3 +130,16 @@ def test_sequence_parallel_on_the_gpu_with_nccl():
         assert result["err"] < 5e-2, result  # bf16 values, f32 accumulation
         # wait=False: the output gather on a CUDA stream of its own, fenced by events
         assert result["whole_err"] < 5e-2 and result["whole_shape"] == [128 * world, 128] and result["other"], result
+
+
+def test_every_sharding_of_a_block_runs_right_or_is_refused_by_name():
+    out = _spawn(2, ["every_split"])
+    for rank in (0, 1):
+        results = out[rank]["every_split"]["results"]
+        assert len(results) == 15
+        ran = [r for r in results if r[1] == "ran"]
+        wrong = [r for r in ran if not r[2] < 1e-4]
+        assert not wrong, wrong
+        for what, _, why in (r for r in results if r[1] == "refused"):
+            assert why.startswith("kernel block: ") and "'tp'" in why, (what, why)
+        assert len(ran) == 15, results  # a result split otherwise than it comes is gathered and sliced
