@@ -323,13 +323,16 @@ def scenario_mesh_2d(rank: int, world: int) -> dict:
     return {"err": float(np.abs(out - rows).max()), "shape": list(out.shape), "collectives": k.stats["collectives"]}
 
 
-def scenario_timeout(rank: int, world: int) -> dict:
+def _mlp_with_timeout(world: int, timeout: float, seed: int):
+    """The tensor-parallel MLP with a collective timeout, compiled, and its whole arguments."""
     mlp, _, _ = _kernels()
-    sharded = ts.shard(
-        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=2.0
-    )
-    arrays = _arrays(np.random.default_rng(5), mlp, SHAPES)
-    k = ts.compile(sharded, target="cpu")
+    specs = {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}
+    sharded = ts.shard(mlp, ts.Mesh({"tp": world}), specs, timeout=timeout)
+    return sharded, ts.compile(sharded, target="cpu"), _arrays(np.random.default_rng(seed), mlp, SHAPES)
+
+
+def scenario_timeout(rank: int, world: int) -> dict:
+    sharded, k, arrays = _mlp_with_timeout(world, 2.0, 5)
     if rank != 0:
         time.sleep(8.0)  # hung: never enters the collective while rank 0 waits
         return {"skipped": True}
@@ -343,12 +346,7 @@ def scenario_timeout(rank: int, world: int) -> dict:
 
 def scenario_hung_last(rank: int, world: int) -> dict:
     """The last rank hangs; every other rank names it in its error."""
-    mlp, _, _ = _kernels()
-    sharded = ts.shard(
-        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=2.0
-    )
-    arrays = _arrays(np.random.default_rng(12), mlp, SHAPES)
-    k = ts.compile(sharded, target="cpu")
+    sharded, k, arrays = _mlp_with_timeout(world, 2.0, 12)
     if rank == world - 1:
         time.sleep(6.0)
         return {"skipped": True}
@@ -360,12 +358,7 @@ def scenario_hung_last(rank: int, world: int) -> dict:
 
 
 def scenario_killed(rank: int, world: int) -> dict:
-    mlp, _, _ = _kernels()
-    sharded = ts.shard(
-        mlp, ts.Mesh({"tp": world}), {"W1": ts.Split("F"), "b1": ts.Split("F"), "W2": ts.Split("F")}, timeout=5.0
-    )
-    arrays = _arrays(np.random.default_rng(6), mlp, SHAPES)
-    k = ts.compile(sharded, target="cpu")
+    sharded, k, arrays = _mlp_with_timeout(world, 5.0, 6)
     if rank != 0:
         os._exit(3)  # a dead rank
     time.sleep(0.5)
