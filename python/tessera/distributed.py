@@ -114,25 +114,6 @@ class Replicate:
     """Every rank holds the whole tensor (the default)."""
 
 
-def _numpy_of(t, dtype) -> np.ndarray:
-    """A torch CPU tensor as a numpy array of ``dtype`` (bf16 and fp8 through float32)."""
-    import torch
-
-    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-        return np.ascontiguousarray(t.to(torch.float32).numpy().astype(dtype))
-    return np.ascontiguousarray(t.numpy())
-
-
-def _torch_of(a: np.ndarray):
-    import torch
-
-    from .gpu import torch_dtype
-
-    if a.dtype in (np.float16, np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.bool_):
-        return torch.from_numpy(np.ascontiguousarray(a))
-    return torch.from_numpy(a.astype(np.float32)).to(torch_dtype(a.dtype.name))
-
-
 def _kernels_queued(results: list):
     """On the GPU, a CUDA event recorded on the caller's stream after the kernels that made ``results``
     (the communication stream waits for it); None on the CPU."""
@@ -429,10 +410,9 @@ class ShardedCompiledKernel:
         collectives."""
         import torch
 
-        cuda = [r for r in results if isinstance(r, torch.Tensor) and r.is_cuda]
-        if not cuda:
+        if queued is None:  # the CPU
             return self._finish(dist, results, as_tuple, inside), None
-        device = cuda[0].device
+        device = next(r.device for r in results if isinstance(r, torch.Tensor) and r.is_cuda)
         with self._lock:
             if self._stream is None:
                 self._stream = torch.cuda.Stream(device)
@@ -444,9 +424,9 @@ class ShardedCompiledKernel:
         return outs, finished
 
     def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, tuple[int, float]]:
-        """The local kernels, and the count and seconds of the collectives among them: a collective between the kernels
-        (an all-reduce, a reduce-scatter or an all-gather a later kernel reads) runs when that kernel
-        first needs it, on every rank in the same order."""
+        """The local kernels, and the count and seconds of the collectives among them. A collective
+        between the kernels (one a later kernel reads) runs when that kernel first needs it, on every
+        rank in the same order."""
         inner = [c for c in self.collectives if c.output < 0]
         self.stats = {}
         if not inner:
@@ -455,7 +435,7 @@ class ShardedCompiledKernel:
 
         from tessera_tvm.target.backend import backend_for
 
-        from .gpu import run_on_gpu
+        from .gpu import from_torch, run_on_gpu, to_torch
         from .instance import HOST, _bind, _check_args
 
         dist = self._dist()
@@ -465,7 +445,7 @@ class ShardedCompiledKernel:
         as_torch = not on_gpu and bool(checked) and isinstance(checked[0], torch.Tensor)
         if as_torch:  # the CPU kernels run on host arrays: torch tensors in, torch tensors out
             checked = [
-                _numpy_of(t, ttype.dtype.numpy) for t, (_, ttype) in zip(checked, local.kernel.params, strict=True)
+                from_torch(t, ttype.dtype.tvm) for t, (_, ttype) in zip(checked, local.kernel.params, strict=True)
             ]
         instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
         issued, seconds = [0], [0.0]
@@ -483,7 +463,8 @@ class ShardedCompiledKernel:
             else:
                 outs = instance.run(checked, memory=HOST, collective=collective)
         if as_torch:
-            outs = tuple(map(_torch_of, outs)) if isinstance(outs, tuple) else _torch_of(outs)
+            back = [to_torch(o, o.dtype.name, "cpu") for o in (outs if isinstance(outs, tuple) else (outs,))]
+            outs = tuple(back) if isinstance(outs, tuple) else back[0]
         self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": seconds[0]}
         return outs, (issued[0], seconds[0])
 
@@ -508,8 +489,8 @@ class ShardedCompiledKernel:
         """One all-reduce, reduce-scatter, all-gather or slice of ``t`` (fp32) over ``c.axis``: its result."""
         import torch
 
+        piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece of a cut dim
         if c.kind == "slice":  # a whole value cut to this rank's piece: no communication
-            piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]
             return torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
 
         if c.kind == "all_gather":
@@ -519,7 +500,7 @@ class ShardedCompiledKernel:
             return torch.cat(parts, dim=c.dim)
         if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
             pieces = [p.contiguous() for p in torch.chunk(t, len(ranks), dim=c.dim)]
-            out = torch.empty_like(pieces[self.sharded.mesh.coords(dist.get_rank())[c.axis]])
+            out = torch.empty_like(pieces[piece])
             self._wait(
                 dist.reduce_scatter(out, pieces, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value
             )

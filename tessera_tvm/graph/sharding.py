@@ -158,10 +158,8 @@ class _Propagator:
     def of(self, value) -> dict[str, tuple]:
         return self.state.get(value, {}) if isinstance(value, relax.Var) else {}
 
-    def fail(self, node, axis: str, why: str, fix: str) -> ShardingError:
-        return ShardingError(
-            f"kernel {self.kernel}: {node.name} = {node.op}(...) over mesh axis {axis!r}: {why}; {fix}"
-        )
+    def fail(self, node, axis: str, why: str, fix: str, cls: type = ShardingError) -> ShardingError:
+        return cls(f"kernel {self.kernel}: {node.name} = {node.op}(...) over mesh axis {axis!r}: {why}; {fix}")
 
     def needs_sum(self, node, axis: str) -> ShardingError:
         """A partial sum reaching an op that needs the whole sum: :meth:`mend` sums it first."""
@@ -424,15 +422,12 @@ class _Propagator:
         q, k, v = ins[:3]
         if q == ("split", 1):  # the query sequence (nn.attention is B, S, H, D)
             if node.attrs.get("causal_mask") is not None:
-                raise _Unmendable(
-                    str(
-                        self.fail(
-                            node,
-                            axis,
-                            "causal attention with the query sequence split needs a mask offset per rank",
-                            "split batch or heads instead, or keep the sequence whole",
-                        )
-                    )
+                raise self.fail(
+                    node,
+                    axis,
+                    "causal attention with the query sequence split needs a mask offset per rank",
+                    "split batch or heads instead, or keep the sequence whole",
+                    _Unmendable,
                 )
             if k is None and v is None:
                 return q  # each rank's queries against all keys
@@ -477,8 +472,8 @@ def _with_args(node, args: list, var=None):
 
 def collective_node(kind: str, value, axis: str, dim: int | None, ranks: int):
     """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim])``, its
-    shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter) by the
-    ``ranks`` on ``axis``."""
+    shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter, slice) by
+    the ``ranks`` on ``axis``."""
     from .nodes import node_of
 
     call = collective_call(kind, value, axis, dim, ranks)
@@ -572,7 +567,7 @@ def function_collectives(func) -> list[Collective]:
         dim = int(args[3].value) if len(args) > 3 else None
         source = producers.get(args[1])
         after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
-        if inner or index < 0:
+        if inner:
             index = -1
         found.append(Collective(kind, index, str(args[2].value), dim, after if index < 0 else "", b.var, args[1]))
     return found
