@@ -33,5 +33,7 @@ from .interop import NotInOpSet, add_kernel, from_relax, kernel_function  # noqa
 from .offload import LeftToTVM, Offloaded, OffloadReport, partition_for_tessera  # noqa: F401
 from .patterns import OffloadRejected  # noqa: F401
 from .pipeline import PipelineError, ensure_registered, pipeline_name, tessera_tir_pipeline  # noqa: F401
+from .torch_frontend import patch_torch_frontend
 
 ensure_registered()
+patch_torch_frontend()

@@ -37,6 +37,7 @@ from .pipeline import (
     pipeline_name,
 )
 from .recover import recover_attention, recover_rms_norm, recover_silu, sink_reshapes
+from .torch_frontend import fix_imported
 
 relax = tvm.relax
 
@@ -100,6 +101,8 @@ class OffloadReport:
     not_offloaded: list[LeftToTVM] = field(default_factory=list)
     # Ops rebuilt from how torch's decomposition spells them (relax.recover): name -> count.
     rebuilt: dict[str, int] = field(default_factory=dict)
+    # What TVM's torch frontend imported wrong, put right (relax.torch_frontend): what -> count.
+    fixed: dict[str, int] = field(default_factory=dict)
 
     @property
     def recovered_attention(self) -> int:
@@ -132,6 +135,7 @@ class OffloadReport:
             ],
             "not_offloaded": [vars(n) for n in self.not_offloaded],
             "rebuilt": dict(self.rebuilt),
+            "fixed": dict(self.fixed),
         }
 
     def __str__(self) -> str:
@@ -143,6 +147,9 @@ class OffloadReport:
         rebuilt = ", ".join(f"{n} {op}" for op, n in self.rebuilt.items() if n)
         if rebuilt:
             lines.append(f"  rebuilt from the ops torch decomposes them into: {rebuilt}")
+        fixed = ", ".join(f"{n} {what}" for what, n in self.fixed.items() if n)
+        if fixed:
+            lines.append(f"  put right from what TVM's import got wrong: {fixed}")
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
             dynamic = ", ".join(f"{d} ~ {v}" for d, v in o.dynamic.items())
@@ -177,6 +184,7 @@ def partition_for_tessera(
     if not isinstance(mod, tvm.IRModule):
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     _refuse_legalized(mod)
+    mod, fixed = fix_imported(mod)
     rebuilt = {}
     for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", recover_attention)):
         mod, rebuilt[op] = rebuild(mod)
@@ -193,7 +201,7 @@ def partition_for_tessera(
         entry_functions=functions,
     )
     fused = fuse(mod)
-    report = OffloadReport(config, name, rebuilt=rebuilt)
+    report = OffloadReport(config, name, rebuilt=rebuilt, fixed=fixed)
     rewriter = _Offloader(fused, config, report, log, dim_hints)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):

@@ -133,6 +133,32 @@ def ensure_registered() -> None:
         )
     tvm.register_global_func(builder, _build_carriers, override=True)
     tvm.register_global_func(_OWNER_MARK, lambda: True, override=True)
+    _register_c_intrinsics()
+
+
+def _register_c_intrinsics() -> None:
+    """Lowering rules the C code generator lacks in this TVM, for the operators a model leaves to TVM.
+
+    ``tirx.fabs`` has no rule for the ``c`` target (nor a default one), so any ``R.abs`` (and
+    ``torch.norm``, ``F.normalize``, ``isinf``, ``isfinite``... which use it) stopped the build
+    with "Unresolved call tirx.fabs". A rule that TVM already has is left alone.
+    """
+    op = tvm.ir.Op.get("tirx.fabs")
+    try:
+        if op.get_attr("c.FLowerIntrinsic") is not None:
+            return
+    except tvm.error.InternalError:  # no op has the attribute yet
+        pass
+    tvm.ir.register_intrin_lowering("tirx.fabs", target="c", f=_fabs_in_c, level=10)
+
+
+def _fabs_in_c(call):
+    x = call.args[0]
+    dtype = str(x.dtype)
+    if dtype in ("float32", "float64") and x.dtype.lanes == 1:
+        return tvm.tirx.call_pure_extern(dtype, "fabsf" if dtype == "float32" else "fabs", x)
+    # float16 and other widths: the sign bit cleared by a comparison (-0.0 stays -0.0, NaN stays NaN)
+    return tvm.tirx.Select(x < tvm.tirx.const(0, dtype), -x, x)
 
 
 _OWNER_MARK = "tessera.relax.owns_ext_dev_builder"
@@ -361,10 +387,19 @@ def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
     defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]
     if defines:
         source = "// compiler flags of the config, as macros\n" + "\n".join(defines) + "\n" + source
-    pragmas = optimization_pragmas(tuple(flags))
-    if pragmas:
-        source = "\n".join(pragmas) + "\n" + source
+    pragmas = [*KERNEL_PRAGMAS, *optimization_pragmas(tuple(flags))]
+    source = "\n".join(pragmas) + "\n" + source
     return tvm.get_global_func("runtime.CSourceModuleCreate")(source, "cc", kernel_names, [])
+
+
+#: First in every kernel source compiled into a model's library: export_options turns loop
+#: if-conversion off for TVM's own code (tessera_tvm.relax.build.TVM_HOST_CODE_FLAGS); without it
+#: the kernels' activation, exp and softmax loops would no longer vectorise.
+KERNEL_PRAGMAS = (
+    "#if defined(__GNUC__) && !defined(__clang__)",
+    '#pragma GCC optimize("tree-loop-if-convert")',
+    "#endif",
+)
 
 
 @functools.cache

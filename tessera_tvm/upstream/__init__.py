@@ -37,6 +37,7 @@ class OffloadReport:
     not_offloaded: list[dict[str, Any]] = field(default_factory=list)
     rebuilt: dict[str, int] = field(default_factory=dict)
     text: str = ""
+    fixed: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[str]:
@@ -85,6 +86,7 @@ def partition_for_tessera(
         list(data["not_offloaded"]),
         dict(data["rebuilt"]),
         answer["report_text"],
+        dict(data.get("fixed", {})),
     )
     return out, report
 

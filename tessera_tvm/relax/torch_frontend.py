@@ -1,0 +1,241 @@
+"""What TVM's torch frontend imports wrong, put right.
+
+A model imported with ``from_exported_program`` at its defaults must compute what torch computes.
+These mistakes were found by importing ordinary PyTorch code and comparing with torch; each gave
+a silently wrong answer.
+
+In the frontend of TileLang's TVM (``import tessera_tvm`` patches it, see :func:`patch_torch_frontend`;
+apache-tvm 0.27 has both fixed):
+
+- ``var`` and ``std`` ignore ``correction``: ``x.var()`` and ``x.std()`` (Bessel-corrected by default
+  in torch) came out as the population statistic.
+- ``sum`` of a bool or integer tensor sums in that dtype: ``(x > 0).sum()`` came out as a bool (a
+  count of 1), which also broke ``F.cross_entropy``'s mean over the targets. Torch sums in int64; the
+  ``dtype=`` argument was ignored as well.
+- ``elu`` ignores ``scale`` and ``input_scale``: ``F.selu`` (which torch exports as ``elu`` with
+  both) came out as a plain ELU. apache-tvm 0.27 has this one too.
+
+At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
+
+- ``x[:, -1]`` (``select`` with a negative index) and ``x[:, [-1, 0]]`` import as ``R.take`` with the
+  negative index as it is, in ``mode="fast"``, which reads before the start of the axis (in both TVMs).
+- ``~mask`` on a bool tensor imports as ``R.bitwise_not``, which TileLang's TVM compiles to C that
+  flips all 8 bits of the byte a bool is stored in: every element came out true.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._tvm import tvm
+from ..errors import TesseraError
+
+relax = tvm.relax
+
+__all__ = ["FIXES", "fix_imported", "patch_torch_frontend"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative indices of R.take (both TVMs)
+# ---------------------------------------------------------------------------------------------
+
+
+def fix_imported(mod) -> tuple[Any, dict[str, int]]:
+    """``mod`` with the Relax-level mistakes of the import put right (run by ``partition_for_tessera``
+    first); and how many of each, by what was wrong:
+
+    - ``R.take(x, c, axis)`` with a constant ``c`` holding negative indices, on an axis of static
+      size n: each index -n <= i < 0 becomes i + n (torch's meaning). Others are left for TVM.
+    - ``R.bitwise_not`` of a bool tensor (``~mask``) becomes ``R.logical_not``: TVM's C code stores a
+      bool in a byte and flips all its bits, so ``~True`` was still true.
+    """
+    counts = dict.fromkeys(FIXES, 0)
+
+    @relax.expr_functor.mutator
+    class Fix(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            for what, rewrite in ((TAKE, _normalized_take), (NOT, _logical_not)):
+                fixed = rewrite(call)
+                if fixed is not None:
+                    counts[what] += 1
+                    return fixed
+            return call
+
+    out = mod
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        before = sum(counts.values())
+        body = Fix(mod).visit_expr(func.body)
+        if sum(counts.values()) != before:
+            out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+            out[gv] = relax.Function(func.params, body, func.ret_struct_info, func.is_pure, func.attrs, func.span)
+    return out, counts
+
+
+TAKE = "take with a negative index"
+NOT = "bitwise_not of a bool"
+FIXES = (TAKE, NOT)
+
+
+def _is_op(call, name: str) -> bool:
+    return isinstance(call.op, tvm.ir.Op) and call.op.name == name
+
+
+def _logical_not(call):
+    if not _is_op(call, "relax.bitwise_not"):
+        return None
+    info = call.args[0].struct_info
+    if not isinstance(info, relax.TensorStructInfo) or str(info.dtype) != "bool":
+        return None
+    return relax.op.logical_not(call.args[0])
+
+
+def _normalized_take(call):
+    """``call`` with its negative constant indices normalised, or None (not such a take)."""
+    if not _is_op(call, "relax.take"):
+        return None
+    data, indices = call.args
+    if not isinstance(indices, relax.Constant) or call.attrs.axis is None:
+        return None
+    shape = data.struct_info.shape if isinstance(data.struct_info, relax.TensorStructInfo) else None
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    axis = int(call.attrs.axis) % len(shape.values)
+    size = shape.values[axis]
+    if not isinstance(size, tvm.tirx.IntImm):
+        return None
+    values = indices.data.numpy()
+    n = int(size)
+    wrapped = (values < 0) & (values >= -n)
+    if not np.issubdtype(values.dtype, np.integer) or not wrapped.any():
+        return None
+    fixed = np.where(wrapped, values + n, values).astype(values.dtype)
+    return relax.op.take(data, relax.const(fixed, str(values.dtype)), axis=int(call.attrs.axis), mode=call.attrs.mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# The frontend of TileLang's TVM
+# ---------------------------------------------------------------------------------------------
+
+_PATCHED = "_tessera_fixed_convert_map"
+
+
+def patch_torch_frontend() -> bool:
+    """Give TileLang's torch frontend torch's meaning for ``var``/``std`` (``correction``),
+    ``sum`` (int64 for bool and integer inputs, ``dtype=``) and ``elu`` (``scale``, ``input_scale``). Applied once, at ``import tessera_tvm``;
+    a frontend that already handles ``correction`` (apache-tvm's) is left alone. Returns whether
+    the frontend is patched."""
+    try:
+        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    except ImportError:  # no torch frontend in this TVM build
+        return False
+    if getattr(ExportedProgramImporter, _PATCHED, False):
+        return True
+    if hasattr(ExportedProgramImporter, "_var_correction"):
+        return False
+    original = ExportedProgramImporter.create_convert_map
+
+    def create_convert_map(self):
+        table = original(self)
+        plain_elu = table.get("elu.default")
+        fixes = {
+            "var.correction": lambda node: _variance(self, node, root=False),
+            "std.correction": lambda node: _variance(self, node, root=True),
+            "sum.default": lambda node: _sum(self, node),
+            "sum.dim_IntList": lambda node: _sum(self, node),
+            "elu.default": lambda node: _elu(self, node, plain_elu),
+        }
+        table.update({name: fix for name, fix in fixes.items() if name in table})
+        return table
+
+    ExportedProgramImporter.create_convert_map = create_convert_map
+    setattr(ExportedProgramImporter, _PATCHED, True)
+    return True
+
+
+def _variance(importer, node, *, root: bool):
+    """``aten.var.correction`` / ``aten.std.correction``: ``(x, dim=None, *, correction=None,
+    keepdim=False)``, correction None meaning 1."""
+    args = importer.retrieve_args(node)
+    x = args[0]
+    dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    correction = node.kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        dim = None
+    bb = importer.block_builder
+    result = bb.emit(relax.op.variance(x, dim, keepdims=keepdim))
+    if correction != 0:
+        count = _reduced_count(x, dim)
+        if count is None:
+            raise TesseraError(
+                f"{node.target}: a variance with correction={correction} over a symbolic dim cannot be "
+                "imported (TileLang's TVM computes only the population variance); use correction=0, "
+                "or a static shape for the reduced dims"
+            )
+        # n / (n - c); torch gives inf (nan for 0/0) when n <= c, and so does this.
+        scale = count / (count - correction) if count != correction else math.inf
+        dtype = str(result.struct_info.dtype)
+        result = bb.emit(relax.op.multiply(result, relax.const(scale, dtype)))
+    return bb.emit(relax.op.sqrt(result)) if root else result
+
+
+def _reduced_count(x, dim) -> int | None:
+    shape = x.struct_info.shape
+    if shape is None:
+        return None
+    sizes = list(shape)
+    axes = range(len(sizes)) if dim is None else [int(d) % len(sizes) for d in ([dim] if isinstance(dim, int) else dim)]
+    count = 1
+    for axis in axes:
+        if not isinstance(sizes[axis], tvm.tirx.IntImm):
+            return None
+        count *= int(sizes[axis])
+    return count
+
+
+def _sum(importer, node):
+    """``aten.sum.default`` ``(x, *, dtype=None)`` / ``aten.sum.dim_IntList`` ``(x, dim, keepdim=False,
+    *, dtype=None)``: bool and integer inputs sum in int64 unless ``dtype`` says otherwise."""
+    args = importer.retrieve_args(node)
+    x = args[0]
+    dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        dim = None
+    keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+    bb = importer.block_builder
+    dtype = node.kwargs.get("dtype")
+    source = str(x.struct_info.dtype)
+    if dtype is not None:
+        target = importer._convert_data_type(dtype, importer.env)
+    elif source == "bool" or (source.startswith(("int", "uint")) and source != "int64"):
+        target = "int64"
+    else:
+        target = source
+    if target != source:
+        x = bb.emit(relax.op.astype(x, target))
+    return bb.emit(relax.op.sum(x, dim, keepdims=keepdim))
+
+
+def _elu(importer, node, plain):
+    """``aten.elu`` ``(x, alpha=1, scale=1, input_scale=1)``: ``scale * x`` above 0, ``scale * alpha *
+    (exp(input_scale * x) - 1)`` below."""
+    args = list(node.args) + [None] * 4
+    scale = args[2] if args[2] is not None else node.kwargs.get("scale", 1.0)
+    input_scale = args[3] if args[3] is not None else node.kwargs.get("input_scale", 1.0)
+    if scale == 1 and input_scale == 1:
+        return plain(node)
+    x = importer.env[node.args[0]]
+    alpha = args[1] if args[1] is not None else node.kwargs.get("alpha", 1.0)
+    dtype = str(x.struct_info.dtype)
+    below = relax.op.nn.relu(
+        relax.op.subtract(relax.const(1.0, dtype), relax.op.exp(relax.op.multiply(x, relax.const(input_scale, dtype))))
+    )
+    elu = relax.op.subtract(relax.op.nn.relu(x), relax.op.multiply(relax.const(alpha, dtype), below))
+    return importer.block_builder.emit(relax.op.multiply(relax.const(scale, dtype), elu))
