@@ -77,6 +77,32 @@ def test_a_torch_model_imported_with_upstreams_frontend_matches_torch(which):
         np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
 
 
+def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
+    # apache-tvm 0.27 imports y[:, -1] as R.take(y, -1, mode="fast"), which reads before the axis:
+    # on its own it is wrong by ~1e27. The toolchain's partition puts the index right.
+    torch = pytest.importorskip("torch")
+
+    class GruClassifier(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = torch.nn.GRU(16, 32, batch_first=True)
+            self.head = torch.nn.Linear(32, 5)
+
+        def forward(self, x):
+            y, _ = self.gru(x)
+            return self.head(y[:, -1])
+
+    torch.manual_seed(0)
+    model, x = GruClassifier().eval(), torch.randn(3, 7, 16)
+    mod = _example("torch_models").import_model(model, x)
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert report.fixed["take with a negative index"] >= 1, report
+    out = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+
+
 def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
     from tessera_tvm.upstream import Toolchain
 
