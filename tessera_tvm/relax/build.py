@@ -59,20 +59,13 @@ def export_options(config: TargetConfig | str) -> list[str]:
     if not backend_for(config).kernels_in_host:
         return ["-std=c++17", "-O2", *C_CONSTANTS]
     flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
-    return ["-std=c++17", *flags, *TVM_HOST_CODE_FLAGS, *C_CONSTANTS]
+    return ["-std=c++17", *flags, *C_CONSTANTS]
 
 
 #: TVM's C codegen prints a float32 infinity as ``inff`` (``-inff`` in the masks torch's decomposed
 #: attention builds), which no C compiler knows: define it as the value meant. (Not ``nanf``, which
 #: libm declares as a function.) It spells float16 ``half``, which C does not have: ``_Float16``.
 C_CONSTANTS = ("-Dinff=__builtin_inff()", "-Dhalf=_Float16")
-
-#: For the operators TVM keeps, compiled with the kernels at the config's -O3 -march=native: GCC 12.2
-#: vectorises TVM's ``out[i] = mask[i] ? a[i] : b[i]`` over a bool (byte) mask wrongly in some loop
-#: nests (``R.where`` on an 8x4 mask: 13 of 32 elements wrong, with AVX2 or AVX-512), and not without
-#: loop if-conversion. Tessera's kernel sources turn it back on for themselves (their loops vectorise
-#: with it, and read no byte masks): :data:`tessera_tvm.relax.pipeline.KERNEL_PRAGMAS`.
-TVM_HOST_CODE_FLAGS = ("-fno-tree-loop-if-convert",)
 
 
 def export_library(executable, path: str | Path, config: TargetConfig | str) -> Path:

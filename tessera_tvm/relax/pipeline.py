@@ -378,28 +378,20 @@ def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
     """The C source as ``export_library`` can compile it with no options: TileLang's and Tessera's
     CPU headers included by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define``
     lines (the generated code may use those macros)."""
-    from ..target.cpu.build import RUNTIME_INCLUDE_DIR
+    from ..target.cpu.build import RUNTIME_INCLUDE_DIR, with_spec_pragmas
     from ..target.toolchain import tilelang_include_dirs
 
     header = f'#include "{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"'
-    source = module.inspect_source().replace("#include <tl_templates/cpp/common.h>", header)
+    source = with_spec_pragmas(module.inspect_source())  # every Relax kernel is built from a spec
+    source = source.replace("#include <tl_templates/cpp/common.h>", header)
     source = source.replace("#include <tessera/cpu.h>", f'#include "{RUNTIME_INCLUDE_DIR}/tessera/cpu.h"')
     defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]
     if defines:
         source = "// compiler flags of the config, as macros\n" + "\n".join(defines) + "\n" + source
-    pragmas = [*KERNEL_PRAGMAS, *optimization_pragmas(tuple(flags))]
-    source = "\n".join(pragmas) + "\n" + source
+    pragmas = optimization_pragmas(tuple(flags))
+    if pragmas:
+        source = "\n".join(pragmas) + "\n" + source
     return tvm.get_global_func("runtime.CSourceModuleCreate")(source, "cc", kernel_names, [])
-
-
-#: First in every kernel source compiled into a model's library: export_options turns loop
-#: if-conversion off for TVM's own code (tessera_tvm.relax.build.TVM_HOST_CODE_FLAGS); without it
-#: the kernels' activation, exp and softmax loops would no longer vectorise.
-KERNEL_PRAGMAS = (
-    "#if defined(__GNUC__) && !defined(__clang__)",
-    '#pragma GCC optimize("tree-loop-if-convert")',
-    "#endif",
-)
 
 
 @functools.cache

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..target.backend import backend_for, known_kinds
 from ..transform.tt.common import UnsupportedTTOperationError  # noqa: F401  (what a TT tile program refuses)
-from .base import DTYPES, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
+from .base import DTYPES, SPEC_ATTR, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
 from .expr import Binary, Const, Expr, Input, Unary  # noqa: F401
 from .resources import local_bytes, smem_bytes  # noqa: F401
 from .schedule import TileSchedule, fit_schedule  # noqa: F401
@@ -96,4 +96,5 @@ def build_tile_program(
     symbol = name or spec.family
     if not symbol.isidentifier():
         raise SpecError(f"build_tile_program: name is {symbol!r}; expected a C identifier")
-    return func.with_attr("global_symbol", symbol)
+    # SPEC_ATTR: a kernel of Tessera's own (tessera_tvm.lower turns loop if-conversion back on for it).
+    return func.with_attrs({"global_symbol": symbol, SPEC_ATTR: spec.family})

@@ -32,6 +32,9 @@ DTYPES: dict[str, int] = {
 #: Target kinds the generators accept (``c`` is the CPU path).
 TARGET_KINDS = ("cuda", "hip", "c")
 
+#: PrimFunc attr of a tile program built from a Tessera spec (build_tile_program): its family.
+SPEC_ATTR = "tessera.spec"
+
 
 def dtype_bytes(dtype: str) -> int:
     """Bytes of one element of ``dtype``."""

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tessera_tvm
+from tessera_tvm import load_config
 from tessera_tvm.target.cpu import RUNTIME_INCLUDE_DIR, compile_cpu
 from tessera_tvm.target.toolchain import require_tool, tilelang_include_dirs
 from tessera_tvm.tile import SoftmaxSpec, build_tile_program
@@ -58,7 +59,7 @@ def test_softmax_loops_vectorise(tmp_path):
     """g++ reports the loops of an fp32 softmax row (max, exp and sum, scale) as vectorised."""
     source = tessera_tvm.lower(build_tile_program(SoftmaxSpec((64, 4096), -1), None, "c"), "cpu", build=False).source
     (tmp_path / "softmax.cpp").write_text(source)
-    command = [require_tool("g++"), "-std=c++17", "-O3", "-march=native", "-fopenmp", "-fopt-info-vec-optimized"]
+    command = [require_tool("g++"), "-std=c++17", *load_config("cpu").codegen_dict["flags"], "-fopt-info-vec-optimized"]
     command += [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}", "-c", "softmax.cpp", "-o", "softmax.o"]
     report = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True).stderr
     vectorised = {int(line.split(":")[1]) for line in report.splitlines() if "loop vectorized" in line}

@@ -15,6 +15,7 @@ from .build import (  # noqa: F401
     compile_cpu,
     cpu_build_command,
     precompiled_prelude,
+    with_spec_pragmas,
 )
 from .loader import (  # noqa: F401
     ArgumentError,

@@ -35,14 +35,26 @@ from ..toolchain import (
 __all__ = [
     "DEFAULT_CPU_FLAGS",
     "PRELUDE",
+    "SPEC_KERNEL_PRAGMAS",
     "PRELUDE_INCLUDE",
     "RUNTIME_INCLUDE_DIR",
     "compile_cpu",
     "cpu_build_command",
     "precompiled_prelude",
+    "with_spec_pragmas",
 ]
 
-DEFAULT_CPU_FLAGS = ("-O3", "-march=native", "-fopenmp")
+#: The flags of configs/cpu.yaml (which says why -fno-tree-loop-if-convert).
+DEFAULT_CPU_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-tree-loop-if-convert")
+
+#: First in the C source of every kernel Tessera builds from its own specs (build_tile_program):
+#: loop if-conversion back on, which the CPU flags turn off for everything else (GCC 12.2 miscompiles
+#: selects over byte masks with it; these kernels read none, and need it to vectorise).
+SPEC_KERNEL_PRAGMAS = (
+    "#if defined(__GNUC__) && !defined(__clang__)",
+    '#pragma GCC optimize("tree-loop-if-convert")',
+    "#endif",
+)
 
 #: Tessera's CPU runtime headers (``#include <tessera/cpu.h>``: the grid's parallel region, the GEMM
 #: micro-kernel), shipped as package data of ``tessera_tvm.target`` (src/target/include).
@@ -94,6 +106,15 @@ def cpu_build_command(cxx: str, flags: Sequence[str], so: str, cpp: str, prelude
     if prelude is not None:
         includes.insert(0, f"-I{prelude}")
     return [cxx, *_COMPILE_OPTIONS, *flags, *includes, "-o", so, cpp]
+
+
+def with_spec_pragmas(source: str) -> str:
+    """``source`` with :data:`SPEC_KERNEL_PRAGMAS` just after TileLang's prelude include (so that a
+    precompiled prelude, built without them, is still used), or first when it has none."""
+    pragmas = "\n".join(SPEC_KERNEL_PRAGMAS)
+    if PRELUDE_INCLUDE in source:
+        return source.replace(PRELUDE_INCLUDE, f"{PRELUDE_INCLUDE}\n{pragmas}", 1)
+    return f"{pragmas}\n{source}"
 
 
 # ---------------------------------------------------------------------------------------------- prelude
