@@ -14,6 +14,7 @@ apache-tvm 0.27 has both fixed):
   ``dtype=`` argument was ignored as well.
 - ``elu`` ignores ``scale`` and ``input_scale``: ``F.selu`` (which torch exports as ``elu`` with
   both) came out as a plain ELU. apache-tvm 0.27 has this one too.
+- ``amax`` and ``amin`` have no converter, so ``x.amax(-1)`` and ``torch.logsumexp`` did not import.
 
 At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
 
@@ -151,6 +152,10 @@ def patch_torch_frontend() -> bool:
             "elu.default": lambda node: _elu(self, node, plain_elu),
         }
         table.update({name: fix for name, fix in fixes.items() if name in table})
+        # Missing, so `x.amax(-1)` and `torch.logsumexp` (which torch exports through amax) failed
+        # with "Unsupported function types ['amax.default']".
+        for name, reduce in (("amax.default", relax.op.max), ("amin.default", relax.op.min)):
+            table.setdefault(name, lambda node, reduce=reduce: _extreme(self, node, reduce))
         return table
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -239,3 +244,13 @@ def _elu(importer, node, plain):
     )
     elu = relax.op.subtract(relax.op.nn.relu(x), relax.op.multiply(relax.const(alpha, dtype), below))
     return importer.block_builder.emit(relax.op.multiply(relax.const(scale, dtype), elu))
+
+
+def _extreme(importer, node, reduce):
+    """``aten.amax`` / ``aten.amin`` ``(x, dim=[], keepdim=False)``; an empty ``dim`` reduces every axis."""
+    args = importer.retrieve_args(node)
+    x = args[0]
+    dim = args[1] if len(args) > 1 else node.kwargs.get("dim", [])
+    keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+    axis = None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
+    return importer.block_builder.emit(reduce(x, axis, keepdims=keepdim))

@@ -144,6 +144,21 @@ def test_selu_elu_and_celu_match_torch():
     _check(SeluMlp(), torch.randn(8, 12))
 
 
+class ContrastiveScores(nn.Module):
+    """An InfoNCE-style loss and a max-pooled feature: logsumexp (exported through amax) and amax/amin."""
+
+    def forward(self, a, b):
+        logits = a @ b.T / 0.1
+        positives = (logits * torch.eye(logits.shape[0])).sum(-1)
+        loss = (torch.logsumexp(logits, dim=-1) - positives).mean()
+        return loss + a.amax(dim=-1).sum() - b.amin(dim=(0, 1))
+
+
+def test_logsumexp_amax_and_amin_import_and_match_torch():
+    torch.manual_seed(0)
+    _check(ContrastiveScores(), torch.randn(6, 8), torch.randn(6, 8))
+
+
 class Normalised(nn.Module):
     """abs, p-norms and cosine similarity: each lowers to tirx.fabs, which TVM's C target could not print."""
 
