@@ -14,6 +14,8 @@ apache-tvm 0.27 has both fixed):
   ``dtype=`` argument was ignored as well.
 - ``elu`` ignores ``scale`` and ``input_scale``: ``F.selu`` (which torch exports as ``elu`` with
   both) came out as a plain ELU. apache-tvm 0.27 has this one too.
+- ``F.group_norm`` without weight and bias (``nn.GroupNorm(affine=False)``) passed None for both to
+  ``R.nn.group_norm``: "Found null pointer node while traversing AST" (apache-tvm 0.27 too).
 - ``amax`` and ``amin`` have no converter, so ``x.amax(-1)`` and ``torch.logsumexp`` did not import.
 
 At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
@@ -150,6 +152,7 @@ def patch_torch_frontend() -> bool:
             "sum.default": lambda node: _sum(self, node),
             "sum.dim_IntList": lambda node: _sum(self, node),
             "elu.default": lambda node: _elu(self, node, plain_elu),
+            "native_group_norm.default": lambda node: _group_norm(self, node),
         }
         table.update({name: fix for name, fix in fixes.items() if name in table})
         # Missing, so `x.amax(-1)` and `torch.logsumexp` (which torch exports through amax) failed
@@ -254,3 +257,25 @@ def _extreme(importer, node, reduce):
     keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
     axis = None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
     return importer.block_builder.emit(reduce(x, axis, keepdims=keepdim))
+
+
+def _group_norm(importer, node):
+    """``aten.native_group_norm`` ``(x, weight, bias, N, C, HxW, group, eps)``; a missing weight is
+    ones and a missing bias zeros (R.nn.group_norm needs both)."""
+    x = importer.env[node.args[0]]
+    channels = int(node.args[4])
+    dtype = str(x.struct_info.dtype)
+    weight = importer.env.get(node.args[1]) if node.args[1] is not None else relax.const(np.ones(channels, dtype))
+    bias = importer.env.get(node.args[2]) if node.args[2] is not None else relax.const(np.zeros(channels, dtype))
+    rank = len(x.struct_info.shape)
+    return importer.block_builder.emit(
+        relax.op.nn.group_norm(
+            x,
+            weight,
+            bias,
+            num_groups=int(node.args[6]),
+            channel_axis=1,
+            axes=list(range(2, rank)),
+            epsilon=float(node.args[7]),
+        )
+    )

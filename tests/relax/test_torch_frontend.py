@@ -159,6 +159,23 @@ def test_logsumexp_amax_and_amin_import_and_match_torch():
     _check(ContrastiveScores(), torch.randn(6, 8), torch.randn(6, 8))
 
 
+class GroupNormed(nn.Module):
+    """Group norms as diffusion U-Nets write them: with and without an affine weight and bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.affine, self.plain = nn.GroupNorm(2, 8), nn.GroupNorm(4, 8, affine=False)
+
+    def forward(self, x):
+        return self.affine(x) + self.plain(x) + F.group_norm(x, 1, eps=1e-3)
+
+
+def test_group_norm_with_and_without_weight_and_bias_matches_torch():
+    # Without weight and bias the frontend passed None to R.nn.group_norm and crashed on import.
+    torch.manual_seed(0)
+    _check(GroupNormed(), torch.randn(2, 8, 4, 4))
+
+
 class Normalised(nn.Module):
     """abs, p-norms and cosine similarity: each lowers to tirx.fabs, which TVM's C target could not print."""
 
