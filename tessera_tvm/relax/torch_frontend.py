@@ -16,7 +16,8 @@ apache-tvm 0.27 has both fixed):
   both) came out as a plain ELU. apache-tvm 0.27 has this one too.
 - ``F.group_norm`` without weight and bias (``nn.GroupNorm(affine=False)``) passed None for both to
   ``R.nn.group_norm``: "Found null pointer node while traversing AST" (apache-tvm 0.27 too).
-- ``amax`` and ``amin`` have no converter, so ``x.amax(-1)`` and ``torch.logsumexp`` did not import.
+- ``amax``, ``amin`` and ``min.dim`` have no converter, so ``x.amax(-1)``, ``torch.logsumexp`` and
+  ``x.min(dim)`` did not import.
 
 At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
 
@@ -159,6 +160,7 @@ def patch_torch_frontend() -> bool:
         # with "Unsupported function types ['amax.default']".
         for name, reduce in (("amax.default", relax.op.max), ("amin.default", relax.op.min)):
             table.setdefault(name, lambda node, reduce=reduce: _extreme(self, node, reduce))
+        table.setdefault("min.dim", lambda node: _min_dim(self, node))  # `x.min(dim)`, as max.dim
         return table
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -279,3 +281,16 @@ def _group_norm(importer, node):
             epsilon=float(node.args[7]),
         )
     )
+
+
+def _min_dim(importer, node):
+    """``aten.min.dim`` ``(x, dim, keepdim=False)``: (values, int64 indices of the first minimum)."""
+    x = importer.env[node.args[0]]
+    dim = int(node.args[1])
+    keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    bb = importer.block_builder
+    values = bb.emit(relax.op.min(x, dim, keepdims=keepdim))
+    indices = bb.emit(relax.op.argmin(x, dim, keepdims=keepdim))
+    if str(indices.struct_info.dtype) != "int64":
+        indices = bb.emit(relax.op.astype(indices, "int64"))
+    return bb.emit(relax.Tuple([values, indices]))
