@@ -139,17 +139,40 @@ def ensure_registered() -> None:
 def _register_c_intrinsics() -> None:
     """Lowering rules the C code generator lacks in this TVM, for the operators a model leaves to TVM.
 
-    ``tirx.fabs`` has no rule for the ``c`` target (nor a default one), so any ``R.abs`` (and
-    ``torch.norm``, ``F.normalize``, ``isinf``, ``isfinite``... which use it) stopped the build
-    with "Unresolved call tirx.fabs". A rule that TVM already has is left alone.
+    - ``tirx.fabs`` has no rule for the ``c`` target (nor a default one), so any ``R.abs`` (and
+      ``torch.norm``, ``F.normalize``, ``isinf``, ``isfinite``... which use it) stopped the build
+      with "Unresolved call tirx.fabs".
+    - The default rules of the float math functions (exp, log, tanh...) call the C library's float
+      or double function and know no half precision: a float16 model's softmax stopped the build
+      with "Unresolved call tirx.exp". In float16 and bfloat16 they now compute in float32 and
+      round back, as torch does on the CPU.
+
+    A ``c`` rule that TVM already has is left alone.
     """
-    op = tvm.ir.Op.get("tirx.fabs")
+    _register_c_rule("tirx.fabs", _fabs_in_c)
+    for name in _HALF_MATH:
+        default = _attr(tvm.ir.Op.get(name), "default.FLowerIntrinsic")
+        if default is not None:
+            _register_c_rule(name, functools.partial(_half_through_float, default))
+
+
+#: Float math whose default lowering knows float and double only.
+_HALF_MATH = tuple(
+    f"tirx.{name}"
+    for name in ("exp", "exp2", "log", "log2", "log10", "log1p", "sqrt", "tanh", "erf", "pow", "sin", "cos", "tan")
+)
+
+
+def _attr(op, name: str):
     try:
-        if op.get_attr("c.FLowerIntrinsic") is not None:
-            return
+        return op.get_attr(name)
     except tvm.error.InternalError:  # no op has the attribute yet
-        pass
-    tvm.ir.register_intrin_lowering("tirx.fabs", target="c", f=_fabs_in_c, level=10)
+        return None
+
+
+def _register_c_rule(name: str, rule) -> None:
+    if _attr(tvm.ir.Op.get(name), "c.FLowerIntrinsic") is None:
+        tvm.ir.register_intrin_lowering(name, target="c", f=rule, level=10)
 
 
 def _fabs_in_c(call):
@@ -159,6 +182,16 @@ def _fabs_in_c(call):
         return tvm.tirx.call_pure_extern(dtype, "fabsf" if dtype == "float32" else "fabs", x)
     # float16 and other widths: the sign bit cleared by a comparison (-0.0 stays -0.0, NaN stays NaN)
     return tvm.tirx.Select(x < tvm.tirx.const(0, dtype), -x, x)
+
+
+def _half_through_float(default, call):
+    """``call`` by TVM's default rule, or for float16/bfloat16 arguments computed in float32."""
+    dtype = str(call.dtype)
+    if dtype not in ("float16", "bfloat16"):
+        return default(call)
+    widened = [tvm.tirx.Cast("float32", a) if str(a.dtype) == dtype else a for a in call.args]
+    inner = tvm.tirx.Call("float32", call.op, widened)
+    return tvm.tirx.Cast(dtype, default(inner))
 
 
 _OWNER_MARK = "tessera.relax.owns_ext_dev_builder"

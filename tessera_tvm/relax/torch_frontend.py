@@ -16,6 +16,10 @@ apache-tvm 0.27 has both fixed):
   both) came out as a plain ELU. apache-tvm 0.27 has this one too.
 - ``F.group_norm`` without weight and bias (``nn.GroupNorm(affine=False)``) passed None for both to
   ``R.nn.group_norm``: "Found null pointer node while traversing AST" (apache-tvm 0.27 too).
+- A float16 or bfloat16 matmul (``mm``, ``bmm``, ``matmul``, ``linear``, ``addmm``) came out
+  float32, where torch gives the inputs' dtype. ``nn.Linear`` then added its half-precision bias to
+  the float32 product (a dtype error on import), and a LayerNorm after it met float32 data and a
+  float16 weight. Each now accumulates in float32 and casts the result to the inputs' dtype, as torch.
 - ``amax``, ``amin`` and ``min.dim`` have no converter, so ``x.amax(-1)``, ``torch.logsumexp`` and
   ``x.min(dim)`` did not import.
 
@@ -154,6 +158,11 @@ def patch_torch_frontend() -> bool:
             "sum.dim_IntList": lambda node: _sum(self, node),
             "elu.default": lambda node: _elu(self, node, plain_elu),
             "native_group_norm.default": lambda node: _group_norm(self, node),
+            "linear.default": lambda node: _linear(self, node),
+            "addmm.default": lambda node: _addmm(self, node),
+            "mm.default": lambda node: _matmul(self, node),
+            "bmm.default": lambda node: _matmul(self, node),
+            "matmul.default": lambda node: _matmul(self, node),
         }
         table.update({name: fix for name, fix in fixes.items() if name in table})
         # Missing, so `x.amax(-1)` and `torch.logsumexp` (which torch exports through amax) failed
@@ -294,3 +303,52 @@ def _min_dim(importer, node):
     if str(indices.struct_info.dtype) != "int64":
         indices = bb.emit(relax.op.astype(indices, "int64"))
     return bb.emit(relax.Tuple([values, indices]))
+
+
+def _half(dtype: str) -> bool:
+    return dtype in ("float16", "bfloat16")
+
+
+def _as_torch(importer, result, dtype: str):
+    """``result`` (float32) in ``dtype`` when that is half precision, as torch returns a matmul."""
+    return importer.block_builder.emit(relax.op.astype(result, dtype)) if _half(dtype) else result
+
+
+def _matmul(importer, node):
+    """``aten.mm`` / ``bmm`` / ``matmul`` ``(a, b)``: accumulated in float32, in the inputs' dtype."""
+    a, b = (importer.env[arg] for arg in node.args[:2])
+    dtype = str(a.struct_info.dtype)
+    out = importer.block_builder.emit(relax.op.matmul(a, b, out_dtype="float32"))
+    return _as_torch(importer, out, dtype)
+
+
+def _linear(importer, node):
+    """``aten.linear`` ``(x, weight, bias=None)``: ``x @ weight.T + bias``, accumulated in float32
+    and returned in the inputs' dtype."""
+    args = importer.retrieve_args(node)
+    x, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    bb = importer.block_builder
+    if bias is not None and str(bias.struct_info.dtype) != "float32":
+        bias = bb.emit(relax.op.astype(bias, "float32"))
+    out = bb.emit(relax.op.linear(x, weight, bias, "float32"))
+    return _as_torch(importer, out, str(x.struct_info.dtype))
+
+
+def _addmm(importer, node):
+    """``aten.addmm`` ``(bias, a, b, *, beta=1, alpha=1)``: ``beta * bias + alpha * (a @ b)`` in
+    float32, returned in the inputs' dtype."""
+    bias, a, b = (importer.env[arg] for arg in node.args[:3])
+    alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+    bb = importer.block_builder
+    dtype = str(a.struct_info.dtype)
+    out = bb.emit(relax.op.matmul(a, b, out_dtype="float32")) if alpha != 0 else None
+    if out is not None and alpha != 1:
+        out = bb.emit(relax.op.multiply(out, relax.const(alpha, "float32")))
+    if beta != 0:
+        if str(bias.struct_info.dtype) != "float32":
+            bias = bb.emit(relax.op.astype(bias, "float32"))
+        if beta != 1:
+            bias = bb.emit(relax.op.multiply(bias, relax.const(beta, "float32")))
+        out = bias if out is None else bb.emit(relax.op.add(bias, out))
+    return _as_torch(importer, out, dtype)

@@ -211,6 +211,31 @@ def test_a_float16_model_builds_and_matches_torch():
     assert {row.family for row in built.report.offloaded} >= {"norm", "softmax"}
 
 
+def test_float16_transformer_and_mlp_blocks_match_torch_in_float16():
+    # The frontend returned every float16 matmul as float32: nn.Linear then failed on its float16
+    # bias, and a LayerNorm after it met float32 data and a float16 weight. The TVM code left over
+    # also needed float16 exp and tanh, which the C target had no rule for.
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
+    )
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    torch.manual_seed(0)
+    for model, x in ((models.Gpt2Block(), torch.randn(2, 24, 48)), (models.Mlp(), torch.randn(32, 64))):
+        model, x = model.half().eval(), x.half()
+        with torch.no_grad():
+            expected = model(x)
+        built = build(_import(model, x), "cpu")
+        (got,) = built.run("main", x.numpy())
+        assert got.dtype == np.float16
+        scale = float(expected.abs().max())
+        np.testing.assert_allclose(got.astype(np.float32), expected.float().numpy(), atol=2e-3 * scale)
+        assert "matmul" in " ".join(row.ops for row in built.report.offloaded)
+
+
 class MaskedScores(nn.Module):
     """A padding mask applied with masked_fill and where, as attention code does by hand."""
 
