@@ -13,7 +13,8 @@
     kernel = tessera_tvm.relax.from_relax(mod["main"])                     # Relax -> ts.compile
     bwd = tessera_tvm.relax.grad(my_kernel, shapes={...})                  # backward via Gradient
 
-Importing this package registers the TIR pipelines ``tessera.<config>`` with TVM.
+Importing this package registers the TIR pipelines ``tessera.<config>`` with TVM, and puts right
+what TileLang's torch frontend imports wrong (``torch_frontend.py`` lists each case).
 """
 
 from __future__ import annotations

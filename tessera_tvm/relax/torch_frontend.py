@@ -20,8 +20,8 @@ apache-tvm 0.27 has both fixed):
   float32, where torch gives the inputs' dtype. ``nn.Linear`` then added its half-precision bias to
   the float32 product (a dtype error on import), and a LayerNorm after it met float32 data and a
   float16 weight. Each now accumulates in float32 and casts the result to the inputs' dtype, as torch.
-- ``amax``, ``amin`` and ``min.dim`` have no converter, so ``x.amax(-1)``, ``torch.logsumexp`` and
-  ``x.min(dim)`` did not import.
+- ``amax``, ``amin``, ``min.dim`` and ``diagonal`` have no converter, so ``x.amax(-1)``,
+  ``torch.logsumexp``, ``x.min(dim)`` and ``logits.diagonal()`` did not import.
 
 At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
 
@@ -170,6 +170,7 @@ def patch_torch_frontend() -> bool:
         for name, reduce in (("amax.default", relax.op.max), ("amin.default", relax.op.min)):
             table.setdefault(name, lambda node, reduce=reduce: _extreme(self, node, reduce))
         table.setdefault("min.dim", lambda node: _min_dim(self, node))  # `x.min(dim)`, as max.dim
+        table.setdefault("diagonal.default", lambda node: _diagonal(self, node))  # `logits.diagonal()`
         return table
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -352,3 +353,27 @@ def _addmm(importer, node):
             bias = bb.emit(relax.op.multiply(bias, relax.const(beta, "float32")))
         out = bias if out is None else bb.emit(relax.op.add(bias, out))
     return _as_torch(importer, out, dtype)
+
+
+def _diagonal(importer, node):
+    """``aten.diagonal`` ``(x, offset=0, dim1=0, dim2=1)`` over static dims: the two dims moved last
+    and merged, then the diagonal's flat positions taken, as a last axis (torch's layout)."""
+    x = importer.env[node.args[0]]
+    args = list(node.args) + [None] * 3
+    offset = args[1] if args[1] is not None else node.kwargs.get("offset", 0)
+    dim1 = args[2] if args[2] is not None else node.kwargs.get("dim1", 0)
+    dim2 = args[3] if args[3] is not None else node.kwargs.get("dim2", 1)
+    shape = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in x.struct_info.shape]
+    rank = len(shape)
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    rows, cols = shape[dim1], shape[dim2]
+    if rows is None or cols is None or any(d is None for d in shape):
+        raise TesseraError(f"{node.target}: the diagonal of a tensor with symbolic dims cannot be imported")
+    rest = [d for d in range(rank) if d not in (dim1, dim2)]
+    bb = importer.block_builder
+    moved = bb.emit(relax.op.permute_dims(x, [*rest, dim1, dim2]))
+    flat = bb.emit(relax.op.reshape(moved, [*(shape[d] for d in rest), rows * cols]))
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    length = max(min(rows - first_row, cols - first_col), 0)
+    positions = np.array([(first_row + i) * cols + first_col + i for i in range(length)], "int64")
+    return bb.emit(relax.op.take(flat, relax.const(positions), axis=len(rest)))
