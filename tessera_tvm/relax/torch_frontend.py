@@ -1,11 +1,11 @@
 """What TVM's torch frontend imports wrong, put right.
 
 A model imported with ``from_exported_program`` at its defaults must compute what torch computes.
-These mistakes were found by importing ordinary PyTorch code and comparing with torch; each gave
-a silently wrong answer.
+These mistakes were found by importing ordinary PyTorch code and comparing with torch: some gave a
+silently wrong answer, others stopped the import.
 
 In the frontend of TileLang's TVM (``import tessera_tvm`` patches it, see :func:`patch_torch_frontend`;
-apache-tvm 0.27 has both fixed):
+apache-tvm 0.27 gets the first two right):
 
 - ``var`` and ``std`` ignore ``correction``: ``x.var()`` and ``x.std()`` (Bessel-corrected by default
   in torch) came out as the population statistic.
@@ -47,7 +47,7 @@ __all__ = ["FIXES", "fix_imported", "patch_torch_frontend"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Negative indices of R.take (both TVMs)
+# At the Relax level (both TVMs)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -134,10 +134,11 @@ _PATCHED = "_tessera_fixed_convert_map"
 
 
 def patch_torch_frontend() -> bool:
-    """Give TileLang's torch frontend torch's meaning for ``var``/``std`` (``correction``),
-    ``sum`` (int64 for bool and integer inputs, ``dtype=``) and ``elu`` (``scale``, ``input_scale``). Applied once, at ``import tessera_tvm``;
-    a frontend that already handles ``correction`` (apache-tvm's) is left alone. Returns whether
-    the frontend is patched."""
+    """Give TileLang's torch frontend the converters the module docstring lists: torch's meaning
+    for ``var``/``std``, ``sum``, ``elu``, ``native_group_norm`` and half-precision matmuls, and the
+    missing ``amax``, ``amin``, ``min.dim`` and ``diagonal``. Applied once, at ``import tessera_tvm``;
+    a frontend that already handles ``correction`` (apache-tvm's) is left alone. Returns whether the
+    frontend is patched."""
     try:
         from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     except ImportError:  # no torch frontend in this TVM build
