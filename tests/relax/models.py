@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -92,3 +95,14 @@ def block_reference(x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b,
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     x = x + causal_attention(q, k, v).reshape(b, s, d) @ proj_w.T + proj_b
     return x + gelu(layer_norm(x, ln2_w, ln2_b) @ fc1_w.T + fc1_b) @ fc2_w.T + fc2_b
+
+
+@functools.cache
+def torch_models():
+    """examples/torch_models.py (the GPT-2 block, the LLaMA block and the MLP in PyTorch), loaded once."""
+    spec = importlib.util.spec_from_file_location(
+        "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -15,6 +15,8 @@ from torch import nn
 
 from tessera_tvm.relax import build, partition_for_tessera
 
+from .models import torch_models
+
 from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
 
 
@@ -214,14 +216,7 @@ def test_float16_transformer_and_mlp_blocks_match_torch_in_float16():
     # The frontend returned every float16 matmul as float32: nn.Linear then failed on its float16
     # bias, and a LayerNorm after it met float32 data and a float16 weight. The TVM code left over
     # also needed float16 exp and tanh, which the C target had no rule for.
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
-    )
-    models = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(models)
+    models = torch_models()
     torch.manual_seed(0)
     for model, x in ((models.Gpt2Block(), torch.randn(2, 24, 48)), (models.Mlp(), torch.randn(32, 64))):
         model, x = model.half().eval(), x.half()

@@ -6,9 +6,6 @@ Tolerance 1e-5 absolute on outputs of magnitude ~1: float32 everywhere, sums of 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -19,13 +16,11 @@ from tessera_tvm import tvm
 from tessera_tvm.relax import build
 from tessera_tvm.relax.build import export_options
 
+from .models import torch_models
+
 from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
 
-_spec = importlib.util.spec_from_file_location(
-    "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
-)
-models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(models)
+models = torch_models()
 Gpt2Block, LlamaBlock, Mlp = models.Gpt2Block, models.LlamaBlock, models.Mlp
 
 
