@@ -184,12 +184,10 @@ def _variance(importer, node, *, root: bool):
     keepdim=False)``, correction None meaning 1."""
     args = importer.retrieve_args(node)
     x = args[0]
-    dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
+    dim = _axes(args[1] if len(args) > 1 else node.kwargs.get("dim"))
     keepdim = bool(node.kwargs.get("keepdim", False))
     correction = node.kwargs.get("correction")
     correction = 1 if correction is None else correction
-    if isinstance(dim, (list, tuple)) and len(dim) == 0:
-        dim = None
     bb = importer.block_builder
     result = bb.emit(relax.op.variance(x, dim, keepdims=keepdim))
     if correction != 0:
@@ -207,7 +205,13 @@ def _variance(importer, node, *, root: bool):
     return bb.emit(relax.op.sqrt(result)) if root else result
 
 
+def _axes(dim):
+    """A reduction's ``dim`` argument as Relax takes it: None (every axis) for torch's None or ``[]``."""
+    return None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
+
+
 def _reduced_count(x, dim) -> int | None:
+    """How many elements a reduction of ``x`` over ``dim`` (from :func:`_axes`) sums; None if symbolic."""
     shape = x.struct_info.shape
     if shape is None:
         return None
@@ -226,9 +230,7 @@ def _sum(importer, node):
     *, dtype=None)``: bool and integer inputs sum in int64 unless ``dtype`` says otherwise."""
     args = importer.retrieve_args(node)
     x = args[0]
-    dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
-    if isinstance(dim, (list, tuple)) and len(dim) == 0:
-        dim = None
+    dim = _axes(args[1] if len(args) > 1 else node.kwargs.get("dim"))
     keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
     bb = importer.block_builder
     dtype = node.kwargs.get("dtype")
@@ -266,10 +268,9 @@ def _extreme(importer, node, reduce):
     """``aten.amax`` / ``aten.amin`` ``(x, dim=[], keepdim=False)``; an empty ``dim`` reduces every axis."""
     args = importer.retrieve_args(node)
     x = args[0]
-    dim = args[1] if len(args) > 1 else node.kwargs.get("dim", [])
+    dim = _axes(args[1] if len(args) > 1 else node.kwargs.get("dim"))
     keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
-    axis = None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
-    return importer.block_builder.emit(reduce(x, axis, keepdims=keepdim))
+    return importer.block_builder.emit(reduce(x, dim, keepdims=keepdim))
 
 
 def _group_norm(importer, node):
