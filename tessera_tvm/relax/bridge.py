@@ -8,13 +8,16 @@ toolchain process that runs here, in TileLang's TVM. This module partitions the 
 - the Relax module, each Tessera kernel call now ``R.call_dps_packed("<kernel>", ...)`` and the
   kernels' PrimFuncs gone, in upstream's dialect (:func:`to_upstream_text`);
 - the kernels as C sources that upstream's ``export_library`` (or its VM's ``jit``) compiles and
-  links into the user's library: the host functions with TVM's calling convention
-  (``__tvm_ffi_<kernel>``) and the device kernels, headers included by absolute path;
+  links into the user's library, each defining the entry ``__tvm_ffi_<kernel>`` (TVM's calling
+  convention), headers included by absolute path. On the CPU: TVM's host functions and the device
+  kernels. On CUDA configs (hopper, ampere): one C++ source per kernel, the tvm-ffi entry
+  Tessera's own CUDA libraries have (tessera_tvm/target/cuda/module.py), its cubins written into it
+  as literals; it drives the GPU through the CUDA driver, so it needs no CUDA runtime in upstream's
+  TVM;
 - the offload report, as its dict and its text.
 
 ``python -m tessera_tvm.relax.bridge`` serves requests, one JSON object per line on stdin, each
-answered by one line on stdout (:func:`serve`). Only the CPU config is served for now: GPU kernels
-need their device binaries carried across, which is not built yet.
+answered by one line on stdout (:func:`serve`).
 """
 
 from __future__ import annotations
@@ -144,16 +147,84 @@ def _c_sources(runtime_module) -> list[dict[str, Any]]:
     return found
 
 
+def _cuda_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str, Any]]:
+    """One C++ source per Tessera kernel of ``partitioned`` on a CUDA config: its tvm-ffi entry
+    ``__tvm_ffi_<symbol>`` with its cubins in it (:func:`standalone_entry_source`). Each kernel is
+    lowered and compiled with nvcc here (the kernel cache keeps the cubins)."""
+    from ..lower import lower
+    from ..target.cuda.module import device_launches, standalone_entry_source
+    from ..target.module import Call, ModuleError, ModulePlan, TensorArg
+    from .pipeline import tile_program
+
+    outputs = _output_counts(partitioned, kernels)
+    sources = []
+    for gv, func in partitioned.functions.items():
+        name = str(gv.name_hint)
+        if name not in kernels:
+            continue
+        lowered = lower(tile_program(func), config)
+        cubin = lowered.artifacts.get("cubin")
+        if cubin is None:
+            raise TesseraError(
+                f"kernel {name} for config {config.name!r} has no cubin to carry to upstream's TVM: "
+                f"{'; '.join(lowered.notes) or 'nvcc did not produce one'}"
+            )
+        dtypes = {str(b.name): str(b.dtype) for b in func.buffer_map.values()}
+        shapes = lowered._program_shapes
+        order = list(lowered._program_order)
+        dynamic = {b: shapes[b] for b in order if not all(isinstance(d, int) for d in shapes[b])}
+        if dynamic:
+            raise TesseraError(
+                f"kernel {name} for config {config.name!r} has symbolic dims ({', '.join(f'{b} {d}' for b, d in dynamic.items())}); "
+                "offload from upstream to a GPU takes static shapes for now: import the model with fixed shapes"
+            )
+        tensors = [TensorArg(b, dtypes[b], tuple(shapes[b])) for b in order]
+        count = outputs.get(name, 1)
+        try:
+            launches = device_launches(lowered)
+            plan = ModulePlan(
+                name=kernels[name],
+                inputs=tuple(tensors[:-count]),
+                outputs=tuple(tensors[-count:]),
+                intermediates=(),
+                calls=(Call(name, lowered.name, tuple(order), launches=launches, binary=str(cubin)),),
+                copies=(),
+                sources=((name, lowered.source),),
+                device="cuda",
+            )
+            code = standalone_entry_source(plan, [cubin.read_bytes()])
+        except ModuleError as exc:
+            raise TesseraError(f"kernel {name} for config {config.name!r}: {exc}") from None
+        sources.append({"code": code, "format": "cc", "names": [kernels[name]]})
+    return sources
+
+
+def _output_counts(mod, kernels: dict[str, Any]) -> dict[str, int]:
+    """How many outputs each kernel's ``R.call_tir`` writes (its PrimFunc's last parameters)."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    counts: dict[str, int] = {}
+
+    def visit(node) -> None:
+        if isinstance(node, relax.Call) and node.op.same_as(call_tir) and str(node.args[0].name_hint) in kernels:
+            out = node.sinfo_args[0]
+            counts[str(node.args[0].name_hint)] = len(out.fields) if isinstance(out, relax.TupleStructInfo) else 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return counts
+
+
 def offload_for_upstream(
     text: str, config: str = "cpu", *, functions: list[str] | None = None, dim_hints: dict[str, int] | None = None
 ) -> dict[str, Any]:
     """Partition the Relax module ``text`` for ``config`` and compile its Tessera kernels (see the
     module docstring); returns the answer's fields."""
     config = load_config(config)
-    if config.target_kind != "c":
+    if config.target_kind not in ("c", "cuda"):
         raise TesseraError(
-            f"config {config.name!r}: offload from upstream apache-tvm supports the CPU config only for now "
-            "(GPU kernels need their device binaries carried across; not built yet)"
+            f"config {config.name!r} (target kind {config.target_kind!r}): offload from upstream apache-tvm "
+            "takes the CPU and CUDA configs (cpu, hopper, ampere); its kernels have no binary here to carry"
         )
     mod = from_upstream_text(text)
     partitioned, report = partition_for_tessera(mod, config, functions=functions, dim_hints=dim_hints)
@@ -163,7 +234,9 @@ def offload_for_upstream(
         if is_tessera_kernel(f)
     }
     sources: list[dict[str, Any]] = []
-    if kernels:
+    if kernels and config.target_kind == "cuda":
+        sources = _cuda_sources(partitioned, kernels, config)
+    elif kernels:
         kernel_mod = tvm.IRModule({gv: f for gv, f in partitioned.functions.items() if str(gv.name_hint) in kernels})
         sources = _c_sources(compile_module(kernel_mod, config).mod)
         sources[0]["names"] = sorted(kernels.values())  # the host module holds the entry functions
@@ -171,6 +244,7 @@ def offload_for_upstream(
         "text": to_upstream_text(_to_packed_calls(partitioned, kernels)),
         "sources": sources,
         "kernels": sorted(kernels.values()),
+        "target_kind": config.target_kind,
         "report": report.as_dict(),
         "report_text": str(report),
     }

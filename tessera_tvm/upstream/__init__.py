@@ -12,12 +12,19 @@ toolchain.py), which partitions it and compiles the kernels in TileLang's TVM
 (tessera_tvm/relax/bridge.py). What comes back: the module with each kernel call an
 ``R.call_dps_packed`` of the kernel's symbol, and the kernels' C sources, attached to the module as
 ``external_mods`` so that ``tvm.compile`` links them into the executable and ``export_library``
-into one library. CPU config only for now.
+into one library.
+
+GPU configs (hopper, ampere) take static shapes. Their kernels come as one C++ source each: the
+kernel's tvm-ffi entry with its cubins in it, which launches through the CUDA driver itself. Build
+with a CUDA target (``tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}, host="llvm")``); a
+VM on ``tvm.cuda()`` needs an apache-tvm built with CUDA (PyPI's wheel has no CUDA runtime: it
+builds and exports such a model but cannot run it).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +63,8 @@ def partition_for_tessera(
 ):
     """Offload what Tessera takes from the Relax module ``mod`` (upstream apache-tvm), as
     ``tessera_tvm.partition_for_tessera`` does in TileLang's TVM. Returns ``(module, OffloadReport)``;
-    build the module with upstream's own ``tvm.compile(mod, "llvm")``."""
+    build the module with upstream's own ``tvm.compile(mod, "llvm")`` (a CUDA target with an LLVM
+    host for the GPU configs)."""
     import tvm
 
     if not isinstance(mod, tvm.IRModule):
@@ -78,6 +86,13 @@ def partition_for_tessera(
     out = bind_constants(out, constants)
     if answer["sources"]:
         out = out.with_attr("external_mods", [*_existing_external_mods(mod), _kernel_module(answer["sources"])])
+    if answer.get("target_kind") == "cuda" and not tvm.runtime.enabled("cuda"):
+        warnings.warn(
+            f"config {config!r} offloads to CUDA kernels, but this apache-tvm {tvm.__version__} has no CUDA runtime "
+            "(PyPI's wheel is built without it): the module builds and exports here, and runs where apache-tvm "
+            "is built with CUDA",
+            stacklevel=2,
+        )
     data = answer["report"]
     report = OffloadReport(
         data["config"],

@@ -42,7 +42,14 @@ from ..toolchain import (
     validate_artifact_name,
 )
 
-__all__ = ["build_module", "cuda_include_dir", "device_launches", "entry_source", "linked_module"]
+__all__ = [
+    "build_module",
+    "cuda_include_dir",
+    "device_launches",
+    "entry_source",
+    "linked_module",
+    "standalone_entry_source",
+]
 
 _TENSORMAP = "__tvm_tensormap_create_tiled"
 _GRID = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -181,11 +188,18 @@ def cuda_include_dir() -> Path:
     )
 
 
-def entry_source(plans: Sequence[ModulePlan]) -> str:
+def entry_source(plans: Sequence[ModulePlan], *, cubins: Sequence[bytes] | None = None) -> str:
     """The C++ of the CUDA entry ``__tvm_ffi_<name>``: one namespace per plan (``v<k>::Entry``, its
     cubins ``binary<i>.cubin`` beside the source, numbered across plans) and the entry that picks
-    one by the arguments' shapes."""
+    one by the arguments' shapes. Everything but the entry has internal linkage, so that the entries
+    of several kernels link into one library.
+
+    ``cubins`` (one per call, across plans), when given, are written into the source as string
+    literals instead of ``.incbin`` of the files beside it: a source that needs no other file."""
     plans = list(plans)
+    count = sum(len(plan.calls) for plan in plans)
+    if cubins is not None and len(cubins) != count:
+        raise ModuleError(f"{plans[0].name}: {len(cubins)} cubins given for {count} device kernels")
     name = plans[0].name
     lines = [f"// The tvm-ffi entry of Tessera kernel {name} on CUDA: checks its arguments, launches its kernels."]
     lines += entry_helpers("kDLCUDA", "an NVIDIA GPU").splitlines()
@@ -197,18 +211,41 @@ def entry_source(plans: Sequence[ModulePlan]) -> str:
         "#include <mutex>",
         "",
         "namespace cu = tessera::cuda;",
+        "",
+        "namespace {",
     ]
     first = 0
     for k, plan in enumerate(plans):
-        lines += ["", *_variant(plan, k, first)]
+        embedded = None if cubins is None else cubins[first : first + len(plan.calls)]
+        lines += ["", *_variant(plan, k, first, embedded)]
         first += len(plan.calls)
-    lines += ["", *entry_dispatch(plans, lambda k: f"v{k}::Entry")]
+    lines += ["", "}  // namespace", "", *entry_dispatch(plans, lambda k: f"v{k}::Entry")]
     return "\n".join(lines)
 
 
-def _variant(plan: ModulePlan, k: int, first: int) -> list[str]:
-    """Namespace ``v<k>``: ``plan``'s embedded cubins (``binary<first + i>.cubin``), their functions
-    loaded per device, and ``Entry``, which checks the arguments and launches them."""
+def standalone_entry_source(plan: ModulePlan, cubins: Sequence[bytes]) -> str:
+    """``plan``'s entry as one C++ source that compiles with no include flags and no file beside it:
+    its cubins as literals, ``tessera/cuda_driver.h`` written into it and the toolkit's ``cuda.h``
+    included by absolute path (tvm-ffi's headers are left to the compile, which has them). What a
+    TVM ``CSourceModule`` carries into another TVM's ``export_library`` (issue #17)."""
+    from ..cpu.build import RUNTIME_INCLUDE_DIR
+
+    driver = (Path(RUNTIME_INCLUDE_DIR) / "tessera" / "cuda_driver.h").read_text(encoding="utf-8")
+    cuda_h = cuda_include_dir() / "cuda.h"
+    if "#include <cuda.h>" not in driver:
+        raise ModuleError("tessera/cuda_driver.h no longer includes <cuda.h>; standalone_entry_source needs updating")
+    driver = driver.replace("#include <cuda.h>", f'#include "{cuda_h}"')
+    source = entry_source([plan], cubins=cubins)
+    include = "#include <tessera/cuda_driver.h>"
+    if include not in source:
+        raise ModuleError(f"{plan.name}: the entry does not include {include}")
+    return source.replace(include, f"// tessera/cuda_driver.h, written in\n{driver}")
+
+
+def _variant(plan: ModulePlan, k: int, first: int, cubins: Sequence[bytes] | None = None) -> list[str]:
+    """Namespace ``v<k>``: ``plan``'s embedded cubins (``binary<first + i>.cubin``, or ``cubins`` as
+    literals), their functions loaded per device, and ``Entry``, which checks the arguments and
+    launches them."""
     name = plan.name
     tensors = [*plan.inputs, *plan.outputs]
     if any(call.converts_in or call.converts_out for call in plan.calls):
@@ -217,6 +254,9 @@ def _variant(plan: ModulePlan, k: int, first: int) -> list[str]:
     names = [f'"{launch.function}"' for _, launch in functions]
     lines = [f"namespace v{k} {{  // {plan.name} for {', '.join(f'{a}={b}' for a, b in plan.bound) or 'its shapes'}"]
     for i in range(first, first + len(plan.calls)):  # each fused kernel's cubin, embedded as it is
+        if cubins is not None:
+            lines += _cubin_literal(f"tessera_cubin_{i}", cubins[i - first])
+            continue
         lines += [
             "__asm__(",
             '    ".section .rodata\\n"',
@@ -344,6 +384,15 @@ def _variant(plan: ModulePlan, k: int, first: int) -> list[str]:
         f"}}  // namespace v{k}",
     ]
     return lines
+
+
+def _cubin_literal(name: str, cubin: bytes) -> list[str]:
+    """``cubin`` as a C++ array ``name`` (a string literal of ``\\xHH`` escapes, 64 bytes a line;
+    the literal's own terminating zero follows it, as after an ``.incbin``)."""
+    rows = ["".join(f"\\x{b:02x}" for b in cubin[i : i + 64]) for i in range(0, len(cubin), 64)]
+    return [f"alignas(64) const char {name}[] =", *(f'    "{row}"' for row in rows or [""])] + [
+        f"    ;  // {len(cubin)} bytes"
+    ]
 
 
 def _launch_lines(call, launch: GpuLaunch, tag: str, slot: int) -> list[str]:

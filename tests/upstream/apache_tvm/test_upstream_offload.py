@@ -5,7 +5,9 @@ tests/upstream/test_apache_tvm_venv.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +164,40 @@ class Module:
     )
     _, report = tessera_tvm.partition_for_tessera(mod, "my_cpu.yaml")
     assert report.config == "my_cpu" and [o["ops"] for o in report.offloaded] == ["matmul"]
+
+
+_MLP_SOFTMAX = """
+# from tvm.script import ir as I
+# from tvm.script import relax as R
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((128, 64), dtype="float32"), w: R.Tensor((64, 32), dtype="float32"), b: R.Tensor((32,), dtype="float32")) -> R.Tensor((128, 32), dtype="float32"):
+        with R.dataflow():
+            lv = R.matmul(x, w)
+            lv1 = R.add(lv, b)
+            lv2 = R.nn.gelu(lv1)
+            gv = R.nn.softmax(lv2, axis=-1)
+            R.output(gv)
+        return gv
+"""  # noqa: E501
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the toolchain needs nvcc to build the kernels' cubins")
+def test_a_gpu_config_builds_for_cuda_and_exports_one_library_whose_vm_calls_the_tessera_kernels(tmp_path):
+    with pytest.warns(UserWarning, match="has no CUDA runtime"):
+        partitioned, report = tessera_tvm.partition_for_tessera(tvm.script.from_source(_MLP_SOFTMAX), "hopper")
+    assert report.kernels == ["tessera_matmul_add_gelu", "tessera_softmax"] and not report.not_offloaded
+    executable = tvm.compile(partitioned, tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}, host="llvm"))
+    library = tmp_path / "model.so"
+    executable.export_library(str(library), options=tessera_tvm.export_options("hopper"))
+    for kernel in report.kernels:  # linked in, as the library's own exported entries
+        assert hasattr(ctypes.CDLL(str(library)), f"__tvm_ffi_{kernel}")
+    # This apache-tvm (PyPI) has no CUDA runtime, so no VM holds CUDA tensors here. On the CPU the VM
+    # reaches the first kernel's entry, which refuses host memory by name before it touches a driver.
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    arrays = [tvm.runtime.tensor(np.zeros(s, np.float32)) for s in ((128, 64), (64, 32), (32,))]
+    with pytest.raises(
+        ValueError, match="tessera_matmul_add_gelu: argument A is on device type 1; this library runs on"
+    ):
+        vm["main"](*arrays)
