@@ -27,7 +27,9 @@ export TESSERA_CACHE_DIR=/tmp/tessera-cache
     2>&1 | tee "$out/machine.txt"
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-    python3 -m pytest -q -m "gpu or nvcc" -p no:cacheprovider --junitxml="$out/gpu-tests.xml" tests 2>&1 \
+    # In 8 workers where pytest-xdist came along: most of the time is nvcc, one compile per core.
+    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || true)
+    python3 -m pytest -q -m "gpu or nvcc" $workers -p no:cacheprovider --junitxml="$out/gpu-tests.xml" tests 2>&1 \
         | tee "$out/gpu-tests.log"
     rc=${PIPESTATUS[0]}
 fi

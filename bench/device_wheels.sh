@@ -12,6 +12,9 @@ platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d "$WHL" tilelang==0.1.15 apache-tvm-ffi==0.1.12
+# pytest-xdist (and its execnet), ~90 kB: the GPU tests compile with nvcc on that machine's 16 cores.
+python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    -d "$WHL" pytest-xdist==3.8.0 execnet==2.1.2
 if [ ! -f "$WHL/libz3.so.4.15.xz" ]; then
     tmp=$(mktemp -d)
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
