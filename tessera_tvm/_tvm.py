@@ -313,6 +313,19 @@ def has_leaking_intermediate_variables(context) -> bool:
     return relax_check(context)
 
 
+def tilelang_target(target: dict, host=None):
+    """The TVM ``Target`` for the dict ``target`` as ``tilelang.lower`` normalises it. For ROCm that
+    adds the wavefront size (``thread_warp_size`` 64 on gfx9, 32 on RDNA) and the mtriple: without
+    it ``tl.LowerThreadAllreduce`` assumes a warp of one thread and never reduces within a wavefront.
+    Other kinds are built as given."""
+    target = dict(target)
+    if target.get("kind") == "hip":
+        from tilelang.backend.target import determine_target
+
+        target = dict(determine_target(target, return_object=True).export())
+    return tvm.target.Target(target, host=host) if host is not None else tvm.target.Target(target)
+
+
 def tvm_ffi_paths() -> tuple[str, str, str]:
     """(include dir, DLPack include dir, library dir) of the tvm-ffi that TileLang's TVM runs on: what a
     library exporting ``__tvm_ffi_<name>`` entries compiles and links against."""

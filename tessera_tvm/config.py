@@ -183,10 +183,11 @@ class TargetConfig:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def tvm_target(self):
-        """The TVM ``Target`` this config names, with a C host (this TVM has no LLVM backend)."""
-        from ._tvm import tvm
+        """The TVM ``Target`` this config names, with a C host (this TVM has no LLVM backend), as
+        TileLang normalises it (a ROCm target gets its wavefront size)."""
+        from ._tvm import tilelang_target, tvm
 
-        return tvm.target.Target(self.target_dict, host=tvm.target.Target("c"))
+        return tilelang_target(self.target_dict, host=tvm.target.Target("c"))
 
 
 def _freeze(value: Any) -> Any:

@@ -5,7 +5,8 @@ For every program and every config it names (hopper, ampere, rocm):
 - where ``tilelang.lower`` fails, Tessera fails too, with a ``TesseraError`` that names the pass or
   the codegen step (never a TVM exception type);
 - Hopper and Ampere kernels build a cubin with nvcc;
-- programs with a CPU form (the dynamic-shape ones) run on the CPU against numpy.
+- programs with a CPU form (the dynamic-shape ones) run on the CPU against numpy;
+- on an H100 or H200, programs with a GPU check run their Hopper build against torch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TARGETS = {
 }
 PAIRS = [(name, config) for name, case in CORPUS.items() for config in case.targets]
 CPU_CASES = [name for name, case in CORPUS.items() if case.cpu is not None]
+GPU_CASES = [name for name, case in CORPUS.items() if case.gpu is not None and "hopper" in case.targets]
 
 #: What the corpus must exercise (issue #13): a family or feature missing from it fails here.
 REQUIRED_FEATURES = {
@@ -142,3 +144,29 @@ def test_builds_a_cubin(name, config, tmp_path):
 def test_runs_on_the_cpu(name):
     program, run = CORPUS[name].cpu()
     run(tessera_tvm.lower(program, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_runs_on_the_gpu_and_matches_torch(name, tmp_path):
+    import torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper builds (sm_90a) run on an H100 or H200")
+    if _tilelang(name, "hopper")[0] is None:
+        pytest.skip(f"tilelang.lower fails on hopper: {_tilelang(name, 'hopper')[1]}")
+    CORPUS[name].gpu(_lower(name, "hopper", out_dir=tmp_path))
+
+
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_the_gpu_check_rejects_a_kernel_that_writes_nothing(name):
+    # Run here on the CPU, with torch standing in for the GPU: a check that compares nothing fails.
+    pytest.importorskip("torch")
+    with pytest.raises(AssertionError):
+        CORPUS[name].gpu(lambda *tensors: None, device="cpu")
+
+
+def test_most_programs_have_a_gpu_check():
+    # Each program is checked for numbers on a GPU where one is lent; a new one should bring its check.
+    hopper = [name for name, case in CORPUS.items() if "hopper" in case.targets]
+    assert len(GPU_CASES) >= 0.8 * len(hopper), sorted(set(hopper) - set(GPU_CASES))

@@ -24,6 +24,11 @@ class Case:
     ``(program, run)`` for a CPU form of the kernel: ``run(lowered)`` calls the CPU build on numpy
     arrays and checks the result against numpy (dynamic-shape kernels run this way).
     ``pass_configs`` are TileLang pass configs the program needs (given to both lowerings).
+    ``gpu``, when set, runs the program's Hopper build on a GPU: ``gpu(kernel)`` makes torch
+    inputs on ``device`` (a keyword, default ``"cuda"``), calls ``kernel(*tensors)`` (the tile
+    program's buffers in order, outputs written in place) and checks the outputs against torch.
+    Where there is no GPU, ``gpu(fake, device="cpu")`` with a torch stand-in for the kernel checks the
+    check itself.
     """
 
     name: str
@@ -32,14 +37,15 @@ class Case:
     targets: tuple[str, ...] = ("hopper", "ampere", "rocm")
     cpu: Callable[[], tuple[Any, Callable[[Any], None]]] | None = None
     pass_configs: dict[str, Any] = field(default_factory=dict)
+    gpu: Callable[..., None] | None = None
 
 
 def corpus() -> dict[str, Case]:
     """Every case of every family module, by name."""
-    from . import attention, dequant, gemm_family, misc, norms
+    from . import attention, dequant, gemm_family, grouped, misc, norms, scans, sparse_attention
 
     cases: dict[str, Case] = {}
-    for module in (gemm_family, norms, attention, dequant, misc):
+    for module in (gemm_family, grouped, norms, attention, sparse_attention, dequant, misc, scans):
         for case in module.CASES:
             if case.name in cases:
                 raise ValueError(f"two corpus programs are named {case.name!r}")

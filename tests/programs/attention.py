@@ -10,7 +10,7 @@ import tilelang.language as T
 
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
-from . import Case
+from . import Case, checks
 
 LOG2E = 1.44269504
 
@@ -309,21 +309,30 @@ CASES = [
         "flash_attention_fwd_causal",
         lambda: flash_attention_fwd(1, 8, 512, 64, causal=True),
         features=("pipelined",),
+        gpu=checks.flash_fwd_check(1, 8, 512, 64, causal=True),
     ),
     Case(
         "flash_attention_fwd",
         lambda: flash_attention_fwd(2, 4, 256, 128, causal=False),
         features=("pipelined",),
+        gpu=checks.flash_fwd_check(2, 4, 256, 128, causal=False),
     ),
     Case(
         "flash_attention_bwd_causal",
         lambda: flash_attention_bwd(1, 4, 256, 64, causal=True),
         features=("annotate_layout", "atomic"),
+        gpu=checks.flash_bwd_check(1, 4, 256, 64, causal=True),
     ),
     Case(
         "gqa_decode_split_kv",
         lambda: gqa_decode(2, 32, 2, 1024, 128, num_split=4),
         features=("pipelined",),
+        gpu=checks.gqa_decode_check(2, 32, 2, 1024, 128, num_split=4),
     ),
-    Case("linear_attention_chunked", lambda: linear_attention(2, 4, 512, 64), features=("pipelined",)),
+    Case(
+        "linear_attention_chunked",
+        lambda: linear_attention(2, 4, 512, 64),
+        features=("pipelined",),
+        gpu=checks.linear_attention_check(2, 4, 512, 64),
+    ),
 ]

@@ -11,7 +11,7 @@ import tilelang.language as T
 
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
-from . import Case
+from . import Case, checks
 
 
 def gemv_reducer(N, K, block_n=64, block_k=64, threads=128, dtype="float16", accum_dtype="float32"):
@@ -196,12 +196,21 @@ def fp4_gemv(N, K, group=32, block_n=32, block_k=128, threads=128, dtype="float1
 
 
 CASES = [
-    Case("gemv_reducer_fp16", lambda: gemv_reducer(1024, 1024), features=("reducer",)),
-    Case("int4_gemv", lambda: int4_gemv(1024, 2048), features=("int4",), cpu=_cpu_int4_gemv_case),
+    Case(
+        "gemv_reducer_fp16", lambda: gemv_reducer(1024, 1024), features=("reducer",), gpu=checks.gemv_check(1024, 1024)
+    ),
+    Case(
+        "int4_gemv",
+        lambda: int4_gemv(1024, 2048),
+        features=("int4",),
+        cpu=_cpu_int4_gemv_case,
+        gpu=checks.int4_gemv_check(1024, 2048, 128),
+    ),
     Case(
         "int4_gemm_swizzled_b",
         lambda: int4_gemm_swizzled(512, 512, 1024),
         features=("int4", "annotate_layout", "pipelined"),
+        gpu=checks.int4_gemm_check(512, 512, 1024, 128),
     ),
     Case("fp4_gemv", lambda: fp4_gemv(1024, 2048), features=("fp4",)),
 ]

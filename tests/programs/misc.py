@@ -10,7 +10,7 @@ import tilelang.language as T
 
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
-from . import Case
+from . import Case, checks
 
 
 def add_gelu(M, N, block_m=32, block_n=128, dtype="float16", threads=128):
@@ -229,11 +229,22 @@ def gemm_warp_specialized(M, N, K, block_m=128, block_n=128, block_k=32, stages=
 
 
 CASES: list[Case] = [
-    Case("add_gelu_ragged", lambda: add_gelu(300, 200), ("elementwise",)),
-    Case("masked_where", lambda: masked_where(256, 200), ("elementwise", "bool"), cpu=_cpu_masked_where_case),
-    Case("fp8_quant_rows", lambda: fp8_quant_rows(256, 512), ("fp8", "reduce")),
-    Case("topk_rows", lambda: topk_rows(1000, 256, k=4), ("topk", "local_var")),
-    Case("conv2d_im2col_nhwc", lambda: conv2d_im2col(8, 32, 32, 64, 128), ("im2col", "pipelined")),
+    Case("add_gelu_ragged", lambda: add_gelu(300, 200), ("elementwise",), gpu=checks.add_gelu_check(300, 200)),
+    Case(
+        "masked_where",
+        lambda: masked_where(256, 200),
+        ("elementwise", "bool"),
+        cpu=_cpu_masked_where_case,
+        gpu=checks.masked_where_check(256, 200),
+    ),
+    Case("fp8_quant_rows", lambda: fp8_quant_rows(256, 512), ("fp8", "reduce"), gpu=checks.fp8_quant_check(256, 512)),
+    Case("topk_rows", lambda: topk_rows(1000, 256, k=4), ("topk", "local_var"), gpu=checks.topk_check(1000, 256, 4)),
+    Case(
+        "conv2d_im2col_nhwc",
+        lambda: conv2d_im2col(8, 32, 32, 64, 128),
+        ("im2col", "pipelined"),
+        gpu=checks.conv2d_check(8, 32, 32, 64, 128),
+    ),
     # TMA and mbarriers are sm90 features: ampere is kept as an expected failure (TileLang rejects
     # T.tma_copy there); on rocm TileLang silently emits per-thread "barriers", so rocm is left out.
     Case(
@@ -241,5 +252,6 @@ CASES: list[Case] = [
         lambda: gemm_warp_specialized(512, 512, 512),
         ("warp_specialized", "tma"),
         targets=("hopper", "ampere"),
+        gpu=checks.gemm_check(512, 512, 512),
     ),
 ]

@@ -7,7 +7,7 @@ import tilelang.language as T
 
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
-from . import Case
+from . import Case, checks
 
 
 def rms_norm(M, N, block_m=8, dtype="float16", accum_dtype="float32", eps=1e-6, threads=128):
@@ -118,7 +118,7 @@ def layer_norm(M, N, block_m=4, dtype="float16", accum_dtype="float32", eps=1e-5
 
 
 CASES = [
-    Case("rms_norm_fp16", lambda: rms_norm(512, 1024)),
-    Case("online_softmax_fp16", lambda: online_softmax(256, 4096)),
-    Case("layer_norm_fp16", lambda: layer_norm(512, 1024)),
+    Case("rms_norm_fp16", lambda: rms_norm(512, 1024), gpu=checks.rms_norm_check(512, 1024)),
+    Case("online_softmax_fp16", lambda: online_softmax(256, 4096), gpu=checks.softmax_check(256, 4096)),
+    Case("layer_norm_fp16", lambda: layer_norm(512, 1024), gpu=checks.layer_norm_check(512, 1024)),
 ]
