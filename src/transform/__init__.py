@@ -9,6 +9,7 @@ from . import (
     lower_parallel_grid,  # noqa: F401
     mark_parallel_grid,  # noqa: F401
     record_tile_info,  # noqa: F401
+    serialize_self_updating_ifs,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
     unique_shared_buffer_names,  # noqa: F401
     verify_barrier_support,  # noqa: F401
