@@ -26,11 +26,12 @@ def dtype_of(name: str):
     return getattr(_torch(), name)
 
 
-def randn(generator, shape, dtype: str, device: str, scale: float = 1.0):
-    """Seeded normal values times ``scale``, rounded to ``dtype`` (drawn on the CPU: one stream of
-    numbers on every device)."""
+def randn(generator, shape, dtype, device: str, scale: float = 1.0):
+    """Seeded normal values times ``scale``, rounded to ``dtype`` (a name or a torch dtype; drawn on
+    the CPU: one stream of numbers on every device)."""
     torch = _torch()
-    return (torch.randn(*shape, generator=generator) * scale).to(dtype_of(dtype)).to(device)
+    dtype = dtype_of(dtype) if isinstance(dtype, str) else dtype
+    return (torch.randn(*shape, generator=generator) * scale).to(dtype).to(device)
 
 
 def seeded(seed: int = 0):

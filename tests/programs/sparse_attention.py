@@ -16,7 +16,7 @@ import tilelang.language as T
 
 from tessera_tvm._tvm import tilelang  # noqa: F401  (TileLang's TVM first)
 
-from . import Case
+from . import Case, checks
 
 LOG2E = 1.44269504
 #: A finite "minus infinity" for scores outside a window: a row whose first visited block is all
@@ -370,12 +370,6 @@ def alibi_attention(B, H, S, D, block_m=128, block_n=64, stages=2, threads=256, 
 Q_SCALE = 2.5
 
 
-def _randn(gen, shape, dtype, device, scale=1.0):
-    import torch
-
-    return (torch.randn(shape, generator=gen) * scale).to(dtype=dtype, device=device)
-
-
 def _masked_attention(q, k, v, allowed, sm_scale, bias=None):
     """softmax(q k^T sm_scale + bias, masked where ``allowed`` is False) v in fp32."""
     import torch
@@ -397,8 +391,8 @@ def _check_block_sparse(kernel, device="cuda"):
     cfg = _block_sparse_shape()
     B, H, S, D, bm, bn = cfg["B"], cfg["H"], cfg["S"], cfg["D"], cfg["block_m"], cfg["block_n"]
     gen = torch.Generator().manual_seed(0)
-    q = _randn(gen, (B, H, S, D), torch.float16, device, Q_SCALE)
-    k, v = (_randn(gen, (B, H, S, D), torch.float16, device) for _ in range(2))
+    q = checks.randn(gen, (B, H, S, D), torch.float16, device, Q_SCALE)
+    k, v = (checks.randn(gen, (B, H, S, D), torch.float16, device) for _ in range(2))
     block_mask = torch.rand((B, H, S // bm, S // bn), generator=gen) < 0.25
     block_mask |= torch.eye(S // bm, S // bn, dtype=torch.bool)  # every query block sees one block at least
     block_mask = block_mask.to(device)
@@ -419,8 +413,8 @@ def _check_sliding_window(kernel, device="cuda"):
     cfg = _sliding_window_shape()
     B, H, S, D, window = cfg["B"], cfg["H"], cfg["S"], cfg["D"], cfg["window"]
     gen = torch.Generator().manual_seed(1)
-    q = _randn(gen, (B, H, S, D), torch.bfloat16, device, Q_SCALE)
-    k, v = (_randn(gen, (B, H, S, D), torch.bfloat16, device) for _ in range(2))
+    q = checks.randn(gen, (B, H, S, D), torch.bfloat16, device, Q_SCALE)
+    k, v = (checks.randn(gen, (B, H, S, D), torch.bfloat16, device) for _ in range(2))
     out = torch.zeros((B, H, S, D), dtype=torch.bfloat16, device=device)
     kernel(q, k, v, out)
     pos = torch.arange(S, device=device)
@@ -442,9 +436,9 @@ def _check_paged_decode(kernel, device="cuda"):
     page_size, max_pages = cfg["page_size"], cfg["max_pages"]
     num_pages = B * max_pages
     gen = torch.Generator().manual_seed(2)
-    q = _randn(gen, (B, H, D), torch.float16, device, Q_SCALE)
-    k_cache = _randn(gen, (num_pages, page_size, H_kv, D), torch.float16, device)
-    v_cache = _randn(gen, (num_pages, page_size, H_kv, D), torch.float16, device)
+    q = checks.randn(gen, (B, H, D), torch.float16, device, Q_SCALE)
+    k_cache = checks.randn(gen, (num_pages, page_size, H_kv, D), torch.float16, device)
+    v_cache = checks.randn(gen, (num_pages, page_size, H_kv, D), torch.float16, device)
     # lengths that end inside a page, and pages scattered over the cache
     seq_lens = torch.tensor([max_pages * page_size, 1000, 333, 65], dtype=torch.int32)
     block_table = torch.randperm(num_pages, generator=gen).view(B, max_pages).to(torch.int32)
@@ -473,10 +467,10 @@ def _check_mla_decode(kernel, device="cuda"):
     cfg = _mla_shape()
     B, H, S, Dl, Dr = cfg["B"], cfg["H"], cfg["S"], cfg["D_latent"], cfg["D_rope"]
     gen = torch.Generator().manual_seed(3)
-    q = _randn(gen, (B, H, Dl), torch.bfloat16, device, Q_SCALE)
-    q_pe = _randn(gen, (B, H, Dr), torch.bfloat16, device, Q_SCALE)
-    kv = _randn(gen, (B, S, Dl), torch.bfloat16, device)
-    k_pe = _randn(gen, (B, S, Dr), torch.bfloat16, device)
+    q = checks.randn(gen, (B, H, Dl), torch.bfloat16, device, Q_SCALE)
+    q_pe = checks.randn(gen, (B, H, Dr), torch.bfloat16, device, Q_SCALE)
+    kv = checks.randn(gen, (B, S, Dl), torch.bfloat16, device)
+    k_pe = checks.randn(gen, (B, S, Dr), torch.bfloat16, device)
     out = torch.zeros((B, H, Dl), dtype=torch.bfloat16, device=device)
     kernel(q, q_pe, kv, k_pe, out)
     keys = torch.cat([kv, k_pe], dim=-1)  # (B, S, Dl + Dr), shared by every head
@@ -496,8 +490,8 @@ def _check_alibi(kernel, device="cuda"):
     cfg = _alibi_shape()
     B, H, S, D = cfg["B"], cfg["H"], cfg["S"], cfg["D"]
     gen = torch.Generator().manual_seed(4)
-    q = _randn(gen, (B, H, S, D), torch.float16, device, Q_SCALE)
-    k, v = (_randn(gen, (B, H, S, D), torch.float16, device) for _ in range(2))
+    q = checks.randn(gen, (B, H, S, D), torch.float16, device, Q_SCALE)
+    k, v = (checks.randn(gen, (B, H, S, D), torch.float16, device) for _ in range(2))
     out = torch.zeros((B, H, S, D), dtype=torch.float16, device=device)
     kernel(q, k, v, out)
     pos = torch.arange(S, device=device)
