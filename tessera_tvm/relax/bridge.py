@@ -163,12 +163,6 @@ def _cuda_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str
         if name not in kernels:
             continue
         lowered = lower(tile_program(func), config)
-        cubin = lowered.artifacts.get("cubin")
-        if cubin is None:
-            raise TesseraError(
-                f"kernel {name} for config {config.name!r} has no cubin to carry to upstream's TVM: "
-                f"{'; '.join(lowered.notes) or 'nvcc did not produce one'}"
-            )
         dtypes = {str(b.name): str(b.dtype) for b in func.buffer_map.values()}
         shapes = lowered._program_shapes
         order = list(lowered._program_order)
@@ -177,6 +171,12 @@ def _cuda_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str
             raise TesseraError(
                 f"kernel {name} for config {config.name!r} has symbolic dims ({', '.join(f'{b} {d}' for b, d in dynamic.items())}); "
                 "offload from upstream to a GPU takes static shapes for now: import the model with fixed shapes"
+            )
+        cubin = lowered.artifacts.get("cubin")
+        if cubin is None:
+            raise TesseraError(
+                f"kernel {name} for config {config.name!r} has no cubin to carry to upstream's TVM: "
+                f"{'; '.join(lowered.notes) or 'nvcc did not produce one'}"
             )
         tensors = [TensorArg(b, dtypes[b], tuple(shapes[b])) for b in order]
         count = outputs.get(name, 1)

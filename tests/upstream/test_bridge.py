@@ -147,6 +147,13 @@ def test_a_cuda_config_answers_one_self_contained_source_per_kernel_that_link_in
             entry(*host)
 
 
+def test_a_cuda_config_without_nvcc_says_the_cubins_are_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_NVCC", str(tmp_path / "no-nvcc"))  # nvcc named, and not there
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))  # no cubin from an earlier compile
+    with pytest.raises(TesseraError, match="kernel tessera_matmul_add_gelu .* no cubin .*nvcc not on PATH"):
+        offload_for_upstream(STATIC_TEXT, "hopper")
+
+
 def test_configs_without_a_binary_to_carry_are_refused_by_name():
     with pytest.raises(TesseraError, match="config 'rocm' .*takes the CPU and CUDA configs"):
         offload_for_upstream(STATIC_TEXT, "rocm")
