@@ -5,6 +5,7 @@ Importing this package registers every pass below; pipelines then name them in c
 
 from . import (
     annotate_kernel_metadata,  # noqa: F401
+    guard_decoupled_casts,  # noqa: F401
     import_cpu_runtime,  # noqa: F401
     lower_parallel_grid,  # noqa: F401
     mark_parallel_grid,  # noqa: F401
@@ -14,4 +15,5 @@ from . import (
     unique_shared_buffer_names,  # noqa: F401
     verify_barrier_support,  # noqa: F401
     verify_resources,  # noqa: F401
+    wrap_narrow_integers,  # noqa: F401
 )

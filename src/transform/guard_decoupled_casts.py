@@ -1,0 +1,97 @@
+"""tessera.GuardDecoupledCasts: keep the vectorised loops that tl.DecoupleTypeCast would unguard serial.
+
+``tl.DecoupleTypeCast`` (TileLang 0.1.15) splits a vectorised loop that casts between a register
+value and memory into copy-in, compute and copy-out loops through a staging buffer. It carries one
+guard over to the copy loops: a single ``if`` without ``else`` at the top of the body. Any other
+guard is lost. For ``if a: if m: O[i] = cast(...)``, the copy-out loop is guarded by ``a`` only,
+so lanes where ``m`` is false get uninitialised staging values. For ``if a: O[i] = ... else: P[i]
+= ...``, both outputs are written on every lane. The answer is wrong, silently, on every target
+(tile-ai/tilelang#2616). Masked mixed-precision epilogues have this shape.
+
+This pass runs just before ``tl.DecoupleTypeCast``. A vectorised loop that the pass would split,
+with a guard other than that one ``if``, becomes a serial loop, which the pass leaves alone.
+Nothing else changes, so other programs keep TileLang's code.
+"""
+
+from __future__ import annotations
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+
+tirx = tvm.tirx
+
+
+def _flat(stmt):
+    """``stmt`` without the leading ``Bind``s of a sequence (DecoupleTypeCast inlines them), or
+    None when a statement other than a Bind precedes the last (a sequence: it leaves those alone)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        *head, last = list(stmt.seq)
+        if not all(isinstance(s, tirx.Bind) for s in head):
+            return None
+        return _flat(last)
+    if isinstance(stmt, tirx.IfThenElse):
+        then = _flat(stmt.then_case)
+        other = None if stmt.else_case is None else _flat(stmt.else_case)
+        if then is None or (stmt.else_case is not None and other is None):
+            return None
+        return tirx.IfThenElse(stmt.condition, then, other)
+    return stmt
+
+
+def _has(node, kind) -> bool:
+    found: list = []
+    tirx.stmt_functor.post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
+    return bool(found)
+
+
+def loses_a_guard(loop) -> bool:
+    """Whether ``tl.DecoupleTypeCast`` would split ``loop`` and drop part of its guard."""
+    if loop.kind != tirx.ForKind.VECTORIZED or not isinstance(loop.extent, tirx.IntImm):
+        return False
+    body = _flat(loop.body)
+    if body is None or not _has(body, tirx.Cast):
+        return False
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+        body = body.then_case  # the one guard the pass keeps
+    return _has(body, tirx.IfThenElse)
+
+
+def guard_decoupled_casts(func):
+    """``func`` with such loops made serial (the same object when there are none)."""
+    changed: list[str] = []
+
+    def post(node):
+        if not loses_a_guard(node):
+            return None
+        changed.append(str(node.loop_var.name))
+        return tirx.For(
+            node.loop_var,
+            node.min,
+            node.extent,
+            tirx.ForKind.SERIAL,
+            node.body,
+            node.thread_binding,
+            node.annotations,
+            node.step,
+        )
+
+    body = tirx.stmt_functor.ir_transform(func.body, None, post, ["tirx.For"])
+    return func.with_body(body) if changed else func
+
+
+@register_pass(
+    "tessera.GuardDecoupledCasts",
+    doc="keep vectorised cast loops serial when tl.DecoupleTypeCast would drop their nested or else guard",
+)
+def _guard_decoupled_casts(_ctx: BuildContext):
+    def run(mod, _pass_ctx):
+        out = mod
+        for gv, func in mod.functions.items():
+            if isinstance(func, tirx.PrimFunc):
+                new = guard_decoupled_casts(func)
+                if new is not func:
+                    out = out.clone() if out is mod else out
+                    out[gv] = new
+        return out
+
+    return tessera_module_pass(run, name="tessera.GuardDecoupledCasts")

@@ -1,0 +1,131 @@
+"""Two silent wrong answers of TileLang 0.1.15 that Tessera's passes prevent, run on the CPU:
+
+- tessera.GuardDecoupledCasts: tl.DecoupleTypeCast drops a nested or ``else`` guard of a cast-store;
+- tessera.WrapNarrowIntegers: 8/16-bit arithmetic printed as C ``int`` arithmetic does not wrap.
+
+Each test runs the kernel on numpy arrays and checks the answer the program means.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+import tessera_tvm
+from tessera_tvm._tvm import T, tilelang, tvm
+
+N = 16
+
+
+@T.prim_func
+def nested_masked_cast(
+    X: T.Tensor((N,), "float32"), A: T.Tensor((N,), "int32"), M: T.Tensor((N,), "int32"), Out: T.Tensor((N,), "int32")
+):
+    # A bounds test around a mask test around a float -> int store: lanes that fail either keep Out.
+    with T.Kernel(1) as _:
+        for i in T.vectorized(N):
+            if A[i] > 0:
+                if M[i] > 0:
+                    Out[i] = T.Cast("int32", X[i] * T.float32(2))
+
+
+@T.prim_func
+def cast_in_both_branches(
+    X: T.Tensor((N,), "float32"), A: T.Tensor((N,), "int32"), Out: T.Tensor((N,), "int32"), P: T.Tensor((N,), "int32")
+):
+    with T.Kernel(1) as _:
+        for i in T.vectorized(N):
+            if A[i] > 0:
+                Out[i] = T.Cast("int32", X[i] * T.float32(2))
+            else:
+                P[i] = T.Cast("int32", X[i])
+
+
+@T.prim_func
+def cast_under_one_guard(X: T.Tensor((N,), "float32"), A: T.Tensor((N,), "int32"), Out: T.Tensor((N,), "int32")):
+    # The one guard tl.DecoupleTypeCast carries over: left to it.
+    with T.Kernel(1) as _:
+        for i in T.vectorized(N):
+            if A[i] > 0:
+                Out[i] = T.Cast("int32", X[i] * T.float32(2))
+
+
+@T.prim_func
+def narrow_integer_arithmetic(
+    A: T.Tensor((8,), "uint8"),
+    B: T.Tensor((8,), "uint8"),
+    C: T.Tensor((8,), "int8"),
+    Nibble: T.Tensor((8,), "uint8"),
+    Signed: T.Tensor((8,), "int8"),
+    Mean: T.Tensor((8,), "uint8"),
+    Wide: T.Tensor((8,), "int32"),
+    Small: T.Tensor((8,), "uint8"),
+):
+    with T.Kernel(1) as _:
+        for i in T.serial(8):
+            Nibble[i] = (A[i] << T.uint8(4)) >> T.uint8(4)  # the low nibble of a byte
+            Signed[i] = (C[i] << T.int8(4)) >> T.int8(4)  # a signed 4-bit field, sign-extended
+            Mean[i] = (A[i] + B[i]) >> T.uint8(1)  # the wrapped uint8 sum, halved
+            Wide[i] = T.Cast("int32", A[i] + B[i])  # the wrapped sum, widened
+            Small[i] = T.if_then_else(A[i] + B[i] < T.uint8(50), T.uint8(1), T.uint8(0))
+
+
+def _masks():
+    x = np.arange(N, dtype=np.float32)
+    a = np.array([1, 0] * (N // 2), np.int32)
+    m = np.array([1, 1, 0, 0] * (N // 4), np.int32)
+    return x, a, m
+
+
+def test_a_nested_guard_keeps_the_lanes_it_skips():
+    x, a, m = _masks()
+    kernel = tessera_tvm.lower(nested_masked_cast, "cpu")
+    out = np.full(N, -7, np.int32)
+    kernel(x, a, m, out)
+    # Without the pass, lanes with A > 0 and M <= 0 received uninitialised staging values.
+    np.testing.assert_array_equal(out, np.where((a > 0) & (m > 0), (x * 2).astype(np.int32), -7))
+
+
+def test_an_if_else_writes_each_output_only_on_its_branch():
+    x, a, _ = _masks()
+    kernel = tessera_tvm.lower(cast_in_both_branches, "cpu")
+    o, p = np.full(N, -7, np.int32), np.full(N, -7, np.int32)
+    kernel(x, a, o, p)
+    np.testing.assert_array_equal(o, np.where(a > 0, (x * 2).astype(np.int32), -7))
+    np.testing.assert_array_equal(p, np.where(a > 0, -7, x.astype(np.int32)))
+
+
+def test_a_single_guard_is_left_to_tilelang():
+    ours = tessera_tvm.lower(cast_under_one_guard, "cpu", build=False).source
+    theirs = tessera_tvm.lower(nested_masked_cast, "cpu", build=False).source
+    assert "Out_local_cast" in ours  # decoupled through a staging buffer, as TileLang does
+    assert "Out_local_cast" not in theirs  # the nested guard's loop ran serial, undecoupled
+
+
+def test_narrow_integer_arithmetic_wraps_as_its_type_says():
+    a = np.array([48, 0x1F, 0xFF, 7, 200, 250, 128, 60], np.uint8)
+    b = np.array([100, 10, 1, 20, 100, 10, 128, 5], np.uint8)
+    c = a.view(np.int8).copy()
+    outs = [np.zeros(8, t) for t in (np.uint8, np.int8, np.uint8, np.int32, np.uint8)]
+    tessera_tvm.lower(narrow_integer_arithmetic, "cpu")(a, b, c, *outs)
+    total = a + b  # numpy's uint8 arithmetic wraps, as TIR's does
+    expected = [
+        (a << 4).astype(np.uint8) >> 4,
+        (c << 4).astype(np.int8) >> 4,
+        total >> 1,
+        total.astype(np.int32),
+        (total < 50).astype(np.uint8),
+    ]
+    for got, want in zip(outs, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_hopper_source_casts_each_narrow_result_back():
+    ours = tessera_tvm.lower(narrow_integer_arithmetic, "hopper", build=False).source
+    line = next(x for x in ours.splitlines() if "Mean[" in x)
+    assert re.search(r"\(\(unsigned char\)|\(\(uchar\)|\(uint8_t\)", line) and "(int)" in line, line
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}) as target:
+        theirs = tilelang.lower(narrow_integer_arithmetic, target=target).kernel_source
+    # TileLang 0.1.15 prints the bare sum, which CUDA evaluates in int.
+    assert "((A[i] + B[i]) >> (uchar)1)" in theirs
