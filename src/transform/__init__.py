@@ -9,6 +9,7 @@ from . import (
     import_cpu_runtime,  # noqa: F401
     lower_parallel_grid,  # noqa: F401
     mark_parallel_grid,  # noqa: F401
+    pad_partial_fragment_loops,  # noqa: F401
     record_tile_info,  # noqa: F401
     serialize_self_updating_ifs,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)

@@ -1,7 +1,8 @@
 """Two silent wrong answers of TileLang 0.1.15 that Tessera's passes prevent, run on the CPU:
 
 - tessera.GuardDecoupledCasts: tl.DecoupleTypeCast drops a nested or ``else`` guard of a cast-store;
-- tessera.WrapNarrowIntegers: 8/16-bit arithmetic printed as C ``int`` arithmetic does not wrap.
+- tessera.WrapNarrowIntegers: 8/16-bit arithmetic printed as C ``int`` arithmetic does not wrap;
+- tessera.PadPartialFragmentLoops: tl.LayoutInference sizes a fragment by its shortest T.Parallel loop.
 
 Each test runs the kernel on numpy arrays and checks the answer the program means.
 """
@@ -71,6 +72,35 @@ def narrow_integer_arithmetic(
             Small[i] = T.if_then_else(A[i] + B[i] < T.uint8(50), T.uint8(1), T.uint8(0))
 
 
+@T.prim_func
+def fragment_read_in_part(
+    A: T.Tensor((256,), "float32"), Head: T.Tensor((100,), "float32"), C: T.Tensor((256,), "float32")
+):
+    # A ragged first read of a fragment between two whole-fragment loops.
+    with T.Kernel(1) as _:
+        f = T.alloc_fragment((256,), "float32")
+        for i in T.Parallel(256):
+            f[i] = A[i] * T.float32(2)
+        for i in T.Parallel(100):
+            Head[i] = f[i]
+        for i in T.Parallel(256):
+            C[i] = f[i] + T.float32(1)
+
+
+@T.prim_func
+def fragment_read_in_part_on_a_gpu(
+    A: T.Tensor((64, 256), "float32"), Head: T.Tensor((64, 100), "float32"), C: T.Tensor((64, 256), "float32")
+):
+    with T.Kernel(1, threads=128) as _:
+        f = T.alloc_fragment((64, 256), "float32")
+        for i, j in T.Parallel(64, 256):
+            f[i, j] = A[i, j] * T.float32(2)
+        for i, j in T.Parallel(64, 100):
+            Head[i, j] = f[i, j]
+        for i, j in T.Parallel(64, 256):
+            C[i, j] = f[i, j] + T.float32(1)
+
+
 def _masks():
     x = np.arange(N, dtype=np.float32)
     a = np.array([1, 0] * (N // 2), np.int32)
@@ -129,3 +159,20 @@ def test_the_hopper_source_casts_each_narrow_result_back():
         theirs = tilelang.lower(narrow_integer_arithmetic, target=target).kernel_source
     # TileLang 0.1.15 prints the bare sum, which CUDA evaluates in int.
     assert "((A[i] + B[i]) >> (uchar)1)" in theirs
+
+
+def test_a_fragment_read_in_part_is_still_computed_whole():
+    a = np.arange(256, dtype=np.float32)
+    head, c = np.zeros(100, np.float32), np.full(256, -1, np.float32)
+    tessera_tvm.lower(fragment_read_in_part, "cpu")(a, head, c)
+    np.testing.assert_array_equal(head, a[:100] * 2)
+    np.testing.assert_array_equal(c, a * 2 + 1)  # without the pass, C[100:] stayed -1
+
+
+def test_on_hopper_the_fragment_keeps_its_size_and_the_short_loop_is_guarded():
+    ours = tessera_tvm.lower(fragment_read_in_part_on_a_gpu, "hopper", build=False).source
+    # 64 x 256 floats over 128 threads: 128 registers each (TileLang 0.1.15 makes it 64 x 100).
+    assert re.search(r"float f\[128\];", ours), ours[:2000]
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}) as target:
+        theirs = tilelang.lower(fragment_read_in_part_on_a_gpu, target=target).kernel_source
+    assert not re.search(r"float f\[128\];", theirs)
