@@ -11,6 +11,7 @@ from . import (
     mark_parallel_grid,  # noqa: F401
     pad_partial_fragment_loops,  # noqa: F401
     record_tile_info,  # noqa: F401
+    scalar_atomics_per_thread,  # noqa: F401
     serialize_self_updating_ifs,  # noqa: F401
     tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
     unique_shared_buffer_names,  # noqa: F401

@@ -2,7 +2,8 @@
 
 - tessera.GuardDecoupledCasts: tl.DecoupleTypeCast drops a nested or ``else`` guard of a cast-store;
 - tessera.WrapNarrowIntegers: 8/16-bit arithmetic printed as C ``int`` arithmetic does not wrap;
-- tessera.PadPartialFragmentLoops: tl.LayoutInference sizes a fragment by its shortest T.Parallel loop.
+- tessera.PadPartialFragmentLoops: tl.LayoutInference sizes a fragment by its shortest T.Parallel loop;
+- tessera.ScalarAtomicsPerThread: ``T.atomic_add(Out, A[t])`` into one element kept thread 0's value only.
 
 Each test runs the kernel on numpy arrays and checks the answer the program means.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 import tessera_tvm
 from tessera_tvm._tvm import T, tilelang, tvm
@@ -101,6 +103,24 @@ def fragment_read_in_part_on_a_gpu(
             C[i, j] = f[i, j] + T.float32(1)
 
 
+def _thread_atomic(op: str):
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32"), Out: T.Tensor((1,), "float32")):
+        # The parallel-reduction form: every thread adds its value into the one-element buffer.
+        with T.Kernel(1, threads=128) as _:
+            t = T.get_thread_binding()
+            getattr(T, op)(Out, A[t])
+
+    return main
+
+
+@T.prim_func
+def serial_atomic_sum(A: T.Tensor((128,), "float32"), Out: T.Tensor((1,), "float32")):
+    with T.Kernel(1) as _:
+        for t in T.serial(128):
+            T.atomic_add(Out, A[t])
+
+
 def _masks():
     x = np.arange(N, dtype=np.float32)
     a = np.array([1, 0] * (N // 2), np.int32)
@@ -176,3 +196,22 @@ def test_on_hopper_the_fragment_keeps_its_size_and_the_short_loop_is_guarded():
     with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}) as target:
         theirs = tilelang.lower(fragment_read_in_part_on_a_gpu, target=target).kernel_source
     assert not re.search(r"float f\[128\];", theirs)
+
+
+@pytest.mark.parametrize(
+    ("op", "call"), [("atomic_add", "AtomicAdd"), ("atomic_max", "AtomicMax"), ("atomic_min", "AtomicMin")]
+)
+def test_every_thread_adds_its_value_into_a_one_element_buffer(op, call):
+    program = _thread_atomic(op)
+    ours = tessera_tvm.lower(program, "hopper", build=False).source
+    assert f"{call}((&(Out[0])), A[((int)threadIdx.x)]" in ours and "threadIdx.x) < 1" not in ours
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}) as target:
+        theirs = tilelang.lower(program, target=target).kernel_source
+    assert "threadIdx.x) < 1" in theirs and f"{call}((&(Out[0])), A[0]" in theirs  # TileLang 0.1.15: thread 0 only
+
+
+def test_the_rewritten_atomic_runs_on_the_cpu():
+    a = np.arange(128, dtype=np.float32)
+    out = np.full(1, 0.5, np.float32)
+    tessera_tvm.lower(serial_atomic_sum, "cpu")(a, out)
+    np.testing.assert_allclose(out, [0.5 + a.sum()])
