@@ -448,6 +448,8 @@ def optimization_pragmas(flags: tuple[str, ...]) -> list[str]:
         arch = found[1] if found else None
     if arch and arch != "native":
         lines.append(f'#pragma GCC target("arch={arch}")')
+    if level:  # what the config turns off at that level stays off (-fno-strict-aliasing, ...)
+        lines += [f'#pragma GCC optimize("{f[2:]}")' for f in flags if f.startswith("-fno-")]
     if lines:  # only when the compile has no -O (pragmas next to the same flags would block inlining)
         lines.insert(0, "// the config's optimisation flags, for a compile without them (GCC)")
         lines = ["#if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__)", *lines, "#endif"]

@@ -3,7 +3,9 @@
 - tessera.GuardDecoupledCasts: tl.DecoupleTypeCast drops a nested or ``else`` guard of a cast-store;
 - tessera.WrapNarrowIntegers: 8/16-bit arithmetic printed as C ``int`` arithmetic does not wrap;
 - tessera.PadPartialFragmentLoops: tl.LayoutInference sizes a fragment by its shortest T.Parallel loop;
-- tessera.ScalarAtomicsPerThread: ``T.atomic_add(Out, A[t])`` into one element kept thread 0's value only.
+- tessera.ScalarAtomicsPerThread: ``T.atomic_add(Out, A[t])`` into one element kept thread 0's value only;
+- the CPU config's ``-fno-strict-aliasing``: TileLang's C writes a local array as float4 and reads it
+  as float2, which g++ -O3 may reorder under strict aliasing.
 
 Each test runs the kernel on numpy arrays and checks the answer the program means.
 """
@@ -121,6 +123,26 @@ def serial_atomic_sum(A: T.Tensor((128,), "float32"), Out: T.Tensor((1,), "float
             T.atomic_add(Out, A[t])
 
 
+@T.prim_func
+def fragment_through_two_vector_widths(
+    A: T.Tensor((48,), "float32"),
+    B: T.Tensor((48,), "int32"),
+    PF: T.Tensor((48,), "float32"),
+    PI: T.Tensor((48,), "int32"),
+):
+    # The first loop copies f in float4s; the second, held to 2 lanes by its int work, reads it in float2s.
+    with T.Kernel(1) as _:
+        f = T.alloc_fragment((48,), "float32")
+        g = T.alloc_fragment((48,), "int32")
+        for i in T.Parallel(48):
+            f[i] = A[i]
+            g[i] = B[i]
+        for i in T.Parallel(48):
+            g[i] = B[i // 2] * 3
+            PF[i] = f[i]
+            PI[i] = g[i]
+
+
 def _masks():
     x = np.arange(N, dtype=np.float32)
     a = np.array([1, 0] * (N // 2), np.int32)
@@ -215,3 +237,13 @@ def test_the_rewritten_atomic_runs_on_the_cpu():
     out = np.full(1, 0.5, np.float32)
     tessera_tvm.lower(serial_atomic_sum, "cpu")(a, out)
     np.testing.assert_allclose(out, [0.5 + a.sum()])
+
+
+def test_a_fragment_written_and_read_through_different_vector_types_keeps_its_values():
+    kernel = tessera_tvm.lower(fragment_through_two_vector_widths, "cpu")
+    assert "*(float4*)(f + " in kernel.source and "*(float2*)(f + " in kernel.source
+    a, b = np.arange(48, dtype=np.float32) + 0.5, np.arange(48, dtype=np.int32) - 20
+    pf, pi = np.zeros(48, np.float32), np.zeros(48, np.int32)
+    kernel(a, b, pf, pi)
+    np.testing.assert_array_equal(pf, a)  # GCC 12.2 -O3 with strict aliasing: zeros and garbage
+    np.testing.assert_array_equal(pi, b[np.arange(48) // 2] * 3)
