@@ -5,7 +5,9 @@ value and memory into copy-in, compute and copy-out loops through a staging buff
 guard over to the copy loops: a single ``if`` without ``else`` at the top of the body. Any other
 guard is lost. For ``if a: if m: O[i] = cast(...)``, the copy-out loop is guarded by ``a`` only,
 so lanes where ``m`` is false get uninitialised staging values. For ``if a: O[i] = ... else: P[i]
-= ...``, both outputs are written on every lane. The answer is wrong, silently, on every target
+= ...``, both outputs are written on every lane. And with that one ``if``, its compute loop tests
+the guard on staged copies that hold values only where the guard held: a store into a register
+buffer (which no copy loop guards) lands on lanes the guard excluded. The answer is wrong, silently, on every target
 (tile-ai/tilelang#2616). Masked mixed-precision epilogues have this shape.
 
 This pass runs just before ``tl.DecoupleTypeCast``. A vectorised loop that the pass would split,
@@ -52,8 +54,31 @@ def loses_a_guard(loop) -> bool:
     if body is None or not _has(body, tirx.Cast):
         return False
     if isinstance(body, tirx.IfThenElse) and body.else_case is None:
-        body = body.then_case  # the one guard the pass keeps
+        # The one guard the pass keeps, on its copy loops. Its compute loop tests the guard on the
+        # staged copies, which hold values only where the guard held: a store there that no copy
+        # loop guards (a register buffer's) then writes on lanes the guard excluded.
+        if _stores_outside_memory(body.then_case) and _reads_memory(body.condition):
+            return True
+        body = body.then_case
     return _has(body, tirx.IfThenElse)
+
+
+def _memory(buffer) -> bool:
+    return buffer.scope() in ("global", "shared", "shared.dyn")
+
+
+def _stores_outside_memory(stmt) -> bool:
+    return _has_node(stmt, lambda n: isinstance(n, tirx.BufferStore) and not _memory(n.buffer))
+
+
+def _reads_memory(expr) -> bool:
+    return _has_node(tirx.Evaluate(expr), lambda n: isinstance(n, tirx.BufferLoad) and _memory(n.buffer))
+
+
+def _has_node(node, predicate) -> bool:
+    found: list = []
+    tirx.stmt_functor.post_order_visit(node, lambda n: found.append(n) if predicate(n) else None)
+    return bool(found)
 
 
 def guard_decoupled_casts(func):

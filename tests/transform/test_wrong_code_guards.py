@@ -143,6 +143,20 @@ def fragment_through_two_vector_widths(
             PI[i] = g[i]
 
 
+@T.prim_func
+def masked_cast_into_registers(A: T.Tensor((8,), "float32"), C: T.Tensor((8,), "int8"), Out: T.Tensor((8,), "float32")):
+    # One plain guard, but the cast-store goes to a register buffer: no copy loop guards it.
+    with T.Kernel(1) as _:
+        r = T.alloc_local((8,), "float32")
+        for i in T.serial(8):
+            r[i] = T.float32(7)
+        for i in T.vectorized(8):
+            if A[i] < T.float32(0.5):
+                r[i] = T.Cast("float32", C[i])
+        for i in T.serial(8):
+            Out[i] = r[i]
+
+
 def _masks():
     x = np.arange(N, dtype=np.float32)
     a = np.array([1, 0] * (N // 2), np.int32)
@@ -166,6 +180,14 @@ def test_an_if_else_writes_each_output_only_on_its_branch():
     kernel(x, a, o, p)
     np.testing.assert_array_equal(o, np.where(a > 0, (x * 2).astype(np.int32), -7))
     np.testing.assert_array_equal(p, np.where(a > 0, -7, x.astype(np.int32)))
+
+
+def test_a_guarded_cast_into_registers_leaves_the_other_lanes_alone():
+    a = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32)
+    c = (np.arange(8) * 10).astype(np.int8)
+    out = np.zeros(8, np.float32)
+    tessera_tvm.lower(masked_cast_into_registers, "cpu")(a, c, out)
+    np.testing.assert_array_equal(out, np.where(a < 0.5, c.astype(np.float32), 7))  # was garbage past lane 4
 
 
 def test_a_single_guard_is_left_to_tilelang():
