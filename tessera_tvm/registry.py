@@ -167,6 +167,22 @@ def tessera_module_pass(fn: Callable[[Any, Any], Any], *, name: str):
     return tvm.transform.module_pass(run, opt_level=0, name=name)
 
 
+def prim_func_pass(rewrite: Callable[[Any, Any], Any], *, name: str):
+    """A :func:`tessera_module_pass` applying ``rewrite(global_var, func) -> func`` to every PrimFunc.
+
+    The caller's module is never changed: the result is a copy holding the rewritten functions."""
+    from ._tvm import tvm
+
+    def run(mod, _pass_ctx):
+        out = mod.clone()
+        for gv, func in mod.functions.items():
+            if isinstance(func, tvm.tirx.PrimFunc):
+                out[gv] = rewrite(gv, func)
+        return out
+
+    return tessera_module_pass(run, name=name)
+
+
 def take_pending_error() -> BaseException | None:
     """The TesseraError a pass raised most recently in this thread (and forget it)."""
     error = getattr(_pending, "error", None)

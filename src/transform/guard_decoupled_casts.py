@@ -18,7 +18,10 @@ Nothing else changes, so other programs keep TileLang's code.
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
+
+from . import analysis
+from .serialize_self_updating_ifs import serialize_loops
 
 tirx = tvm.tirx
 
@@ -41,9 +44,7 @@ def _flat(stmt):
 
 
 def _has(node, kind) -> bool:
-    found: list = []
-    tirx.stmt_functor.post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return bool(found)
+    return analysis.uses(node, lambda n: isinstance(n, kind))
 
 
 def loses_a_guard(loop) -> bool:
@@ -68,40 +69,16 @@ def _memory(buffer) -> bool:
 
 
 def _stores_outside_memory(stmt) -> bool:
-    return _has_node(stmt, lambda n: isinstance(n, tirx.BufferStore) and not _memory(n.buffer))
+    return analysis.uses(stmt, lambda n: isinstance(n, tirx.BufferStore) and not _memory(n.buffer))
 
 
 def _reads_memory(expr) -> bool:
-    return _has_node(tirx.Evaluate(expr), lambda n: isinstance(n, tirx.BufferLoad) and _memory(n.buffer))
-
-
-def _has_node(node, predicate) -> bool:
-    found: list = []
-    tirx.stmt_functor.post_order_visit(node, lambda n: found.append(n) if predicate(n) else None)
-    return bool(found)
+    return analysis.uses(tirx.Evaluate(expr), lambda n: isinstance(n, tirx.BufferLoad) and _memory(n.buffer))
 
 
 def guard_decoupled_casts(func):
     """``func`` with such loops made serial (the same object when there are none)."""
-    changed: list[str] = []
-
-    def post(node):
-        if not loses_a_guard(node):
-            return None
-        changed.append(str(node.loop_var.name))
-        return tirx.For(
-            node.loop_var,
-            node.min,
-            node.extent,
-            tirx.ForKind.SERIAL,
-            node.body,
-            node.thread_binding,
-            node.annotations,
-            node.step,
-        )
-
-    body = tirx.stmt_functor.ir_transform(func.body, None, post, ["tirx.For"])
-    return func.with_body(body) if changed else func
+    return serialize_loops(func, loses_a_guard)
 
 
 @register_pass(
@@ -109,14 +86,4 @@ def guard_decoupled_casts(func):
     doc="keep vectorised cast loops serial when tl.DecoupleTypeCast would drop their nested or else guard",
 )
 def _guard_decoupled_casts(_ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = guard_decoupled_casts(func)
-                if new is not func:
-                    out = out.clone() if out is mod else out
-                    out[gv] = new
-        return out
-
-    return tessera_module_pass(run, name="tessera.GuardDecoupledCasts")
+    return prim_func_pass(lambda _gv, func: guard_decoupled_casts(func), name="tessera.GuardDecoupledCasts")

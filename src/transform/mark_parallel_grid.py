@@ -10,7 +10,7 @@ turns atomics into plain read-modify-writes, which blocks on other threads would
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 from . import analysis
 from .parallel_region import ANNOTATION, ROOT_BLOCK
@@ -53,11 +53,4 @@ def mark_parallel_grid(func):
     doc="annotate the kernel grid loops of CPU kernels as parallel (not when blocks use atomics)",
 )
 def _mark_parallel_grid(ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod.clone()
-        for gv, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
-                out[gv] = mark_parallel_grid(func)
-        return out
-
-    return tessera_module_pass(run, name="tessera.MarkParallelGrid")
+    return prim_func_pass(lambda _gv, func: mark_parallel_grid(func), name="tessera.MarkParallelGrid")

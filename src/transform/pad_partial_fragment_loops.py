@@ -15,7 +15,7 @@ loops that index them with their own variable from 0. Other programs keep TileLa
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 tirx = tvm.tirx
 FRAGMENT = "local.fragment"
@@ -117,14 +117,4 @@ def pad_partial_fragment_loops(func):
     doc="widen a T.Parallel loop shorter than the fragment it shares with longer loops, guarding its body",
 )
 def _pad_partial_fragment_loops(_ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = pad_partial_fragment_loops(func)
-                if new is not func:
-                    out = out.clone() if out is mod else out
-                    out[gv] = new
-        return out
-
-    return tessera_module_pass(run, name="tessera.PadPartialFragmentLoops")
+    return prim_func_pass(lambda _gv, func: pad_partial_fragment_loops(func), name="tessera.PadPartialFragmentLoops")

@@ -16,7 +16,9 @@ as they are, so other programs keep TileLang's code.
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
+
+from . import analysis
 
 tirx = tvm.tirx
 
@@ -29,13 +31,9 @@ ELEMENT_OPS = {
 _READ_WRITE = 3  # tl.access_ptr's access mask: read and write
 
 
-def _op_name(node) -> str:
-    return str(node.op.name) if isinstance(node, tirx.Call) and isinstance(node.op, tvm.ir.Op) else ""
-
-
 def _one_element(region) -> tirx.BufferLoad | None:
     """The element a ``tl.region(load, access, *extents)`` covers when every extent is 1."""
-    if _op_name(region) != "tl.region" or not isinstance(region.args[0], tirx.BufferLoad):
+    if analysis.op_name(region) != "tl.region" or not isinstance(region.args[0], tirx.BufferLoad):
         return None
     extents = list(region.args[2:])
     if not extents or not all(isinstance(e, tirx.IntImm) and e.value == 1 for e in extents):
@@ -45,7 +43,7 @@ def _one_element(region) -> tirx.BufferLoad | None:
 
 def element_atomic(call):
     """The element atomic ``call`` stands for, or None when it is not a one-element tile atomic."""
-    element_op = ELEMENT_OPS.get(_op_name(call))
+    element_op = ELEMENT_OPS.get(analysis.op_name(call) or "")
     if element_op is None or len(call.args) != 2:
         return None
     value, region = call.args
@@ -80,14 +78,4 @@ def scalar_atomics_per_thread(func):
     doc="a tile atomic of a scalar into a one-element buffer becomes each thread's element atomic",
 )
 def _scalar_atomics_per_thread(_ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = scalar_atomics_per_thread(func)
-                if new is not func:
-                    out = out.clone() if out is mod else out
-                    out[gv] = new
-        return out
-
-    return tessera_module_pass(run, name="tessera.ScalarAtomicsPerThread")
+    return prim_func_pass(lambda _gv, func: scalar_atomics_per_thread(func), name="tessera.ScalarAtomicsPerThread")

@@ -18,7 +18,7 @@ written. Other loops are left alone, so every other program keeps the same code 
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 tirx = tvm.tirx
 
@@ -60,12 +60,13 @@ def self_updating_condition(loop) -> str | None:
     return None
 
 
-def serialize_self_updating_ifs(func):
-    """``func`` with such vectorised loops made serial (the same object when there are none)."""
+def serialize_loops(func, should) -> object:
+    """``func`` with every loop for which ``should(loop)`` holds made serial (the same object when
+    there is none). tessera.GuardDecoupledCasts uses it too."""
     changed: list[str] = []
 
     def post(node):
-        if node.kind != tirx.ForKind.VECTORIZED or self_updating_condition(node) is None:
+        if not should(node):
             return None
         changed.append(str(node.loop_var.name))
         return tirx.For(
@@ -83,19 +84,16 @@ def serialize_self_updating_ifs(func):
     return func.with_body(body) if changed else func
 
 
+def serialize_self_updating_ifs(func):
+    """``func`` with such vectorised loops made serial (the same object when there are none)."""
+    return serialize_loops(
+        func, lambda loop: loop.kind == tirx.ForKind.VECTORIZED and self_updating_condition(loop) is not None
+    )
+
+
 @register_pass(
     "tessera.SerializeSelfUpdatingIfs",
     doc="keep vectorised loops serial when an if writes what its bound condition reads (TileLang would re-test it)",
 )
 def _serialize_self_updating_ifs(_ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = serialize_self_updating_ifs(func)
-                if new is not func:
-                    out = out.clone() if out is mod else out
-                    out[gv] = new
-        return out
-
-    return tessera_module_pass(run, name="tessera.SerializeSelfUpdatingIfs")
+    return prim_func_pass(lambda _gv, func: serialize_self_updating_ifs(func), name="tessera.SerializeSelfUpdatingIfs")

@@ -18,7 +18,7 @@ TileLang's map usually iterates in (newest first), so the source stays identical
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 #: The scopes tl.MergeSharedMemoryAllocations places (static and dynamic shared memory).
 SHARED_SCOPES = ("shared", "shared.dyn")
@@ -114,11 +114,4 @@ def unique_shared_buffer_names(func):
     doc="rename shared allocations that share a name, so tl.MergeSharedMemoryAllocations places them the same way every compile",
 )
 def _unique_shared_buffer_names(ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod.clone()  # the caller's module must not change under it
-        for gv, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
-                out[gv] = unique_shared_buffer_names(func)
-        return out
-
-    return tessera_module_pass(run, name="tessera.UniqueSharedBufferNames")
+    return prim_func_pass(lambda _gv, func: unique_shared_buffer_names(func), name="tessera.UniqueSharedBufferNames")

@@ -18,7 +18,7 @@ lanes are left as they are. Programs without such arithmetic keep TileLang's cod
 from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 tirx = tvm.tirx
 
@@ -70,14 +70,4 @@ def wrap_narrow_integers(func):
     doc="compute scalar 8/16-bit integer +, -, *, << in 32 bits and cast back, so C wraps them as TIR means",
 )
 def _wrap_narrow_integers(_ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        out = mod
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = wrap_narrow_integers(func)
-                if new is not func:
-                    out = out.clone() if out is mod else out
-                    out[gv] = new
-        return out
-
-    return tessera_module_pass(run, name="tessera.WrapNarrowIntegers")
+    return prim_func_pass(lambda _gv, func: wrap_narrow_integers(func), name="tessera.WrapNarrowIntegers")

@@ -115,16 +115,10 @@ def prim_funcs(mod) -> Iterator[tuple[Any, Any]]:
 
 
 def module_pass(transform: Callable[[str, Any], Any], *, name: str):
-    """A ``tessera_module_pass`` applying ``transform(kernel_name, func) -> func`` to every PrimFunc."""
-    from tessera_tvm.registry import tessera_module_pass
+    """A ``prim_func_pass`` applying ``transform(kernel_name, func) -> func`` to every PrimFunc."""
+    from tessera_tvm.registry import prim_func_pass
 
-    def run(mod, _pass_ctx):
-        out = mod.clone()  # the caller's module must not change under it
-        for gv, func in prim_funcs(mod):
-            out[gv] = transform(kernel_name(gv, func), func)
-        return out
-
-    return tessera_module_pass(run, name=name)
+    return prim_func_pass(lambda gv, func: transform(kernel_name(gv, func), func), name=name)
 
 
 def tt_options(ctx) -> dict[str, Any]:
