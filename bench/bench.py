@@ -577,15 +577,22 @@ def bench_models(quick: bool) -> None:
     from tessera_tvm.relax import build
 
     torch.manual_seed(0)
-    cases = {
-        "GPT-2 block (B=1 S=128 D=256 H=4)": (torch_models.Gpt2Block(256, 4, 1024), torch.randn(1, 128, 256)),
-        "LLaMA block (B=1 S=128 D=256 H=8/4)": (torch_models.LlamaBlock(256, 8, 4, 688, 128), torch.randn(1, 128, 256)),
-        "MLP (B=64, 784-1024-1024-10)": (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784)),
+    gpt2 = torch_models.Gpt2Block(256, 4, 1024)
+    cases = {  # name: (model, input, the input's dynamic axis or None)
+        "GPT-2 block (B=1 S=128 D=256 H=4)": (gpt2, torch.randn(1, 128, 256), None),
+        # exported with a dynamic sequence length (S=2..1024), run at 128: kernels bind S per call
+        "GPT-2 block, dynamic S (B=1 S=128 D=256 H=4)": (gpt2, torch.randn(1, 128, 256), 1),
+        "LLaMA block (B=1 S=128 D=256 H=8/4)": (
+            torch_models.LlamaBlock(256, 8, 4, 688, 128),
+            torch.randn(1, 128, 256),
+            None,
+        ),
+        "MLP (B=64, 784-1024-1024-10)": (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784), None),
     }
-    for name, (model, x) in cases.items():
+    for name, (model, x, axis) in cases.items():
         model = model.eval()
         try:
-            built = build(torch_models.import_model(model, x), "cpu")
+            built = build(torch_models.import_model(model, x, dynamic_axis=axis), "cpu")
             vm, arg = built.vm()["main"], tvm.runtime.tensor(x.numpy())
             (got,) = built.run("main", x.numpy())
         except Exception as exc:  # noqa: BLE001 - a row that says why

@@ -104,12 +104,18 @@ class Mlp(nn.Module):
         return F.log_softmax(self.layers[-1](x), dim=-1)
 
 
-def import_model(model: nn.Module, *args: torch.Tensor, **options):
+def import_model(model: nn.Module, *args: torch.Tensor, dynamic_axis: int | None = None, **options):
     """``model`` exported with torch.export and imported with TVM's own frontend, as a TVM user does
-    (its defaults unless ``options``; the weights become constants)."""
+    (its defaults unless ``options``; the weights become constants). ``dynamic_axis``: that axis of
+    the first input is exported as a dynamic dim (2 to 1024; 1 is the sequence of a [B, S, D] input)."""
     from tvm.relax.frontend.torch import from_exported_program
 
-    return from_exported_program(torch.export.export(model.eval(), args), keep_params_as_input=False, **options)
+    shapes = None
+    if dynamic_axis is not None:
+        dim = torch.export.Dim("dynamic", min=2, max=1024)
+        shapes = ({dynamic_axis: dim},) + (None,) * (len(args) - 1)
+    exported = torch.export.export(model.eval(), args, dynamic_shapes=shapes)
+    return from_exported_program(exported, keep_params_as_input=False, **options)
 
 
 def main() -> None:

@@ -53,6 +53,18 @@ __all__ = [
     "tvm",
 ]
 
+
+def _answer_target_features() -> None:
+    """TVM's default TIR pipeline asks ``target.target_has_feature`` (tirx.VectorizeLoop, about a
+    loop whose body is an ``if``: SVE predication) and only its LLVM backend registers it. TileLang's
+    TVM has none, so building a Relax model's leftover ops with a dynamic dim for a GPU config failed
+    with "Function target.target_has_feature not found". Without LLVM no target answers yes."""
+    if tvm.ffi.get_global_func("target.target_has_feature", allow_missing=True) is None:
+        tvm.ffi.register_global_func("target.target_has_feature", lambda feature, target: False)
+
+
+_answer_target_features()
+
 _save_json = tvm.ffi.get_global_func("node.SaveJSON")
 _load_json = tvm.ffi.get_global_func("node.LoadJSON")
 

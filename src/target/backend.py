@@ -101,6 +101,10 @@ class Backend:
     # Why a compiled kernel does not run here, after "was compiled for <config>" (None: the generic reason).
     not_runnable: str | None = None
     fixed_shapes: bool = True  # ts.compile needs every dim bound (False: the CPU binds them per call)
+    # Its tile programs take a symbolic dim in every extent they loop over and clamp at the edge: a
+    # GEMM's K and N, a reduced axis, attention's sequence lengths (the CPU). False: only the dims
+    # the grid runs over (a GEMM's M and batch, the rows of a row kernel, attention's batch).
+    symbolic_extents: bool = False
     tuning_refused: str | None = None  # why ts.autotune has nothing to tune here (None: it tunes)
     # Relax: why this backend cannot be used from Relax (None: it can).
     relax_refused: str | None = None

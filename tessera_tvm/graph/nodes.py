@@ -217,11 +217,16 @@ def static_shape(expr, env: dict[str, int], where: str) -> tuple[int, ...]:
 
 def kernel_dim_name(dim) -> str:
     """The name of the kernel dim standing for symbolic Relax dim ``dim``: its name for a variable,
-    an identifier spelled from the expression for a product such as ``s0 * 24`` (``s0_x_24``)."""
+    an identifier spelled from the expression for a product such as ``s0 * 24`` (``s0_x_24``), the
+    same for every spelling of it (``2 * s0`` too)."""
+    if isinstance(dim, tir.Var):
+        return str(dim.name)
+    dim = tvm.arith.Analyzer().simplify(dim)  # 2 * s0 and s0 * 2 (one dim, two spellings): one name
     if isinstance(dim, tir.Var):
         return str(dim.name)
     text = re.sub(r"T\.int(32|64)\((\d+)\)", r"\2", str(dim)).replace("*", " x ")
-    return re.sub(r"\W+", "_", text).strip("_")
+    name = re.sub(r"\W+", "_", text).strip("_")
+    return name if name.isidentifier() else f"dim_{name}"
 
 
 def scalar_const(value: float | int, dtype: str):

@@ -172,8 +172,9 @@ def _name(expr) -> str:
 
 
 def _dim_keys(dims) -> list:
-    """Dims as comparable values: a static dim its int, a symbolic one its name."""
-    return [int(d) if isinstance(d, tir.IntImm) else str(d) for d in dims]
+    """Dims as comparable values: a static dim its int, a symbolic one its name (one per dim however
+    it is spelled: ``2 * s0`` and ``s0 * 2`` compare equal)."""
+    return [int(d) if isinstance(d, tir.IntImm) else kernel_dim_name(d) for d in dims]
 
 
 #: The value a symbolic dim takes where Tessera needs a number (choosing the schedule, checking that
@@ -214,20 +215,31 @@ def _symbols(
     return found, hints
 
 
-def _symbolic_reason(anchor: Node, spec: KernelSpec) -> str | None:
-    """Why ``spec`` cannot keep its symbolic dims (None when it can): tile programs take a symbolic
-    dim only where they loop over it, never where it sizes a tile, a reduction or a head."""
+def _symbolic_reason(anchor: Node, spec: KernelSpec, config: TargetConfig) -> str | None:
+    """Why ``spec`` cannot keep its symbolic dims on ``config`` (None when it can).
+
+    Every tile program takes a symbolic dim where its grid runs over it (a GEMM's M and batch, the
+    rows of a row kernel, attention's batch). A backend with ``symbolic_extents`` (the CPU) also
+    takes one in the extents its blocks loop over, clamped at the edge: a GEMM's K and N, a reduced
+    axis, attention's sequence lengths (a model exported with a dynamic sequence length). No tile
+    program takes a symbolic head count or head dim: they size the grid's heads and the tiles."""
     is_sym = tile_base.is_symbolic
     op = ANCHORS.get(f"relax.{anchor.op}", anchor.op)
+    extents = backend_for(config).symbolic_extents
+    where = f"on config {config.name!r}" if not extents else ""
     if isinstance(spec, GemmSpec):
         named = [f"{role} ({spec_dim})" for role, spec_dim in (("K", spec.K), ("N", spec.N)) if is_sym(spec_dim)]
-        if named:
-            return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only"
+        if named and not extents:
+            return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only {where}"
         return None
     if isinstance(spec, AttentionSpec):
-        named = [f"{f} ({getattr(spec, f)})" for f in ("H", "H_kv", "S_q", "S_kv", "D") if is_sym(getattr(spec, f))]
+        fixed = ("H", "H_kv", "D") if extents else ("H", "H_kv", "S_q", "S_kv", "D")
+        named = [f"{f} ({getattr(spec, f)})" for f in fixed if is_sym(getattr(spec, f))]
         if named:
-            return f"{op} with dynamic {', '.join(named)}: Tessera's attention takes a symbolic batch only"
+            takes = "a symbolic batch and sequence lengths" if extents else f"a symbolic batch only {where}"
+            return f"{op} with dynamic {', '.join(named)}: Tessera's attention takes {takes}"
+        return None
+    if extents:
         return None
     axes = getattr(spec, "axis", -1)
     shape = tuple(spec.shape)
@@ -237,7 +249,8 @@ def _symbolic_reason(anchor: Node, spec: KernelSpec) -> str | None:
     named = [str(shape[a]) for a in axes if is_sym(shape[a])]
     if named:
         return (
-            f"{op} over a dynamic axis ({', '.join(named)}): Tessera takes symbolic dims outside the reduced axis only"
+            f"{op} over a dynamic axis ({', '.join(named)}): Tessera takes symbolic dims outside the reduced "
+            f"axis only {where}"
         )
     return None
 
@@ -415,7 +428,7 @@ def plan_kernel(
         else:
             binding = kernel_spec(group, symbols, tensor_constants=True)
             spec = binding.spec
-        reason = _symbolic_reason(anchor, spec) if symbols else None
+        reason = _symbolic_reason(anchor, spec, config) if symbols else None
         if reason:
             raise OffloadRejected(reason)
         if isinstance(spec, GemmSpec) and spec.dtype_acc in ("float16", "bfloat16"):

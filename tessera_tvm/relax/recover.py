@@ -11,8 +11,10 @@ TVM's torch frontend at its defaults (``run_ep_decomposition=True``) imports
 :func:`recover_attention` rewrites that back into one ``R.nn.attention`` (``[B, S, H, D]``, scale
 ``sq * sk``, ``causal_mask="TopLeft"`` when the mask is causal), which ``partition_for_tessera``
 offloads as one flash-attention kernel. The mask is evaluated (it is built from constants only) and
-must be all zeros or exactly the causal mask; every reshape must only merge B and H. Anything else
-is left as it is, so a rewrite never changes what the model computes.
+must be all zeros or exactly the causal mask; a mask of a dynamic sequence length is built as a TIR
+expression of the query and key indices instead, and TVM's arithmetic must prove it 0 where the key
+is at or before the query and -inf after it (or 0 everywhere). Every reshape must only merge B and
+H. Anything else is left as it is, so a rewrite never changes what the model computes.
 """
 
 from __future__ import annotations
@@ -109,13 +111,13 @@ class _Sym:
     dims then compare as tuples (a model exported with a dynamic batch is rewritten like a static one)."""
 
     def __init__(self, expr) -> None:
-        self.expr = tvm.arith.Analyzer().simplify(expr)
+        self.expr = expr  # as the model spells it (a rewritten shape keeps the spelling)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _Sym) and bool(tvm.arith.Analyzer().can_prove_equal(self.expr, other.expr))
 
     def __hash__(self) -> int:
-        return hash(str(self.expr))
+        return hash(str(tvm.arith.Analyzer().simplify(self.expr)))
 
     def __mul__(self, other) -> _Sym:
         other = other.expr if isinstance(other, _Sym) else tvm.tirx.IntImm(self.expr.dtype, int(other))
@@ -162,10 +164,8 @@ def _rewritten(orig, m, p, bindings):
         return None
     causal = False
     if p["masked"] in m:
-        mask = _evaluate(m[p["mask"]], bindings)
-        if mask is None:
-            return None
-        causal = _causal(mask, s_q, s_k)
+        mask = _evaluate(m[p["mask"]], bindings)  # None for a mask of dynamic shape: proved instead
+        causal = _causal(mask, s_q, s_k) if mask is not None else _causal_symbolic(m[p["mask"]], bindings, s_q, s_k)
         if causal is None:
             return None
     # Under a causal or an all-zero mask no row is empty, so torch's guard keeps the probabilities.
@@ -309,6 +309,160 @@ def _evaluate(expr, bindings, depth: int = 0) -> np.ndarray | None:
         a = arg(0)
         return None if a is None else a.astype(str(expr.attrs.dtype))
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Proving a mask of a dynamic shape causal
+# ---------------------------------------------------------------------------------------------
+
+
+class _Lazy:
+    """A tensor built from shapes, as its dims (TIR expressions) and its element at an index (a TIR
+    expression of the index): how a mask of a dynamic shape is read without evaluating it."""
+
+    def __init__(self, shape, at) -> None:
+        self.shape = tuple(shape)
+        self.at = at  # list of index expressions, one per dim -> the element
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, tvm.tirx.IntImm) and int(dim) == 1
+
+
+def _broadcast(*tensors: _Lazy) -> tuple[tuple, list]:
+    """numpy broadcasting of ``tensors``: the result's dims, and per tensor the index mapping
+    (result index -> its index: leading dims dropped, 0 on its dims of extent 1)."""
+    rank = max(len(t.shape) for t in tensors)
+    dims = []
+    for axis in range(rank):
+        sizes = [t.shape[axis - rank + len(t.shape)] for t in tensors if axis - rank + len(t.shape) >= 0]
+        wide = [d for d in sizes if not _is_one(d)]
+        dims.append(wide[0] if wide else sizes[0])
+
+    def mapping(t: _Lazy):
+        lead = rank - len(t.shape)
+        return lambda index: [
+            tvm.tirx.IntImm(index[lead + a].dtype, 0) if _is_one(d) else index[lead + a] for a, d in enumerate(t.shape)
+        ]
+
+    return tuple(dims), [mapping(t) for t in tensors]
+
+
+_TIR_BINARY = {
+    "relax.add": lambda a, b: a + b,
+    "relax.subtract": lambda a, b: a - b,
+    "relax.multiply": lambda a, b: a * b,
+    "relax.less": lambda a, b: a < b,
+    "relax.less_equal": lambda a, b: a <= b,
+    "relax.greater": lambda a, b: a > b,
+    "relax.greater_equal": lambda a, b: a >= b,
+    "relax.equal": lambda a, b: tvm.tirx.EQ(a, b),
+    "relax.not_equal": lambda a, b: tvm.tirx.NE(a, b),
+    "relax.logical_and": lambda a, b: tvm.tirx.And(a, b),
+    "relax.logical_or": lambda a, b: tvm.tirx.Or(a, b),
+}
+
+
+def _lazy(expr, bindings, depth: int = 0) -> _Lazy | None:
+    """``expr`` as a :class:`_Lazy` when it is built with the ops masks are built with (arange,
+    full, comparisons, where, ...) from scalar constants and shapes; None otherwise."""
+    if depth > 64:
+        return None
+    if isinstance(expr, relax.Var) and expr in bindings:
+        return _lazy(bindings[expr], bindings, depth + 1)
+    if isinstance(expr, relax.Constant):
+        value = expr.data.numpy()
+        if value.size != 1:
+            return None
+        element = tvm.tirx.const(value.reshape(()).item(), str(value.dtype))
+        return _Lazy((tvm.tirx.IntImm("int64", 1),) * value.ndim, lambda index: element)
+    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+        return None
+    name, args = expr.op.name, expr.args
+    if name in _TIR_BINARY or name == "relax.where":
+        operands = [_lazy(a, bindings, depth + 1) for a in args]
+        if None in operands:
+            return None
+        dims, maps = _broadcast(*operands)
+        parts = list(zip(operands, maps, strict=True))
+        if name == "relax.where":
+            return _Lazy(dims, lambda index: tvm.tirx.Select(*(t.at(f(index)) for t, f in parts)))
+        combine = _TIR_BINARY[name]
+        return _Lazy(dims, lambda index: combine(*(t.at(f(index)) for t, f in parts)))
+    if name == "relax.logical_not":
+        a = _lazy(args[0], bindings, depth + 1)
+        return None if a is None else _Lazy(a.shape, lambda index: tvm.tirx.Not(a.at(index)))
+    if name == "relax.arange":
+        start, end, step = (_prim_expr(a) for a in args[:3])
+        if start is None or end is None or step is None or not isinstance(step, tvm.tirx.IntImm) or int(step) != 1:
+            return None
+        return _Lazy((end - start,), lambda index: start + index[0])
+    if name == "relax.full":
+        value = _lazy(args[1], bindings, depth + 1)
+        if value is None or not isinstance(args[0], relax.ShapeExpr) or value.shape:
+            return None
+        return _Lazy(args[0].values, lambda index: value.at([]))
+    if name == "relax.expand_dims":
+        a = _lazy(args[0], bindings, depth + 1)
+        if a is None:
+            return None
+        rank = len(a.shape) + len(expr.attrs.axis)
+        new = {int(x) % rank for x in expr.attrs.axis}
+        kept = [axis for axis in range(rank) if axis not in new]
+        dims, source = [], iter(a.shape)
+        for axis in range(rank):
+            dims.append(tvm.tirx.IntImm("int64", 1) if axis in new else next(source))
+        return _Lazy(dims, lambda index: a.at([index[axis] for axis in kept]))
+    if name == "relax.broadcast_to":
+        a = _lazy(args[0], bindings, depth + 1)
+        if a is None or not isinstance(args[1], relax.ShapeExpr):
+            return None
+        target = _Lazy(args[1].values, lambda index: None)
+        dims, (mapping, _) = _broadcast(a, target)
+        return _Lazy(dims, lambda index: a.at(mapping(index)))
+    return None
+
+
+def _prim_expr(expr):
+    """The TIR value of a PrimValue (an int or a symbolic dim), else None."""
+    return expr.value if isinstance(expr, relax.PrimValue) else None
+
+
+def _causal_symbolic(mask, bindings, s_q, s_k) -> bool | None:
+    """:func:`_causal` for a mask whose shape is dynamic: True when TVM's arithmetic proves the mask
+    0 for every key at or before its query and -inf after it, False when it proves it 0 everywhere,
+    None otherwise (not rewritten)."""
+    lazy = _lazy(mask, bindings)
+    if lazy is None or len(lazy.shape) < 2:
+        return None
+    s_q, s_k = (d.expr if isinstance(d, _Sym) else tvm.tirx.IntImm("int64", d) for d in (s_q, s_k))
+    analyzer = tvm.arith.Analyzer()
+    for dim, extent in zip(lazy.shape[-2:], (s_q, s_k), strict=True):
+        if not (_is_one(dim) or analyzer.can_prove_equal(dim, extent)):
+            return None
+    index = [tvm.tirx.Var(f"i{axis}", "int64") for axis in range(len(lazy.shape))]
+    for var, extent in zip(index, (*lazy.shape[:-2], s_q, s_k), strict=True):
+        analyzer.bind(var, tvm.ir.Range.from_min_extent(tvm.tirx.IntImm("int64", 0), extent))
+    value = lazy.at(
+        [i if not _is_one(d) else tvm.tirx.IntImm("int64", 0) for i, d in zip(index, lazy.shape, strict=True)]
+    )
+    query, key = index[-2], index[-1]
+    # The key as the query minus a distance >= 0 (visible) or plus one and a distance (hidden): the
+    # query cancels out of the mask's comparisons, and the distance's bound decides them.
+    distance = tvm.tirx.Var("distance", "int64")
+    analyzer.bind(distance, tvm.ir.Range.from_min_extent(tvm.tirx.IntImm("int64", 0), s_k))
+
+    def is_(expr, constant: float, key_at=None) -> bool:
+        if key_at is not None:
+            expr = tvm.tirx.stmt_functor.substitute(expr, {key: key_at})
+        expr = analyzer.simplify(expr)
+        return isinstance(expr, tvm.tirx.FloatImm) and float(expr.value) == constant
+
+    if is_(value, 0.0):
+        return False
+    visible = is_(value, 0.0, query - distance)
+    hidden = is_(value, -np.inf, query + 1 + distance)
+    return True if visible and hidden else None
 
 
 def _prim(expr) -> int | None:

@@ -41,7 +41,8 @@ def _key_blocks(spec: AttentionSpec, first_query, block_m: int, block_n: int):
         return all_blocks
     last_visible = first_query + block_m + spec.causal_offset  # one past the last key the block sees
     blocks = T.min(all_blocks, T.ceildiv(last_visible, block_n))
-    return blocks if spec.causal_offset >= 0 else T.max(0, blocks)
+    offset = spec.causal_offset
+    return blocks if isinstance(offset, int) and offset >= 0 else T.max(0, blocks)
 
 
 def _safe_max(row_max):

@@ -179,13 +179,21 @@ def cpu_exp(x):
 CPU_LANES = 64
 
 
-def lane_reduce(lanes, length: int, identity, combine, value_at):
+def lane_chunks(length):
+    """``(full, tail)``: the CPU_LANES-wide chunks of ``length`` elements and the elements after them
+    (int or, for a symbolic length, TIR floordiv/floormod expressions)."""
+    if isinstance(length, int):
+        return divmod(length, CPU_LANES)
+    return length // CPU_LANES, length % CPU_LANES
+
+
+def lane_reduce(lanes, length, identity, combine, value_at):
     """Emit a reduction of ``value_at(r)`` for ``r < length`` into ``lanes[0]`` (CPU tile programs).
 
     ``lanes`` is a local fp32 buffer of CPU_LANES; lane l accumulates elements l, l + CPU_LANES, ...
     with ``combine`` (a loop of constant extent that g++ vectorises), then the lanes are combined.
     """
-    full, tail = divmod(length, CPU_LANES)
+    full, tail = lane_chunks(length)
     _lane_reduce(lanes, full, tail, identity, combine, value_at)
 
 

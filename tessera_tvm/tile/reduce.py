@@ -20,7 +20,18 @@ import math
 
 from .._tvm import T, prim_func
 from .base import clamp
-from .common import CPU_LANES, all_of, cpu_exp, declare_params, guard, lane_reduce, lowest, to_compute, unravel
+from .common import (
+    CPU_LANES,
+    all_of,
+    cpu_exp,
+    declare_params,
+    guard,
+    lane_chunks,
+    lane_reduce,
+    lowest,
+    to_compute,
+    unravel,
+)
 from .schedule import TileSchedule
 from .specs import NormSpec, ReduceSpec, SoftmaxSpec
 
@@ -218,7 +229,7 @@ def _softmax_cpu(spec: SoftmaxSpec, view: RowView, block_m: int):
     exponential per element); other outputs recompute the exponential at the end, rounding once."""
     rows, length = view.rows, view.length
     keep_exp = spec.dtype_out == ACC
-    full, tail = divmod(length, CPU_LANES)
+    full, tail = lane_chunks(length)
     params = spec.params()
 
     @prim_func
@@ -304,7 +315,8 @@ def _norm_setup(spec: NormSpec, schedule: TileSchedule) -> tuple:
     block_n = schedule.block_n
     centered = spec.kind == "layer_norm"
     eps = float(spec.eps)
-    inv_length = 1.0 / length
+    # a symbolic length (a Relax model's dynamic dim) divides at run time
+    inv_length = 1.0 / length if isinstance(length, int) else T.cast(1, ACC) / T.cast(length, ACC)
     return view, rows, length, block_m, block_n, centered, eps, inv_length
 
 

@@ -32,6 +32,7 @@ from .base import (
     _fingerprint,
     _norm_axis,
     _set,
+    is_symbolic,
 )
 from .expr import Binary, Const, Expr, Input, Unary, expr_nodes
 
@@ -467,7 +468,11 @@ class AttentionSpec(KernelSpec):
     @property
     def causal_offset(self) -> int:
         """Query ``i`` sees keys ``j <= i + causal_offset`` (when causal)."""
-        return self.S_kv - self.S_q if self.causal_align == "bottom_right" else 0
+        if self.causal_align != "bottom_right":
+            return 0
+        if is_symbolic(self.S_kv) and is_symbolic(self.S_q) and self.S_kv.same_as(self.S_q):
+            return 0  # one symbolic length for queries and keys
+        return self.S_kv - self.S_q  # a TIR expression when a length is symbolic
 
     def inputs(self) -> list[TensorArg]:
         q = (self.B, self.H, self.S_q, self.D)

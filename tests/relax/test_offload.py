@@ -66,17 +66,77 @@ def test_unsupported_op_stays_with_tvm_and_the_module_compiles_and_runs():
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)  # f32 kernels vs float64 numpy
 
 
-def test_dynamic_k_is_reported_and_left_to_tvm():
+def test_a_dynamic_k_runs_on_the_cpu_and_is_left_to_tvm_on_a_gpu_config():
     k = tvm.tirx.Var("k", "int64")
     mod = _module("main", {"x": ((8, k), "float32"), "w": ((k, 16), "float32")}, lambda bb, x, w: R.matmul(x, w))
+    # The CPU's GEMM loops over K in clamped steps: K binds at call time, any K runs.
     built = build(mod, "cpu")
-    assert built.report.offloaded == []
-    (left,) = built.report.not_offloaded
-    assert left.op == "R.matmul"
-    assert left.reason.startswith("matmul with dynamic K (k)"), left.reason
+    (offloaded,) = built.report.offloaded
+    assert offloaded.ops == "matmul" and set(offloaded.dynamic) == {"k"}, built.report
+    assert built.report.not_offloaded == []
     rng = np.random.default_rng(1)
-    x, w = rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal((5, 16)).astype(np.float32)
-    np.testing.assert_allclose(built.run("main", x, w), x @ w, rtol=1e-5, atol=1e-5)
+    for depth in (1, 5, 300):  # below a K block, a ragged one, several blocks
+        x, w = rng.standard_normal((8, depth)).astype(np.float32), rng.standard_normal((depth, 16)).astype(np.float32)
+        np.testing.assert_allclose(built.run("main", x, w), x @ w, rtol=1e-5, atol=1e-5)
+    # GPU GEMMs size their K pipeline statically: the matmul stays with TVM, and the report says why.
+    _, report = partition_for_tessera(mod, "hopper")
+    assert report.offloaded == []
+    (left,) = report.not_offloaded
+    assert left.op == "R.matmul"
+    assert left.reason.startswith("matmul with dynamic K (k)") and "'hopper'" in left.reason, left.reason
+
+
+def test_row_kernels_over_a_dynamic_axis_run_on_the_cpu_and_are_left_to_tvm_on_a_gpu_config():
+    n = tvm.tirx.Var("n", "int64")
+
+    def body(bb, x, w, b):
+        s = bb.emit(R.nn.softmax(x, axis=-1))
+        return R.add(bb.emit(R.nn.layer_norm(s, w, b, axes=[-1])), bb.emit(R.sum(x, axis=[-1], keepdims=True)))
+
+    f32 = "float32"
+    mod = _module("main", {"x": ((6, n), f32), "w": ((n,), f32), "b": ((n,), f32)}, body)
+    built = build(mod, "cpu")
+    families = sorted(o.family for o in built.report.offloaded)
+    assert {"softmax", "norm"} <= set(families), built.report
+    assert all("n" in o.dynamic for o in built.report.offloaded), built.report
+    rng = np.random.default_rng(3)
+    for length in (1, 7, 8, 300):  # under one vector of lanes, a ragged one, exact, many
+        x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((6, length), (length,), (length,)))
+        s = softmax(x.astype(np.float64))
+        centred = s - s.mean(-1, keepdims=True)
+        ln = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5) * w + b
+        np.testing.assert_allclose(built.run("main", x, w, b), ln + x.sum(-1, keepdims=True), rtol=1e-4, atol=1e-4)
+    # A GPU row kernel keeps a fragment per row block: the reduced axis must be static there.
+    _, report = partition_for_tessera(mod, "hopper")
+    assert not {o.family for o in report.offloaded} & {"softmax", "norm"}, report
+    reasons = [r.reason for r in report.not_offloaded if r.op == "R.nn.softmax"]
+    assert reasons and "over a dynamic axis (n)" in reasons[0] and "'hopper'" in reasons[0], reasons
+
+
+@pytest.mark.parametrize("causal", [None, "TopLeft", "BottomRight"])
+def test_attention_with_dynamic_sequence_lengths_runs_on_the_cpu(causal):
+    s_q, s_kv = tvm.tirx.Var("s_q", "int64"), tvm.tirx.Var("s_kv", "int64")
+    f32 = "float32"
+    params = {"q": ((2, s_q, 4, 16), f32), "k": ((2, s_kv, 2, 16), f32), "v": ((2, s_kv, 2, 16), f32)}
+    mod = _module("main", params, lambda bb, q, k, v: R.nn.attention(q, k, v, causal_mask=causal))
+    built = build(mod, "cpu")
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and set(kernel.dynamic) == {"s_q", "s_kv"}, built.report
+    rng = np.random.default_rng(4)
+    # Lengths under a block, ragged, past the hint; more keys than queries and fewer.
+    for queries, keys in ((1, 1), (5, 9), (9, 5), (70, 70), (33, 130)):
+        q = rng.standard_normal((2, queries, 4, 16)).astype(np.float32)
+        k, v = (rng.standard_normal((2, keys, 2, 16)).astype(np.float32) for _ in range(2))
+        got = built.run("main", q, k, v)
+        scores = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), np.repeat(k, 2, axis=2)) / 4.0
+        if causal:
+            offset = keys - queries if causal == "BottomRight" else 0
+            visible = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + offset
+            scores = np.where(visible, scores, -np.inf)
+        with np.errstate(invalid="ignore"):
+            probs = np.nan_to_num(softmax(scores))  # a query that sees no key: 0 (Tessera's empty rows)
+        expected = np.einsum("bhqk,bkhd->bqhd", probs, np.repeat(v, 2, axis=2))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=f"{queries} x {keys}")
 
 
 def test_softmax_rms_norm_and_a_cast_epilogue_run_as_tessera_kernels():

@@ -153,9 +153,9 @@ def test_llama_block_offloads_its_norms_attention_and_gemms(decompose):
     assert not left & {"R.multiply", "R.add", "R.negative"}, built.report
 
 
-def _import_dynamic_batch(model: nn.Module, x: torch.Tensor, **options):
-    batch = torch.export.Dim("batch", min=1, max=128)
-    exported = torch.export.export(model.eval(), (x,), dynamic_shapes={"x": {0: batch}})
+def _import_dynamic_batch(model: nn.Module, x: torch.Tensor, *, axis: int = 0, **options):
+    dim = torch.export.Dim("batch" if axis == 0 else "seq", min=1 if axis == 0 else 2, max=1024)
+    exported = torch.export.export(model.eval(), (x,), dynamic_shapes={"x": {axis: dim}})
     return from_exported_program(exported, keep_params_as_input=False, **options)
 
 
@@ -183,6 +183,50 @@ def test_a_model_exported_with_a_dynamic_batch_offloads_as_the_static_one_and_ma
             expected = model(xb).numpy()
         (got,) = dynamic.run("main", xb.numpy())
         assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("decompose", [True, False], ids=["frontend defaults", "no decomposition"])
+def test_a_model_exported_with_a_dynamic_sequence_length_offloads_as_the_static_one_and_matches_torch(decompose):
+    torch.manual_seed(0)
+    model, x = Gpt2Block().eval(), torch.randn(2, 24, 48)
+    static = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
+    dynamic = build(_import_dynamic_batch(model, x, axis=1, run_ep_decomposition=decompose), "cpu")
+    # The same kernels: GEMMs with the rows (2 * seq) dynamic, the norms, and one flash-attention
+    # kernel over dynamic query and key lengths. The decomposed SDPA's causal mask is built from
+    # arange(seq): it is proved causal symbolically and the attention is rebuilt as for a fixed length.
+    assert sorted(r.ops for r in dynamic.report.offloaded) == sorted(r.ops for r in static.report.offloaded)
+    assert dynamic.report.recovered_attention == static.report.recovered_attention
+    assert [r.family for r in dynamic.report.offloaded].count("attention") == 1, dynamic.report
+    assert not {r.op for r in dynamic.report.not_offloaded} & {"R.matmul", "R.nn.softmax", "R.add"}, dynamic.report
+    # Lengths below the attention block, ragged, and past the hint (64).
+    for length in (2, 37, 130):
+        xs = torch.randn(2, length, 48)
+        with torch.no_grad():
+            expected = model(xs).numpy()
+        (got,) = dynamic.run("main", xs.numpy())
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_dynamic_mask_that_is_not_causal_is_not_rebuilt_as_causal_attention():
+    class Shifted(nn.Module):  # each query also sees the next key: not torch's causal mask
+        def forward(self, q, k, v):
+            index = torch.arange(q.shape[-2])
+            mask = torch.where(index[None, :] <= index[:, None] + 1, 0.0, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    seq = torch.export.Dim("seq", min=2, max=256)
+    shapes = {name: {2: seq} for name in ("q", "k", "v")}
+    exported = torch.export.export(Shifted(), (q, k, v), dynamic_shapes=shapes)
+    built = build(from_exported_program(exported, keep_params_as_input=False), "cpu")
+    assert built.report.recovered_attention == 0, built.report
+    for length in (2, 19):
+        q, k, v = (torch.randn(1, 2, length, 8) for _ in range(3))
+        with torch.no_grad():
+            expected = Shifted()(q, k, v).numpy()
+        (got,) = built.run("main", q.numpy(), k.numpy(), v.numpy())
         np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -231,3 +275,19 @@ def test_a_dynamic_batch_model_compiles_for_hopper_with_symbolic_kernels():
             yield from kinds(imported)
 
     assert "cuda" in set(kinds(executable.mod))
+
+
+@pytest.mark.nvcc
+def test_a_dynamic_sequence_model_compiles_for_hopper_with_its_attention_left_to_tvm():
+    from tessera_tvm.relax import compile_module, partition_for_tessera
+
+    torch.manual_seed(0)
+    mod = _import_dynamic_batch(Gpt2Block().eval(), torch.randn(2, 24, 48), axis=1)
+    partitioned, report = partition_for_tessera(mod, "hopper")
+    assert sorted(r.family for r in report.offloaded) == ["gemm"] * 4 + ["norm"] * 2, report
+    (left,) = [r for r in report.not_offloaded if r.op == "R.nn.attention"]
+    assert "dynamic S_q" in left.reason and "'hopper'" in left.reason, left.reason
+    # TVM builds the attention it keeps; its TIR pipeline asks target.target_has_feature, which only
+    # an LLVM-enabled TVM registers (tessera_tvm answers no for TileLang's TVM).
+    executable = compile_module(partitioned, "hopper")
+    assert executable is not None

@@ -50,6 +50,7 @@ CPU = register_backend(
         linked_module="tessera_tvm.target.cpu.module:linked_entry",
         runs_on="host",
         fixed_shapes=False,
+        symbolic_extents=True,
         kernels_in_host=True,
         # TileLang's C codegen cannot put these in a kernel signature (ts.compile widens them; Relax cannot).
         relax_unsupported_dtypes=("bfloat16", *_WIDENED),
