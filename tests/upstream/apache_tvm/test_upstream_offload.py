@@ -79,6 +79,24 @@ def test_a_torch_model_imported_with_upstreams_frontend_matches_torch(which):
         np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
 
 
+def test_a_model_exported_with_a_dynamic_sequence_length_offloads_and_matches_torch_at_any_length():
+    torch = pytest.importorskip("torch")
+    models = _example("torch_models")
+    torch.manual_seed(0)
+    model = models.Gpt2Block().eval()
+    mod = models.import_model(model, torch.randn(2, 24, 48), dynamic_axis=1)  # upstream's frontend, S symbolic
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert [o["family"] for o in report.offloaded].count("attention") == 1, report
+    assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, report
+    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    for length in (3, 70):
+        x = torch.randn(2, length, 48)
+        out = vm["main"](tvm.runtime.tensor(x.numpy()))
+        out = out[0] if not hasattr(out, "numpy") else out
+        with torch.no_grad():
+            np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+
+
 def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
     # apache-tvm 0.27 imports y[:, -1] as R.take(y, -1, mode="fast"), which reads before the axis:
     # on its own it is wrong by ~1e27. The toolchain's partition puts the index right.
