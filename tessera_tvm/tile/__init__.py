@@ -25,6 +25,7 @@ from .schedule import TileSchedule, fit_schedule  # noqa: F401
 from .specs import (  # noqa: F401
     SPEC_FAMILIES,
     AttentionSpec,
+    Conv2dSpec,
     ElementwiseSpec,
     EpilogueOp,
     GemmSpec,

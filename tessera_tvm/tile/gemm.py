@@ -39,21 +39,37 @@ def _batch_coords(spec: GemmSpec, bz):
     return (broadcast_coords(out, spec.batch_a, spec.batch), broadcast_coords(out, spec.batch_b, spec.batch), out)
 
 
-def apply_epilogue(spec: GemmSpec, acc, row, col, out_coords, operands: dict, masked: bool = True, host: bool = False):
+def apply_epilogue(
+    spec: GemmSpec,
+    acc,
+    row,
+    col,
+    out_coords,
+    operands: dict,
+    masked: bool = True,
+    host: bool = False,
+    *,
+    bias_index: tuple | None = None,
+    tile_index: tuple | None = None,
+):
     """The epilogue steps on accumulator value ``acc`` of output element (row, col).
 
     With ``masked`` the operand reads are guarded by the matrix bounds (GPU tiles cover the edge);
-    ``host``: a CPU program (vectorisable exp/erf/tanh, :func:`unary`).
+    ``host``: a CPU program (vectorisable exp/erf/tanh, :func:`unary`). A bias is read at
+    ``bias_index`` (default ``(col,)``) and a residual or gate at ``tile_index`` (default
+    ``(*out_coords, row, col)``): a convolution reads them in NCHW (tile/conv.py).
     """
     compute = spec.dtype_acc
     zero = T.cast(0, compute)
     value = acc
+    bias_index = (col,) if bias_index is None else bias_index
+    tile_index = (*out_coords, row, col) if tile_index is None else tile_index
     for op in spec.epilogue:
         if op.kind == "bias":
-            bias = to_compute(operands[op.operand][col], compute)
+            bias = to_compute(operands[op.operand][bias_index], compute)
             value = value + (guard(col < spec.N, bias, zero) if masked else bias)
         elif op.kind in ("residual", "gate"):
-            res = to_compute(operands[op.operand][(*out_coords, row, col)], compute)
+            res = to_compute(operands[op.operand][tile_index], compute)
             res = guard(all_of(row < spec.M, col < spec.N), res, zero) if masked else res
             value = value + res if op.kind == "residual" else value * res
         elif op.kind == "scale":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import dtype_bytes
-from .specs import AttentionSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
+from .specs import AttentionSpec, Conv2dSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
 
 if TYPE_CHECKING:
     from .schedule import TileSchedule
@@ -28,6 +28,8 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
 
     if not backend_for(target_kind).thread_blocks:
         return 0
+    if isinstance(spec, Conv2dSpec):
+        spec = spec.as_gemm()
     s = schedule
     if isinstance(spec, GemmSpec):
         return s.stages * (
@@ -45,6 +47,8 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
 
 def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c") -> int:
     """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
+    if isinstance(spec, Conv2dSpec):
+        spec = spec.as_gemm()  # the implicit GEMM's accumulator and packed panels
     s = schedule
     if isinstance(spec, GemmSpec):
         from .gemm import cpu_gemm_packs, cpu_pack_elements  # the packed A/B panels of the micro-kernel

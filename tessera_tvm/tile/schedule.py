@@ -21,6 +21,7 @@ from .resources import smem_bytes
 from .specs import (
     SPEC_FAMILIES,
     AttentionSpec,
+    Conv2dSpec,
     ElementwiseSpec,
     GemmSpec,
     KernelSpec,
@@ -128,7 +129,7 @@ def _thread_blocks(target_kind: str) -> bool:
 def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[str, Any]:
     """Per-kind defaults derived from the config's GEMM defaults."""
     gpu = _thread_blocks(target_kind)
-    if kind == "gemm":
+    if kind in ("gemm", "conv2d"):  # a convolution runs as its implicit GEMM
         return base
     if kind == "attention":
         # 64 query rows x 64 keys per step keep S, P and O in registers for D <= 128 on every GPU.
@@ -210,6 +211,8 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgm
     warps = max(1, schedule.threads // 32)
     wgmma = gpu and wgmma  # the config's hardware.wgmma
     changes: dict[str, int] = {}
+    if isinstance(spec, Conv2dSpec):
+        spec = spec.as_gemm()  # tiled as its implicit GEMM (output pixels x output channels)
     if isinstance(spec, GemmSpec):
         floor = 16 if gpu else 1
         block_m = min(schedule.block_m, _pow2_at_least(spec.M, floor))
@@ -262,6 +265,8 @@ def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) ->
     target_kind = config.codegen_kind
     if limit is None or not _thread_blocks(target_kind):  # no shared memory to fit
         return schedule
+    if isinstance(spec, Conv2dSpec):
+        spec = spec.as_gemm()
     while smem_bytes(spec, schedule, target_kind) > limit:
         if schedule.stages > 1:
             schedule = schedule.replace(stages=schedule.stages - 1)

@@ -487,4 +487,118 @@ class AttentionSpec(KernelSpec):
         return [TensorArg(self.name_out, (self.B, self.H, self.S_q, self.D), self.dtype_out)]
 
 
-SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention")
+@dataclass(frozen=True)
+class Conv2dSpec(KernelSpec):
+    """``Y[N, O, OH, OW] = epilogue(conv2d(X[N, C, H, W], W[O, C, R, S]))``, NCHW / OIHW, fp32
+    accumulation, one group.
+
+    Computed as the implicit GEMM ``[N*OH*OW, C*R*S] x [C*R*S, O]``: :meth:`as_gemm` is that GEMM,
+    which the schedule and resource estimates read. ``padding`` is (top, left, bottom, right).
+    The epilogue takes GemmSpec's steps; a ``bias`` operand is ``[1, O, 1, 1]`` (how a Relax model
+    adds a conv's bias), a residual or gate operand has the output's shape.
+    """
+
+    family: ClassVar[str] = "conv2d"
+    N: int
+    C: int
+    H: int
+    W: int
+    O: int  # noqa: E741  (the output channels, as in OIHW)
+    R: int
+    S: int
+    _: KW_ONLY
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    dtype_in: str = "float32"
+    dtype_w: str | None = None  # None: dtype_in
+    dtype_out: str | None = None  # None: dtype_in
+    dtype_acc: str = "float32"
+    epilogue: tuple[EpilogueOp, ...] = ()
+    name_x: str = "X"
+    name_w: str = "W"
+    name_out: str = "Y"
+
+    def __post_init__(self) -> None:
+        where = "Conv2dSpec"
+        _check_positive(where, "N", self.N)  # the batch may be symbolic (a Relax model's dynamic batch)
+        for f in ("C", "H", "W", "O", "R", "S"):
+            value = getattr(self, f)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise _fail(where, f"{f} is {value!r}; expected a positive int")
+        for f, size in (("stride", 2), ("padding", 4), ("dilation", 2)):
+            value = tuple(getattr(self, f))
+            low = 0 if f == "padding" else 1
+            if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+                raise _fail(where, f"{f} is {getattr(self, f)!r}; expected {size} ints >= {low}")
+            _set(self, f, value)
+        if self.OH <= 0 or self.OW <= 0:
+            raise _fail(
+                where,
+                f"a {self.R}x{self.S} kernel (dilation {self.dilation}) does not fit the {self.H}x{self.W} "
+                f"input padded by {self.padding}",
+            )
+        _set(self, "dtype_w", self.dtype_w or self.dtype_in)
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        for f in ("dtype_in", "dtype_w", "dtype_out", "dtype_acc"):
+            _check_dtype(where, f, getattr(self, f))
+        _set(self, "epilogue", tuple(self.epilogue))
+        for op in self.epilogue:
+            if not isinstance(op, EpilogueOp):
+                raise _fail(where, f"epilogue holds {op!r}; expected EpilogueOp objects")
+        for f in ("name_x", "name_w", "name_out"):
+            _check_name(where, f, getattr(self, f))
+        self._check_unique_names()
+
+    @property
+    def OH(self) -> int:
+        top, _, bottom, _ = self.padding
+        return (self.H + top + bottom - self.dilation[0] * (self.R - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def OW(self) -> int:
+        _, left, _, right = self.padding
+        return (self.W + left + right - self.dilation[1] * (self.S - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def shape_out(self) -> tuple[int, ...]:
+        return (self.N, self.O, self.OH, self.OW)
+
+    def as_gemm(self) -> GemmSpec:
+        """The implicit GEMM: rows are output pixels, columns output channels, depth C*R*S."""
+        return GemmSpec(
+            self.N * self.OH * self.OW,
+            self.O,
+            self.C * self.R * self.S,
+            transpose_b=True,
+            dtype_a=self.dtype_in,
+            dtype_b=self.dtype_w,
+            dtype_out=self.dtype_out,
+            dtype_acc=self.dtype_acc,
+        )
+
+    def epilogue_operands(self) -> list[TensorArg]:
+        seen: dict[str, TensorArg] = {}
+        for op in self.epilogue:
+            if op.operand is None or op.operand in seen:
+                continue
+            shape = (1, self.O, 1, 1) if op.kind == "bias" else self.shape_out
+            seen[op.operand] = TensorArg(op.operand, shape, op.dtype or self.dtype_out)
+        return list(seen.values())
+
+    def inputs(self) -> list[TensorArg]:
+        return [
+            TensorArg(self.name_x, (self.N, self.C, self.H, self.W), self.dtype_in),
+            TensorArg(self.name_w, (self.O, self.C, self.R, self.S), self.dtype_w),
+            *self.epilogue_operands(),
+        ]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape_out, self.dtype_out)]
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.N * self.OH * self.OW * self.O * self.C * self.R * self.S
+
+
+SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d")

@@ -27,6 +27,7 @@ CPU = register_backend(
             "softmax": "tessera_tvm.tile.reduce:softmax_cpu_program",
             "norm": "tessera_tvm.tile.reduce:norm_cpu_program",
             "attention": "tessera_tvm.tile.attention:attention_cpu_program",
+            "conv2d": "tessera_tvm.tile.conv:conv2d_cpu_program",
         },
         # A block's body is serial code, so no program reads threads or stages.
         program_fields={
@@ -36,6 +37,7 @@ CPU = register_backend(
             "norm": ("block_m",),
             "reduce": ("block_m",),
             "elementwise": ("block_m", "block_n"),
+            "conv2d": ("block_m", "block_n", "block_k"),
         },
         default_config="cpu",
         unheld_dtypes=_WIDENED,

@@ -240,6 +240,70 @@ TESSERA_DEFINE_PACK(f16, half, tessera_half_bits)  // TileLang's `half`: 16 bits
 TESSERA_DEFINE_PACK(bf16, uint16_t, uint16_t)      // bf16 storage after tirx.BF16StorageLegalize
 #undef TESSERA_DEFINE_PACK
 
+// ------------------------------------------------------------------------------------ convolution
+// A 2-D convolution (NCHW input, OIHW weights) runs as the implicit GEMM [N*OH*OW, C*R*S] x
+// [C*R*S, O] (tessera_tvm/tile/conv.py): the weights are B through the ordinary packing (k_stride 1,
+// col_stride C*R*S), and A, the im2col matrix, is never built: this packs its rows row0.. and
+// depth k0.. straight from the input, as strips of MR rows like tessera_pack_strips. Element (m, k)
+// is x[n, c, oh*sh - ph + r*dh, ow*sw - pw + s*dw] for m = (n*OH + oh)*OW + ow and k = (c*R + r)*S + s,
+// 0 where that falls in the padding.
+
+template <typename T>
+static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict x, int32_t row0, int32_t k0,
+                                     int32_t rows, int32_t depth, int32_t C, int32_t H, int32_t W, int32_t OH,
+                                     int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph, int32_t pw,
+                                     int32_t dh, int32_t dw) {
+  const int MR = TESSERA_GEMM_MR;
+  int64_t image[TESSERA_GEMM_MR];  // per row of the strip: where its image starts, its window's corner
+  int32_t top[TESSERA_GEMM_MR], left[TESSERA_GEMM_MR];
+  for (int32_t i0 = 0; i0 < rows; i0 += MR) {
+    float *strip = pack + (int64_t)i0 * depth;
+    const int32_t live = rows - i0 < MR ? rows - i0 : MR;
+    for (int i = 0; i < live; ++i) {
+      const int32_t m = row0 + i0 + i, pixel = m % (OH * OW);
+      image[i] = (int64_t)(m / (OH * OW)) * C * H * W;
+      top[i] = pixel / OW * sh - ph;
+      left[i] = pixel % OW * sw - pw;
+    }
+    int32_t c = k0 / (R * S), r = k0 / S % R, s = k0 % S;
+    for (int32_t k = 0; k < depth; ++k) {
+      float *dst = strip + (int64_t)k * MR;
+      const int64_t plane = (int64_t)c * H * W;
+      int i = 0;
+      for (; i < live; ++i) {
+        const int32_t y = top[i] + r * dh, xx = left[i] + s * dw;
+        const bool inside = (uint32_t)y < (uint32_t)H && (uint32_t)xx < (uint32_t)W;
+        dst[i] = inside ? tessera_to_float(x[image[i] + plane + (int64_t)y * W + xx]) : 0.0f;
+      }
+      for (; i < MR; ++i) {
+        dst[i] = 0.0f;
+      }
+      if (++s == S) {
+        s = 0;
+        if (++r == R) {
+          r = 0;
+          ++c;
+        }
+      }
+    }
+  }
+}
+
+#define TESSERA_DEFINE_PACK_CONV(SUFFIX, T, STORAGE)                                                                \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_conv_##SUFFIX(                                                \
+      float *pack, T *x, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C, int32_t H, int32_t W,    \
+      int32_t OH, int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph, int32_t pw, int32_t dh,     \
+      int32_t dw) {                                                                                                \
+    tessera_pack_conv(pack, (const STORAGE *)x, row0, k0, rows, depth, C, H, W, OH, OW, R, S, sh, sw, ph, pw, dh,   \
+                      dw);                                                                                         \
+    return 0;                                                                                                      \
+  }
+
+TESSERA_DEFINE_PACK_CONV(f32, float, float)
+TESSERA_DEFINE_PACK_CONV(f16, half, tessera_half_bits)
+TESSERA_DEFINE_PACK_CONV(bf16, uint16_t, uint16_t)
+#undef TESSERA_DEFINE_PACK_CONV
+
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                      int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_strips<float, tessera_gemm_micro>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
