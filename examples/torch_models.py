@@ -1,5 +1,5 @@
-"""PyTorch models as users write them, for Tessera's Relax path: a GPT-2 block, a LLaMA-style block
-and an MLP classifier.
+"""PyTorch models as users write them, for Tessera's Relax path: a GPT-2 block, a LLaMA-style block,
+an MLP classifier and a ResNet basic block.
 
     python examples/torch_models.py      # import each with TVM's torch frontend at its defaults,
                                          # offload to Tessera on the CPU, compare with torch
@@ -104,6 +104,26 @@ class Mlp(nn.Module):
         return F.log_softmax(self.layers[-1](x), dim=-1)
 
 
+class BasicBlock(nn.Module):
+    """ResNet's basic block: conv-bn-relu, conv-bn, plus the input, relu (batch norms at inference,
+    with statistics drawn as training would leave them)."""
+
+    def __init__(self, channels: int = 16) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        with torch.no_grad():
+            for bn in (self.bn1, self.bn2):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 2.0)
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(y)))
+
+
 def import_model(model: nn.Module, *args: torch.Tensor, dynamic_axis: int | None = None, **options):
     """``model`` exported with torch.export and imported with TVM's own frontend, as a TVM user does
     (its defaults unless ``options``; the weights become constants). ``dynamic_axis``: that axis of
@@ -128,6 +148,7 @@ def main() -> None:
         "GPT-2 block": (Gpt2Block(), torch.randn(2, 24, 48)),
         "LLaMA block": (LlamaBlock(), torch.randn(2, 16, 64)),
         "MLP": (Mlp(), torch.randn(32, 64)),
+        "ResNet basic block": (BasicBlock(), torch.randn(2, 16, 10, 10)),
     }
     for name, (model, x) in cases.items():
         built = build(import_model(model, x), "cpu")

@@ -16,6 +16,7 @@ from ..tile import (
     AttentionSpec,
     Binary,
     Const,
+    Conv2dSpec,
     ElementwiseSpec,
     EpilogueOp,
     GemmSpec,
@@ -93,6 +94,7 @@ def kernel_spec(group: KernelGroup, env: dict[str, int], *, tensor_constants: bo
     builder = {
         "gemm": _gemm,
         "attention": _attention,
+        "conv2d": _conv2d,
         "softmax": _softmax,
         "norm": _norm,
         "reduce": _reduce,
@@ -120,11 +122,44 @@ def _gemm(group: KernelGroup, env, where) -> KernelBinding:
     m, n = out_shape[-2], out_shape[-1]
     k = shape_a[-2] if transposed[0] else shape_a[-1]
     name_a, name_b = names.take(str(a.name_hint)), names.take(str(b.name_hint))
+    epilogue, operand_names = _epilogue(group, names, lambda other: len(other.struct_info.shape.values) == 1)
+    spec = GemmSpec(
+        m,
+        n,
+        k,
+        batch=tuple(out_shape[:-2]),
+        transpose_a=transposed[0],
+        transpose_b=transposed[1],
+        dtype_a=_dtype(a),
+        dtype_b=_dtype(b),
+        dtype_out=_dtype(group.output),
+        dtype_acc=_dtype(matmul.var),
+        epilogue=tuple(epilogue),
+        batch_a=tuple(shape_a[:-2]),
+        batch_b=tuple(shape_b[:-2]),
+        name_a=name_a,
+        name_b=name_b,
+        name_out=names.take("out"),
+    )
+    return _bound(group, spec, {name_a: a, name_b: b}, operand_names)
+
+
+def _bound(group: KernelGroup, spec: KernelSpec, named: dict[str, Any], operand_names: dict[Any, str]):
+    """``spec`` bound to the graph: ``named`` (parameter name -> value) and the epilogue operands."""
+    by_name = {**named, **{v: k for k, v in operand_names.items()}}
+    args = tuple(by_name[p.name] for p in spec.inputs()) + (group.output,)
+    return KernelBinding(group.name, spec, args)
+
+
+def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[EpilogueOp], dict[Any, str]]:
+    """The epilogue steps of the nodes after ``group``'s anchor (a matmul or conv2d), and the name
+    of each tensor operand they read. ``is_bias(tensor)``: whether an added tensor is a bias (a GEMM's
+    ``[N]``, a convolution's ``[1, O, 1, 1]``) rather than a residual of the output's shape."""
     epilogue: list[EpilogueOp] = []
-    extra: list[Any] = []
     operand_names: dict[Any, str] = {}
-    steps = group.nodes[group.nodes.index(matmul) + 1 :]
-    cur = matmul.var
+    anchor = group.anchor
+    steps = group.nodes[group.nodes.index(anchor) + 1 :]
+    cur = anchor.var
     for i, node in enumerate(steps):
         last = i == len(steps) - 1
         if node.op == "astype":
@@ -149,37 +184,57 @@ def _gemm(group: KernelGroup, env, where) -> KernelBinding:
             else:
                 if other not in operand_names:
                     operand_names[other] = names.take(str(other.name_hint))
-                    extra.append(other)
-                rank = len(other.struct_info.shape.values)
                 if node.op == "multiply":
                     kind = "gate"  # a product with a tensor of the output's shape (SwiGLU)
                 elif node.op == "add":
-                    kind = "bias" if rank == 1 else "residual"  # fusion admits [N] vectors and output-shaped tensors
+                    kind = "bias" if is_bias(other) else "residual"  # fusion admits these two shapes
                 else:
                     raise GraphIRError(f"{node.op} with a tensor cannot be a GEMM epilogue step (add or multiply can)")
                 epilogue.append(EpilogueOp(kind, operand=operand_names[other], dtype=_dtype(other)))
         cur = node.var
-    spec = GemmSpec(
-        m,
+    return epilogue, operand_names
+
+
+def _conv2d(group: KernelGroup, env, where) -> KernelBinding:
+    names = _Names()
+    conv = group.anchor
+    x, w = conv.args
+    attrs = conv.attrs
+    if attrs["groups"] != 1 or (attrs["data_layout"], attrs["kernel_layout"]) != ("NCHW", "OIHW"):
+        raise GraphIRError(
+            f"{where}: conv2d with groups={attrs['groups']}, layouts {attrs['data_layout']}/{attrs['kernel_layout']}; "
+            "Tessera's convolution takes one group, NCHW and OIHW"
+        )
+    n, c, h, width = _shape(x, env, where)
+    o, _, r, s = _shape(w, env, where)
+    name_x, name_w = names.take(str(x.name_hint)), names.take(str(w.name_hint))
+
+    def is_bias(other) -> bool:  # [1, O, 1, 1]: how a Relax model adds a convolution's bias
+        shape = _shape(other, env, where)
+        return len(shape) == 4 and shape[0] == 1 and shape[2:] == (1, 1)
+
+    epilogue, operand_names = _epilogue(group, names, is_bias)
+    padding = tuple(attrs["padding"])
+    spec = Conv2dSpec(
         n,
-        k,
-        batch=tuple(out_shape[:-2]),
-        transpose_a=transposed[0],
-        transpose_b=transposed[1],
-        dtype_a=_dtype(a),
-        dtype_b=_dtype(b),
+        c,
+        h,
+        width,
+        o,
+        r,
+        s,
+        stride=tuple(attrs["strides"]),
+        padding=padding * 2 if len(padding) == 2 else padding,
+        dilation=tuple(attrs["dilation"]),
+        dtype_in=_dtype(x),
+        dtype_w=_dtype(w),
         dtype_out=_dtype(group.output),
-        dtype_acc=_dtype(matmul.var),
         epilogue=tuple(epilogue),
-        batch_a=tuple(shape_a[:-2]),
-        batch_b=tuple(shape_b[:-2]),
-        name_a=name_a,
-        name_b=name_b,
+        name_x=name_x,
+        name_w=name_w,
         name_out=names.take("out"),
     )
-    by_name = {name_a: a, name_b: b, **{v: k for k, v in operand_names.items()}}
-    args = tuple(by_name[p.name] for p in spec.inputs()) + (group.output,)
-    return KernelBinding(group.name, spec, args)
+    return _bound(group, spec, {name_x: x, name_w: w}, operand_names)
 
 
 def _attention(group: KernelGroup, env, where) -> KernelBinding:

@@ -70,6 +70,16 @@ _ATTR_FIELDS = {
     "max": ("axis", "keepdims"),
     "mean": ("axis", "keepdims"),
     "nn.attention": ("scale", "causal_mask"),
+    "nn.conv2d": (
+        "strides",
+        "padding",
+        "dilation",
+        "groups",
+        "data_layout",
+        "kernel_layout",
+        "out_layout",
+        "out_dtype",
+    ),
     "ones": ("dtype",),
     "zeros": ("dtype",),
 }

@@ -36,7 +36,7 @@ from .pipeline import (
     is_tessera_kernel,
     pipeline_name,
 )
-from .recover import recover_attention, recover_rms_norm, recover_silu, sink_reshapes
+from .recover import fold_batch_norms, recover_attention, recover_rms_norm, recover_silu, sink_reshapes
 from .torch_frontend import fix_imported
 
 relax = tvm.relax
@@ -103,6 +103,8 @@ class OffloadReport:
     rebuilt: dict[str, int] = field(default_factory=dict)
     # What TVM's torch frontend imported wrong, put right (relax.torch_frontend): what -> count.
     fixed: dict[str, int] = field(default_factory=dict)
+    # Ops folded into the kernel before them (relax.recover.fold_batch_norms): op -> count.
+    folded: dict[str, int] = field(default_factory=dict)
 
     @property
     def recovered_attention(self) -> int:
@@ -136,6 +138,7 @@ class OffloadReport:
             "not_offloaded": [vars(n) for n in self.not_offloaded],
             "rebuilt": dict(self.rebuilt),
             "fixed": dict(self.fixed),
+            "folded": dict(self.folded),
         }
 
     def __str__(self) -> str:
@@ -150,6 +153,9 @@ class OffloadReport:
         fixed = ", ".join(f"{n} {what}" for what, n in self.fixed.items() if n)
         if fixed:
             lines.append(f"  put right from what TVM's import got wrong: {fixed}")
+        folded = ", ".join(f"{n} {op}" for op, n in self.folded.items() if n)
+        if folded:
+            lines.append(f"  folded into the convolution before them: {folded}")
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
             dynamic = ", ".join(f"{d} ~ {v}" for d, v in o.dynamic.items())
@@ -185,6 +191,7 @@ def partition_for_tessera(
         raise TesseraError(f"partition_for_tessera takes a tvm.IRModule of Relax functions, found {type(mod).__name__}")
     _refuse_legalized(mod)
     mod, fixed = fix_imported(mod)
+    mod, folded_norms = fold_batch_norms(mod)
     rebuilt = {}
     for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", recover_attention)):
         mod, rebuilt[op] = rebuild(mod)
@@ -201,7 +208,7 @@ def partition_for_tessera(
         entry_functions=functions,
     )
     fused = fuse(mod)
-    report = OffloadReport(config, name, rebuilt=rebuilt, fixed=fixed)
+    report = OffloadReport(config, name, rebuilt=rebuilt, fixed=fixed, folded={"batch_norm": folded_norms})
     rewriter = _Offloader(fused, config, report, log, dim_hints)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):

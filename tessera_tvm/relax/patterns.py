@@ -32,7 +32,7 @@ from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, kernel_dim_name, node_of
 from ..target.backend import backend_for
-from ..tile import AttentionSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
+from ..tile import AttentionSpec, Conv2dSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
 from ..tile import base as tile_base
 from ..tile.expr import Binary, Input, Unary
 
@@ -42,6 +42,7 @@ tir = tvm.tirx
 #: Relax ops a Tessera kernel is built around (the report explains each one that stays with TVM).
 ANCHORS = {
     "relax.matmul": "matmul",
+    "relax.nn.conv2d": "conv2d",
     "relax.nn.attention": "attention",
     "relax.nn.softmax": "softmax",
     "relax.nn.layer_norm": "layer_norm",
@@ -50,6 +51,8 @@ ANCHORS = {
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
 _EPILOGUE = ("cast", "add", "act", "mul", "add", "cast")  # mul: a gate of the output's shape (SwiGLU)
+#: A convolution's: its bias (or a folded batch norm's), a residual, then the activation (ResNet).
+_CONV_EPILOGUE = ("cast", "add", "add", "act", "add", "cast")
 
 _BHSD = (0, 2, 1, 3)
 
@@ -72,7 +75,16 @@ def _gemm_pattern(steps: tuple[str, ...], transpose_a: bool, transpose_b: bool):
     lhs, rhs = wildcard(), wildcard()
     lhs = _is("relax.permute_dims")(lhs) if transpose_a else lhs
     rhs = _is("relax.permute_dims")(rhs) if transpose_b else rhs
-    out = _is("relax.matmul")(lhs, rhs)
+    return _with_epilogue(_is("relax.matmul")(lhs, rhs), steps)
+
+
+def _conv2d_pattern(steps: tuple[str, ...]):
+    return _with_epilogue(_is("relax.nn.conv2d")(relax.dpl.wildcard(), relax.dpl.wildcard()), steps)
+
+
+def _with_epilogue(out, steps: tuple[str, ...]):
+    """``out`` followed by the epilogue ``steps`` (cast, add, act, mul), each matched as it is spelled."""
+    wildcard = relax.dpl.wildcard
     for step in steps:
         if step == "cast":
             out = _is("relax.astype")(out)
@@ -87,11 +99,11 @@ def _gemm_pattern(steps: tuple[str, ...], transpose_a: bool, transpose_b: bool):
     return out
 
 
-def _epilogue_chains() -> list[tuple[str, ...]]:
-    """Every order-preserving sub-sequence of the epilogue grammar, longest first, each once."""
+def _epilogue_chains(grammar: tuple[str, ...] = _EPILOGUE) -> list[tuple[str, ...]]:
+    """Every order-preserving sub-sequence of the epilogue ``grammar``, longest first, each once."""
     chains = {
-        tuple(s for s, keep in zip(_EPILOGUE, mask, strict=True) if keep)
-        for mask in itertools.product((True, False), repeat=len(_EPILOGUE))
+        tuple(s for s, keep in zip(grammar, mask, strict=True) if keep)
+        for mask in itertools.product((True, False), repeat=len(grammar))
     }
     return sorted(chains, key=lambda c: (-len(c), c))
 
@@ -232,6 +244,11 @@ def _symbolic_reason(anchor: Node, spec: KernelSpec, config: TargetConfig) -> st
         if named and not extents:
             return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only {where}"
         return None
+    if isinstance(spec, Conv2dSpec):
+        named = [f"{f} ({getattr(spec, f)})" for f in ("C", "H", "W", "O") if is_sym(getattr(spec, f))]
+        if named:
+            return f"{op} with dynamic {', '.join(named)}: Tessera's convolution takes a symbolic batch only"
+        return None
     if isinstance(spec, AttentionSpec):
         fixed = ("H", "H_kv", "D") if extents else ("H", "H_kv", "S_q", "S_kv", "D")
         named = [f"{f} ({getattr(spec, f)})" for f in fixed if is_sym(getattr(spec, f))]
@@ -302,6 +319,35 @@ def _check_gemm_group(nodes: list[Node]) -> None:
             raise OffloadRejected(
                 f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue adds a bias "
                 f"[{out[-1]}] or a residual {tuple(out)}"
+            )
+
+
+def _check_conv2d_group(nodes: list[Node]) -> None:
+    """One group, NCHW x OIHW, and epilogue adds of a bias ``[1, O, 1, 1]`` or a residual."""
+    by_var = {n.var: n for n in nodes}
+    (conv,) = [n for n in nodes if n.op == "nn.conv2d"]
+    attrs = conv.attrs
+    if attrs["groups"] != 1:
+        raise OffloadRejected(
+            f"conv2d with groups={attrs['groups']} (a grouped or depthwise convolution): Tessera's takes one group"
+        )
+    layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"])
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        raise OffloadRejected(f"conv2d with layouts {'/'.join(layouts)}: Tessera's convolution takes NCHW/OIHW/NCHW")
+    out = _dim_keys(_dims(conv.var))
+    for n in nodes:
+        if n.op == "multiply":
+            _check_gate(n, by_var, _dims(conv.var))
+        if n.op != "add":
+            continue
+        others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
+        if len(others) != 1 or not isinstance(others[0], relax.Var):
+            raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor (bias or residual), found {others}")
+        dims = _dim_keys(_dims(others[0]))
+        if dims not in ([1, out[1], 1, 1], out):
+            raise OffloadRejected(
+                f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a convolution's epilogue adds a bias "
+                f"(1, {out[1]}, 1, 1) or a residual {tuple(out)}"
             )
 
 
@@ -416,6 +462,8 @@ def plan_kernel(
     try:
         if family == "gemm":
             _check_gemm_group(nodes)
+        elif family == "conv2d":
+            _check_conv2d_group(nodes)
         elif family == "norm":
             _check_norm(anchor)
         elif family == "attention":
@@ -431,6 +479,12 @@ def plan_kernel(
         reason = _symbolic_reason(anchor, spec, config) if symbols else None
         if reason:
             raise OffloadRejected(reason)
+        backend = backend_for(config)
+        if spec.family not in backend.tile_programs:  # a family only some targets build (conv2d: the CPU)
+            raise OffloadRejected(
+                f"{ANCHORS.get(f'relax.{anchor.op}', anchor.op)}: Tessera has no {backend.title} {spec.family} kernel "
+                f"yet (config {config.name!r})"
+            )
         if isinstance(spec, GemmSpec) and spec.dtype_acc in ("float16", "bfloat16"):
             # Relax's f16 matmul (out_dtype void) accumulates in f16; Tessera accumulates in f32 and rounds once.
             spec = dataclasses.replace(spec, dtype_acc="float32")
@@ -537,6 +591,9 @@ def tessera_patterns(
             patterns.append(
                 fusion_pattern("tessera.gemm", _gemm_pattern(chain, transpose_a, transpose_b), {}, gemm_check)
             )
+    conv2d_check = make_check("conv2d", config, log, dim_hints)
+    for chain in _epilogue_chains(_CONV_EPILOGUE):
+        patterns.append(fusion_pattern("tessera.conv2d", _conv2d_pattern(chain), {}, conv2d_check))
     attention_check = make_check("attention", config, log, dim_hints)
     wildcard = relax.dpl.wildcard
     patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(), {}, attention_check))

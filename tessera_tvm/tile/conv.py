@@ -14,39 +14,30 @@ from __future__ import annotations
 
 from .._tvm import T, prim_func
 from .base import SpecError
-from .common import declare_params
-from .gemm import apply_epilogue, cpu_gemm, cpu_gemm_packs, cpu_pack, cpu_pack_elements, cpu_pack_suffix
+from .gemm import apply_epilogue, cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix, declare_gemm_params
 from .schedule import TileSchedule
 from .specs import Conv2dSpec
 
 
-def _declare(spec: Conv2dSpec):
-    """The parameters as ``io.x``, ``io.w``, ``io.out`` and ``io.operands`` (epilogue operand name -> buffer)."""
-    io = declare_params(spec.params(), ("x", "w"))
-    io.out = io.buffers[-1]
-    io.operands = {arg.name: buf for arg, buf in zip(spec.epilogue_operands(), io.buffers[2:-1], strict=True)}
-    return io
-
-
 def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     """The convolution tile program of the CPU: the implicit GEMM on packed panels."""
-    gemm = spec.as_gemm()
-    if not cpu_gemm_packs(gemm):
+    x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
+    if x_dtype is None or w_dtype is None or spec.dtype_acc != "float32":
         raise SpecError(
             f"Conv2dSpec: {spec.dtype_in} x {spec.dtype_w} accumulating in {spec.dtype_acc}; the CPU convolution "
             "takes float32, float16 or bfloat16 inputs accumulating in float32"
         )
-    pixels, channels, depth_total = gemm.M, gemm.N, gemm.K
     OH, OW = spec.OH, spec.OW
+    # The implicit GEMM's sizes (the pixels are a TIR expression when the batch is symbolic).
+    pixels, channels, depth_total = spec.N * OH * OW, spec.O, spec.C * spec.R * spec.S
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
-    x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
     top, left, _, _ = spec.padding
     window = (spec.C, spec.H, spec.W, OH, OW, spec.R, spec.S, *spec.stride, top, left, *spec.dilation)
 
     @prim_func
     def main():
-        io = _declare(spec)
+        io = declare_gemm_params(spec, ("x", "w"))
         with T.Kernel(T.ceildiv(channels, block_n), T.ceildiv(pixels, block_m)) as (bx, by):
             acc = T.alloc_local((block_m, block_n), "float32")
             a_pack = T.alloc_local((a_elems,), "float32")

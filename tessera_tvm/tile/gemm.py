@@ -83,9 +83,10 @@ def apply_epilogue(
     return value
 
 
-def _declare(spec: GemmSpec):
-    """The parameters as ``io.a``, ``io.b``, ``io.out`` and ``io.operands`` (epilogue operand name -> buffer)."""
-    io = declare_params(spec.params(), ("a", "b"))
+def declare_gemm_params(spec: GemmSpec, names: tuple[str, str] = ("a", "b")):
+    """The parameters as ``io.a``, ``io.b`` (or ``names``: a convolution's ``x``, ``w``), ``io.out`` and
+    ``io.operands`` (epilogue operand name -> buffer)."""
+    io = declare_params(spec.params(), names)
     io.out = io.buffers[-1]
     io.operands = {arg.name: buf for arg, buf in zip(spec.epilogue_operands(), io.buffers[2:-1], strict=True)}
     return io
@@ -101,7 +102,7 @@ def gemm_gpu_program(spec: GemmSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = _declare(spec)
+        io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch, threads=s.threads) as (bx, by, bz):
             A_s = T.alloc_shared(a_tile, spec.dtype_a)
             B_s = T.alloc_shared(b_tile, spec.dtype_b)
@@ -232,7 +233,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = _declare(spec)
+        io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
             acc = T.alloc_local((block_m, block_n), "float32")
             a_pack = T.alloc_local((a_elems,), "float32")
@@ -293,7 +294,7 @@ def _gemm_cpu_loops(spec: GemmSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = _declare(spec)
+        io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
             acc = T.alloc_local((block_m, block_n), compute)
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)

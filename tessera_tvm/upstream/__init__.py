@@ -45,6 +45,7 @@ class OffloadReport:
     rebuilt: dict[str, int] = field(default_factory=dict)
     text: str = ""
     fixed: dict[str, int] = field(default_factory=dict)
+    folded: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[str]:
@@ -102,6 +103,7 @@ def partition_for_tessera(
         dict(data["rebuilt"]),
         answer["report_text"],
         dict(data.get("fixed", {})),
+        dict(data.get("folded", {})),
     )
     return out, report
 

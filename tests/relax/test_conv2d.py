@@ -1,0 +1,103 @@
+"""Convolutions offloaded from PyTorch CNNs imported at the frontend's defaults: conv2d as Tessera's
+CPU implicit-GEMM kernel with its epilogue (bias, a folded inference batch norm, a residual, the
+activation), checked against torch; and what stays with TVM, with the reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tessera_tvm.relax import build, partition_for_tessera
+
+from .models import torch_models
+
+from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
+BasicBlock = torch_models().BasicBlock  # examples/torch_models.py: conv-bn-relu, conv-bn, + input, relu
+
+
+class SmallCnn(nn.Module):
+    """A strided stem with bias, a pooled second conv, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 5, stride=2, padding=2)
+        self.conv = nn.Conv2d(8, 12, 3, dilation=2)
+        self.head = nn.Linear(12, 10)
+
+    def forward(self, x):
+        y = F.gelu(self.conv(F.relu(self.stem(x))))
+        return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def _import(model: nn.Module, *args: torch.Tensor, dynamic_batch: bool = False):
+    shapes = ({0: torch.export.Dim("batch", min=1, max=64)},) if dynamic_batch else None
+    exported = torch.export.export(model.eval(), args, dynamic_shapes=shapes)
+    return from_exported_program(exported, keep_params_as_input=False)
+
+
+def _check(built, model, x, atol=1e-4):
+    with torch.no_grad():
+        expected = model(x).numpy()
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=atol, rtol=1e-4)
+
+
+def test_a_resnet_basic_block_runs_as_two_convolution_kernels_with_the_norms_folded():
+    torch.manual_seed(0)
+    model, x = BasicBlock().eval(), torch.randn(2, 16, 10, 10)
+    built = build(_import(model, x), "cpu")
+    # Each batch norm is folded into its convolution's weights and bias; the residual add and the
+    # ReLUs are the kernels' epilogues: nothing is left to TVM.
+    assert built.report.folded == {"batch_norm": 2}
+    assert sorted(r.ops for r in built.report.offloaded) == ["conv2d + add + add + relu", "conv2d + add + relu"]
+    assert built.report.not_offloaded == []
+    assert "folded into the convolution before them: 2 batch_norm" in str(built.report)
+    _check(built, model, x)
+
+
+def test_a_small_cnn_with_stride_padding_dilation_and_bias_matches_torch():
+    torch.manual_seed(1)
+    model, x = SmallCnn().eval(), torch.randn(3, 3, 21, 19)
+    built = build(_import(model, x), "cpu")
+    ops = sorted(r.ops for r in built.report.offloaded if r.family == "conv2d")
+    assert ops == ["conv2d + add + gelu", "conv2d + add + relu"], built.report
+    _check(built, model, x)
+
+
+def test_a_cnn_exported_with_a_dynamic_batch_runs_at_any_batch():
+    torch.manual_seed(2)
+    model = BasicBlock(8).eval()
+    built = build(_import(model, torch.randn(2, 8, 6, 6), dynamic_batch=True), "cpu")
+    assert {r.family for r in built.report.offloaded} == {"conv2d"}
+    assert all(r.dynamic for r in built.report.offloaded), built.report
+    for batch in (1, 5):
+        _check(built, model, torch.randn(batch, 8, 6, 6))
+
+
+def test_what_tessera_does_not_convolve_stays_with_tvm_with_the_reason():
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.norm = nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.norm(F.relu(self.depthwise(x)))  # a norm after a ReLU is not folded
+
+    torch.manual_seed(3)
+    model, x = Mixed().eval(), torch.randn(2, 8, 7, 7)
+    model.norm.running_var.uniform_(0.5, 2.0)
+    mod = _import(model, x)
+    built = build(mod, "cpu")
+    assert built.report.folded == {"batch_norm": 0}
+    left = {r.op: r.reason for r in built.report.not_offloaded}
+    assert "groups=8" in left["R.nn.conv2d"], left
+    assert "R.nn.batch_norm" in left, left
+    _check(built, model, x)
+    # GPU configs have no convolution kernel yet: the report says so, by config.
+    _, report = partition_for_tessera(_import(BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)), "hopper")
+    reasons = [r.reason for r in report.not_offloaded if r.op == "R.nn.conv2d"]
+    assert reasons and all("no CUDA conv2d kernel yet (config 'hopper')" in r for r in reasons), reasons
