@@ -40,6 +40,10 @@ CASES = [
     (1, 3, 23, 23, 16, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1)),
     (3, 5, 11, 8, 7, 3, 2, (2, 1), (0, 1, 2, 0), (1, 1)),
     (1, 8, 12, 12, 9, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # Rows wider than the micro-kernel's strip: whole strips in one output row take the packer's
+    # straight-copy path (padding columns on either side, dilated windows).
+    (2, 6, 17, 45, 10, 3, 3, (1, 1), (1, 2, 1, 0), (1, 1)),
+    (1, 4, 9, 40, 8, 5, 3, (1, 1), (0, 3, 2, 3), (2, 3)),
 ]
 
 

@@ -265,18 +265,35 @@ static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict
       top[i] = pixel / OW * sh - ph;
       left[i] = pixel % OW * sw - pw;
     }
+    // With a unit column stride, a strip whose pixels lie in one output row reads, for each k,
+    // consecutive input elements of one input row: a straight copy between the padding columns.
+    const bool one_row = sw == 1 && live == MR && image[0] == image[MR - 1] && top[0] == top[MR - 1];
     int32_t c = k0 / (R * S), r = k0 / S % R, s = k0 % S;
     for (int32_t k = 0; k < depth; ++k) {
       float *dst = strip + (int64_t)k * MR;
       const int64_t plane = (int64_t)c * H * W;
       int i = 0;
-      for (; i < live; ++i) {
-        const int32_t y = top[i] + r * dh, xx = left[i] + s * dw;
-        const bool inside = (uint32_t)y < (uint32_t)H && (uint32_t)xx < (uint32_t)W;
-        dst[i] = inside ? tessera_to_float(x[image[i] + plane + (int64_t)y * W + xx]) : 0.0f;
-      }
-      for (; i < MR; ++i) {
-        dst[i] = 0.0f;
+      if (one_row) {
+        const int32_t y = top[0] + r * dh, first = left[0] + s * dw;
+        if ((uint32_t)y >= (uint32_t)H) {
+          for (; i < MR; ++i) dst[i] = 0.0f;
+        } else {
+          const T *row = x + image[0] + plane + (int64_t)y * W + first;
+          const int32_t lo = first < 0 ? (-first < MR ? -first : MR) : 0;
+          const int32_t hi = W - first < MR ? (W - first > lo ? W - first : lo) : MR;
+          for (; i < lo; ++i) dst[i] = 0.0f;
+          for (; i < hi; ++i) dst[i] = tessera_to_float(row[i]);
+          for (; i < MR; ++i) dst[i] = 0.0f;
+        }
+      } else {
+        for (; i < live; ++i) {
+          const int32_t y = top[i] + r * dh, xx = left[i] + s * dw;
+          const bool inside = (uint32_t)y < (uint32_t)H && (uint32_t)xx < (uint32_t)W;
+          dst[i] = inside ? tessera_to_float(x[image[i] + plane + (int64_t)y * W + xx]) : 0.0f;
+        }
+        for (; i < MR; ++i) {
+          dst[i] = 0.0f;
+        }
       }
       if (++s == S) {
         s = 0;
