@@ -165,7 +165,8 @@ class _Lowering:
         """Lower the statement list ``stmts``; ``outside`` are the data variables used outside it."""
         out = list(stmts)
         for i, stmt in enumerate(stmts):
-            if not _is_grid_loop(stmt):
+            wrappers, nest = _peel_attrs(stmt)
+            if not _is_grid_loop(nest):
                 continue
             used_inside = _data_vars(stmt)
             allocated_before = set().union(*(_allocations(other) for other in stmts[:i]))
@@ -181,10 +182,13 @@ class _Lowering:
             for j, other in enumerate(stmts):
                 if j != i and j not in movable:
                     elsewhere |= _data_vars(other)
-            out[i] = self.nest(stmt, [stmts[j] for j in movable], elsewhere)
-            if _is_region(out[i]):
+            lowered = self.nest(nest, [stmts[j] for j in movable], elsewhere)
+            if _is_region(lowered):
                 for j in movable:
                     out[j] = None
+            for wrapper in reversed(wrappers):
+                lowered = _replace_body(wrapper, lowered)
+            out[i] = lowered
         return [s for s in out if s is not None]
 
     def stmt(self, stmt, outside: set):
@@ -193,7 +197,7 @@ class _Lowering:
             lowered = self.seq(list(stmt.seq), outside)
             children = []
             for k, child in enumerate(lowered):
-                if _is_region(child):
+                if _is_region(_peel_attrs(child)[1]):
                     children.append(child)
                     continue
                 rest = set(outside)
@@ -210,6 +214,17 @@ class _Lowering:
             else_case = self.stmt(stmt.else_case, outside) if stmt.else_case is not None else None
             return tirx.IfThenElse(stmt.condition, self.stmt(stmt.then_case, outside), else_case)
         return stmt
+
+
+def _peel_attrs(stmt) -> tuple[list, object]:
+    """The AttrStmts wrapping ``stmt`` (outermost first) and what they wrap: with a symbolic dim,
+    tl.InjectAssumes puts the grid nest inside a ``tl.assume`` attribute, which the arrays declared
+    before it must not keep from moving into the parallel region."""
+    wrappers = []
+    while isinstance(stmt, tvm.tirx.AttrStmt):
+        wrappers.append(stmt)
+        stmt = stmt.body
+    return wrappers, stmt
 
 
 def _is_region(stmt) -> bool:

@@ -197,6 +197,24 @@ def test_the_cpu_pipeline_marks_and_lowers_the_grid():
     )
 
 
+def test_a_grid_with_a_symbolic_extent_is_a_parallel_region_too():
+    # With a symbolic dim, tl.InjectAssumes wraps the grid nest in a `tl.assume` attribute, after
+    # the block's arrays: the arrays must still move into the region (before, every kernel of a
+    # model exported with a dynamic batch or sequence length ran on one core).
+    from tessera_tvm.tile import GemmSpec, TileSchedule, build_tile_program
+
+    rows = tvm.tirx.Var("rows", "int32")
+    spec = GemmSpec(rows, 96, 64, dtype_a="float32")
+    lowered = tessera_tvm.lower(build_tile_program(spec, TileSchedule(block_m=16, block_n=32, block_k=32), "c"), "cpu")
+    source = lowered.source
+    assert "TESSERA_PARALLEL_BEGIN(" in source and "rows" in source.split("TESSERA_PARALLEL_BEGIN(")[1].split(";")[0]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((50, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    out = np.zeros((50, 96), np.float32)
+    lowered(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4)
+
+
 # ------------------------------------------------------------------------------- threads at run time
 
 
