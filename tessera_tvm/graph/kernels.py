@@ -200,10 +200,10 @@ def _conv2d(group: KernelGroup, env, where) -> KernelBinding:
     conv = group.anchor
     x, w = conv.args
     attrs = conv.attrs
-    if attrs["groups"] != 1 or (attrs["data_layout"], attrs["kernel_layout"]) != ("NCHW", "OIHW"):
+    if (attrs["data_layout"], attrs["kernel_layout"]) != ("NCHW", "OIHW"):
         raise GraphIRError(
-            f"{where}: conv2d with groups={attrs['groups']}, layouts {attrs['data_layout']}/{attrs['kernel_layout']}; "
-            "Tessera's convolution takes one group, NCHW and OIHW"
+            f"{where}: conv2d with layouts {attrs['data_layout']}/{attrs['kernel_layout']}; "
+            "Tessera's convolution takes NCHW and OIHW"
         )
     n, c, h, width = _shape(x, env, where)
     o, _, r, s = _shape(w, env, where)
@@ -226,6 +226,7 @@ def _conv2d(group: KernelGroup, env, where) -> KernelBinding:
         stride=tuple(attrs["strides"]),
         padding=padding * 2 if len(padding) == 2 else padding,
         dilation=tuple(attrs["dilation"]),
+        groups=attrs["groups"],
         dtype_in=_dtype(x),
         dtype_w=_dtype(w),
         dtype_out=_dtype(group.output),

@@ -323,14 +323,10 @@ def _check_gemm_group(nodes: list[Node]) -> None:
 
 
 def _check_conv2d_group(nodes: list[Node]) -> None:
-    """One group, NCHW x OIHW, and epilogue adds of a bias ``[1, O, 1, 1]`` or a residual."""
+    """NCHW x OIHW, and epilogue adds of a bias ``[1, O, 1, 1]`` or a residual."""
     by_var = {n.var: n for n in nodes}
     (conv,) = [n for n in nodes if n.op == "nn.conv2d"]
     attrs = conv.attrs
-    if attrs["groups"] != 1:
-        raise OffloadRejected(
-            f"conv2d with groups={attrs['groups']} (a grouped or depthwise convolution): Tessera's takes one group"
-        )
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"])
     if layouts != ("NCHW", "OIHW", "NCHW"):
         raise OffloadRejected(f"conv2d with layouts {'/'.join(layouts)}: Tessera's convolution takes NCHW/OIHW/NCHW")

@@ -1,13 +1,20 @@
 """2-D convolution tile programs: ``Y = epilogue(conv2d(X, W))``, NCHW input, OIHW weights.
 
-CPU (c): the implicit GEMM ``[N*OH*OW, C*R*S] x [C*R*S, O]`` on the packed micro-kernel of
-tessera/cpu_gemm.h, as the GEMM program runs it (tile/gemm.py): a block owns ``block_m`` output
-pixels by ``block_n`` output channels, and for each K step packs its A panel straight from the
-input through the window arithmetic (``tessera_cpu_pack_a_conv_*``, zeros in the padding; the
-im2col matrix is never built) and its B panel from the weights, read as ``[O, C*R*S]``. The
-epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations) runs on the
-accumulator as it is stored, channel by channel, so that each channel's pixels are written in order.
-There is no GPU program yet.
+CPU (c), groups of several input channels: the implicit GEMM ``[N*OH*OW, C/g*R*S] x [C/g*R*S, O/g]``
+of each group on the packed micro-kernel of tessera/cpu_gemm.h, as the GEMM program runs it
+(tile/gemm.py): a block owns ``block_m`` output pixels by ``block_n`` of its group's output
+channels (the grid's third axis is the group), and for each K step packs its A panel straight from
+the input through the window arithmetic (``tessera_cpu_pack_a_conv_*``, zeros in the padding; the
+im2col matrix is never built) and its B panel from the weights, read as ``[O, C/g*R*S]``.
+
+CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
+would waste the micro-kernel, so a block computes whole output planes directly. For each output
+row and window offset it adds ``w * x`` over the output columns whose input column lies inside the
+image (the range is computed, not tested per element), which g++ vectorises.
+
+Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations)
+on the accumulator as it is stored, so that each channel's pixels are written in order. There is no
+GPU program yet.
 """
 
 from __future__ import annotations
@@ -19,17 +26,40 @@ from .schedule import TileSchedule
 from .specs import Conv2dSpec
 
 
+@T.macro
+def _store(spec: Conv2dSpec, io, value, n, channel, row, col):
+    """``value`` (fp32) of output element (n, channel, row, col) through the epilogue into Y."""
+    io.out[n, channel, row, col] = T.cast(
+        apply_epilogue(
+            spec,
+            value,
+            row,
+            channel,
+            (),
+            io.operands,
+            masked=False,
+            host=True,
+            bias_index=(0, channel, 0, 0),
+            tile_index=(n, channel, row, col),
+        ),
+        spec.dtype_out,
+    )
+
+
 def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
-    """The convolution tile program of the CPU: the implicit GEMM on packed panels."""
+    """The convolution tile program of the CPU: per-group implicit GEMMs, or the depthwise program."""
     x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
     if x_dtype is None or w_dtype is None or spec.dtype_acc != "float32":
         raise SpecError(
             f"Conv2dSpec: {spec.dtype_in} x {spec.dtype_w} accumulating in {spec.dtype_acc}; the CPU convolution "
             "takes float32, float16 or bfloat16 inputs accumulating in float32"
         )
-    OH, OW = spec.OH, spec.OW
-    # The implicit GEMM's sizes (the pixels are a TIR expression when the batch is symbolic).
-    pixels, channels, depth_total = spec.N * OH * OW, spec.O, spec.C * spec.R * spec.S
+    if spec.depthwise:
+        return _depthwise_cpu_program(spec)
+    OH, OW, groups = spec.OH, spec.OW, spec.groups
+    group_in, group_out = spec.C // groups, spec.O // groups
+    # One group's implicit GEMM (the pixels are a TIR expression when the batch is symbolic).
+    pixels, channels, depth_total = spec.N * OH * OW, group_out, group_in * spec.R * spec.S
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
     top, left, _, _ = spec.padding
@@ -38,12 +68,13 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     @prim_func
     def main():
         io = declare_gemm_params(spec, ("x", "w"))
-        with T.Kernel(T.ceildiv(channels, block_n), T.ceildiv(pixels, block_m)) as (bx, by):
+        with T.Kernel(T.ceildiv(channels, block_n), T.ceildiv(pixels, block_m), groups) as (bx, by, group):
             acc = T.alloc_local((block_m, block_n), "float32")
             a_pack = T.alloc_local((a_elems,), "float32")
             b_pack = T.alloc_local((b_elems,), "float32")
             rows = T.min(block_m, pixels - by * block_m)
             cols = T.min(block_n, channels - bx * block_n)
+            first = group * group_out + bx * block_n  # the block's first output channel
             T.clear(acc)
             for k in T.serial(T.ceildiv(depth_total, block_k)):
                 depth = T.min(block_k, depth_total - k * block_k)
@@ -52,35 +83,55 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     f"tessera_cpu_pack_a_conv_{x_dtype}",
                     T.address_of(a_pack[0]),
                     io.x.data,
+                    group * group_in * spec.H * spec.W,  # the group's first input channel
                     by * block_m,
                     k * block_k,
                     rows,
                     depth,
                     *window,
                 )
-                # B[k, o] = W[o, k] of the [O, C*R*S] view: k_stride 1, column stride C*R*S.
-                offset = (bx * block_n) * depth_total + k * block_k
-                cpu_pack("b", w_dtype, b_pack, io.w.data, offset, 1, depth_total, cols, depth)
+                # B[k, o] = W[o, k] of the [O, C/g*R*S] view: k_stride 1, column stride C/g*R*S.
+                cpu_pack(
+                    "b", w_dtype, b_pack, io.w.data, first * depth_total + k * block_k, 1, depth_total, cols, depth
+                )
                 cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth)
             for j in T.serial(cols):
                 for i in T.serial(rows):
                     pixel = by * block_m + i
                     n, rest = pixel // (OH * OW), pixel % (OH * OW)
-                    index = (n, bx * block_n + j, rest // OW, rest % OW)
-                    io.out[index] = T.cast(
-                        apply_epilogue(
-                            spec,
-                            acc[i, j],
-                            pixel,
-                            bx * block_n + j,
-                            (),
-                            io.operands,
-                            masked=False,
-                            host=True,
-                            bias_index=(0, bx * block_n + j, 0, 0),
-                            tile_index=index,
-                        ),
-                        spec.dtype_out,
-                    )
+                    _store(spec, io, acc[i, j], n, first + j, rest // OW, rest % OW)
+
+    return main
+
+
+def _depthwise_cpu_program(spec: Conv2dSpec):
+    """Depthwise convolution on the CPU: a block per output plane (n, o), reading input channel
+    ``o // (O / C)``; a row of fp32 accumulators, and per window offset the columns it reaches."""
+    OH, OW, R, S = spec.OH, spec.OW, spec.R, spec.S
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    top, left, _, _ = spec.padding
+    multiplier = spec.O // spec.C
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec, ("x", "w"))
+        with T.Kernel(spec.O, spec.N) as (o, n):
+            acc = T.alloc_local((OW,), "float32")
+            c = o // multiplier
+            for oh in T.serial(OH):
+                for ow in T.serial(OW):
+                    acc[ow] = T.float32(0)
+                for r in T.serial(R):
+                    y = oh * sh - top + r * dh
+                    if y >= 0 and y < spec.H:
+                        for s in T.serial(S):
+                            shift = s * dw - left  # input column of output column ow: ow * sw + shift
+                            lo = T.max(0, T.ceildiv(0 - shift, sw))
+                            hi = T.min(OW, T.ceildiv(spec.W - shift, sw))
+                            weight = T.cast(io.w[o, 0, r, s], "float32")
+                            for ow in T.serial(lo, hi):
+                                acc[ow] += weight * T.cast(io.x[n, c, y, ow * sw + shift], "float32")
+                for ow in T.serial(OW):
+                    _store(spec, io, acc[ow], n, o, oh, ow)
 
     return main

@@ -489,11 +489,13 @@ class AttentionSpec(KernelSpec):
 
 @dataclass(frozen=True)
 class Conv2dSpec(KernelSpec):
-    """``Y[N, O, OH, OW] = epilogue(conv2d(X[N, C, H, W], W[O, C, R, S]))``, NCHW / OIHW, fp32
-    accumulation, one group.
+    """``Y[N, O, OH, OW] = epilogue(conv2d(X[N, C, H, W], W[O, C/groups, R, S]))``, NCHW / OIHW, fp32
+    accumulation.
 
-    Computed as the implicit GEMM ``[N*OH*OW, C*R*S] x [C*R*S, O]``: :meth:`as_gemm` is that GEMM,
-    which the schedule and resource estimates read. ``padding`` is (top, left, bottom, right).
+    Computed as the implicit GEMM ``[N*OH*OW, C*R*S] x [C*R*S, O]`` (one per group):
+    :meth:`as_gemm` is that GEMM, which the schedule and resource estimates read. A depthwise
+    convolution (one input channel per group) runs as a direct program instead (tile/conv.py).
+    ``padding`` is (top, left, bottom, right).
     The epilogue takes GemmSpec's steps; a ``bias`` operand is ``[1, O, 1, 1]`` (how a Relax model
     adds a conv's bias), a residual or gate operand has the output's shape.
     """
@@ -510,6 +512,7 @@ class Conv2dSpec(KernelSpec):
     stride: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
     dtype_in: str = "float32"
     dtype_w: str | None = None  # None: dtype_in
     dtype_out: str | None = None  # None: dtype_in
@@ -532,6 +535,10 @@ class Conv2dSpec(KernelSpec):
             if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
                 raise _fail(where, f"{f} is {getattr(self, f)!r}; expected {size} ints >= {low}")
             _set(self, f, value)
+        if isinstance(self.groups, bool) or not isinstance(self.groups, int) or self.groups <= 0:
+            raise _fail(where, f"groups is {self.groups!r}; expected a positive int")
+        if self.C % self.groups or self.O % self.groups:
+            raise _fail(where, f"groups={self.groups} does not divide C={self.C} and O={self.O}")
         if self.OH <= 0 or self.OW <= 0:
             raise _fail(
                 where,
@@ -564,12 +571,18 @@ class Conv2dSpec(KernelSpec):
     def shape_out(self) -> tuple[int, ...]:
         return (self.N, self.O, self.OH, self.OW)
 
+    @property
+    def depthwise(self) -> bool:
+        """One input channel per group (MobileNet's, ConvNeXt's): the direct program runs it."""
+        return self.C == self.groups
+
     def as_gemm(self) -> GemmSpec:
-        """The implicit GEMM: rows are output pixels, columns output channels, depth C*R*S."""
+        """One group's implicit GEMM: rows are output pixels, columns the group's output channels,
+        depth its C/groups*R*S."""
         return GemmSpec(
             self.N * self.OH * self.OW,
-            self.O,
-            self.C * self.R * self.S,
+            self.O // self.groups,
+            self.C // self.groups * self.R * self.S,
             transpose_b=True,
             dtype_a=self.dtype_in,
             dtype_b=self.dtype_w,
@@ -589,7 +602,7 @@ class Conv2dSpec(KernelSpec):
     def inputs(self) -> list[TensorArg]:
         return [
             TensorArg(self.name_x, (self.N, self.C, self.H, self.W), self.dtype_in),
-            TensorArg(self.name_w, (self.O, self.C, self.R, self.S), self.dtype_w),
+            TensorArg(self.name_w, (self.O, self.C // self.groups, self.R, self.S), self.dtype_w),
             *self.epilogue_operands(),
         ]
 
@@ -598,7 +611,7 @@ class Conv2dSpec(KernelSpec):
 
     @property
     def flops(self) -> int:
-        return 2 * self.N * self.OH * self.OW * self.O * self.C * self.R * self.S
+        return 2 * self.N * self.OH * self.OW * self.O * self.C // self.groups * self.R * self.S
 
 
 SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d")

@@ -28,31 +28,25 @@ def _module(name: str, params: dict[str, tuple[tuple, str]], body) -> tvm.IRModu
 
 
 def _conv_mlp():
-    """A grouped conv2d (Tessera's convolution takes one group) -> reshape -> matmul + bias + relu
-    (a Tessera GEMM)."""
+    """conv1d (no Tessera kernel) -> reshape -> matmul + bias + relu (a Tessera GEMM)."""
 
     def body(bb, x, k, w, b):
-        c = bb.emit(R.nn.conv2d(x, k, groups=2))
-        f = bb.emit(R.reshape(c, (2, 4 * 6 * 6)))
+        c = bb.emit(R.nn.conv1d(x, k))
+        f = bb.emit(R.reshape(c, (2, 4 * 6)))
         return R.nn.relu(bb.emit(R.add(bb.emit(R.matmul(f, w)), b)))
 
     f32 = "float32"
     return _module(
-        "main", {"x": ((2, 4, 8, 8), f32), "k": ((4, 2, 3, 3), f32), "w": ((144, 40), f32), "b": ((40,), f32)}, body
+        "main", {"x": ((2, 3, 8), f32), "k": ((4, 3, 3), f32), "w": ((24, 40), f32), "b": ((40,), f32)}, body
     )
 
 
-def _conv2d(x, k, groups=1):
-    n, c, h, w = x.shape
-    o, _, kh, kw = k.shape
-    per_in, per_out = c // groups, o // groups
-    out = np.zeros((n, o, h - kh + 1, w - kw + 1))
-    for g in range(groups):
-        xs, ks = x[:, g * per_in : (g + 1) * per_in], k[g * per_out : (g + 1) * per_out]
-        for i in range(kh):
-            for j in range(kw):
-                window = xs[:, :, i : i + h - kh + 1, j : j + w - kw + 1]
-                out[:, g * per_out : (g + 1) * per_out] += np.einsum("nchw,oc->nohw", window, ks[:, :, i, j])
+def _conv1d(x, k):
+    n, _, length = x.shape
+    o, _, width = k.shape
+    out = np.zeros((n, o, length - width + 1))
+    for i in range(width):
+        out += np.einsum("ncl,oc->nol", x[:, :, i : i + length - width + 1], k[:, :, i])
     return out
 
 
@@ -60,15 +54,14 @@ def test_unsupported_op_stays_with_tvm_and_the_module_compiles_and_runs():
     built = build(_conv_mlp(), "cpu")
     report = built.report
     assert [o.ops for o in report.offloaded] == ["matmul + add + relu"]
-    conv = [n for n in report.not_offloaded if n.op == "R.nn.conv2d"]
-    reason = "conv2d with groups=2 (a grouped or depthwise convolution): Tessera's takes one group"
-    assert len(conv) == 1 and conv[0].reason == reason, conv
-    assert "R.nn.conv2d" in str(report) and reason in str(report)
+    conv = [n for n in report.not_offloaded if n.op == "R.nn.conv1d"]
+    assert len(conv) == 1 and conv[0].reason == "no Tessera kernel"
+    assert "R.nn.conv1d" in str(report) and "no Tessera kernel" in str(report)
     rng = np.random.default_rng(0)
-    x, k = rng.standard_normal((2, 4, 8, 8)), rng.standard_normal((4, 2, 3, 3)) * 0.3
-    w, b = rng.standard_normal((144, 40)) * 0.1, rng.standard_normal(40)
+    x, k = rng.standard_normal((2, 3, 8)), rng.standard_normal((4, 3, 3)) * 0.3
+    w, b = rng.standard_normal((24, 40)) * 0.1, rng.standard_normal(40)
     out = built.run("main", *(a.astype(np.float32) for a in (x, k, w, b)))
-    ref = np.maximum(_conv2d(x, k, groups=2).reshape(2, 144) @ w + b, 0)
+    ref = np.maximum(_conv1d(x, k).reshape(2, 24) @ w + b, 0)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)  # f32 kernels vs float64 numpy
 
 

@@ -11,8 +11,13 @@ from tessera_tvm.tile import Conv2dSpec, EpilogueOp, SpecError, TileSchedule, bu
 from .conftest import as64, assert_close, random_inputs, run_cpu
 
 
-def conv2d_reference(x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
-    """float64 NCHW x OIHW convolution, one window offset at a time."""
+def conv2d_reference(x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    """float64 NCHW x OIHW convolution, one window offset (and group) at a time."""
+    if groups > 1:
+        xs, ws = np.split(as64(x), groups, axis=1), np.split(as64(w), groups, axis=0)
+        return np.concatenate(
+            [conv2d_reference(a, b, stride, padding, dilation) for a, b in zip(xs, ws, strict=True)], axis=1
+        )
     x, w = as64(x), as64(w)
     n, c, h, width = x.shape
     o, _, r, s = w.shape
@@ -60,6 +65,30 @@ def test_conv2d_matches_numpy(case, cpu_config, tmp_path):
         assert_close(out, expected, "float32", atol_scale=c * r * s / 16)
 
 
+GROUPED = [
+    # (N, C, H, W, O, R, S, stride, padding, dilation, groups): ResNeXt-style groups, depthwise
+    # (MobileNet's 3x3, ConvNeXt's 7x7, a channel multiplier of 2), strided and dilated depthwise.
+    (2, 12, 9, 9, 18, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    (2, 8, 11, 13, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 8),
+    (1, 6, 14, 14, 6, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 6),
+    (1, 4, 10, 9, 8, 3, 3, (2, 2), (1, 0, 1, 2), (1, 1), 4),
+    (1, 5, 12, 12, 5, 3, 3, (1, 2), (2, 2, 2, 2), (2, 1), 5),
+]
+
+
+@pytest.mark.parametrize("case", GROUPED, ids=[f"g{c[10]}-{c[5]}x{c[6]}-{i}" for i, c in enumerate(GROUPED)])
+def test_grouped_and_depthwise_conv2d_match_numpy(case, cpu_config, tmp_path):
+    n, c, h, w, o, r, s, stride, padding, dilation, groups = case
+    spec = Conv2dSpec(n, c, h, w, o, r, s, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    assert spec.depthwise == (c == groups)
+    inputs = random_inputs(spec)
+    assert inputs["W"].shape == (o, c // groups, r, s)
+    out = run_cpu(spec, inputs, cpu_config, tmp_path)["Y"]
+    expected = conv2d_reference(inputs["X"], inputs["W"], stride, padding, dilation, groups)
+    assert out.shape == expected.shape
+    assert_close(out, expected, "float32", atol_scale=c // groups * r * s / 16)
+
+
 def test_conv2d_epilogue_bias_residual_and_relu_in_float16(cpu_config, tmp_path):
     epilogue = (EpilogueOp("bias", "b"), EpilogueOp("residual", "skip"), EpilogueOp("relu"))
     spec = Conv2dSpec(2, 8, 10, 10, 8, 3, 3, padding=(1, 1, 1, 1), dtype_in="float16", epilogue=epilogue)
@@ -79,6 +108,8 @@ def test_bad_conv_specs_are_refused_by_name():
         Conv2dSpec(1, 3, 8, 8, 8, 3, 3, stride=(0, 1))
     with pytest.raises(SpecError, match="padding is"):
         Conv2dSpec(1, 3, 8, 8, 8, 3, 3, padding=(1, 1))
+    with pytest.raises(SpecError, match="groups=2 does not divide C=3"):
+        Conv2dSpec(1, 3, 8, 8, 8, 3, 3, groups=2)
     with pytest.raises(SpecError, match="int8"):
         build_tile_program(Conv2dSpec(1, 3, 8, 8, 8, 3, 3, dtype_in="int8", dtype_acc="int32"), None, "c")
     with pytest.raises(TesseraError, match="no tile program for 'conv2d'"):

@@ -246,7 +246,8 @@ TESSERA_DEFINE_PACK(bf16, uint16_t, uint16_t)      // bf16 storage after tirx.BF
 // col_stride C*R*S), and A, the im2col matrix, is never built: this packs its rows row0.. and
 // depth k0.. straight from the input, as strips of MR rows like tessera_pack_strips. Element (m, k)
 // is x[n, c, oh*sh - ph + r*dh, ow*sw - pw + s*dw] for m = (n*OH + oh)*OW + ow and k = (c*R + r)*S + s,
-// 0 where that falls in the padding.
+// 0 where that falls in the padding. x + offset is the group's first channel (a grouped
+// convolution packs each group's channels); C is the input's channel count (an image's stride).
 
 template <typename T>
 static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict x, int32_t row0, int32_t k0,
@@ -308,11 +309,11 @@ static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict
 
 #define TESSERA_DEFINE_PACK_CONV(SUFFIX, T, STORAGE)                                                                \
   TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_conv_##SUFFIX(                                                \
-      float *pack, T *x, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C, int32_t H, int32_t W,    \
-      int32_t OH, int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph, int32_t pw, int32_t dh,     \
-      int32_t dw) {                                                                                                \
-    tessera_pack_conv(pack, (const STORAGE *)x, row0, k0, rows, depth, C, H, W, OH, OW, R, S, sh, sw, ph, pw, dh,   \
-                      dw);                                                                                         \
+      float *pack, T *x, int32_t offset, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C,          \
+      int32_t H, int32_t W, int32_t OH, int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph,       \
+      int32_t pw, int32_t dh, int32_t dw) {                                                                        \
+    tessera_pack_conv(pack, (const STORAGE *)x + offset, row0, k0, rows, depth, C, H, W, OH, OW, R, S, sh, sw, ph,  \
+                      pw, dh, dw);                                                                                 \
     return 0;                                                                                                      \
   }
 
