@@ -312,7 +312,7 @@ def _capture(
 def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> LoweredModule:
     """Run the three phases and the codegen (no cache, no files but the dumps)."""
     from tessera_tvm.target.codegen import device_source
-    from tessera_tvm.target.cpu import with_spec_pragmas
+    from tessera_tvm.target.cpu import aligned_local_arrays, with_spec_pragmas
     from tessera_tvm.tile.base import SPEC_ATTR
 
     backend = backend_for(config)
@@ -342,6 +342,8 @@ def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> Lowe
             source = tt_program.source
         else:
             source = device_source(device_mod, config, target)
+            if backend.kernels_in_host:
+                source = aligned_local_arrays(source)
             if backend.kernels_in_host and any(f.attrs is not None and SPEC_ATTR in f.attrs for f in funcs):
                 source = with_spec_pragmas(source)
     timing = recorder.timing_table()

@@ -411,11 +411,11 @@ def _self_contained_c(module, kernel_names: list[str], flags) -> Any:
     """The C source as ``export_library`` can compile it with no options: TileLang's and Tessera's
     CPU headers included by absolute path, and the config's ``-DNAME=VALUE`` flags as ``#define``
     lines (the generated code may use those macros)."""
-    from ..target.cpu.build import RUNTIME_INCLUDE_DIR, with_spec_pragmas
+    from ..target.cpu.build import RUNTIME_INCLUDE_DIR, aligned_local_arrays, with_spec_pragmas
     from ..target.toolchain import tilelang_include_dirs
 
     header = f'#include "{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"'
-    source = with_spec_pragmas(module.inspect_source())  # every Relax kernel is built from a spec
+    source = with_spec_pragmas(aligned_local_arrays(module.inspect_source()))  # every kernel is from a spec
     source = source.replace("#include <tl_templates/cpp/common.h>", header)
     source = source.replace("#include <tessera/cpu.h>", f'#include "{RUNTIME_INCLUDE_DIR}/tessera/cpu.h"')
     defines = [_define(flag[2:]) for flag in flags if flag.startswith("-D")]

@@ -8,9 +8,9 @@ the input through the window arithmetic (``tessera_cpu_pack_a_conv_*``, zeros in
 im2col matrix is never built) and its B panel from the weights, read as ``[O, C/g*R*S]``.
 
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
-would waste the micro-kernel, so a block computes whole output planes directly. For each output
-row and window offset it adds ``w * x`` over the output columns whose input column lies inside the
-image (the range is computed, not tested per element), which g++ vectorises.
+would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
+input plane into a zero-padded local plane, then for each window offset adds ``w * x`` to a plane of
+accumulators, in loops with no bounds to test, which g++ vectorises.
 
 Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations)
 on the accumulator as it is stored, so that each channel's pixels are written in order. There is no
@@ -104,34 +104,46 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     return main
 
 
+def depthwise_planes(spec: Conv2dSpec) -> tuple[int, int]:
+    """Elements of the depthwise program's two local planes: the padded input, the accumulators."""
+    top, left, bottom, right = spec.padding
+    return (spec.H + top + bottom) * (spec.W + left + right), spec.OH * spec.OW
+
+
 def _depthwise_cpu_program(spec: Conv2dSpec):
     """Depthwise convolution on the CPU: a block per output plane (n, o), reading input channel
-    ``o // (O / C)``; a row of fp32 accumulators, and per window offset the columns it reaches."""
+    ``o // (O / C)``. The block copies that input plane into a zero-padded local plane once, then
+    for each window offset adds ``w * x`` to a plane of fp32 accumulators: loops of constant trip
+    count with no bounds to test, which g++ vectorises."""
     OH, OW, R, S = spec.OH, spec.OW, spec.R, spec.S
     (sh, sw), (dh, dw) = spec.stride, spec.dilation
-    top, left, _, _ = spec.padding
+    top, left, _, right = spec.padding
+    padded_w = spec.W + left + right
+    padded_elems, acc_elems = depthwise_planes(spec)
     multiplier = spec.O // spec.C
 
     @prim_func
     def main():
         io = declare_gemm_params(spec, ("x", "w"))
         with T.Kernel(spec.O, spec.N) as (o, n):
-            acc = T.alloc_local((OW,), "float32")
+            padded = T.alloc_local((padded_elems,), "float32")
+            acc = T.alloc_local((acc_elems,), "float32")
             c = o // multiplier
+            for i in T.serial(padded_elems):
+                padded[i] = T.float32(0)
+            for y in T.serial(spec.H):
+                for x in T.serial(spec.W):
+                    padded[(y + top) * padded_w + x + left] = T.cast(io.x[n, c, y, x], "float32")
+            for i in T.serial(acc_elems):
+                acc[i] = T.float32(0)
+            for r in T.serial(R):
+                for s in T.serial(S):
+                    weight = T.cast(io.w[o, 0, r, s], "float32")
+                    for oh in T.serial(OH):
+                        for ow in T.serial(OW):
+                            acc[oh * OW + ow] += weight * padded[(oh * sh + r * dh) * padded_w + ow * sw + s * dw]
             for oh in T.serial(OH):
                 for ow in T.serial(OW):
-                    acc[ow] = T.float32(0)
-                for r in T.serial(R):
-                    y = oh * sh - top + r * dh
-                    if y >= 0 and y < spec.H:
-                        for s in T.serial(S):
-                            shift = s * dw - left  # input column of output column ow: ow * sw + shift
-                            lo = T.max(0, T.ceildiv(0 - shift, sw))
-                            hi = T.min(OW, T.ceildiv(spec.W - shift, sw))
-                            weight = T.cast(io.w[o, 0, r, s], "float32")
-                            for ow in T.serial(lo, hi):
-                                acc[ow] += weight * T.cast(io.x[n, c, y, ow * sw + shift], "float32")
-                for ow in T.serial(OW):
-                    _store(spec, io, acc[ow], n, o, oh, ow)
+                    _store(spec, io, acc[oh * OW + ow], n, o, oh, ow)
 
     return main

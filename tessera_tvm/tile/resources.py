@@ -48,6 +48,10 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
 def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c") -> int:
     """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
     if isinstance(spec, Conv2dSpec):
+        if spec.depthwise:  # the padded input plane and the plane of accumulators (tile/conv.py)
+            from .conv import depthwise_planes
+
+            return 4 * sum(depthwise_planes(spec))
         spec = spec.as_gemm()  # the implicit GEMM's accumulator and packed panels
     s = schedule
     if isinstance(spec, GemmSpec):
