@@ -245,10 +245,7 @@ def _symbolic_reason(anchor: Node, spec: KernelSpec, config: TargetConfig) -> st
             return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only {where}"
         return None
     if isinstance(spec, Conv2dSpec):
-        named = [f"{f} ({getattr(spec, f)})" for f in ("C", "H", "W", "O") if is_sym(getattr(spec, f))]
-        if named:
-            return f"{op} with dynamic {', '.join(named)}: Tessera's convolution takes a symbolic batch only"
-        return None
+        return None  # the spec refuses symbolic dims other than the batch itself
     if isinstance(spec, AttentionSpec):
         fixed = ("H", "H_kv", "D") if extents else ("H", "H_kv", "S_q", "S_kv", "D")
         named = [f"{f} ({getattr(spec, f)})" for f in fixed if is_sym(getattr(spec, f))]

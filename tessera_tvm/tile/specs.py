@@ -527,6 +527,8 @@ class Conv2dSpec(KernelSpec):
         _check_positive(where, "N", self.N)  # the batch may be symbolic (a Relax model's dynamic batch)
         for f in ("C", "H", "W", "O", "R", "S"):
             value = getattr(self, f)
+            if is_symbolic(value):
+                raise _fail(where, f"{f} is the symbolic dim {value}; a convolution takes a symbolic batch N only")
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise _fail(where, f"{f} is {value!r}; expected a positive int")
         for f, size in (("stride", 2), ("padding", 4), ("dilation", 2)):

@@ -77,6 +77,17 @@ def test_a_cnn_exported_with_a_dynamic_batch_runs_at_any_batch():
         _check(built, model, torch.randn(batch, 8, 6, 6))
 
 
+def test_a_cnn_exported_with_a_dynamic_image_size_leaves_its_convolutions_to_tvm_with_the_reason():
+    torch.manual_seed(4)
+    model, x = BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)
+    side = torch.export.Dim("side", min=4, max=64)
+    exported = torch.export.export(model, (x,), dynamic_shapes=({2: side, 3: side},))
+    built = build(from_exported_program(exported, keep_params_as_input=False), "cpu")
+    reasons = [r.reason for r in built.report.not_offloaded if r.op == "R.nn.conv2d"]
+    assert len(reasons) == 2 and all("a convolution takes a symbolic batch N only" in r for r in reasons), reasons
+    _check(built, model, torch.randn(1, 8, 9, 9))
+
+
 def test_depthwise_and_grouped_convolutions_are_offloaded_and_a_norm_after_a_relu_stays():
     class Mixed(nn.Module):  # MobileNet's depthwise 3x3, then a ResNeXt-style grouped 3x3
         def __init__(self) -> None:
