@@ -1,5 +1,5 @@
 """PyTorch models as users write them, for Tessera's Relax path: a GPT-2 block, a LLaMA-style block,
-an MLP classifier and a ResNet basic block.
+an MLP classifier, a ResNet basic block and ResNet-18.
 
     python examples/torch_models.py      # import each with TVM's torch frontend at its defaults,
                                          # offload to Tessera on the CPU, compare with torch
@@ -104,24 +104,56 @@ class Mlp(nn.Module):
         return F.log_softmax(self.layers[-1](x), dim=-1)
 
 
-class BasicBlock(nn.Module):
-    """ResNet's basic block: conv-bn-relu, conv-bn, plus the input, relu (batch norms at inference,
-    with statistics drawn as training would leave them)."""
+def _batch_norm(channels: int) -> nn.BatchNorm2d:
+    """A batch norm at inference with statistics drawn as training would leave them."""
+    norm = nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.2, 0.2)
+    return norm
 
-    def __init__(self, channels: int = 16) -> None:
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: conv-bn-relu, conv-bn, plus the input (through a strided 1x1 conv-bn
+    when the block changes the shape), relu."""
+
+    def __init__(self, channels: int = 16, out_channels: int | None = None, stride: int = 1) -> None:
         super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
-        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
-        with torch.no_grad():
-            for bn in (self.bn1, self.bn2):
-                bn.running_mean.uniform_(-0.5, 0.5)
-                bn.running_var.uniform_(0.5, 2.0)
-                bn.weight.uniform_(0.5, 1.5)
-                bn.bias.uniform_(-0.2, 0.2)
+        out_channels = out_channels or channels
+        self.conv1 = nn.Conv2d(channels, out_channels, 3, stride=stride, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
+        self.bn1, self.bn2 = _batch_norm(out_channels), _batch_norm(out_channels)
+        self.downsample = None
+        if stride != 1 or out_channels != channels:
+            shortcut = nn.Conv2d(channels, out_channels, 1, stride=stride, bias=False)
+            self.downsample = nn.Sequential(shortcut, _batch_norm(out_channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(x + self.bn2(self.conv2(y)))
+        skip = x if self.downsample is None else self.downsample(x)
+        return F.relu(skip + self.bn2(self.conv2(y)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18: a strided 7x7 stem, max pooling, four stages of two basic blocks, global average
+    pooling and a linear classifier (``width`` channels in the first stage; torchvision's is 64)."""
+
+    def __init__(self, width: int = 64, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False), _batch_norm(width)
+        blocks, channels = [], width
+        for stage in range(4):
+            out = width << stage
+            blocks += [BasicBlock(channels, out, 1 if stage == 0 else 2), BasicBlock(out)]
+            channels = out
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn(self.stem(x))), 3, stride=2, padding=1)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.blocks(x), 1), 1))
 
 
 def import_model(model: nn.Module, *args: torch.Tensor, dynamic_axis: int | None = None, **options):
@@ -149,6 +181,7 @@ def main() -> None:
         "LLaMA block": (LlamaBlock(), torch.randn(2, 16, 64)),
         "MLP": (Mlp(), torch.randn(32, 64)),
         "ResNet basic block": (BasicBlock(), torch.randn(2, 16, 10, 10)),
+        "ResNet-18 (width 16)": (ResNet18(16, 10), torch.randn(1, 3, 64, 64)),
     }
     for name, (model, x) in cases.items():
         built = build(import_model(model, x), "cpu")

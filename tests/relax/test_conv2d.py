@@ -58,6 +58,17 @@ def test_a_resnet_basic_block_runs_as_two_convolution_kernels_with_the_norms_fol
     _check(built, model, x)
 
 
+def test_resnet18_offloads_every_convolution_with_its_norm_folded_and_matches_torch():
+    torch.manual_seed(5)
+    model, x = torch_models().ResNet18(width=8, classes=10).eval(), torch.randn(2, 3, 40, 40)
+    built = build(_import(model, x), "cpu")
+    convs = [r for r in built.report.offloaded if r.family == "conv2d"]
+    # The stem, 16 block convolutions and 3 strided 1x1 shortcuts, each with its batch norm folded.
+    assert len(convs) == 20 and built.report.folded == {"batch_norm": 20}, built.report
+    assert "R.nn.conv2d" not in {r.op for r in built.report.not_offloaded}, built.report
+    _check(built, model, x)
+
+
 def test_a_small_cnn_with_stride_padding_dilation_and_bias_matches_torch():
     torch.manual_seed(1)
     model, x = SmallCnn().eval(), torch.randn(3, 3, 21, 19)
