@@ -97,6 +97,23 @@ def test_a_model_exported_with_a_dynamic_sequence_length_offloads_and_matches_to
             np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
 
 
+def test_a_resnet_block_offloads_its_convolutions_and_matches_torch():
+    torch = pytest.importorskip("torch")
+    models = _example("torch_models")
+    torch.manual_seed(0)
+    model, x = models.BasicBlock(8).eval(), torch.randn(2, 8, 10, 10)
+    partitioned, report = tessera_tvm.partition_for_tessera(models.import_model(model, x), "cpu")
+    # The weights travel as parameters (never as constants), so the batch norms are not folded:
+    # upstream's LLVM builds them between the two convolution kernels.
+    assert [o["family"] for o in report.offloaded].count("conv2d") == 2, report
+    assert {n["op"] for n in report.not_offloaded} == {"R.nn.batch_norm"}, report
+    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+
+
 def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
     # apache-tvm 0.27 imports y[:, -1] as R.take(y, -1, mode="fast"), which reads before the axis:
     # on its own it is wrong by ~1e27. The toolchain's partition puts the index right.
