@@ -11,11 +11,11 @@ from tessera_tvm.tile import Conv2dSpec, build_tile_program
 
 
 def test_the_declarations_of_a_parallel_region_get_the_alignment_and_nothing_else_changes():
-    source = "TESSERA_PARALLEL_BEGIN(4);\n  float acc[3136];\n  int32_t idx[8];\n  x[3] = y[4];\n"
+    source = "TESSERA_PARALLEL_BEGIN(4);\n  float acc[3136];\n  int32_t idx[8];\n  x[3] = y[4];\n  return v[2];\n"
     out = aligned_local_arrays(source)
     assert "float acc[3136] __attribute__((aligned(64)));" in out
     assert "int32_t idx[8] __attribute__((aligned(64)));" in out
-    assert "  x[3] = y[4];" in out
+    assert "  x[3] = y[4];" in out and "  return v[2];" in out  # statements, not declarations
     assert aligned_local_arrays("  float acc[16];\n") == "  float acc[16];\n"  # no parallel region
 
 

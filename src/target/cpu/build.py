@@ -111,7 +111,11 @@ def cpu_build_command(cxx: str, flags: Sequence[str], so: str, cpp: str, prelude
 
 
 #: A local array as TVM's C codegen declares it: ``  float acc[3136];`` (type, name, constant size).
-_LOCAL_ARRAY = re.compile(r"^(\s+)((?:unsigned )?[A-Za-z_][A-Za-z0-9_]*) ([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\];$", re.M)
+_LOCAL_ARRAY = re.compile(
+    r"^(\s+)(?!(?:return|case|goto|throw|delete|else|do)\b)((?:unsigned )?[A-Za-z_][A-Za-z0-9_]*) "
+    r"([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\];$",
+    re.M,
+)
 
 
 def aligned_local_arrays(source: str) -> str:
