@@ -597,7 +597,8 @@ def fold_batch_norms(mod) -> tuple[Any, int]:
     outputs (the running statistics, unchanged at inference) stay the constants they were."""
     x, weight, bias = dpl.wildcard(), dpl.is_const(), dpl.is_const()
     conv = dpl.is_op("relax.nn.conv2d")(x, weight)
-    biased = dpl.is_op("relax.add")(conv, bias)
+    reshaped = dpl.is_op("relax.reshape")(bias, dpl.wildcard())  # torch's conv bias, as [1, O, 1, 1]
+    biased = dpl.is_op("relax.add")(conv, reshaped | bias)
     gamma, beta, mean, var = (dpl.is_const() for _ in range(4))
     norm = dpl.is_op("relax.nn.batch_norm")(biased | conv, gamma, beta, mean, var)
 
@@ -619,7 +620,10 @@ def fold_batch_norms(mod) -> tuple[Any, int]:
         conv_bias = np.zeros(channels)
         if biased in m:
             value = m[bias].data.numpy()
-            if value.size != channels or value.shape not in ((1, channels, 1, 1), (channels, 1, 1)):
+            # What is added must broadcast over the channels: [1, O, 1, 1] or [O, 1, 1], or any
+            # constant of O values reshaped to one of those ([O] added as it is runs along W).
+            added = _shape(m[reshaped]) if reshaped in m else value.shape
+            if value.size != channels or tuple(added) not in ((1, channels, 1, 1), (channels, 1, 1)):
                 return None
             conv_bias = value.reshape(channels).astype(np.float64)
         out_dtype = str(orig.struct_info.fields[0].dtype)

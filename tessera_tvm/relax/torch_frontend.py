@@ -20,6 +20,8 @@ apache-tvm 0.27 gets the first two right):
   float32, where torch gives the inputs' dtype. ``nn.Linear`` then added its half-precision bias to
   the float32 product (a dtype error on import), and a LayerNorm after it met float32 data and a
   float16 weight. Each now accumulates in float32 and casts the result to the inputs' dtype, as torch.
+  So does a half-precision ``conv2d``, whose float32 result met its float16 bias (a dtype error on
+  import: no float16 CNN imported).
 - ``amax``, ``amin``, ``min.dim`` and ``diagonal`` have no converter, so ``x.amax(-1)``,
   ``torch.logsumexp``, ``x.min(dim)`` and ``logits.diagonal()`` did not import.
 
@@ -152,6 +154,7 @@ def patch_torch_frontend() -> bool:
     def create_convert_map(self):
         table = original(self)
         plain_elu = table.get("elu.default")
+        plain_conv2d, plain_convolution = table.get("conv2d.default"), table.get("convolution.default")
         fixes = {
             "var.correction": lambda node: _variance(self, node, root=False),
             "std.correction": lambda node: _variance(self, node, root=True),
@@ -164,6 +167,9 @@ def patch_torch_frontend() -> bool:
             "mm.default": lambda node: _matmul(self, node),
             "bmm.default": lambda node: _matmul(self, node),
             "matmul.default": lambda node: _matmul(self, node),
+            "conv2d.default": lambda node: _conv2d(self, node, plain_conv2d),
+            # what the frontend's default decomposition turns conv2d into (the bias is args[2] too)
+            "convolution.default": lambda node: _conv2d(self, node, plain_convolution),
         }
         table.update({name: fix for name, fix in fixes.items() if name in table})
         # Missing, so `x.amax(-1)` and `torch.logsumexp` (which torch exports through amax) failed
@@ -322,6 +328,25 @@ def _matmul(importer, node):
     a, b = (importer.env[arg] for arg in node.args[:2])
     dtype = str(a.struct_info.dtype)
     out = importer.block_builder.emit(relax.op.matmul(a, b, out_dtype="float32"))
+    return _as_torch(importer, out, dtype)
+
+
+def _conv2d(importer, node, plain):
+    """``aten.conv2d`` / ``aten.convolution``: TileLang's converter accumulates in float32 and adds the
+    bias as it is; for half-precision inputs the bias goes in as float32 and the result comes back
+    in the inputs' dtype."""
+    x = importer.env[node.args[0]]
+    dtype = str(x.struct_info.dtype)
+    bias = node.args[2] if len(node.args) > 2 else None
+    if not _half(dtype) or bias is None or bias not in importer.env:
+        out = plain(node)
+        return _as_torch(importer, out, dtype) if str(out.struct_info.dtype) != dtype else out
+    held = importer.env[bias]
+    importer.env[bias] = importer.block_builder.emit(relax.op.astype(held, "float32"))
+    try:
+        out = plain(node)
+    finally:
+        importer.env[bias] = held
     return _as_torch(importer, out, dtype)
 
 

@@ -125,3 +125,52 @@ def test_gpu_configs_leave_convolutions_to_tvm_with_the_reason():
     _, report = partition_for_tessera(_import(BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)), "hopper")
     reasons = [r.reason for r in report.not_offloaded if r.op == "R.nn.conv2d"]
     assert reasons and all("no CUDA conv2d kernel yet (config 'hopper')" in r for r in reasons), reasons
+
+
+def test_a_conv_bias_is_folded_with_the_norm_but_a_vector_added_along_the_rows_is_not():
+    class Biased(nn.Module):
+        def __init__(self, along_rows: bool) -> None:
+            super().__init__()
+            self.conv, self.norm = nn.Conv2d(4, 6, 3, padding=1, bias=not along_rows), nn.BatchNorm2d(6)
+            self.rows = nn.Parameter(torch.randn(6)) if along_rows else None  # [W]: broadcasts along W
+            with torch.no_grad():
+                self.norm.running_var.uniform_(0.5, 2.0)
+                self.norm.running_mean.uniform_(-1.0, 1.0)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return F.silu(self.norm(y if self.rows is None else y + self.rows))
+
+    torch.manual_seed(6)
+    x = torch.randn(2, 4, 6, 6)  # W = O = 6: a [6] vector would pass for a per-channel bias
+    biased = Biased(along_rows=False).eval()
+    built = build(_import(biased, x), "cpu")
+    assert built.report.folded == {"batch_norm": 1}
+    assert [r.ops for r in built.report.offloaded] == ["conv2d + add + silu"], built.report
+    _check(built, biased, x)
+    rows = Biased(along_rows=True).eval()
+    built = build(_import(rows, x), "cpu")
+    assert built.report.folded == {"batch_norm": 0}, built.report
+    _check(built, rows, x)
+
+
+def test_a_float16_cnn_imports_and_runs():
+    # TileLang's torch frontend accumulated a float16 conv2d in float32 and added the float16 bias
+    # to it: no float16 CNN imported. The conv now returns the inputs' dtype, as torch.
+    class Small(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.head = nn.Conv2d(8, 16, 3, padding=1), nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.head(F.relu(self.conv(x)).mean((2, 3)))
+
+    torch.manual_seed(7)
+    model, x = Small().half().eval(), torch.randn(2, 8, 10, 10).half()
+    built = build(_import(model, x), "cpu")
+    assert [r.family for r in built.report.offloaded].count("conv2d") == 1, built.report
+    with torch.no_grad():
+        expected = model(x).float().numpy()
+    (got,) = built.run("main", x.numpy())
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), expected, atol=2e-3, rtol=2e-3)
