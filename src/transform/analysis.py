@@ -96,6 +96,21 @@ def op_name(node) -> str | None:
     return None
 
 
+def rewrite_nodes(func, replace, types):
+    """``func`` with each node of ``types`` (``"tirx.For"``...) replaced by ``replace(node)`` where that
+    gives a node (post-order: children first); ``func`` itself, the same object, when none is."""
+    changed: list = []
+
+    def post(node):
+        out = replace(node)
+        if out is not None:
+            changed.append(node)
+        return out
+
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, post, list(types))
+    return func.with_body(body) if changed else func
+
+
 def uses(stmt, predicate) -> bool:
     """Whether any node of ``stmt`` satisfies ``predicate``."""
     found = []

@@ -61,16 +61,7 @@ def element_atomic(call):
 
 def scalar_atomics_per_thread(func):
     """``func`` with such atomics rewritten (the same object when there are none)."""
-    changed: list = []
-
-    def post(node):
-        out = element_atomic(node)
-        if out is not None:
-            changed.append(node)
-        return out
-
-    body = tirx.stmt_functor.ir_transform(func.body, None, post, ["tirx.Call"])
-    return func.with_body(body) if changed else func
+    return analysis.rewrite_nodes(func, element_atomic, ["tirx.Call"])
 
 
 @register_pass(

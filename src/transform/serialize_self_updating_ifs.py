@@ -20,6 +20,8 @@ from __future__ import annotations
 from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
+from . import analysis
+
 tirx = tvm.tirx
 
 
@@ -63,12 +65,10 @@ def self_updating_condition(loop) -> str | None:
 def serialize_loops(func, should) -> object:
     """``func`` with every loop for which ``should(loop)`` holds made serial (the same object when
     there is none). tessera.GuardDecoupledCasts uses it too."""
-    changed: list[str] = []
 
-    def post(node):
+    def serial(node):
         if not should(node):
             return None
-        changed.append(str(node.loop_var.name))
         return tirx.For(
             node.loop_var,
             node.min,
@@ -80,8 +80,7 @@ def serialize_loops(func, should) -> object:
             node.step,
         )
 
-    body = tirx.stmt_functor.ir_transform(func.body, None, post, ["tirx.For"])
-    return func.with_body(body) if changed else func
+    return analysis.rewrite_nodes(func, serial, ["tirx.For"])
 
 
 def serialize_self_updating_ifs(func):

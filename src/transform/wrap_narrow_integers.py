@@ -20,6 +20,8 @@ from __future__ import annotations
 from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
+from . import analysis
+
 tirx = tvm.tirx
 
 NARROW = ("int8", "uint8", "int16", "uint16")
@@ -53,16 +55,7 @@ def _wrapped(node):
 
 def wrap_narrow_integers(func):
     """``func`` with its scalar narrow-integer arithmetic wrapped (the same object when it has none)."""
-    changed: list = []
-
-    def post(node):
-        out = _wrapped(node)
-        if out is not None:
-            changed.append(node)
-        return out
-
-    body = tirx.stmt_functor.ir_transform(func.body, None, post, [*_OPS, "tirx.Call"])
-    return func.with_body(body) if changed else func
+    return analysis.rewrite_nodes(func, _wrapped, [*_OPS, "tirx.Call"])
 
 
 @register_pass(
