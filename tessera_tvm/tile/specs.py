@@ -88,6 +88,27 @@ class EpilogueOp:
             _check_dtype(where, "dtype", self.dtype)
 
 
+def _checked_epilogue(where: str, epilogue) -> tuple[EpilogueOp, ...]:
+    """``epilogue`` as a tuple, each step an EpilogueOp (a GEMM's or a convolution's)."""
+    epilogue = tuple(epilogue)
+    for op in epilogue:
+        if not isinstance(op, EpilogueOp):
+            raise _fail(where, f"epilogue holds {op!r}; expected EpilogueOp objects")
+    return epilogue
+
+
+def _epilogue_operands(epilogue, bias_shape: tuple, out_shape: tuple, dtype_out: str) -> list[TensorArg]:
+    """The tensor operands ``epilogue`` reads, in order, each name once: a bias of ``bias_shape``,
+    a residual or gate of ``out_shape``; each in its own dtype, else ``dtype_out``."""
+    seen: dict[str, TensorArg] = {}
+    for op in epilogue:
+        if op.operand is None or op.operand in seen:
+            continue
+        shape = bias_shape if op.kind == "bias" else out_shape
+        seen[op.operand] = TensorArg(op.operand, shape, op.dtype or dtype_out)
+    return list(seen.values())
+
+
 class KernelSpec:
     """Common interface of the specs: ``family``, ``inputs()``, ``outputs()``, ``params()``."""
 
@@ -157,10 +178,7 @@ class GemmSpec(KernelSpec):
         _set(self, "dtype_out", self.dtype_out or self.dtype_a)
         for f in ("dtype_a", "dtype_b", "dtype_out", "dtype_acc"):
             _check_dtype(where, f, getattr(self, f))
-        _set(self, "epilogue", tuple(self.epilogue))
-        for op in self.epilogue:
-            if not isinstance(op, EpilogueOp):
-                raise _fail(where, f"epilogue holds {op!r}; expected EpilogueOp objects")
+        _set(self, "epilogue", _checked_epilogue(where, self.epilogue))
         for f in ("name_a", "name_b", "name_out"):
             _check_name(where, f, getattr(self, f))
         self._check_unique_names()
@@ -179,13 +197,7 @@ class GemmSpec(KernelSpec):
 
     def epilogue_operands(self) -> list[TensorArg]:
         """Operands of bias/residual/gate epilogue steps, in epilogue order (each name once)."""
-        seen: dict[str, TensorArg] = {}
-        for op in self.epilogue:
-            if op.operand is None or op.operand in seen:
-                continue
-            shape = (self.N,) if op.kind == "bias" else self.shape_out
-            seen[op.operand] = TensorArg(op.operand, shape, op.dtype or self.dtype_out)
-        return list(seen.values())
+        return _epilogue_operands(self.epilogue, (self.N,), self.shape_out, self.dtype_out)
 
     def inputs(self) -> list[TensorArg]:
         return [
@@ -551,10 +563,7 @@ class Conv2dSpec(KernelSpec):
         _set(self, "dtype_out", self.dtype_out or self.dtype_in)
         for f in ("dtype_in", "dtype_w", "dtype_out", "dtype_acc"):
             _check_dtype(where, f, getattr(self, f))
-        _set(self, "epilogue", tuple(self.epilogue))
-        for op in self.epilogue:
-            if not isinstance(op, EpilogueOp):
-                raise _fail(where, f"epilogue holds {op!r}; expected EpilogueOp objects")
+        _set(self, "epilogue", _checked_epilogue(where, self.epilogue))
         for f in ("name_x", "name_w", "name_out"):
             _check_name(where, f, getattr(self, f))
         self._check_unique_names()
@@ -593,13 +602,8 @@ class Conv2dSpec(KernelSpec):
         )
 
     def epilogue_operands(self) -> list[TensorArg]:
-        seen: dict[str, TensorArg] = {}
-        for op in self.epilogue:
-            if op.operand is None or op.operand in seen:
-                continue
-            shape = (1, self.O, 1, 1) if op.kind == "bias" else self.shape_out
-            seen[op.operand] = TensorArg(op.operand, shape, op.dtype or self.dtype_out)
-        return list(seen.values())
+        """Operands of bias/residual/gate epilogue steps, in epilogue order (each name once)."""
+        return _epilogue_operands(self.epilogue, (1, self.O, 1, 1), self.shape_out, self.dtype_out)
 
     def inputs(self) -> list[TensorArg]:
         return [
