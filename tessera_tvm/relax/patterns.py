@@ -238,7 +238,7 @@ def _symbolic_reason(anchor: Node, spec: KernelSpec, config: TargetConfig) -> st
     is_sym = tile_base.is_symbolic
     op = ANCHORS.get(f"relax.{anchor.op}", anchor.op)
     extents = backend_for(config).symbolic_extents
-    where = f"on config {config.name!r}" if not extents else ""
+    where = f"on config {config.name!r}"  # named where a backend without symbolic_extents refuses
     if isinstance(spec, GemmSpec):
         named = [f"{role} ({spec_dim})" for role, spec_dim in (("K", spec.K), ("N", spec.N)) if is_sym(spec_dim)]
         if named and not extents:
@@ -301,22 +301,8 @@ def _check_gemm_group(nodes: list[Node]) -> None:
             raise OffloadRejected(
                 f"{prod.name} = permute_dims{prod.attrs.get('axes')} is not a transpose of the last two axes"
             )
-    out_dims = _dims(matmul.var)
-    for n in nodes:
-        if n.op == "multiply":
-            _check_gate(n, by_var, out_dims)
-        if n.op != "add":
-            continue
-        others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
-        if len(others) != 1 or not isinstance(others[0], relax.Var):
-            raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor (bias [N] or residual), found {others}")
-        dims = _dim_keys(_dims(others[0]))
-        out = _dim_keys(out_dims)
-        if not (dims == out[-1:] or dims == out):
-            raise OffloadRejected(
-                f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a GEMM epilogue adds a bias "
-                f"[{out[-1]}] or a residual {tuple(out)}"
-            )
+    out = _dim_keys(_dims(matmul.var))
+    _check_epilogue_operands(nodes, by_var, matmul, out[-1:], "a GEMM", f"[{out[-1]}]", "bias [N] or residual")
 
 
 def _check_conv2d_group(nodes: list[Node]) -> None:
@@ -327,20 +313,29 @@ def _check_conv2d_group(nodes: list[Node]) -> None:
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"])
     if layouts != ("NCHW", "OIHW", "NCHW"):
         raise OffloadRejected(f"conv2d with layouts {'/'.join(layouts)}: Tessera's convolution takes NCHW/OIHW/NCHW")
-    out = _dim_keys(_dims(conv.var))
+    channels = _dim_keys(_dims(conv.var))[1]
+    bias = [1, channels, 1, 1]
+    _check_epilogue_operands(nodes, by_var, conv, bias, "a convolution's", f"(1, {channels}, 1, 1)", "bias or residual")
+
+
+def _check_epilogue_operands(nodes, by_var, anchor: Node, bias: list, whose: str, bias_text: str, takes: str) -> None:
+    """The epilogue of ``anchor`` (a matmul or conv2d) multiplies by a scale or a gate, and adds a
+    tensor of the ``bias`` dims (a GEMM's [N], a convolution's [1, O, 1, 1]) or of the output's."""
+    out_dims = _dims(anchor.var)
+    out = _dim_keys(out_dims)
     for n in nodes:
         if n.op == "multiply":
-            _check_gate(n, by_var, _dims(conv.var))
+            _check_gate(n, by_var, out_dims)
         if n.op != "add":
             continue
         others = [a for a in n.args if not (isinstance(a, relax.Var) and a in by_var)]
         if len(others) != 1 or not isinstance(others[0], relax.Var):
-            raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor (bias or residual), found {others}")
+            raise OffloadRejected(f"{n.name}: an epilogue add takes a tensor ({takes}), found {others}")
         dims = _dim_keys(_dims(others[0]))
-        if dims not in ([1, out[1], 1, 1], out):
+        if dims not in (bias, out):
             raise OffloadRejected(
-                f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; a convolution's epilogue adds a bias "
-                f"(1, {out[1]}, 1, 1) or a residual {tuple(out)}"
+                f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; {whose} epilogue adds a bias "
+                f"{bias_text} or a residual {tuple(out)}"
             )
 
 
