@@ -344,8 +344,8 @@ def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> Lowe
             source = device_source(device_mod, config, target)
             if backend.kernels_in_host:
                 source = aligned_local_arrays(source)
-            if backend.kernels_in_host and any(f.attrs is not None and SPEC_ATTR in f.attrs for f in funcs):
-                source = with_spec_pragmas(source)
+                if any(f.attrs is not None and SPEC_ATTR in f.attrs for f in funcs):
+                    source = with_spec_pragmas(source)
     timing = recorder.timing_table()
     if dump is not None:
         (dump / "timing.txt").write_text(timing)

@@ -335,19 +335,17 @@ def _conv2d(importer, node, plain):
     """``aten.conv2d`` / ``aten.convolution``: TileLang's converter accumulates in float32 and adds the
     bias as it is; for half-precision inputs the bias goes in as float32 and the result comes back
     in the inputs' dtype."""
-    x = importer.env[node.args[0]]
-    dtype = str(x.struct_info.dtype)
+    dtype = str(importer.env[node.args[0]].struct_info.dtype)
     bias = node.args[2] if len(node.args) > 2 else None
-    if not _half(dtype) or bias is None or bias not in importer.env:
-        out = plain(node)
-        return _as_torch(importer, out, dtype) if str(out.struct_info.dtype) != dtype else out
-    held = importer.env[bias]
-    importer.env[bias] = importer.block_builder.emit(relax.op.astype(held, "float32"))
+    held = importer.env.get(bias) if _half(dtype) and bias is not None else None
+    if held is not None:
+        importer.env[bias] = importer.block_builder.emit(relax.op.astype(held, "float32"))
     try:
         out = plain(node)
     finally:
-        importer.env[bias] = held
-    return _as_torch(importer, out, dtype)
+        if held is not None:
+            importer.env[bias] = held
+    return out if str(out.struct_info.dtype) == dtype else _as_torch(importer, out, dtype)
 
 
 def _linear(importer, node):
