@@ -29,6 +29,21 @@ def _example(name: str):
     return module
 
 
+def _main(partitioned):
+    """The partitioned module built with upstream's own LLVM; its ``main`` in the VM."""
+    return relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())["main"]
+
+
+def _check_against_torch(main, model, x):
+    """``main`` (a VM function) on ``x`` equals ``model(x)``; a one-tuple output is unpacked."""
+    import torch
+
+    out = main(tvm.runtime.tensor(x.numpy()))
+    out = out[0] if not hasattr(out, "numpy") else out
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+
+
 def test_this_is_upstream_apache_tvm_and_tessera_is_its_upstream_api():
     assert tessera_tvm.UPSTREAM
     assert "tilelang" not in tvm.__file__ and tvm.__version__.startswith("0.27")
@@ -72,11 +87,7 @@ def test_a_torch_model_imported_with_upstreams_frontend_matches_torch(which):
     mod = models.import_model(model, x)  # upstream's from_exported_program at its defaults; weights as constants
     partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
     assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, report
-    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x.numpy()))
-    out = out[0] if not hasattr(out, "numpy") else out
-    with torch.no_grad():
-        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+    _check_against_torch(_main(partitioned), model, x)
 
 
 def test_a_model_exported_with_a_dynamic_sequence_length_offloads_and_matches_torch_at_any_length():
@@ -88,13 +99,9 @@ def test_a_model_exported_with_a_dynamic_sequence_length_offloads_and_matches_to
     partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
     assert [o["family"] for o in report.offloaded].count("attention") == 1, report
     assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, report
-    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    main = _main(partitioned)
     for length in (3, 70):
-        x = torch.randn(2, length, 48)
-        out = vm["main"](tvm.runtime.tensor(x.numpy()))
-        out = out[0] if not hasattr(out, "numpy") else out
-        with torch.no_grad():
-            np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+        _check_against_torch(main, model, torch.randn(2, length, 48))
 
 
 def test_a_resnet_block_offloads_its_convolutions_and_matches_torch():
@@ -107,11 +114,7 @@ def test_a_resnet_block_offloads_its_convolutions_and_matches_torch():
     # upstream's LLVM builds them between the two convolution kernels.
     assert [o["family"] for o in report.offloaded].count("conv2d") == 2, report
     assert {n["op"] for n in report.not_offloaded} == {"R.nn.batch_norm"}, report
-    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x.numpy()))
-    out = out[0] if not hasattr(out, "numpy") else out
-    with torch.no_grad():
-        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+    _check_against_torch(_main(partitioned), model, x)
 
 
 def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
@@ -134,10 +137,7 @@ def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
     mod = _example("torch_models").import_model(model, x)
     partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
     assert report.fixed["take with a negative index"] >= 1, report
-    out = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
-    out = out[0] if not hasattr(out, "numpy") else out
-    with torch.no_grad():
-        np.testing.assert_allclose(out.numpy(), model(x).numpy(), atol=1e-5)
+    _check_against_torch(_main(partitioned), model, x)
 
 
 def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
@@ -170,13 +170,9 @@ def test_a_model_exported_with_a_dynamic_batch_offloads_and_runs_at_any_batch():
     mod = from_exported_program(exported, keep_params_as_input=False)
     partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
     assert len(report.offloaded) == 7 and all(o["dynamic"] for o in report.offloaded), report
-    vm = relax.VirtualMachine(tvm.compile(partitioned, "llvm"), tvm.cpu())
+    main = _main(partitioned)
     for size in (1, 5, 70):
-        xb = torch.randn(size, 24, 48)
-        out = vm["main"](tvm.runtime.tensor(xb.numpy()))
-        out = out[0] if not hasattr(out, "numpy") else out
-        with torch.no_grad():
-            np.testing.assert_allclose(out.numpy(), model(xb).numpy(), atol=1e-5)
+        _check_against_torch(main, model, torch.randn(size, 24, 48))
 
 
 def test_a_config_yaml_path_relative_to_the_users_directory_reaches_the_toolchain(tmp_path, monkeypatch):
