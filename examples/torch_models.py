@@ -1,5 +1,5 @@
 """PyTorch models as users write them, for Tessera's Relax path: a GPT-2 block, a LLaMA-style block,
-an MLP classifier, a ResNet basic block and ResNet-18.
+an MLP classifier, a ResNet basic block, ResNet-18 and MobileNetV2's inverted residual block.
 
     python examples/torch_models.py      # import each with TVM's torch frontend at its defaults,
                                          # offload to Tessera on the CPU, compare with torch
@@ -156,6 +156,26 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.blocks(x), 1), 1))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's inverted residual block: a 1x1 expansion, a depthwise 3x3 (each with a batch norm
+    and ReLU6), a 1x1 projection with its norm, plus the input when the shape allows."""
+
+    def __init__(self, channels: int = 16, out_channels: int | None = None, expand: int = 6, stride: int = 1) -> None:
+        super().__init__()
+        out_channels = out_channels or channels
+        hidden = channels * expand
+        self.expand = nn.Sequential(nn.Conv2d(channels, hidden, 1, bias=False), _batch_norm(hidden), nn.ReLU6())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), _batch_norm(hidden), nn.ReLU6()
+        )
+        self.project = nn.Sequential(nn.Conv2d(hidden, out_channels, 1, bias=False), _batch_norm(out_channels))
+        self.residual = stride == 1 and out_channels == channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.project(self.depthwise(self.expand(x)))
+        return x + y if self.residual else y
+
+
 def import_model(model: nn.Module, *args: torch.Tensor, dynamic_axis: int | None = None, **options):
     """``model`` exported with torch.export and imported with TVM's own frontend, as a TVM user does
     (its defaults unless ``options``; the weights become constants). ``dynamic_axis``: that axis of
@@ -182,6 +202,7 @@ def main() -> None:
         "MLP": (Mlp(), torch.randn(32, 64)),
         "ResNet basic block": (BasicBlock(), torch.randn(2, 16, 10, 10)),
         "ResNet-18 (width 16)": (ResNet18(16, 10), torch.randn(1, 3, 64, 64)),
+        "MobileNetV2 inverted residual": (InvertedResidual(16), torch.randn(1, 16, 28, 28)),
     }
     for name, (model, x) in cases.items():
         built = build(import_model(model, x), "cpu")

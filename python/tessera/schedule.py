@@ -393,7 +393,7 @@ def _epilogue(spec: KernelSpec) -> tuple[str, ...]:
         for op in spec.epilogue:
             if op.operand is not None:  # bias, residual, gate
                 steps.append(f"{op.kind} {op.operand}")
-            elif op.kind in ("scale", "add_scalar"):
+            elif op.value is not None:  # scale, add_scalar, max_scalar, min_scalar
                 steps.append(f"{op.kind} {op.value:g}")
             elif op.kind == "cast":
                 steps.append(f"cast {_short(op.dtype)}")

@@ -4,7 +4,8 @@ Every binding ends in exactly one :class:`KernelGroup`:
 
 - ``gemm``: a ``matmul`` with transposes of its operands (``permute_dims`` of the last two axes)
   and its epilogue, the chain of single-use consumers that a GEMM can apply to its accumulator:
-  casts, activations, a ``[N]`` bias, a residual of the output's shape, scalar scale/add.
+  casts, activations, clips with constant bounds (ReLU6), a ``[N]`` bias, a residual of the output's
+  shape, scalar scale/add.
 - ``attention``: ``R.nn.attention`` with the ``[B,H,S,D] <-> [B,S,H,D]`` permutes around it.
 - ``softmax``, ``norm``, ``reduce``: the op alone (norms with their implicit ones/zeros), plus a
   trailing single-use cast.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._tvm import tvm
-from .nodes import FlatFunction, GraphIRError, Node, constant_value
+from .nodes import FlatFunction, GraphIRError, Node, clip_bounds, constant_value
 from .sharding import is_collective
 
 relax = tvm.relax
@@ -60,7 +61,8 @@ _SHORT = {
 
 
 def is_elementwise(node: Node) -> bool:
-    return node.op in UNARY or node.op in BINARY
+    """An element-wise op Tessera computes: a unary, a binary, or a clip with constant bounds."""
+    return node.op in UNARY or node.op in BINARY or clip_bounds(node) is not None
 
 
 @dataclass(eq=False)
@@ -156,7 +158,7 @@ class Fuser:
     # gemm + epilogue --------------------------------------------------------------------------------
     def _epilogue_step(self, consumer: Node, cur, out) -> bool:
         op = consumer.op
-        if op == "astype" or op in EPILOGUE_ACTIVATIONS or op == "negative":
+        if op == "astype" or op in EPILOGUE_ACTIVATIONS or op == "negative" or clip_bounds(consumer) is not None:
             return True
         if op not in BINARY:
             return False

@@ -8,6 +8,7 @@ values from ``env``. Rank-0 values are passed as ``(1,)`` (tile kernels have no 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..tile import (
     Unary,
 )
 from .fusion import BINARY, UNARY, KernelGroup
-from .nodes import GraphIRError, Node, constant_value, static_shape
+from .nodes import GraphIRError, Node, clip_bounds, constant_value, static_shape
 
 relax = tvm.relax
 
@@ -169,6 +170,9 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
             epilogue.append(EpilogueOp(_EPILOGUE_UNARY[node.op]))
         elif node.op == "negative":
             epilogue.append(EpilogueOp("scale", value=-1.0))
+        elif node.op == "clip":
+            lo, hi = clip_bounds(node)
+            epilogue += [EpilogueOp(kind, value=v) for kind, v in (("max_scalar", lo), ("min_scalar", hi)) if math.isfinite(v)]
         else:
             x, y = node.args
             other = y if x.same_as(cur) else x
@@ -346,6 +350,11 @@ def _elementwise(group: KernelGroup, env, where, tensor_constants: bool = False)
         return Input(inputs[e])
 
     def node_expr(node: Node):
+        if node.op == "clip":
+            expr = expr_of(node.args[0])
+            for op, bound in zip(("max", "min"), clip_bounds(node), strict=True):
+                expr = Binary(op, expr, Const(bound)) if math.isfinite(bound) else expr
+            return expr
         if node.op in UNARY:
             op = UNARY[node.op]
             return Unary(op, expr_of(node.args[0]), node.attrs["dtype"] if op == "cast" else None)

@@ -259,6 +259,20 @@ def constant_value(expr) -> float | None:
     return None
 
 
+def clip_bounds(node: Node) -> tuple[float, float] | None:
+    """``(lo, hi)`` of ``clip(x, lo, hi)`` with constant bounds (an infinite one bounds nothing: how
+    TVM's frontend spells ``clamp(x, min=0)``), or None for any other node."""
+    if node.op != "clip" or len(node.args) != 3:
+        return None
+    bounds = []
+    for bound in node.args[1:]:
+        value = getattr(bound, "value", None) if isinstance(bound, relax.PrimValue) else None
+        if not isinstance(value, tir.IntImm | tir.FloatImm):
+            return None
+        bounds.append(float(value.value))
+    return bounds[0], bounds[1]
+
+
 def keyed(mod, name: str):
     """``mod`` with its public function under the GlobalVar ``name``.
 

@@ -6,9 +6,9 @@ add that follows no GEMM. Each tree of element-wise ops whose inner values are u
 Tessera's own fusion, graph/fusion.py) becomes one element-wise Tessera kernel: its root binding is
 replaced by the kernel's call and the inner bindings are left dead (``remove_all_unused``).
 
-Only float tensors of rank >= 1 qualify (0-d values stay with TVM), and a tree that is a single
-``astype`` stays with TVM (a cast alone is data movement); tensor constants (RoPE's tables) become
-inputs of the kernel.
+Only float tensors of rank >= 1 qualify (0-d values stay with TVM; a 0-d constant such as hardswish's
+``+ 3`` is a constant of the kernel), and a tree that is a single ``astype`` stays with TVM (a cast
+alone is data movement); tensor constants (RoPE's tables) become inputs of the kernel.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._tvm import tvm
-from ..graph.fusion import BINARY, UNARY
-from ..graph.nodes import Node, node_of
+from ..graph.fusion import is_elementwise
+from ..graph.nodes import Node, constant_value, node_of
 
 relax = tvm.relax
 
@@ -40,10 +40,12 @@ def _elementwise_node(var, value) -> Node | None:
     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
         return None
     node = node_of(var, value)
-    if node.op not in UNARY and node.op not in BINARY:
+    if not is_elementwise(node):
         return None
     if not _is_float_tensor(var) or not all(
-        _is_float_tensor(a) for a in node.args if isinstance(a, relax.Var | relax.Constant)
+        _is_float_tensor(a) or constant_value(a) is not None  # a scalar constant: a Const of the kernel
+        for a in node.args
+        if isinstance(a, relax.Var | relax.Constant)
     ):
         return None
     return node

@@ -3,8 +3,10 @@
 Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPattern``:
 
     tessera.gemm        R.matmul, operands optionally transposed (permute_dims of the last two axes),
-                        then an epilogue chain: [astype] [add bias|residual] [activation]
+                        then an epilogue chain: [astype] [add bias|residual] [activation or clip]
                         [add bias|residual] [astype]; activations are the GEMM epilogue's
+    tessera.conv2d      R.nn.conv2d (NCHW/OIHW), then [astype] [add bias] [add residual] [activation or
+                        clip] [add] [astype]
     tessera.attention   R.nn.attention (no bias, no window), [B, S, H, D]; or Tessera's own form,
                         permute_dims to [B, H, S, D] around it, whose permutes join the kernel
     tessera.softmax     R.nn.softmax [+ astype]
@@ -30,7 +32,7 @@ from ..config import TargetConfig
 from ..errors import TesseraError
 from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
-from ..graph.nodes import Node, kernel_dim_name, node_of
+from ..graph.nodes import Node, clip_bounds, kernel_dim_name, node_of
 from ..target.backend import backend_for
 from ..tile import AttentionSpec, Conv2dSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
 from ..tile import base as tile_base
@@ -91,8 +93,9 @@ def _with_epilogue(out, steps: tuple[str, ...]):
         elif step in ("add", "mul"):
             op, other = "relax.add" if step == "add" else "relax.multiply", wildcard()
             out = _is(op)(out, other) | _is(op)(other, out)
-        else:
+        else:  # an activation, or a clip (its bounds are checked: constants)
             acts = [_is(f"relax.{name}")(out) for name in EPILOGUE_ACTIVATIONS]
+            acts.append(_is("relax.clip")(out, wildcard(), wildcard()))
             out = acts[0]
             for alternative in acts[1:]:
                 out = out | alternative
@@ -324,6 +327,8 @@ def _check_epilogue_operands(nodes, by_var, anchor: Node, bias: list, whose: str
     out_dims = _dims(anchor.var)
     out = _dim_keys(out_dims)
     for n in nodes:
+        if n.op == "clip" and clip_bounds(n) is None:
+            raise OffloadRejected(f"{n.name}: clip with bounds that are not constants")
         if n.op == "multiply":
             _check_gate(n, by_var, out_dims)
         if n.op != "add":

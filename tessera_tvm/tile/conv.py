@@ -12,9 +12,8 @@ would waste the micro-kernel, so a block computes a whole output plane directly.
 input plane into a zero-padded local plane, then for each window offset adds ``w * x`` to a plane of
 accumulators, in loops with no bounds to test, which g++ vectorises.
 
-Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations)
-on the accumulator as it is stored, so that each channel's pixels are written in order. There is no
-GPU program yet.
+Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
+clips) on the accumulator as it is stored. There is no GPU program yet.
 """
 
 from __future__ import annotations
@@ -95,8 +94,12 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     "b", w_dtype, b_pack, io.w.data, first * depth_total + k * block_k, 1, depth_total, cols, depth
                 )
                 cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth)
-            for j in T.serial(cols):
-                for i in T.serial(rows):
+            # Pixel-major, as the accumulator holds them: g++ vectorises the epilogue over the
+            # channels of a pixel (contiguous in acc and in the bias). Channel-major (each channel's
+            # pixels stored in order) read acc down its columns, one element at a time: 1.5x slower
+            # for a 1x1 conv with a bias (192 x 56x56), 6x with a clip's two selects (a branch).
+            for i in T.serial(rows):
+                for j in T.serial(cols):
                     pixel = by * block_m + i
                     n, rest = pixel // (OH * OW), pixel % (OH * OW)
                     _store(spec, io, acc[i, j], n, first + j, rest // OW, rest % OW)

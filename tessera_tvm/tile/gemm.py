@@ -76,6 +76,10 @@ def apply_epilogue(
             value = value * T.cast(op.value, compute)
         elif op.kind == "add_scalar":
             value = value + T.cast(op.value, compute)
+        elif op.kind == "max_scalar":
+            value = T.max(value, T.cast(op.value, compute))
+        elif op.kind == "min_scalar":
+            value = T.min(value, T.cast(op.value, compute))
         elif op.kind == "cast":
             value = round_to(value, op.dtype, compute)
         else:

@@ -42,6 +42,8 @@ EPILOGUE_KINDS = (
     "gate",
     "scale",
     "add_scalar",
+    "max_scalar",
+    "min_scalar",
     "relu",
     "gelu_erf",
     "gelu_tanh",
@@ -53,6 +55,8 @@ EPILOGUE_KINDS = (
 )
 
 
+#: Epilogue steps with a number ``value``.
+SCALAR_KINDS = ("scale", "add_scalar", "max_scalar", "min_scalar")
 #: Epilogue steps that read a tensor operand.
 OPERAND_KINDS = ("bias", "residual", "gate")
 
@@ -63,7 +67,8 @@ class EpilogueOp:
 
     ``bias`` adds the per-column vector ``operand`` ([N]); ``residual`` adds ``operand`` of the
     output's shape; ``gate`` multiplies by ``operand`` of the output's shape (SwiGLU's
-    ``silu(x W1) * (x W3)``); ``scale`` multiplies by ``value``; ``add_scalar`` adds ``value``; ``cast``
+    ``silu(x W1) * (x W3)``); ``scale`` multiplies by ``value``; ``add_scalar`` adds ``value``; ``max_scalar`` / ``min_scalar``
+    bound it below / above by ``value`` (a clip, ReLU6, is the two of them); ``cast``
     rounds to ``dtype`` (e.g. to reproduce a graph that casts before an activation). ``dtype`` of a
     bias/residual operand defaults to the GEMM's ``dtype_out``.
     """
@@ -81,9 +86,9 @@ class EpilogueOp:
             _check_name(where, "operand", self.operand)
         elif self.operand is not None:
             raise _fail(where, f"takes no operand, found operand={self.operand!r}")
-        if self.kind in ("scale", "add_scalar"):
-            if isinstance(self.value, bool) or not isinstance(self.value, int | float):
-                raise _fail(where, f"needs a number value=..., found {self.value!r}")
+        if self.kind in SCALAR_KINDS:
+            if isinstance(self.value, bool) or not isinstance(self.value, int | float) or not math.isfinite(self.value):
+                raise _fail(where, f"needs a finite number value=..., found {self.value!r}")
         if self.kind == "cast" or (self.dtype is not None):
             _check_dtype(where, "dtype", self.dtype)
 

@@ -120,6 +120,43 @@ def test_depthwise_and_grouped_convolutions_are_offloaded_and_a_norm_after_a_rel
     _check(built, model, x)
 
 
+def test_a_mobilenet_v2_block_runs_relu6_as_its_convolutions_epilogue():
+    torch.manual_seed(6)
+    model, x = torch_models().InvertedResidual(8).eval(), torch.randn(2, 8, 9, 9)
+    built = build(_import(model, x), "cpu")
+    # ReLU6 imports as R.clip(x, 0, 6): the expansion's and the depthwise conv's last epilogue step.
+    assert built.report.folded == {"batch_norm": 3}
+    ops = sorted(r.ops for r in built.report.offloaded)
+    assert ops == ["conv2d + add + add", "conv2d + add + clip", "conv2d + add + clip"], built.report
+    assert built.report.not_offloaded == [], built.report
+    _check(built, model, x)
+
+
+def test_hardswish_and_one_sided_clamps_run_as_tessera_kernels():
+    class Clamps(nn.Module):  # MobileNetV3's hardswish (x * relu6(x + 3) / 6), clamp with one bound
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return F.hardswish(y), torch.clamp(self.conv(x * 2), min=-0.5)
+
+    torch.manual_seed(7)
+    model, x = Clamps().eval(), torch.randn(1, 4, 6, 6)
+    built = build(_import(model, x), "cpu")
+    ops = sorted(r.ops for r in built.report.offloaded)
+    # hardswish reads the conv's output twice, so it is an element-wise kernel of its own (its two
+    # clips: clamp(min=0) and clamp(max=6)); the one-sided clamp is the second conv's epilogue.
+    assert ops == ["add + clip + clip + mul + div", "conv2d + add", "conv2d + add + clip", "mul"], built.report
+    assert {r.op for r in built.report.not_offloaded} == {"R.reshape"}, built.report  # the biases to [1, O, 1, 1]
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    got = built.run("main", x.numpy())
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
+
+
 def test_gpu_configs_leave_convolutions_to_tvm_with_the_reason():
     # GPU configs have no convolution kernel yet: the report says so, by config.
     _, report = partition_for_tessera(_import(BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)), "hopper")

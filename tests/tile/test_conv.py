@@ -101,6 +101,21 @@ def test_conv2d_epilogue_bias_residual_and_relu_in_float16(cpu_config, tmp_path)
     assert_close(out, expected, "float16", atol_scale=4)
 
 
+RELU6 = (EpilogueOp("max_scalar", value=0.0), EpilogueOp("min_scalar", value=6.0))
+
+
+@pytest.mark.parametrize("groups", [1, 6], ids=["implicit-gemm", "depthwise"])
+def test_conv2d_with_a_bias_and_relu6_clips_both_ends(groups, cpu_config, tmp_path):
+    # MobileNet's conv + bias + ReLU6: the clip's two bounds are two epilogue steps.
+    spec = Conv2dSpec(1, 6, 9, 9, 6, 3, 3, padding=(1, 1, 1, 1), groups=groups, epilogue=(EpilogueOp("bias", "b"), *RELU6))
+    inputs = random_inputs(spec, seed=3)
+    inputs["X"] *= 4  # outputs well past both bounds
+    out = run_cpu(spec, inputs, cpu_config, tmp_path)["Y"]
+    conv = conv2d_reference(inputs["X"], inputs["W"], padding=(1, 1, 1, 1), groups=groups) + as64(inputs["b"])
+    assert (conv < 0).any() and (conv > 6).any()
+    assert_close(out, np.clip(conv, 0, 6), "float32", atol_scale=54 / 16)
+
+
 def test_bad_conv_specs_are_refused_by_name():
     with pytest.raises(SpecError, match="does not fit the 4x4 input"):
         Conv2dSpec(1, 3, 4, 4, 8, 7, 7)

@@ -15,6 +15,8 @@ BIAS_GELU = (EpilogueOp("bias", operand="bias"), EpilogueOp("gelu_erf"))
 EVERY_STEP = (
     EpilogueOp("scale", value=0.5),
     EpilogueOp("add_scalar", value=0.25),
+    EpilogueOp("max_scalar", value=-0.5),  # a clip to [-0.5, 1.5] (ReLU6's form)
+    EpilogueOp("min_scalar", value=1.5),
     EpilogueOp("residual", operand="res"),
     EpilogueOp("gate", operand="gate"),
     EpilogueOp("tanh"),
@@ -45,6 +47,10 @@ def reference(spec: GemmSpec, arrays: dict) -> np.ndarray:
             x = x * op.value
         elif op.kind == "add_scalar":
             x = x + op.value
+        elif op.kind == "max_scalar":
+            x = np.maximum(x, op.value)
+        elif op.kind == "min_scalar":
+            x = np.minimum(x, op.value)
         elif op.kind == "cast":
             x = x.astype(np.float16).astype(np.float64)
         elif op.kind == "relu":
