@@ -172,7 +172,9 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
             epilogue.append(EpilogueOp("scale", value=-1.0))
         elif node.op == "clip":
             lo, hi = clip_bounds(node)
-            epilogue += [EpilogueOp(kind, value=v) for kind, v in (("max_scalar", lo), ("min_scalar", hi)) if math.isfinite(v)]
+            epilogue += [
+                EpilogueOp(kind, value=v) for kind, v in (("max_scalar", lo), ("min_scalar", hi)) if math.isfinite(v)
+            ]
         else:
             x, y = node.args
             other = y if x.same_as(cur) else x

@@ -107,7 +107,9 @@ RELU6 = (EpilogueOp("max_scalar", value=0.0), EpilogueOp("min_scalar", value=6.0
 @pytest.mark.parametrize("groups", [1, 6], ids=["implicit-gemm", "depthwise"])
 def test_conv2d_with_a_bias_and_relu6_clips_both_ends(groups, cpu_config, tmp_path):
     # MobileNet's conv + bias + ReLU6: the clip's two bounds are two epilogue steps.
-    spec = Conv2dSpec(1, 6, 9, 9, 6, 3, 3, padding=(1, 1, 1, 1), groups=groups, epilogue=(EpilogueOp("bias", "b"), *RELU6))
+    spec = Conv2dSpec(
+        1, 6, 9, 9, 6, 3, 3, padding=(1, 1, 1, 1), groups=groups, epilogue=(EpilogueOp("bias", "b"), *RELU6)
+    )
     inputs = random_inputs(spec, seed=3)
     inputs["X"] *= 4  # outputs well past both bounds
     out = run_cpu(spec, inputs, cpu_config, tmp_path)["Y"]

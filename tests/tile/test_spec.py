@@ -137,7 +137,10 @@ def test_specs_are_hashable_and_fingerprints_are_stable():
         (lambda: GemmSpec(8, 8, 8, name_out="A"), r"parameter names must be distinct, \['A'\]"),
         (lambda: EpilogueOp("bias"), r"EpilogueOp\('bias'\): operand is None; expected a C identifier"),
         (lambda: EpilogueOp("scale"), r"needs a finite number value=\.\.\., found None"),
-        (lambda: EpilogueOp("min_scalar", value=float("inf")), r"min_scalar'\): needs a finite number value=\.\.\., found inf"),
+        (
+            lambda: EpilogueOp("min_scalar", value=float("inf")),
+            r"min_scalar'\): needs a finite number value=\.\.\., found inf",
+        ),
         (lambda: EpilogueOp("swish"), r"kind is 'swish'; expected one of bias, residual"),
         (
             lambda: ElementwiseSpec((4, 8), (("x", (3, 8), "float32"),), Input("x")),
