@@ -590,6 +590,11 @@ def bench_models(quick: bool) -> None:
         "MLP (B=64, 784-1024-1024-10)": (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784), None),
         "ResNet basic block (B=1 C=64 56x56)": (torch_models.BasicBlock(64), torch.randn(1, 64, 56, 56), None),
         "ResNet-18 (B=1 224x224)": (torch_models.ResNet18(), torch.randn(1, 3, 224, 224), None),
+        "MobileNetV2 inverted residual (B=1 C=32 x6 56x56)": (
+            torch_models.InvertedResidual(32),
+            torch.randn(1, 32, 56, 56),
+            None,
+        ),
     }
     for name, (model, x, axis) in cases.items():
         model = model.eval()

@@ -15,6 +15,7 @@ one dtype (Python numbers take the tensor's dtype); float ops reject integer ten
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Any
 
 from . import reference
@@ -48,6 +49,7 @@ __all__ = [
     "neg",
     "cast",
     "relu",
+    "clip",
     "gelu",
     "silu",
     "sigmoid",
@@ -197,6 +199,28 @@ def exp(x):
 def tanh(x):
     """``tanh(x)`` (reference: :func:`tessera.reference.tanh`)."""
     return _unary("ops.tanh", "tanh", x, reference.tanh)
+
+
+def clip(x, lo: float | None = None, hi: float | None = None):
+    """``min(max(x, lo), hi)`` for Python numbers ``lo`` <= ``hi`` (either may be None: no bound), as
+    torch.clamp; ``clip(x, 0, 6)`` is ReLU6. After a matmul it is a step of the GEMM's epilogue
+    (reference: :func:`tessera.reference.clip`)."""
+    op = "ops.clip"
+    for name, bound in (("lo", lo), ("hi", hi)):
+        if bound is not None and not _is_number(bound):
+            raise KernelError(f"{name} is {type(bound).__name__} {bound!r}; expected a Python number or None", op=op)
+    if lo is None and hi is None:
+        raise KernelError("clip needs lo, hi or both", op=op)
+    if lo is not None and hi is not None and lo > hi:
+        raise KernelError(f"lo={lo!r} is above hi={hi!r}", op=op)
+    if not is_traced(x):
+        return wrap(reference.clip(x, lo, hi))
+    trace = _trace(op)
+    x = require_tensor(op, "x", x)
+    require_float(op, x)
+    lo = -math.inf if lo is None else float(lo)
+    hi = math.inf if hi is None else float(hi)
+    return trace.emit(op, "clip", [x], x.dims, x.dtype, _label("clip", x), lo=lo, hi=hi)
 
 
 def scale(x, s: float):

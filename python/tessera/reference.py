@@ -165,6 +165,11 @@ def relu(x):
     return _unary(x, lambda v: np.maximum(v, 0))
 
 
+def clip(x, lo=None, hi=None):
+    """``min(max(x, lo), hi)`` (a None bound: none on that side)."""
+    return _unary(x, lambda v: np.clip(v, lo, hi))
+
+
 def gelu(x, approximate: str = "none"):
     """``x * Phi(x)``: ``0.5 x (1 + erf(x / sqrt 2))``; with ``approximate="tanh"``,
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""

@@ -100,7 +100,7 @@ _REDUCE = {
 }
 
 #: Every op name :meth:`GraphBuilder.emit` accepts.
-OPS = ("matmul", "astype", "softmax", "layer_norm", "rms_norm", "attention", *_UNARY, *_BINARY, *_REDUCE)
+OPS = ("matmul", "astype", "clip", "softmax", "layer_norm", "rms_norm", "attention", *_UNARY, *_BINARY, *_REDUCE)
 
 
 class GraphBuilder:
@@ -144,7 +144,7 @@ class GraphBuilder:
         """Emit ``op`` on ``inputs``; return the result's handle (shape/dtype inferred by Relax).
 
         ``matmul``: ``out_dtype``, ``transpose_a``, ``transpose_b`` (as ``permute_dims``);
-        ``astype``: ``dtype``; ``softmax``: ``axis``; ``sum``/``max``/``mean``: ``axis``, ``keepdims``;
+        ``astype``: ``dtype``; ``clip``: ``lo``, ``hi`` (floats, +-inf for none); ``softmax``: ``axis``; ``sum``/``max``/``mean``: ``axis``, ``keepdims``;
         ``layer_norm``: inputs ``x, weight?, bias?`` + ``eps``, ``has_weight``, ``has_bias``;
         ``rms_norm``: ``x, weight?`` + ``eps``, ``has_weight``; ``attention``: ``q, k, v`` on
         ``[B, H, S, D]`` + ``scale``, ``causal`` (``None``, ``"top_left"``, ``"bottom_right"``).
@@ -160,6 +160,9 @@ class GraphBuilder:
             return self._emit(_REDUCE[op](args[0], axis, bool(attrs.get("keepdims", False))), op)
         if op == "astype":
             return self._emit(relax.op.astype(args[0], attrs["dtype"]), "cast")
+        if op == "clip":  # bounds as the frontend writes them (PrimValues; +-inf: no bound)
+            bounds = [relax.PrimValue(tir.FloatImm("float64", attrs[b])) for b in ("lo", "hi")]
+            return self._emit(relax.op.clip(args[0], *bounds), op)
         if op == "matmul":
             a, b = inputs
             if attrs.get("transpose_a"):

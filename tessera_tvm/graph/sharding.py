@@ -82,6 +82,7 @@ _UNARY = {
     "nn.gelu_tanh",
     "nn.relu",
     "nn.silu",
+    "clip",
     "exp",
     "tanh",
     "sigmoid",

@@ -15,12 +15,13 @@ error naming it and the op set.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from .._tvm import tvm
 from ..errors import TesseraError
-from ..graph.nodes import Node, flatten, rebuild
+from ..graph.nodes import Node, clip_bounds, flatten, rebuild
 from .patterns import swaps_last_two
 
 relax = tvm.relax
@@ -73,7 +74,7 @@ def add_kernel(mod, kernel, *, shapes: dict[str, int] | None = None, name: str |
 #: transpose or around attention; ones/zeros: as a norm's absent weight/bias).
 OP_SET = (
     "matmul", "add", "subtract", "multiply", "divide", "negative", "nn.relu", "nn.gelu", "nn.gelu_tanh",
-    "nn.silu", "sigmoid", "exp", "tanh", "astype", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum",
+    "nn.silu", "sigmoid", "exp", "tanh", "astype", "clip", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum",
     "max", "mean", "nn.attention", "permute_dims", "ones", "zeros",
 )  # fmt: skip
 
@@ -146,7 +147,7 @@ def _interpret(func, name: str):
             return env[expr]
 
         for node in flat.nodes:
-            args = [val(a, node) for a in node.args if not isinstance(a, relax.ShapeExpr)]
+            args = [val(a, node) for a in node.args if not isinstance(a, relax.ShapeExpr | relax.PrimValue)]
             env[node.var] = _apply(node, args, ops, unary, binary, reduce, name)
         outs = [env[o] for o in flat.outputs]
         for value in outs:
@@ -182,6 +183,12 @@ def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
         )
     if op == "astype":
         return ops.cast(args[0], node.attrs["dtype"])
+    if op == "clip":
+        bounds = clip_bounds(node)
+        if bounds is None:
+            raise NotInOpSet(f"{name}: {node.name} = R.clip with bounds that are not constants")
+        lo, hi = (b if math.isfinite(b) else None for b in bounds)
+        return ops.clip(args[0], lo, hi)
     if op == "nn.softmax":
         return ops.softmax(args[0], axis=int(node.attrs["axis"]))
     if op in ("ones", "zeros"):

@@ -434,3 +434,20 @@ def test_gpu_kernels_are_not_runnable_here():
         match=r"scale2 for ampere has no CUDA runtime library for .*: it was compiled with build=False",
     ):
         k(np.zeros((8, 4), np.float32))
+
+
+@pytest.mark.parametrize(
+    "lo, hi, message",
+    [
+        (None, None, "clip needs lo, hi or both"),
+        (2.0, 1.0, "lo=2.0 is above hi=1.0"),
+        ("0", None, "lo is str '0'; expected a Python number or None"),
+    ],
+)
+def test_clip_bounds_are_checked(lo, hi, message):
+    @ts.kernel
+    def clipped(x: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+        return ts.ops.clip(x, lo, hi)
+
+    with pytest.raises(ts.KernelError, match=re.escape(message)):
+        clipped.graph()

@@ -82,6 +82,9 @@ def test_python_operators_and_numbers_on_either_side():
         ("exp", {}),
         ("tanh", {}),
         ("scale", {"s": -0.75}),
+        ("clip", {"lo": 0, "hi": 6}),  # ReLU6
+        ("clip", {"lo": -0.5}),
+        ("clip", {"hi": 1.25}),
     ],
 )
 def test_unary_ops(name, kwargs):
@@ -279,7 +282,7 @@ def test_gemm_epilogue_per_dtype(dt):
     def linear(
         A: Tensor["M", "K", dt], W: Tensor["K", "N", dt], b: Tensor["N", dt], r: Tensor["M", "N", dt]
     ) -> Tensor["M", "N", dt]:
-        return ops.gelu(ops.matmul(A, W) * 0.5 + b) + r
+        return ops.clip(ops.gelu(ops.matmul(A, W) * 0.5 + b) + r, -0.25, 1.5)
 
     m, n, k = dims(20, (65, 140), (65, 140), (33, 90))
     rng = np.random.default_rng(20)

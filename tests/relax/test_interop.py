@@ -95,6 +95,26 @@ def test_a_relax_function_in_the_op_set_compiles_with_ts_compile():
     assert "fused_matmul_add_gelu" in graph  # Tessera's own fusion of the traced function
 
 
+def test_a_relax_clip_becomes_ops_clip_in_the_gemm_epilogue():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorStructInfo((5, 12), "float32"))
+    w = relax.Var("w", relax.TensorStructInfo((12, 7), "float32"))
+    with bb.function("relu6_linear", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, w))
+            lo, hi = relax.PrimValue(0), relax.PrimValue(tvm.tirx.FloatImm("float64", 6.0))
+            upper = bb.emit(relax.op.clip(y, lo, hi))  # ReLU6, as TVM's torch frontend writes it
+            inf = relax.PrimValue(tvm.tirx.FloatImm("float64", float("inf")))
+            out = bb.emit_output(relax.op.clip(upper, relax.PrimValue(tvm.tirx.FloatImm("float64", 0.5)), inf))
+        bb.emit_func_output(out)
+    kernel = from_relax(bb.get()["relu6_linear"])
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s).astype(np.float32) * 2 for s in ((5, 12), (12, 7)))
+    compiled = ts.compile(kernel, target="cpu")
+    np.testing.assert_allclose(compiled(a, b), np.clip(a @ b, 0.5, 6), rtol=1e-5, atol=1e-5)
+    assert "max_scalar 0 -> min_scalar 6 -> max_scalar 0.5" in compiled.inspect_ir("sched")
+
+
 def test_an_op_outside_the_op_set_is_named():
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorStructInfo((1, 3, 8, 8), "float32"))
