@@ -282,6 +282,13 @@ static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict
           const T *row = x + image[0] + plane + (int64_t)y * W + first;
           const int32_t lo = first < 0 ? (-first < MR ? -first : MR) : 0;
           const int32_t hi = W - first < MR ? (W - first > lo ? W - first : lo) : MR;
+          if (lo == 0 && hi == MR) {
+            // No padding column in the window: a copy of constant length, which g++ turns into
+            // vector moves (the loops below, of variable bounds, stay scalar).
+#pragma GCC unroll 16
+            for (int ii = 0; ii < MR; ++ii) dst[ii] = tessera_to_float(row[ii]);
+            i = MR;
+          }
           for (; i < lo; ++i) dst[i] = 0.0f;
           for (; i < hi; ++i) dst[i] = tessera_to_float(row[i]);
           for (; i < MR; ++i) dst[i] = 0.0f;
