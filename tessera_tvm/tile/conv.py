@@ -9,8 +9,8 @@ im2col matrix is never built) and its B panel from the weights, read as ``[O, C/
 
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
 would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
-input plane into a zero-padded local plane, then for each window offset adds ``w * x`` to a plane of
-accumulators, in loops with no bounds to test, which g++ vectorises.
+input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_gemm.h) sums the
+window for segments of a row held in vector registers, with no bounds to test.
 
 Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
 clips) on the accumulator as it is stored. There is no GPU program yet.
@@ -115,9 +115,9 @@ def depthwise_planes(spec: Conv2dSpec) -> tuple[int, int]:
 
 def _depthwise_cpu_program(spec: Conv2dSpec):
     """Depthwise convolution on the CPU: a block per output plane (n, o), reading input channel
-    ``o // (O / C)``. The block copies that input plane into a zero-padded local plane once, then
-    for each window offset adds ``w * x`` to a plane of fp32 accumulators: loops of constant trip
-    count with no bounds to test, which g++ vectorises."""
+    ``o // (O / C)``. The block copies that input plane into a zero-padded local plane once and its
+    window's weights to fp32; ``tessera_cpu_depthwise_f32`` then sums the window into a plane of fp32
+    accumulators, a row segment at a time in vector registers, and the epilogue stores it."""
     OH, OW, R, S = spec.OH, spec.OW, spec.R, spec.S
     (sh, sw), (dh, dw) = spec.stride, spec.dilation
     top, left, _, right = spec.padding
@@ -131,20 +131,32 @@ def _depthwise_cpu_program(spec: Conv2dSpec):
         with T.Kernel(spec.O, spec.N) as (o, n):
             padded = T.alloc_local((padded_elems,), "float32")
             acc = T.alloc_local((acc_elems,), "float32")
+            weights = T.alloc_local((R * S,), "float32")
             c = o // multiplier
             for i in T.serial(padded_elems):
                 padded[i] = T.float32(0)
             for y in T.serial(spec.H):
                 for x in T.serial(spec.W):
                     padded[(y + top) * padded_w + x + left] = T.cast(io.x[n, c, y, x], "float32")
-            for i in T.serial(acc_elems):
-                acc[i] = T.float32(0)
             for r in T.serial(R):
                 for s in T.serial(S):
-                    weight = T.cast(io.w[o, 0, r, s], "float32")
-                    for oh in T.serial(OH):
-                        for ow in T.serial(OW):
-                            acc[oh * OW + ow] += weight * padded[(oh * sh + r * dh) * padded_w + ow * sw + s * dw]
+                    weights[r * S + s] = T.cast(io.w[o, 0, r, s], "float32")
+            T.call_extern(
+                "int32",
+                "tessera_cpu_depthwise_f32",
+                T.address_of(acc[0]),
+                T.address_of(padded[0]),
+                T.address_of(weights[0]),
+                R,
+                S,
+                OH,
+                OW,
+                padded_w,
+                sh,
+                sw,
+                dh,
+                dw,
+            )
             for oh in T.serial(OH):
                 for ow in T.serial(OW):
                     _store(spec, io, acc[oh * OW + ow], n, o, oh, ow)

@@ -73,6 +73,13 @@ GROUPED = [
     (1, 6, 14, 14, 6, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 6),
     (1, 4, 10, 9, 8, 3, 3, (2, 2), (1, 0, 1, 2), (1, 1), 4),
     (1, 5, 12, 12, 5, 3, 3, (1, 2), (2, 2, 2, 2), (2, 1), 5),
+    # Depthwise rows of several vectors (tessera_cpu_depthwise_f32): blocks of 4 output rows with 2
+    # rows left, a last vector that overlaps the one before; a 7x7 and a 5x3 window; a dilated one
+    # (a row at a time).
+    (1, 4, 18, 37, 4, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 4),
+    (2, 3, 21, 40, 6, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 3),
+    (1, 2, 13, 35, 2, 5, 3, (1, 1), (2, 1, 2, 1), (1, 1), 2),
+    (1, 2, 16, 33, 2, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 2),
 ]
 
 
