@@ -11,6 +11,8 @@ Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPa
                         permute_dims to [B, H, S, D] around it, whose permutes join the kernel
     tessera.softmax     R.nn.softmax [+ astype]
     tessera.norm        R.nn.layer_norm / R.nn.rms_norm over the last axis [+ astype]
+    tessera.reduce      R.sum / R.mean / R.max of a float tensor over consecutive axes [+ astype]
+                        (a CNN's global average pooling)
 
 Longer patterns come first (FuseOpsByPattern takes the first that matches and passes its check). A
 check accepts a match only when Tessera can build the kernel for the config: symbolic dims only where
@@ -49,6 +51,9 @@ ANCHORS = {
     "relax.nn.softmax": "softmax",
     "relax.nn.layer_norm": "layer_norm",
     "relax.nn.rms_norm": "rms_norm",
+    "relax.sum": "sum",
+    "relax.mean": "mean",
+    "relax.max": "max",
 }
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
@@ -360,6 +365,14 @@ def _check_gate(node: Node, by_var, out_dims) -> None:
     raise OffloadRejected(f"{node.name}: an epilogue multiply takes a scalar or a tensor, found {others}")
 
 
+def _check_reduce(node: Node) -> None:
+    dtype = str(node.args[0].struct_info.dtype)
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise OffloadRejected(f"{node.op} of {dtype}: Tessera's reductions take float tensors (they sum in float32)")
+    if len(_dims(node.args[0])) == 0:
+        raise OffloadRejected(f"{node.op} of a 0-d tensor")
+
+
 def _check_norm(node: Node) -> None:
     rank = len(_dims(node.var))
     axes = tuple(int(a) % rank for a in node.attrs.get("axes") or ())
@@ -461,6 +474,8 @@ def plan_kernel(
             _check_norm(anchor)
         elif family == "attention":
             _check_attention(anchor, nodes)
+        elif family == "reduce":
+            _check_reduce(anchor)
         if family == "attention" and nodes[0].op != "permute_dims":  # plain [B, S, H, D] attention
             out_dtype = str(nodes[-1].var.struct_info.dtype)
             spec = attention_spec_bshd(anchor, out_dtype, symbols)
@@ -608,6 +623,13 @@ def tessera_patterns(
         patterns += [
             fusion_pattern("tessera.norm", _with_cast(norm), {}, norm_check),
             fusion_pattern("tessera.norm", norm, {}, norm_check),
+        ]
+    reduce_check = make_check("reduce", config, log, dim_hints)
+    for op in ("relax.sum", "relax.mean", "relax.max"):
+        reduction = _is(op)(wildcard())
+        patterns += [
+            fusion_pattern("tessera.reduce", _with_cast(reduction), {}, reduce_check),
+            fusion_pattern("tessera.reduce", reduction, {}, reduce_check),
         ]
     return patterns
 

@@ -158,6 +158,30 @@ def test_softmax_rms_norm_and_a_cast_epilogue_run_as_tessera_kernels():
     np.testing.assert_allclose(out, gelu(n @ w), rtol=1e-2, atol=1e-2)  # one f16 rounding of O(1) values
 
 
+def test_sum_mean_and_max_of_floats_run_as_tessera_kernels_and_integer_sums_stay():
+    def body(bb, x, counts):
+        pooled = bb.emit(R.mean(x, axis=[2, 3], keepdims=True))  # a CNN's global average pooling
+        peak = bb.emit(R.astype(R.max(x, axis=[-1]), "float16"))
+        total = bb.emit(R.sum(x, axis=None))
+        ints = bb.emit(R.sum(counts, axis=[1]))  # int32: TVM keeps it (Tessera sums in float32)
+        return relax.Tuple([pooled, peak, total, ints])
+
+    mod = _module("main", {"x": ((2, 5, 7, 9), "float32"), "counts": ((3, 4), "int32")}, body)
+    built = build(mod, "cpu")
+    assert sorted(o.ops for o in built.report.offloaded) == ["max + cast", "mean", "sum"], built.report
+    (left,) = built.report.not_offloaded
+    assert left.op == "R.sum" and "sum of int32: Tessera's reductions take float tensors" in left.reason
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 7, 9)).astype(np.float32)
+    counts = rng.integers(-1000, 1000, (3, 4)).astype(np.int32)
+    pooled, peak, total, ints = built.run("main", x, counts)
+    np.testing.assert_allclose(pooled, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    assert peak.dtype == np.float16
+    np.testing.assert_array_equal(peak, x.max(axis=-1).astype(np.float16))
+    np.testing.assert_allclose(total, x.sum(), rtol=1e-5)
+    np.testing.assert_array_equal(ints, counts.sum(axis=1))
+
+
 def test_bf16_on_the_cpu_is_left_to_tvm_with_the_reason():
     mod = _module("main", {"x": ((16, 16), "bfloat16"), "w": ((16, 16), "bfloat16")}, lambda bb, x, w: R.matmul(x, w))
     _, report = partition_for_tessera(mod, "cpu")
