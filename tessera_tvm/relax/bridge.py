@@ -216,10 +216,16 @@ def _output_counts(mod, kernels: dict[str, Any]) -> dict[str, int]:
 
 
 def offload_for_upstream(
-    text: str, config: str = "cpu", *, functions: list[str] | None = None, dim_hints: dict[str, int] | None = None
+    text: str,
+    config: str = "cpu",
+    *,
+    functions: list[str] | None = None,
+    dim_hints: dict[str, int] | None = None,
+    folded: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Partition the Relax module ``text`` for ``config`` and compile its Tessera kernels (see the
-    module docstring); returns the answer's fields."""
+    module docstring); returns the answer's fields. ``folded``: the ops the upstream side folded
+    before the weights were lifted (op -> count), for the report."""
     config = load_config(config)
     if config.target_kind not in ("c", "cuda"):
         raise TesseraError(
@@ -228,6 +234,8 @@ def offload_for_upstream(
         )
     mod = from_upstream_text(text)
     partitioned, report = partition_for_tessera(mod, config, functions=functions, dim_hints=dim_hints)
+    for op, count in (folded or {}).items():
+        report.folded[op] = report.folded.get(op, 0) + int(count)
     kernels = {
         str(gv.name_hint): str(f.attrs["global_symbol"])
         for gv, f in partitioned.functions.items()
@@ -262,6 +270,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             request.get("config", "cpu"),
             functions=request.get("functions"),
             dim_hints=request.get("dim_hints"),
+            folded=request.get("folded"),
         )
     if op == "export_options":
         return {"options": export_options(request.get("config", "cpu"))}

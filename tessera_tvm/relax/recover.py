@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import norm_folding
 from .._tvm import tvm
 
 relax = tvm.relax
@@ -589,47 +590,5 @@ def recover_silu(mod) -> tuple[Any, int]:
 
 
 def fold_batch_norms(mod) -> tuple[Any, int]:
-    """``batch_norm(conv2d(x, W) [+ b], gamma, beta, mean, var)`` at inference (``training=False``,
-    over the channels), with W, b and the statistics constants (a model imported with its weights
-    as constants), rewritten to ``conv2d(x, W * s) + ((b - mean) * s + beta)`` for
-    ``s = gamma / sqrt(var + eps)``, so that the convolution kernel applies the norm as its bias.
-    The weights are scaled in float64 and rounded once to their dtype. The batch_norm's other two
-    outputs (the running statistics, unchanged at inference) stay the constants they were."""
-    x, weight, bias = dpl.wildcard(), dpl.is_const(), dpl.is_const()
-    conv = dpl.is_op("relax.nn.conv2d")(x, weight)
-    reshaped = dpl.is_op("relax.reshape")(bias, dpl.wildcard())  # torch's conv bias, as [1, O, 1, 1]
-    biased = dpl.is_op("relax.add")(conv, reshaped | bias)
-    gamma, beta, mean, var = (dpl.is_const() for _ in range(4))
-    norm = dpl.is_op("relax.nn.batch_norm")(biased | conv, gamma, beta, mean, var)
-
-    def rewrite(orig, m, _bindings):
-        attrs, conv_call = orig.attrs, m[conv]
-        if bool(attrs.training) or int(attrs.axis) != 1:
-            return None
-        if (str(conv_call.attrs.data_layout), str(conv_call.attrs.kernel_layout)) != ("NCHW", "OIHW"):
-            return None
-        w = m[weight].data.numpy()
-        channels = w.shape[0]
-        stats = [m[p].data.numpy().astype(np.float64) for p in (gamma, beta, mean, var)]
-        if any(s.shape != (channels,) for s in stats):
-            return None
-        g, b, mu, sigma2 = stats
-        g = g if bool(attrs.scale) else np.ones(channels)
-        b = b if bool(attrs.center) else np.zeros(channels)
-        scale = g / np.sqrt(sigma2 + float(attrs.epsilon))
-        conv_bias = np.zeros(channels)
-        if biased in m:
-            value = m[bias].data.numpy()
-            # What is added must broadcast over the channels: [1, O, 1, 1] or [O, 1, 1], or any
-            # constant of O values reshaped to one of those ([O] added as it is runs along W).
-            added = _shape(m[reshaped]) if reshaped in m else value.shape
-            if value.size != channels or tuple(added) not in ((1, channels, 1, 1), (channels, 1, 1)):
-                return None
-            conv_bias = value.reshape(channels).astype(np.float64)
-        out_dtype = str(orig.struct_info.fields[0].dtype)
-        folded_w = relax.const((w.astype(np.float64) * scale[:, None, None, None]).astype(w.dtype))
-        folded_b = relax.const(((conv_bias - mu) * scale + b).reshape(1, channels, 1, 1).astype(out_dtype))
-        out = relax.op.add(relax.Call(conv_call.op, [conv_call.args[0], folded_w], conv_call.attrs), folded_b)
-        return relax.Tuple([out, orig.args[3], orig.args[4]])
-
-    return rewrite_functions(mod, norm, rewrite)
+    """tessera_tvm.norm_folding.fold_batch_norms in TileLang's TVM."""
+    return norm_folding.fold_batch_norms(mod, tvm)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TesseraError, ToolchainProcessError  # noqa: F401
+from ..norm_folding import fold_batch_norms
 from .lift import bind_constants, lift_constants
 from .toolchain import Toolchain, shared_toolchain, toolchain_python  # noqa: F401
 
@@ -76,10 +77,11 @@ def partition_for_tessera(
         )
     if config.endswith((".yaml", ".yml")) and os.path.exists(config):  # a YAML path: the toolchain runs elsewhere
         config = os.path.abspath(config)
+    # Batch norms are folded here, while the weights are still constants (they travel as parameters).
+    mod, folded = fold_batch_norms(mod, tvm)
     lifted_mod, constants = lift_constants(mod)
-    answer = shared_toolchain().request(
-        {"op": "offload", "text": lifted_mod.script(), "config": config, "functions": functions, "dim_hints": dim_hints}
-    )
+    request = {"op": "offload", "text": lifted_mod.script(), "config": config, "functions": functions}
+    answer = shared_toolchain().request({**request, "dim_hints": dim_hints, "folded": {"batch_norm": folded}})
     try:
         out = tvm.script.from_source(answer["text"])
     except Exception as exc:  # noqa: BLE001 - a dialect difference the bridge does not translate yet

@@ -110,10 +110,25 @@ def test_a_resnet_block_offloads_its_convolutions_and_matches_torch():
     torch.manual_seed(0)
     model, x = models.BasicBlock(8).eval(), torch.randn(2, 8, 10, 10)
     partitioned, report = tessera_tvm.partition_for_tessera(models.import_model(model, x), "cpu")
-    # The weights travel as parameters (never as constants), so the batch norms are not folded:
-    # upstream's LLVM builds them between the two convolution kernels.
-    assert [o["family"] for o in report.offloaded].count("conv2d") == 2, report
-    assert {n["op"] for n in report.not_offloaded} == {"R.nn.batch_norm"}, report
+    # The batch norms are folded on the upstream side, before the weights travel as parameters:
+    # both convolutions carry their norm as a bias, and nothing is left to upstream's LLVM.
+    assert report.folded == {"batch_norm": 2}, report
+    assert sorted(o["ops"] for o in report.offloaded) == ["conv2d + add + add + relu", "conv2d + add + relu"], report
+    assert report.not_offloaded == [], report
+    assert "folded into the convolution before them: 2 batch_norm" in str(report)
+    _check_against_torch(_main(partitioned), model, x)
+
+
+def test_a_mobilenet_v2_block_with_relu6_offloads_and_matches_torch():
+    torch = pytest.importorskip("torch")
+    models = _example("torch_models")
+    torch.manual_seed(1)
+    model, x = models.InvertedResidual(8).eval(), torch.randn(1, 8, 12, 12)
+    partitioned, report = tessera_tvm.partition_for_tessera(models.import_model(model, x), "cpu")
+    # Each norm folded into its convolution; ReLU6 (R.clip) and the residual add are their epilogues.
+    ops = sorted(o["ops"] for o in report.offloaded)
+    assert ops == ["conv2d + add + add", "conv2d + add + clip", "conv2d + add + clip"], report
+    assert report.folded == {"batch_norm": 3} and report.not_offloaded == [], report
     _check_against_torch(_main(partitioned), model, x)
 
 
