@@ -41,6 +41,11 @@ CASES = {
         torch.randn(1, 128, 256),
     ),
     "MLP (B=64, 784-1024-1024-10)": lambda: (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784)),
+    "ResNet basic block (B=1 C=64 56x56)": lambda: (torch_models.BasicBlock(64), torch.randn(1, 64, 56, 56)),
+    "MobileNetV2 inverted residual (B=1 C=32 x6 56x56)": lambda: (
+        torch_models.InvertedResidual(32),
+        torch.randn(1, 32, 56, 56),
+    ),
 }
 
 
