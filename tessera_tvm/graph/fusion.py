@@ -46,10 +46,22 @@ UNARY = {
 BINARY = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div"}
 EPILOGUE_ACTIVATIONS = ("nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "sigmoid", "exp", "tanh")
 REDUCTIONS = ("sum", "max", "mean")
-ANCHORS = ("matmul", "nn.conv2d", "nn.attention", "nn.softmax", "nn.layer_norm", "nn.rms_norm", *REDUCTIONS)
+ANCHORS = (
+    "matmul",
+    "nn.conv2d",
+    "nn.max_pool2d",
+    "nn.avg_pool2d",
+    "nn.attention",
+    "nn.softmax",
+    "nn.layer_norm",
+    "nn.rms_norm",
+    *REDUCTIONS,
+)
 
 _SHORT = {
     "nn.conv2d": "conv2d",
+    "nn.max_pool2d": "max_pool2d",
+    "nn.avg_pool2d": "avg_pool2d",
     "nn.attention": "attention",
     "nn.softmax": "softmax",
     "nn.layer_norm": "layer_norm",

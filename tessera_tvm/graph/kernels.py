@@ -24,6 +24,7 @@ from ..tile import (
     Input,
     KernelSpec,
     NormSpec,
+    Pool2dSpec,
     ReduceSpec,
     SoftmaxSpec,
     Unary,
@@ -96,6 +97,7 @@ def kernel_spec(group: KernelGroup, env: dict[str, int], *, tensor_constants: bo
         "gemm": _gemm,
         "attention": _attention,
         "conv2d": _conv2d,
+        "pool2d": _pool2d,
         "softmax": _softmax,
         "norm": _norm,
         "reduce": _reduce,
@@ -312,6 +314,32 @@ def _norm(group: KernelGroup, env, where) -> KernelBinding:
     )
     args = [x] + ([weight] if weight is not None else []) + ([bias] if bias is not None else [])
     return KernelBinding(group.name, spec, (*args, group.output))
+
+
+def _pool2d(group: KernelGroup, env, where) -> KernelBinding:
+    node = group.anchor
+    attrs = node.attrs
+    if (attrs["layout"], attrs["out_layout"]) != ("NCHW", "NCHW"):
+        raise GraphIRError(f"{where}: {node.op} in layout {attrs['layout']}; Tessera's pooling takes NCHW")
+    x = node.args[0]
+    n, c, h, w = _shape(x, env, where)
+    padding = tuple(attrs["padding"])
+    spec = Pool2dSpec(
+        n,
+        c,
+        h,
+        w,
+        "max" if node.op == "nn.max_pool2d" else "avg",
+        tuple(attrs["pool_size"]),
+        stride=tuple(attrs["strides"]),
+        padding=padding * 2 if len(padding) == 2 else padding,
+        dilation=tuple(attrs["dilation"]),
+        ceil_mode=bool(attrs["ceil_mode"]),
+        count_include_pad=bool(attrs["count_include_pad"]),
+        dtype_in=_dtype(x),
+        dtype_out=_dtype(group.output),
+    )
+    return KernelBinding(group.name, spec, (x, group.output))
 
 
 def _reduce(group: KernelGroup, env, where) -> KernelBinding:

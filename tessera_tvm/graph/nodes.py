@@ -80,6 +80,10 @@ _ATTR_FIELDS = {
         "out_layout",
         "out_dtype",
     ),
+    **{
+        op: ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad", "layout", "out_layout")
+        for op in ("nn.max_pool2d", "nn.avg_pool2d")
+    },
     "ones": ("dtype",),
     "zeros": ("dtype",),
 }

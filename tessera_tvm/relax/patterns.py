@@ -7,6 +7,7 @@ Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPa
                         [add bias|residual] [astype]; activations are the GEMM epilogue's
     tessera.conv2d      R.nn.conv2d (NCHW/OIHW), then [astype] [add bias] [add residual] [activation or
                         clip] [add] [astype]
+    tessera.pool2d      R.nn.max_pool2d / R.nn.avg_pool2d (NCHW) [+ astype]
     tessera.attention   R.nn.attention (no bias, no window), [B, S, H, D]; or Tessera's own form,
                         permute_dims to [B, H, S, D] around it, whose permutes join the kernel
     tessera.softmax     R.nn.softmax [+ astype]
@@ -36,7 +37,16 @@ from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
 from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, clip_bounds, kernel_dim_name, node_of
 from ..target.backend import backend_for
-from ..tile import AttentionSpec, Conv2dSpec, ElementwiseSpec, GemmSpec, KernelSpec, TileSchedule, validate_schedule
+from ..tile import (
+    AttentionSpec,
+    Conv2dSpec,
+    ElementwiseSpec,
+    GemmSpec,
+    KernelSpec,
+    Pool2dSpec,
+    TileSchedule,
+    validate_schedule,
+)
 from ..tile import base as tile_base
 from ..tile.expr import Binary, Input, Unary
 
@@ -47,6 +57,8 @@ tir = tvm.tirx
 ANCHORS = {
     "relax.matmul": "matmul",
     "relax.nn.conv2d": "conv2d",
+    "relax.nn.max_pool2d": "max_pool2d",
+    "relax.nn.avg_pool2d": "avg_pool2d",
     "relax.nn.attention": "attention",
     "relax.nn.softmax": "softmax",
     "relax.nn.layer_norm": "layer_norm",
@@ -252,7 +264,7 @@ def _symbolic_reason(anchor: Node, spec: KernelSpec, config: TargetConfig) -> st
         if named and not extents:
             return f"{op} with dynamic {', '.join(named)}: Tessera's GEMM takes symbolic M and batch dims only {where}"
         return None
-    if isinstance(spec, Conv2dSpec):
+    if isinstance(spec, Conv2dSpec | Pool2dSpec):
         return None  # the spec refuses symbolic dims other than the batch itself
     if isinstance(spec, AttentionSpec):
         fixed = ("H", "H_kv", "D") if extents else ("H", "H_kv", "S_q", "S_kv", "D")
@@ -602,8 +614,15 @@ def tessera_patterns(
     conv2d_check = make_check("conv2d", config, log, dim_hints)
     for chain in _epilogue_chains(_CONV_EPILOGUE):
         patterns.append(fusion_pattern("tessera.conv2d", _conv2d_pattern(chain), {}, conv2d_check))
-    attention_check = make_check("attention", config, log, dim_hints)
     wildcard = relax.dpl.wildcard
+    pool_check = make_check("pool2d", config, log, dim_hints)
+    for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        pool = _is(op)(wildcard())
+        patterns += [
+            fusion_pattern("tessera.pool2d", _with_cast(pool), {}, pool_check),
+            fusion_pattern("tessera.pool2d", pool, {}, pool_check),
+        ]
+    attention_check = make_check("attention", config, log, dim_hints)
     patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(), {}, attention_check))
     patterns.append(
         fusion_pattern(

@@ -31,6 +31,7 @@ from .specs import (  # noqa: F401
     GemmSpec,
     KernelSpec,
     NormSpec,
+    Pool2dSpec,
     ReduceSpec,
     SoftmaxSpec,
 )

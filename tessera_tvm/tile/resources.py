@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import dtype_bytes
-from .specs import AttentionSpec, Conv2dSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
+from .specs import AttentionSpec, Conv2dSpec, GemmSpec, KernelSpec, NormSpec, Pool2dSpec, ReduceSpec, SoftmaxSpec
 
 if TYPE_CHECKING:
     from .schedule import TileSchedule
@@ -47,6 +47,11 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
 
 def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c") -> int:
     """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
+    if isinstance(spec, Pool2dSpec):  # the padded input plane and the plane of accumulators (tile/pool.py)
+        from .pool import padded_plane
+
+        rows, cols = padded_plane(spec)
+        return 4 * (rows * cols + spec.OH * spec.OW)
     if isinstance(spec, Conv2dSpec):
         if spec.depthwise:  # the padded input plane and the plane of accumulators (tile/conv.py)
             from .conv import depthwise_planes

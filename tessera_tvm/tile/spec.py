@@ -23,6 +23,7 @@ from .specs import (  # noqa: F401
     GemmSpec,
     KernelSpec,
     NormSpec,
+    Pool2dSpec,
     ReduceSpec,
     SoftmaxSpec,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "Input",
     "KernelSpec",
     "NormSpec",
+    "Pool2dSpec",
     "ReduceSpec",
     "SoftmaxSpec",
     "SpecError",

@@ -625,4 +625,97 @@ class Conv2dSpec(KernelSpec):
         return 2 * self.N * self.OH * self.OW * self.O * self.C // self.groups * self.R * self.S
 
 
-SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d")
+@dataclass(frozen=True)
+class Pool2dSpec(KernelSpec):
+    """``Y[N, C, OH, OW] = pool(X[N, C, H, W])`` over ``pool`` = (R, S) windows, NCHW, as torch's
+    max_pool2d / avg_pool2d: ``kind`` "max" or "avg", ``padding`` (top, left, bottom, right),
+    ``ceil_mode`` (a last, partial window when it starts inside the input or its left padding) and,
+    for "avg", ``count_include_pad`` (divide by the window's size within the padded input, else by
+    its elements inside the input). Computed in fp32."""
+
+    family: ClassVar[str] = "pool2d"
+    N: int
+    C: int
+    H: int
+    W: int
+    kind: str
+    pool: tuple[int, int]
+    _: KW_ONLY
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    dtype_in: str = "float32"
+    dtype_out: str | None = None  # None: dtype_in
+    name_in: str = "X"
+    name_out: str = "Y"
+
+    KINDS: ClassVar[tuple[str, ...]] = ("max", "avg")
+
+    def __post_init__(self) -> None:
+        where = "Pool2dSpec"
+        _check_positive(where, "N", self.N)  # the batch may be symbolic (a Relax model's dynamic batch)
+        for f in ("C", "H", "W"):
+            value = getattr(self, f)
+            if is_symbolic(value):
+                raise _fail(where, f"{f} is the symbolic dim {value}; pooling takes a symbolic batch N only")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise _fail(where, f"{f} is {value!r}; expected a positive int")
+        if self.kind not in self.KINDS:
+            raise _fail(where, f"kind is {self.kind!r}; expected one of {', '.join(self.KINDS)}")
+        for f, size, low in (("pool", 2, 1), ("stride", 2, 1), ("padding", 4, 0), ("dilation", 2, 1)):
+            value = tuple(getattr(self, f))
+            if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+                raise _fail(where, f"{f} is {getattr(self, f)!r}; expected {size} ints >= {low}")
+            _set(self, f, value)
+        if self.kind == "avg" and self.dilation != (1, 1):
+            raise _fail(where, f"an average pool with dilation {self.dilation}; it takes dilation (1, 1)")
+        top, left, bottom, right = self.padding
+        if max(top, bottom) > self.pool[0] // 2 or max(left, right) > self.pool[1] // 2:
+            raise _fail(where, f"padding {self.padding} is more than half the {self.pool[0]}x{self.pool[1]} window")
+        if self.OH <= 0 or self.OW <= 0:
+            raise _fail(
+                where,
+                f"a {self.pool[0]}x{self.pool[1]} window does not fit the {self.H}x{self.W} input padded by {self.padding}",
+            )
+        _set(self, "ceil_mode", bool(self.ceil_mode))
+        _set(self, "count_include_pad", bool(self.count_include_pad))
+        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
+        _check_dtype(where, "dtype_in", self.dtype_in)
+        _check_dtype(where, "dtype_out", self.dtype_out)
+        _check_name(where, "name_in", self.name_in)
+        _check_name(where, "name_out", self.name_out)
+        self._check_unique_names()
+
+    def _out(self, size: int, before: int, after: int, window: int, stride: int, dilation: int) -> int:
+        span = size + before + after - dilation * (window - 1) - 1
+        if span < 0:
+            return 0
+        out = (-(-span // stride) if self.ceil_mode else span // stride) + 1
+        if self.ceil_mode and (out - 1) * stride >= size + before:  # the last window starts in the padding
+            out -= 1
+        return out
+
+    @property
+    def OH(self) -> int:
+        top, _, bottom, _ = self.padding
+        return self._out(self.H, top, bottom, self.pool[0], self.stride[0], self.dilation[0])
+
+    @property
+    def OW(self) -> int:
+        _, left, _, right = self.padding
+        return self._out(self.W, left, right, self.pool[1], self.stride[1], self.dilation[1])
+
+    @property
+    def shape_out(self) -> tuple[int, ...]:
+        return (self.N, self.C, self.OH, self.OW)
+
+    def inputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_in, (self.N, self.C, self.H, self.W), self.dtype_in)]
+
+    def outputs(self) -> list[TensorArg]:
+        return [TensorArg(self.name_out, self.shape_out, self.dtype_out)]
+
+
+SPEC_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")

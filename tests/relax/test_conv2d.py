@@ -157,6 +157,32 @@ def test_hardswish_and_one_sided_clamps_run_as_tessera_kernels():
         np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
 
 
+def test_max_and_average_pools_run_as_tessera_kernels_and_match_torch():
+    class Pools(nn.Module):  # ResNet's stem pool, a ceil-mode max, an average without the padding
+        def forward(self, x):
+            a = F.max_pool2d(x, 3, stride=2, padding=1)
+            b = F.max_pool2d(x, 2, stride=2, ceil_mode=True)
+            c = F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
+            return a, b, c, F.adaptive_avg_pool2d(x, 1)
+
+    torch.manual_seed(8)
+    model, x = Pools().eval(), torch.randn(2, 3, 9, 11)
+    built = build(_import(model, x), "cpu")
+    ops = sorted(r.ops for r in built.report.offloaded)
+    # adaptive_avg_pool2d(x, 1) imports as R.mean over H and W: a Tessera reduction.
+    assert ops == ["avg_pool2d", "max_pool2d", "max_pool2d", "mean"], built.report
+    # The frontend pairs each max_pool2d with R.zeros_like as its (unused) indices.
+    assert {r.op for r in built.report.not_offloaded} == {"R.zeros_like"}, built.report
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    for got, want in zip(built.run("main", x.numpy()), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # GPU configs have no pooling kernel yet: the report says so.
+    _, report = partition_for_tessera(_import(model, x), "hopper")
+    reasons = {r.op: r.reason for r in report.not_offloaded}
+    assert "Tessera has no CUDA pool2d kernel yet (config 'hopper')" in reasons["R.nn.max_pool2d"], reasons
+
+
 def test_gpu_configs_leave_convolutions_to_tvm_with_the_reason():
     # GPU configs have no convolution kernel yet: the report says so, by config.
     _, report = partition_for_tessera(_import(BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)), "hopper")

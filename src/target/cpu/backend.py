@@ -28,6 +28,7 @@ CPU = register_backend(
             "norm": "tessera_tvm.tile.reduce:norm_cpu_program",
             "attention": "tessera_tvm.tile.attention:attention_cpu_program",
             "conv2d": "tessera_tvm.tile.conv:conv2d_cpu_program",
+            "pool2d": "tessera_tvm.tile.pool:pool2d_cpu_program",
         },
         # A block's body is serial code, so no program reads threads or stages.
         program_fields={
@@ -38,6 +39,7 @@ CPU = register_backend(
             "reduce": ("block_m",),
             "elementwise": ("block_m", "block_n"),
             "conv2d": ("block_m", "block_n", "block_k"),
+            "pool2d": (),  # a block per plane
         },
         default_config="cpu",
         unheld_dtypes=_WIDENED,
