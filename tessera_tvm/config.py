@@ -87,7 +87,7 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
 }
 #: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
-SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d")
+SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
 
 #: Schedule fields an ``autotune:`` space may list (the frontend's override names; ``rasterize`` is
 #: the tile library's name for ``swizzle``). Each maps to a non-empty list of distinct integers.

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import norm_folding
+from .. import relax_rewrites
 from .._tvm import tvm
 
 relax = tvm.relax
@@ -69,48 +69,8 @@ def recover_attention(mod) -> tuple[Any, int]:
 
 
 def rewrite_functions(mod, pattern, make, rounds: int = 1) -> tuple[Any, int]:
-    """Every Relax function of ``mod`` with the calls matching ``pattern`` replaced by ``make(orig,
-    matched, bindings)`` (None: keep the call), up to ``rounds`` passes; and how many were replaced.
-    Dead bindings are dropped afterwards."""
-    count = 0
-    state: dict[str, Any] = {}
-
-    def rewrite(orig, matched):
-        nonlocal count
-        new = make(orig, matched, state["bindings"])
-        if new is None:
-            return orig
-        count += 1
-        return new
-
-    out = mod
-    for gv, func in list(mod.functions.items()):
-        if not isinstance(func, relax.Function):
-            continue
-        rewritten = func
-        for _ in range(rounds):
-            before = count
-            state["bindings"] = _bindings(rewritten)
-            rewritten = dpl.rewrite_call(pattern, rewrite, rewritten)
-            if count == before:
-                break
-        if not rewritten.same_as(func):
-            out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-            out[gv] = relax.transform.DeadCodeElimination()(tvm.IRModule({gv: rewritten}))[gv]
-    return out, count
-
-
-def _bindings(func) -> dict:
-    table = {}
-
-    def visit(node):
-        if isinstance(node, relax.VarBinding):
-            table[node.var] = node.value
-
-    for block in getattr(func.body, "blocks", []):
-        for binding in block.bindings:
-            visit(binding)
-    return table
+    """tessera_tvm.relax_rewrites.rewrite_functions in TileLang's TVM."""
+    return relax_rewrites.rewrite_functions(mod, pattern, make, tvm, rounds)
 
 
 class _Sym:
@@ -590,5 +550,5 @@ def recover_silu(mod) -> tuple[Any, int]:
 
 
 def fold_batch_norms(mod) -> tuple[Any, int]:
-    """tessera_tvm.norm_folding.fold_batch_norms in TileLang's TVM."""
-    return norm_folding.fold_batch_norms(mod, tvm)
+    """tessera_tvm.relax_rewrites.fold_batch_norms in TileLang's TVM."""
+    return relax_rewrites.fold_batch_norms(mod, tvm)

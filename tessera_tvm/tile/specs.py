@@ -114,6 +114,33 @@ def _epilogue_operands(epilogue, bias_shape: tuple, out_shape: tuple, dtype_out:
     return list(seen.values())
 
 
+def _check_in_out(spec, where: str) -> None:
+    """A one-input spec's ``dtype_in``, ``dtype_out`` (default: ``dtype_in``), ``name_in`` and
+    ``name_out``."""
+    _set(spec, "dtype_out", spec.dtype_out or spec.dtype_in)
+    _check_dtype(where, "dtype_in", spec.dtype_in)
+    _check_dtype(where, "dtype_out", spec.dtype_out)
+    _check_name(where, "name_in", spec.name_in)
+    _check_name(where, "name_out", spec.name_out)
+    spec._check_unique_names()
+
+
+def _check_image(spec, where: str, dims: tuple[str, ...], what: str, windows: tuple[tuple[str, int, int], ...]) -> None:
+    """An NCHW op's fixed ``dims`` (positive ints; only the batch N may be symbolic, checked by the
+    caller) and its window ``(field, length, lowest value)`` tuples of ints, stored as tuples."""
+    for f in dims:
+        value = getattr(spec, f)
+        if is_symbolic(value):
+            raise _fail(where, f"{f} is the symbolic dim {value}; {what} takes a symbolic batch N only")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _fail(where, f"{f} is {value!r}; expected a positive int")
+    for f, size, low in windows:
+        value = tuple(getattr(spec, f))
+        if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+            raise _fail(where, f"{f} is {getattr(spec, f)!r}; expected {size} ints >= {low}")
+        _set(spec, f, value)
+
+
 class KernelSpec:
     """Common interface of the specs: ``family``, ``inputs()``, ``outputs()``, ``params()``."""
 
@@ -312,12 +339,7 @@ class ReduceSpec(KernelSpec):
         _set(self, "axis", axes)
         if self.kind not in self.REDUCE_KINDS:
             raise _fail(where, f"kind is {self.kind!r}; expected one of {', '.join(self.REDUCE_KINDS)}")
-        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
-        _check_dtype(where, "dtype_in", self.dtype_in)
-        _check_dtype(where, "dtype_out", self.dtype_out)
-        _check_name(where, "name_in", self.name_in)
-        _check_name(where, "name_out", self.name_out)
-        self._check_unique_names()
+        _check_in_out(self, where)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -347,12 +369,7 @@ class SoftmaxSpec(KernelSpec):
         where = "SoftmaxSpec"
         _set(self, "shape", _check_dims(where, "shape", self.shape, allow_empty=False))
         _set(self, "axis", _norm_axis(where, self.axis, len(self.shape)))
-        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
-        _check_dtype(where, "dtype_in", self.dtype_in)
-        _check_dtype(where, "dtype_out", self.dtype_out)
-        _check_name(where, "name_in", self.name_in)
-        _check_name(where, "name_out", self.name_out)
-        self._check_unique_names()
+        _check_in_out(self, where)
 
     def inputs(self) -> list[TensorArg]:
         return [TensorArg(self.name_in, self.shape, self.dtype_in)]
@@ -542,18 +559,8 @@ class Conv2dSpec(KernelSpec):
     def __post_init__(self) -> None:
         where = "Conv2dSpec"
         _check_positive(where, "N", self.N)  # the batch may be symbolic (a Relax model's dynamic batch)
-        for f in ("C", "H", "W", "O", "R", "S"):
-            value = getattr(self, f)
-            if is_symbolic(value):
-                raise _fail(where, f"{f} is the symbolic dim {value}; a convolution takes a symbolic batch N only")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise _fail(where, f"{f} is {value!r}; expected a positive int")
-        for f, size in (("stride", 2), ("padding", 4), ("dilation", 2)):
-            value = tuple(getattr(self, f))
-            low = 0 if f == "padding" else 1
-            if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
-                raise _fail(where, f"{f} is {getattr(self, f)!r}; expected {size} ints >= {low}")
-            _set(self, f, value)
+        windows = (("stride", 2, 1), ("padding", 4, 0), ("dilation", 2, 1))
+        _check_image(self, where, ("C", "H", "W", "O", "R", "S"), "a convolution", windows)
         if isinstance(self.groups, bool) or not isinstance(self.groups, int) or self.groups <= 0:
             raise _fail(where, f"groups is {self.groups!r}; expected a positive int")
         if self.C % self.groups or self.O % self.groups:
@@ -656,19 +663,10 @@ class Pool2dSpec(KernelSpec):
     def __post_init__(self) -> None:
         where = "Pool2dSpec"
         _check_positive(where, "N", self.N)  # the batch may be symbolic (a Relax model's dynamic batch)
-        for f in ("C", "H", "W"):
-            value = getattr(self, f)
-            if is_symbolic(value):
-                raise _fail(where, f"{f} is the symbolic dim {value}; pooling takes a symbolic batch N only")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise _fail(where, f"{f} is {value!r}; expected a positive int")
         if self.kind not in self.KINDS:
             raise _fail(where, f"kind is {self.kind!r}; expected one of {', '.join(self.KINDS)}")
-        for f, size, low in (("pool", 2, 1), ("stride", 2, 1), ("padding", 4, 0), ("dilation", 2, 1)):
-            value = tuple(getattr(self, f))
-            if len(value) != size or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
-                raise _fail(where, f"{f} is {getattr(self, f)!r}; expected {size} ints >= {low}")
-            _set(self, f, value)
+        windows = (("pool", 2, 1), ("stride", 2, 1), ("padding", 4, 0), ("dilation", 2, 1))
+        _check_image(self, where, ("C", "H", "W"), "pooling", windows)
         if self.kind == "avg" and self.dilation != (1, 1):
             raise _fail(where, f"an average pool with dilation {self.dilation}; it takes dilation (1, 1)")
         top, left, bottom, right = self.padding
@@ -681,12 +679,7 @@ class Pool2dSpec(KernelSpec):
             )
         _set(self, "ceil_mode", bool(self.ceil_mode))
         _set(self, "count_include_pad", bool(self.count_include_pad))
-        _set(self, "dtype_out", self.dtype_out or self.dtype_in)
-        _check_dtype(where, "dtype_in", self.dtype_in)
-        _check_dtype(where, "dtype_out", self.dtype_out)
-        _check_name(where, "name_in", self.name_in)
-        _check_name(where, "name_out", self.name_out)
-        self._check_unique_names()
+        _check_in_out(self, where)
 
     def _out(self, size: int, before: int, after: int, window: int, stride: int, dilation: int) -> int:
         span = size + before + after - dilation * (window - 1) - 1

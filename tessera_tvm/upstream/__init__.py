@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TesseraError, ToolchainProcessError  # noqa: F401
-from ..norm_folding import fold_batch_norms
+from ..relax_rewrites import fold_batch_norms
 from .lift import bind_constants, lift_constants
 from .toolchain import Toolchain, shared_toolchain, toolchain_python  # noqa: F401
 

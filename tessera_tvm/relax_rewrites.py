@@ -1,15 +1,18 @@
-"""Inference batch norms folded into the convolution before them, in whichever TVM the caller has.
+"""Relax rewrites that run in whichever TVM the caller has: TileLang's (tessera_tvm.relax) or the
+user's apache-tvm 0.27 (tessera_tvm.upstream), which share the relax.dpl API.
 
-``fold_batch_norms(mod, tvm)`` rewrites ``batch_norm(conv2d(x, W) [+ b], gamma, beta, mean, var)``
+``rewrite_functions(mod, pattern, make, tvm)`` replaces the calls matching a dataflow pattern in
+every Relax function. ``fold_batch_norms(mod, tvm)`` folds inference batch norms into the
+convolution before them: it rewrites ``batch_norm(conv2d(x, W) [+ b], gamma, beta, mean, var)``
 at inference (``training=False``, over the channels, W, b and the statistics constants, as a model
 imported with its weights as constants has them) to ``conv2d(x, W * s) + ((b - mean) * s + beta)``
 for ``s = gamma / sqrt(var + eps)``, so that the convolution kernel applies the norm as its bias.
 The weights are scaled in float64 and rounded once to their dtype. The batch_norm's other two
 outputs (the running statistics, unchanged at inference) stay the constants they were.
 
-The module imports no TVM itself: TileLang's TVM passes its ``tvm`` (tessera_tvm.relax.offload) and
-an upstream apache-tvm process passes its own (tessera_tvm.upstream, before the weights are lifted
-to parameters for the trip to the toolchain process), with the same relax.dpl API.
+The module imports no TVM itself: TileLang's TVM passes its ``tvm`` (tessera_tvm.relax.recover) and
+an upstream apache-tvm process passes its own (tessera_tvm.upstream folds before the weights are
+lifted to parameters for the trip to the toolchain process).
 """
 
 from __future__ import annotations
@@ -59,11 +62,20 @@ def fold_batch_norms(mod, tvm) -> tuple[Any, int]:
         out = relax.op.add(relax.Call(conv_call.op, [conv_call.args[0], folded_w], conv_call.attrs), folded_b)
         return relax.Tuple([out, orig.args[3], orig.args[4]])
 
-    count = 0
+    return rewrite_functions(mod, norm, lambda orig, m, _bindings: rewrite(orig, m), tvm)
 
-    def counted(orig, matched):
+
+def rewrite_functions(mod, pattern, make, tvm, rounds: int = 1) -> tuple[Any, int]:
+    """Every Relax function of ``mod`` with the calls matching ``pattern`` replaced by ``make(orig,
+    matched, bindings)`` (None: keep the call), up to ``rounds`` passes; and how many were replaced.
+    ``bindings``: the function's var -> bound value. Dead bindings are dropped afterwards."""
+    relax = tvm.relax
+    count = 0
+    state: dict[str, Any] = {}
+
+    def rewrite(orig, matched):
         nonlocal count
-        new = rewrite(orig, matched)
+        new = make(orig, matched, state["bindings"])
         if new is None:
             return orig
         count += 1
@@ -73,11 +85,27 @@ def fold_batch_norms(mod, tvm) -> tuple[Any, int]:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
             continue
-        rewritten = dpl.rewrite_call(norm, counted, func)
+        rewritten = func
+        for _ in range(rounds):
+            before = count
+            state["bindings"] = _bindings(rewritten, relax)
+            rewritten = relax.dpl.rewrite_call(pattern, rewrite, rewritten)
+            if count == before:
+                break
         if not rewritten.same_as(func):
             out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
             out[gv] = relax.transform.DeadCodeElimination()(tvm.IRModule({gv: rewritten}))[gv]
     return out, count
+
+
+def _bindings(func, relax) -> dict:
+    """var -> value of each VarBinding in ``func``'s blocks."""
+    return {
+        binding.var: binding.value
+        for block in getattr(func.body, "blocks", [])
+        for binding in block.bindings
+        if isinstance(binding, relax.VarBinding)
+    }
 
 
 def _data(const) -> np.ndarray:
