@@ -177,6 +177,14 @@ def test_max_and_average_pools_run_as_tessera_kernels_and_match_torch():
         expected = [t.numpy() for t in model(x)]
     for got, want in zip(built.run("main", x.numpy()), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # A dynamic batch: the pools' grids run over it.
+    dynamic = build(_import(model, x, dynamic_batch=True), "cpu")
+    assert {r.ops for r in dynamic.report.offloaded if r.dynamic} >= {"max_pool2d", "avg_pool2d"}, dynamic.report
+    for batch in (1, 3):
+        xb = torch.randn(batch, 3, 9, 11)
+        with torch.no_grad():
+            want = model(xb)[2].numpy()
+        np.testing.assert_allclose(dynamic.run("main", xb.numpy())[2], want, rtol=1e-6, atol=1e-6)
     # GPU configs have no pooling kernel yet: the report says so.
     _, report = partition_for_tessera(_import(model, x), "hopper")
     reasons = {r.op: r.reason for r in report.not_offloaded}
