@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import ml_dtypes
@@ -518,6 +519,7 @@ def bench_gpu(quick: bool, target: str) -> None:
             err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
             t, t_peer = gpu_time(run, reps), gpu_time(lambda: torch.matmul(a, b), reps)
         except Exception as exc:  # noqa: BLE001 - one failing case is reported, the rest still run
+            traceback.print_exc()
             row("gpu", f"gemm bf16 {n}^3 ({target}) failed", type(exc).__name__, str(exc)[:60], "-")
             continue
         tflops = 2 * n**3 / 1e12
@@ -552,6 +554,7 @@ def bench_gpu(quick: bool, target: str) -> None:
                     err = float((out.float() - ref.float()).abs().max())
                     t, t_peer = gpu_time(run, reps), gpu_time(sdpa, reps)
                 except Exception as exc:  # noqa: BLE001
+                    traceback.print_exc()
                     row("gpu", f"{name} failed", type(exc).__name__, str(exc)[:60], "-")
                     continue
                 tflops = 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1) / 1e12

@@ -53,3 +53,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def pytest_runtest_logreport(report):
+    # TESSERA_TEST_PROGRESS=FILE: one line per test phase that ran, and each failure's traceback, as
+    # it happens (bench/device_run.sh: a run cut short by its time limit still says what failed).
+    path = os.environ.get("TESSERA_TEST_PROGRESS")
+    if not path or (report.when != "call" and not report.failed) or os.environ.get("PYTEST_XDIST_WORKER"):
+        # (under pytest-xdist the controller writes: it sees every worker's reports)
+        return
+    with open(path, "a") as f:
+        f.write(f"{report.outcome.upper()} {report.nodeid} ({report.when}, {report.duration:.1f} s)\n")
+        if report.failed:
+            f.write(report.longreprtext + "\n\n")

@@ -226,6 +226,10 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgm
                 block_m *= 2
         if not gpu:
             block_m, block_n = _spread_cpu_gemm(spec, block_m, block_n)
+        elif block_m * block_n < schedule.block_m * schedule.block_n:
+            # A block shrunk to a small problem keeps one consumer warp group at most (128 threads):
+            # the schedules the GPU tests ran with (Hopper's 256 threads are for its 128 x 256 tiles).
+            changes["threads"] = min(schedule.threads, 128)
         changes.update(block_m=block_m, block_n=block_n, block_k=min(schedule.block_k, _pow2_at_least(spec.K, floor)))
     elif isinstance(spec, AttentionSpec):
         floor = 16 if gpu else 1

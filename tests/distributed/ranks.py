@@ -246,14 +246,14 @@ def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     ]
     ref = ts.compile(block, target="cpu")(*arrays).astype(np.float32)
     sharded = ts.shard(block, ts.Mesh({"tp": world}), specs, outputs=ts.Split("S"))
-    k = ts.compile(sharded, target="hopper")
+    k = ts.compile(sharded, target="hopper", shapes=shapes)  # the global shapes; each rank compiles its part
     local = [
         torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).cuda() for a in sharded.local_arrays(arrays, rank)
     ]
     out = k(*local)
     issued = k.stats["collectives"]
     whole = ts.shard(block, ts.Mesh({"tp": world}), specs)  # rows gathered at the output
-    k_whole = ts.compile(whole, target="hopper")
+    k_whole = ts.compile(whole, target="hopper", shapes=shapes)
     pending = k_whole(*local, wait=False)  # the gather on the communication stream
     other = torch.randn(256, 256, device="cuda") @ torch.randn(256, 256, device="cuda")  # queued meanwhile
     gathered = pending.result()

@@ -31,10 +31,36 @@ def test_defaults_come_from_the_config():
     s = schedule_of("ampere")
     assert (s.block_m, s.block_n, s.block_k, s.stages, s.threads) == (128, 128, 32, 3, 128)
     assert s.mma == (16, 8, 16) and not s.warp_specialized
-    h = schedule_of("hopper")
-    assert (h.block_m, h.block_n, h.block_k, h.stages) == (128, 128, 64, 3) and h.warp_specialized
-    assert h.smem_bytes == 3 * (128 * 64 + 64 * 128) * 2
-    assert h.grid == (32, 32, 1)
+    h = schedule_of("hopper")  # the H200 sweep's fastest 8192^3 GEMM (configs/hopper.yaml)
+    assert (h.block_m, h.block_n, h.block_k, h.stages, h.threads, h.swizzle) == (128, 256, 64, 4, 256, 10)
+    assert h.warp_specialized and h.launch_threads == 256 + 128
+    assert h.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2
+    assert h.grid == (16, 32, 1)
+
+
+def test_hopper_blocks_shrunk_to_a_small_problem_keep_one_consumer_warp_group():
+    small = schedule_of("hopper", shapes={"M": 256, "N": 128, "K": 256})  # N=128 < the default 256
+    assert (small.block_m, small.block_n, small.threads) == (128, 128, 128)
+    wide = schedule_of("hopper", shapes={"M": 256, "N": 512, "K": 256})
+    assert (wide.block_m, wide.block_n, wide.threads) == (128, 256, 256)
+    # an override is taken as given, even where the defaults would have shrunk the threads
+    assert schedule_of("hopper", {"threads": 256}, shapes={"M": 256, "N": 128, "K": 256}).threads == 256
+
+
+def test_hopper_attention_takes_the_configs_attention_schedule():
+    @ts.kernel
+    def attention(
+        Q: Tensor["B", "H", "S", "D", ts.bf16],
+        K: Tensor["B", "H", "S", "D", ts.bf16],
+        V: Tensor["B", "H", "S", "D", ts.bf16],
+    ) -> Tensor["B", "H", "S", "D", ts.bf16]:
+        return ops.flash_attention(Q, K, V)
+
+    shapes = {"B": 1, "H": 8, "S": 1024, "D": 128}
+    h = schedule_of("hopper", kernel=attention, shapes=shapes)
+    assert (h.block_m, h.block_n, h.threads, h.stages) == (128, 128, 256, 2)
+    a = schedule_of("ampere", kernel=attention, shapes=shapes)  # no per-kind entry: the derived default
+    assert (a.block_m, a.block_n, a.threads) == (64, 64, 128)
 
 
 def test_text_has_one_line_per_aspect():
@@ -49,10 +75,10 @@ def test_text_has_one_line_per_aspect():
         "sched.epilogue",
         "sched.launch",
     ]
-    assert "block_m=128 block_n=128 block_k=64  mma=64x256x16" in text
-    assert "A: global -> shared (128x64 f16 x3, TMA)" in text
+    assert "block_m=128 block_n=256 block_k=64  mma=64x256x16" in text
+    assert "A: global -> shared (128x64 f16 x4, TMA)" in text
     assert "sched.epilogue  acc f32 -> cast f16 -> bias b -> gelu_erf -> store f16" in text
-    assert "grid=[32, 32, 1] threads=256 (128 compute + 128 TMA producer) smem=98304 B" in text
+    assert "grid=[16, 32, 1] threads=384 (256 compute + 128 TMA producer) smem=196608 B" in text
 
 
 def test_ampere_copies_are_cp_async_not_tma():

@@ -265,9 +265,11 @@ CUDA_HOST = textwrap.dedent(
       return t;
     }
 
-    #define CHECK(call) do { tsr_status_t s_ = (call); if (s_) { printf("%s: %d %s\n", #call, (int)s_, tsrGetLastError()); return 1; } } while (0)
+    /* each call is printed before it runs (stdout unbuffered): a crash shows the step it happened in */
+    #define CHECK(call) do { printf("%s\n", #call); tsr_status_t s_ = (call); if (s_) { printf("%s: %d %s\n", #call, (int)s_, tsrGetLastError()); return 1; } } while (0)
 
     int main(int argc, char** argv) {
+      setvbuf(stdout, NULL, _IONBF, 0);
       FILE* f = fopen(argv[1], "rb");
       fseek(f, 0, SEEK_END);
       size_t size = (size_t)ftell(f);
@@ -312,6 +314,7 @@ CUDA_HOST = textwrap.dedent(
       printf("max relative error %g\n", worst);
       CHECK(tsrDestroyContext(ctx));
       free(image);
+      printf("done\n");
       return worst < 2e-2 ? 0 : 1;  /* a float32 GEMM may run in TF32 on the tensor cores */
     }
     """

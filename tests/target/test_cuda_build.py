@@ -153,7 +153,10 @@ def test_formats_and_extra_flags(tmp_path):
     src = "__global__ void scale(float* x) { x[threadIdx.x] *= SCALE; }\n"
     b = compile_cuda(src, arch="sm_80", out_dir=tmp_path, name="k", formats=("cubin",), extra_flags=["-DSCALE=3.0f"])
     assert b.ptx_path is None and b.cubin_path.is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "k.cubin"]
+    # sm_80 is portable: a fatbin (magic 0xBA55ED50) of its SASS and PTX, which newer GPUs JIT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu", "k.fatbin"]
+    assert b.cubin_path.read_bytes()[:4] == bytes.fromhex("50ed55ba")
+    assert "-gencode=arch=compute_80,code=[sm_80,compute_80]" in b.commands[0]
     assert b.resource_usage["_Z5scalePf"]["registers"] > 0  # C++ kernels keep their mangled names
     assert len(b.commands) == 1 and "-DSCALE=3.0f" in b.commands[0]
 

@@ -14,6 +14,12 @@ How it calls nvcc (measured with nvcc 13.0 on TileLang 0.1.15 GEMMs):
 
 The cubin is assembled from the PTX we keep, so the C++ front end runs once, not twice; its SASS is
 the same as a direct ``.cu -> .cubin`` build (only the embedded ptxas command line differs).
+
+A portable arch (``sm_80``: no ``a``/``f`` suffix) gets a fatbin, ``<name>.fatbin``, in place of the
+cubin: the SASS for that arch plus its PTX (``code=[sm_80,compute_80]``), so the driver JIT-compiles
+the PTX on a newer GPU. A bare sm_80 cubin does not load on an H100 ("no kernel image is available",
+seen on the first lent H100/H200, 2026-11-26). An arch-specific image (``sm_90a``) runs on that arch
+alone, so it stays a plain cubin.
 TileLang's headers make nvcc print ~100 lines of harmless warnings (deprecated ``longlong4``,
 ``__device__`` on defaulted functions): they are kept on ``CudaBuild.log``, never printed, and never
 turned into errors.
@@ -58,6 +64,8 @@ _ARCH = re.compile(r"sm_(\d{2,3})([af]?)")
 class CudaBuild:
     """The artifacts of one :func:`compile_cuda` call (paths are in ``out_dir``).
 
+    ``cubin_path`` is the device image that the runtime loads: a cubin for an arch-specific target
+    (``sm_90a``), a fatbin of SASS and PTX for a portable one (``sm_80``; see the module docstring).
     ``resource_usage`` maps each kernel (entry function, by its symbol name) to ptxas's report:
     ``registers`` per thread, ``shared_bytes`` of *static* shared memory (TileLang puts its tiles in
     dynamic shared memory, which ptxas cannot see and does not count), ``spill_stores`` and
@@ -90,6 +98,11 @@ def gencode_flag(arch: str) -> str:
     return f"-gencode=arch=compute_{match[1]}{match[2]},code=sm_{match[1]}{match[2]}"
 
 
+def _portable(arch: str) -> bool:
+    """Whether ``arch``'s PTX may be JIT-compiled for newer GPUs (no ``a``/``f`` suffix)."""
+    return not _ARCH.fullmatch(arch)[2]
+
+
 def compile_cuda(
     source: str,
     *,
@@ -113,17 +126,23 @@ def compile_cuda(
     nvcc = require_tool("nvcc")
     flags = [str(f) for f in extra_flags]
     includes = [f"-I{d}" for d in tilelang_include_dirs()]
-    cu, ptx, cubin = f"{name}.cu", f"{name}.ptx", f"{name}.cubin"
+    cu, ptx = f"{name}.cu", f"{name}.ptx"
     common = [nvcc, "-std=c++20", "-O3", gencode]
+    if _portable(arch):  # SASS and PTX in one fatbin: newer GPUs JIT the PTX
+        virtual = arch.replace("sm_", "compute_")
+        image, image_flags = f"{name}.fatbin", [f"-gencode=arch={virtual},code=[{arch},{virtual}]", "--fatbin"]
+    else:
+        image, image_flags = f"{name}.cubin", [gencode, "--cubin"]
+    image_common = [nvcc, "-std=c++20", "-O3", *image_flags]
     # Relative file names + cwd=staging: error lines read "gemm.cu(137): error", and the recorded
     # commands can be re-run as they are from out_dir.
     commands: list[list[str]] = []
     if "ptx" in wanted:
         commands.append([*common, *includes, *flags, "--ptx", "-o", ptx, cu])
         if "cubin" in wanted:  # assemble the PTX we keep: the slow C++ front end runs once
-            commands.append([*common, *flags, "--cubin", "--resource-usage", "-o", cubin, ptx])
+            commands.append([*image_common, *flags, "--resource-usage", "-o", image, ptx])
     else:
-        commands.append([*common, *includes, *flags, "--cubin", "--resource-usage", "-o", cubin, cu])
+        commands.append([*image_common, *includes, *flags, "--resource-usage", "-o", image, cu])
 
     start = time.perf_counter()
     final_dir = Path(out_dir).absolute()
@@ -137,7 +156,7 @@ def compile_cuda(
     log = "\n".join(part for part in logs if part)
     return CudaBuild(
         source_path=final_dir / cu,
-        cubin_path=final_dir / cubin if "cubin" in wanted else None,
+        cubin_path=final_dir / image if "cubin" in wanted else None,
         ptx_path=final_dir / ptx if "ptx" in wanted else None,
         resource_usage=parse_ptxas_report(log) if "cubin" in wanted else {},
         commands=commands,
