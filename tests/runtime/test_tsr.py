@@ -321,8 +321,8 @@ CUDA_HOST = textwrap.dedent(
 )
 
 
-@pytest.mark.gpu
-def test_a_c_host_runs_a_cuda_image_on_the_gpu(image, tmp_path):
+def _run_cuda_host(image, tmp_path, env=None) -> subprocess.CompletedProcess:
+    """Export linear_relu for hopper, build libtessera_rt with CUDA and CUDA_HOST, run it on the image."""
     kernel = image.parent.parent / "linear_relu.py"
     assert main(["export", str(kernel), "--target", "hopper", "--shapes", "M=256,N=256,K=128",
                  "--out", str(tmp_path / "cuda")]) == 0  # fmt: skip
@@ -334,6 +334,74 @@ def test_a_c_host_runs_a_cuda_image_on_the_gpu(image, tmp_path):
          str(runtime), f"-Wl,-rpath,{runtime.parent}", "-lm"],
         cwd=tmp_path, check=True, capture_output=True, text=True,
     )  # fmt: skip
-    run = subprocess.run([str(tmp_path / "host"), str(tmp_path / "cuda" / "linear_relu.tsrb")],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run([str(tmp_path / "host"), str(tmp_path / "cuda" / "linear_relu.tsrb")],
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_a_c_host_runs_a_cuda_image_on_the_gpu(image, tmp_path):
+    run = _run_cuda_host(image, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+
+
+# A stand-in libcuda.so.1: every call the runtime and the kernel library make succeeds, device memory
+# is host memory, a launch is only recorded. It runs the host side of a CUDA image where no GPU is.
+FAKE_LIBCUDA = textwrap.dedent(
+    """\
+    #include <stdint.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    typedef int CUresult;
+    static int context_, module_, function_, stream_;
+    CUresult cuInit(unsigned flags) { fprintf(stderr, "fake: cuInit\\n"); return 0; }
+    CUresult cuGetErrorString(CUresult e, const char** s) { *s = "stand-in error"; return 0; }
+    CUresult cuDeviceGet(int* d, int ordinal) { *d = ordinal; return 0; }
+    CUresult cuDeviceGetCount(int* n) { *n = 1; return 0; }
+    CUresult cuDevicePrimaryCtxRetain(void** c, int d) { *c = &context_; return 0; }
+    CUresult cuCtxPushCurrent_v2(void* c) { return 0; }
+    CUresult cuCtxPopCurrent_v2(void** c) { if (c) *c = &context_; return 0; }
+    CUresult cuCtxSynchronize(void) { return 0; }
+    CUresult cuModuleLoadData(void** m, const void* image) { *m = &module_; return 0; }
+    CUresult cuModuleGetFunction(void** f, void* m, const char* name) { *f = &function_; return 0; }
+    CUresult cuFuncSetAttribute(void* f, int attribute, int value) { return 0; }
+    CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned smem, void* stream, void** params, void** extra) {
+      fprintf(stderr, "fake: launch grid %u %u %u block %u %u %u\\n", gx, gy, gz, bx, by, bz);
+      return 0;
+    }
+    CUresult cuTensorMapEncodeTiled(void* map, int type, unsigned rank, void* address, const uint64_t* dims,
+                                    const uint64_t* strides, const unsigned* box, const unsigned* element_strides,
+                                    int interleave, int swizzle, int l2, int fill) {
+      return ((uintptr_t)map) % 64 ? 1 : 0;  /* the driver wants 64-byte aligned descriptors */
+    }
+    CUresult cuMemAlloc_v2(uint64_t* p, size_t n) { *p = (uint64_t)(uintptr_t)calloc(1, n); return 0; }
+    CUresult cuMemFree_v2(uint64_t p) { free((void*)(uintptr_t)p); return 0; }
+    CUresult cuMemAllocAsync(uint64_t* p, size_t n, void* s) { return cuMemAlloc_v2(p, n); }
+    CUresult cuMemFreeAsync(uint64_t p, void* s) { return cuMemFree_v2(p); }
+    CUresult cuMemcpy(uint64_t d, uint64_t s, size_t n) { memcpy((void*)(uintptr_t)d, (void*)(uintptr_t)s, n); return 0; }
+    CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void* st) { return cuMemcpy(d, s, n); }
+    CUresult cuStreamCreate(void** s, unsigned flags) { *s = &stream_; return 0; }
+    CUresult cuStreamDestroy_v2(void* s) { return 0; }
+    CUresult cuStreamSynchronize(void* s) { return 0; }
+    """
+)
+
+
+@pytest.mark.nvcc  # the image embeds a cubin
+def test_a_c_host_drives_a_cuda_image_through_a_stand_in_driver(image, tmp_path):
+    # The host side of tsr + a CUDA kernel library, with no GPU: before 2026-11-26 the kernel library
+    # found libtessera_rt's copy of std::call_once's helper for tessera/cuda_driver.h's driver table,
+    # filled the runtime's table instead of its own, and segfaulted at the first launch (on an H200
+    # and here alike).
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "fake_cuda.c").write_text(FAKE_LIBCUDA)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "libcuda.so.1", "fake_cuda.c"], cwd=driver, check=True)
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{driver}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    run = _run_cuda_host(image, tmp_path, env=env)
+    # launches do nothing here, so the host's result check fails (1); every call before it succeeded
+    assert run.returncode == 1 and run.stdout.endswith("done\n"), run.stdout + run.stderr[-3000:]
+    assert "tsrLaunch(k, stream, launch, args, 4)\n" in run.stdout and "max relative error" in run.stdout
+    assert run.stderr.count("fake: cuInit") == 2  # the runtime's table and the kernel library's own
+    assert run.stderr.count("fake: launch grid 1 2 1 block 384 1 1") == 1  # 128 x 256 blocks, 256 + 128 threads

@@ -53,33 +53,43 @@ struct Driver {
   std::string error;  // why the driver is unusable ("" when it is usable)
 };
 
-/* The driver table, opened and initialised once; ``error`` says why not when it cannot be. */
-inline const Driver& GetDriver() {
-  static Driver driver;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (lib == nullptr) {
-      driver.error =
-          "no CUDA driver here (libcuda.so.1 does not load); CUDA kernels run on a machine with an NVIDIA GPU and "
-          "its driver";
-      return;
-    }
+/* The driver table: libcuda opened and initialised; ``error`` says why not when it cannot be. */
+inline Driver OpenDriver() {
+  Driver driver;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (lib == nullptr) {
+    driver.error =
+        "no CUDA driver here (libcuda.so.1 does not load); CUDA kernels run on a machine with an NVIDIA GPU and "
+        "its driver";
+    return driver;
+  }
 #define TESSERA_CU_LOAD(name)                                                                             \
   driver.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, TESSERA_CU_NAME(name)));                   \
   if (driver.name == nullptr && driver.error.empty()) {                                                   \
     driver.error = std::string("the CUDA driver has no ") + TESSERA_CU_NAME(name) + " (driver too old?)"; \
   }
-    TESSERA_CU_FUNCTIONS(TESSERA_CU_LOAD)
+  TESSERA_CU_FUNCTIONS(TESSERA_CU_LOAD)
 #undef TESSERA_CU_LOAD
-    if (!driver.error.empty()) return;
-    CUresult status = driver.cuInit(0);
-    if (status != CUDA_SUCCESS) {
-      const char* text = nullptr;
-      driver.cuGetErrorString(status, &text);
-      driver.error = std::string("cuInit failed: ") + (text != nullptr ? text : "unknown CUDA error");
-    }
-  });
+  if (!driver.error.empty()) return driver;
+  CUresult status = driver.cuInit(0);
+  if (status != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    driver.cuGetErrorString(status, &text);
+    driver.error = std::string("cuInit failed: ") + (text != nullptr ? text : "unknown CUDA error");
+  }
+  return driver;
+}
+
+/* The driver table, opened once per library (a function-local static: C++11 makes its first
+ * initialisation thread-safe). Not std::call_once with a lambda: that instantiates a libstdc++
+ * template (std::once_flag::_Prepare_execution<...>::_FUN) that is exported however the library is
+ * built, so a kernel library loaded into a process whose libtessera_rt already holds this header
+ * had its call_once run the runtime's lambda, which filled the runtime's table and left the
+ * library's empty: a null cuDeviceGetCount, and a segfault at a C host's first tsrLaunch of a CUDA
+ * image (seen on an H200, 2026-11-26; tests/runtime/test_tsr.py reproduces it with a stand-in
+ * libcuda, no GPU needed). */
+inline const Driver& GetDriver() {
+  static const Driver driver = OpenDriver();
   return driver;
 }
 
