@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run ON the lent GPU machine (device tool, carry ['.whl'], filled by bench/device_wheels.sh here):
-#   bash bench/device_run.sh [tests|bench|all]   (default all)
+#   bash bench/device_run.sh [tests|bench|sweep|all]   (default all: tests, then bench; sweep: bench/gpu_sweep.py)
 # Installs TileLang into /tmp/tessera-site and Tessera (editable) next to that machine's own torch, then runs the
 # GPU and nvcc tests (pytest -m "gpu or nvcc") and the GPU benchmark. Logs, the JUnit report and the
 # benchmark table go to $OUT (the device tool brings them back), else to bench/device-out/.
@@ -45,6 +45,10 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     timeout -k 10 "${TESSERA_BENCH_LIMIT:-240}" python3 bench/bench.py --only gpu --out "$out/RESULTS-gpu.md" 2>&1 \
         | tee "$out/bench-gpu.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "$what" = sweep ]; then
+    timeout -k 10 "${TESSERA_BENCH_LIMIT:-240}" python3 bench/gpu_sweep.py --out "$out/sweep.txt" 2>&1 | tee "$out/sweep.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit "$rc"
