@@ -34,11 +34,13 @@ rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     # In 8 workers where pytest-xdist came along: most of the time is nvcc, one compile per core.
     workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || true)
-    # Device time is scarce (15 min a session): the whole test run and each test are capped, so that
-    # a hang still leaves the log and the JUnit report of what did run.
+    # Device time is scarce (15 min a session): the whole test run and each test are capped. A run
+    # cut at its cap prints no summary and writes no JUnit report, so each result and each failure's
+    # traceback also go to $out/progress.txt as they happen (tests/conftest.py).
+    export TESSERA_TEST_PROGRESS="${TESSERA_TEST_PROGRESS:-$out/progress.txt}"
     per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=${TESSERA_TEST_TIMEOUT:-150}" || true)
     timeout -k 10 "${TESSERA_TESTS_LIMIT:-240}" python3 -m pytest -q -rfE --tb=short -m "gpu or nvcc" $workers $per_test \
-        -p no:cacheprovider --junitxml="$out/gpu-tests.xml" tests 2>&1 \
+        -p no:cacheprovider -p no:benchmark --junitxml="$out/gpu-tests.xml" tests 2>&1 \
         | tee "$out/gpu-tests.log"
     rc=${PIPESTATUS[0]}
 fi
