@@ -271,17 +271,24 @@ def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) ->
         return schedule
     if isinstance(spec, Conv2dSpec):
         spec = spec.as_gemm()
+    gemm = isinstance(spec, GemmSpec)
+    min_rows = 64 if gemm and config.fact("wgmma") else 16  # wgmma takes 64-row tiles
     while smem_bytes(spec, schedule, target_kind) > limit:
         if schedule.stages > 1:
             schedule = schedule.replace(stages=schedule.stages - 1)
-        elif isinstance(spec, GemmSpec) and schedule.block_k > 16:
+        elif gemm and schedule.block_k > 16:
             schedule = schedule.replace(block_k=schedule.block_k // 2)
-        elif isinstance(spec, AttentionSpec) and schedule.block_n > 16:
-            schedule = schedule.replace(block_n=schedule.block_n // 2)
-        elif schedule.block_m > 16:
-            schedule = schedule.replace(block_m=schedule.block_m // 2)
+        elif (
+            (gemm or isinstance(spec, AttentionSpec))
+            and schedule.block_n > 16
+            and (not gemm or schedule.block_n >= schedule.block_m or schedule.block_m <= min_rows)
+        ):
+            # a GEMM's wider side first; a smaller block keeps one consumer warp group (fit_schedule)
+            schedule = schedule.replace(block_n=schedule.block_n // 2, threads=min(schedule.threads, 128))
+        elif schedule.block_m > min_rows:
+            schedule = schedule.replace(block_m=schedule.block_m // 2, threads=min(schedule.threads, 128))
         else:
-            break
+            break  # nothing left to shrink: VerifyResources reports what does not fit
     return schedule
 
 

@@ -231,7 +231,7 @@ def test_a_schedule_typo_names_the_file_line_and_the_key(tmp_path):
     text = (
         Path(load_config("hopper").source)
         .read_text()
-        .replace("  block_k: 64\n  stages: 3", "  blok_k: 64\n  stages: 3")
+        .replace("  block_k: 64\n  stages: 4", "  blok_k: 64\n  stages: 4")
     )
     path = tmp_path / "typo.yaml"
     path.write_text(text)

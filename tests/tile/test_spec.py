@@ -170,10 +170,10 @@ def test_from_config_takes_the_configs_gemm_defaults():
     schedule = TileSchedule.from_config("hopper", "gemm")
     assert (schedule.block_m, schedule.block_n, schedule.block_k, schedule.stages, schedule.threads) == (
         128,
-        128,
+        256,
         64,
-        3,
-        128,
+        4,
+        256,
     )
     assert schedule.mma == (64, 256, 16)
     cpu = TileSchedule.from_config("cpu", "gemm")
