@@ -147,6 +147,10 @@ def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[st
     return {**base, "block_m": 16, "block_n": 128, "threads": 128} if gpu else {**base, "block_m": 16, "block_n": 256}
 
 
+#: Threads of a GPU block that fit_schedule or the shared-memory fit shrank below the config's: one
+#: consumer warp group, as the GPU tests ran (Hopper's 256 threads are for its 128 x 256 tiles).
+SMALL_BLOCK_THREADS = 128
+
 #: A CPU GEMM smaller than this (multiply-adds) runs in fewer blocks than cores rather than pay for
 #: waking threads (~10 us each) to share a few microseconds of work.
 CPU_GEMM_SPREAD_MIN_WORK = 1 << 22
@@ -227,9 +231,7 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgm
         if not gpu:
             block_m, block_n = _spread_cpu_gemm(spec, block_m, block_n)
         elif block_m * block_n < schedule.block_m * schedule.block_n:
-            # A block shrunk to a small problem keeps one consumer warp group at most (128 threads):
-            # the schedules the GPU tests ran with (Hopper's 256 threads are for its 128 x 256 tiles).
-            changes["threads"] = min(schedule.threads, 128)
+            changes["threads"] = min(schedule.threads, SMALL_BLOCK_THREADS)
         changes.update(block_m=block_m, block_n=block_n, block_k=min(schedule.block_k, _pow2_at_least(spec.K, floor)))
     elif isinstance(spec, AttentionSpec):
         floor = 16 if gpu else 1
@@ -274,19 +276,17 @@ def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) ->
     gemm = isinstance(spec, GemmSpec)
     min_rows = 64 if gemm and config.fact("wgmma") else 16  # wgmma takes 64-row tiles
     while smem_bytes(spec, schedule, target_kind) > limit:
+        threads = min(schedule.threads, SMALL_BLOCK_THREADS)  # for a block shrunk below this one
+        # a GEMM halves its wider side first (block_m only down to min_rows); attention its key step
+        n_first = schedule.block_n >= schedule.block_m or schedule.block_m <= min_rows
         if schedule.stages > 1:
             schedule = schedule.replace(stages=schedule.stages - 1)
         elif gemm and schedule.block_k > 16:
             schedule = schedule.replace(block_k=schedule.block_k // 2)
-        elif (
-            (gemm or isinstance(spec, AttentionSpec))
-            and schedule.block_n > 16
-            and (not gemm or schedule.block_n >= schedule.block_m or schedule.block_m <= min_rows)
-        ):
-            # a GEMM's wider side first; a smaller block keeps one consumer warp group (fit_schedule)
-            schedule = schedule.replace(block_n=schedule.block_n // 2, threads=min(schedule.threads, 128))
+        elif schedule.block_n > 16 and (isinstance(spec, AttentionSpec) or (gemm and n_first)):
+            schedule = schedule.replace(block_n=schedule.block_n // 2, threads=threads)
         elif schedule.block_m > min_rows:
-            schedule = schedule.replace(block_m=schedule.block_m // 2, threads=min(schedule.threads, 128))
+            schedule = schedule.replace(block_m=schedule.block_m // 2, threads=threads)
         else:
             break  # nothing left to shrink: VerifyResources reports what does not fit
     return schedule

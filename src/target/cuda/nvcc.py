@@ -98,9 +98,14 @@ def gencode_flag(arch: str) -> str:
     return f"-gencode=arch=compute_{match[1]}{match[2]},code=sm_{match[1]}{match[2]}"
 
 
-def _portable(arch: str) -> bool:
-    """Whether ``arch``'s PTX may be JIT-compiled for newer GPUs (no ``a``/``f`` suffix)."""
-    return not _ARCH.fullmatch(arch)[2]
+def _device_image(arch: str, name: str) -> tuple[str, list[str]]:
+    """The device image's file name and nvcc flags for ``arch`` (already checked by gencode_flag):
+    a fatbin of SASS and PTX for a portable arch (no ``a``/``f`` suffix), so newer GPUs JIT the PTX;
+    a cubin for an arch-specific one."""
+    if _ARCH.fullmatch(arch)[2]:
+        return f"{name}.cubin", [gencode_flag(arch), "--cubin"]
+    virtual = arch.replace("sm_", "compute_")
+    return f"{name}.fatbin", [f"-gencode=arch={virtual},code=[{arch},{virtual}]", "--fatbin"]
 
 
 def compile_cuda(
@@ -127,13 +132,9 @@ def compile_cuda(
     flags = [str(f) for f in extra_flags]
     includes = [f"-I{d}" for d in tilelang_include_dirs()]
     cu, ptx = f"{name}.cu", f"{name}.ptx"
-    common = [nvcc, "-std=c++20", "-O3", gencode]
-    if _portable(arch):  # SASS and PTX in one fatbin: newer GPUs JIT the PTX
-        virtual = arch.replace("sm_", "compute_")
-        image, image_flags = f"{name}.fatbin", [f"-gencode=arch={virtual},code=[{arch},{virtual}]", "--fatbin"]
-    else:
-        image, image_flags = f"{name}.cubin", [gencode, "--cubin"]
-    image_common = [nvcc, "-std=c++20", "-O3", *image_flags]
+    image, image_flags = _device_image(arch, name)
+    base = [nvcc, "-std=c++20", "-O3"]
+    common, image_common = [*base, gencode], [*base, *image_flags]
     # Relative file names + cwd=staging: error lines read "gemm.cu(137): error", and the recorded
     # commands can be re-run as they are from out_dir.
     commands: list[list[str]] = []
