@@ -8,11 +8,15 @@ Two kernels, each as the plain kernel on 1 rank and as ``ts.shard`` of it on 2:
   all-reduce of the [tokens, hidden] output);
 - ``sp``: X + gelu(rms_norm(X) W1) W2 sequence-parallel (X split on its rows: an all-gather of the
   normed rows before W1 and a reduce-scatter of the partial sum onto X's rows, both between the
-  kernels; the result stays split on the rows).
+  kernels; the result stays split on the rows);
+- ``cp``: causal self-attention context-parallel (Q, K, V split on the sequence: K and V
+  all-gathered, each rank reading them up to its last query; the result stays split). With
+  contiguous pieces the last rank does 3/4 of the work on 2 ranks, and sets the pace.
 
 Each rank is pinned to one thread (``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute
-of 1. The figures are medians of timed calls after a warm-up; the communication share is the time
-a call spends in its collectives (``stats["comm_seconds"]``) divided by the call's time, on rank 0.
+of 1. The figures are medians of timed calls after a warm-up, on the slowest rank; the communication
+share is the time a call spends in its collectives (``stats["comm_seconds"]``) divided by the call's
+time, on that rank.
 """
 
 # No `from __future__ import annotations`: the kernel in _rank has its annotations evaluated there.
@@ -51,8 +55,16 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
     ) -> Tensor["M", "D", ts.f32]:
         return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
 
-    kernel = {"mlp": mlp, "sp": sp}[model]
-    shapes = {"M": tokens, "D": hidden, "F": 4 * hidden}
+    @ts.kernel
+    def cp(
+        Q: Tensor["B", "H", "M", "E", ts.f32],
+        K: Tensor["B", "H", "M", "E", ts.f32],
+        V: Tensor["B", "H", "M", "E", ts.f32],
+    ) -> Tensor["B", "H", "M", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    kernel = {"mlp": mlp, "sp": sp, "cp": cp}[model]
+    shapes = _shapes(model, tokens, hidden)
     rng = np.random.default_rng(0)
     arrays = [
         (rng.standard_normal(tuple(shapes[d] for d in t.dims)) * 0.05).astype(np.float32) for _, t in kernel.params
@@ -66,6 +78,9 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
         specs = {"W1": ts.Split("F"), "W2": ts.Split("F")}
         if model == "mlp":
             sharded = ts.shard(mlp, ts.Mesh({"tp": world}), {**specs, "b1": ts.Split("F")})
+        elif model == "cp":
+            sharded = ts.shard(cp, ts.Mesh({"sp": world}), {n: ts.Split("M") for n in "QKV"}, outputs=ts.Split("M"))
+            ref = np.split(ref, world, axis=2)[rank]
         else:
             sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=0)[rank]
@@ -87,7 +102,21 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
     results.put((rank, statistics.median(times), statistics.median(comm) if comm else 0.0, err))
 
 
+def _shapes(model: str, tokens: int, hidden: int) -> dict[str, int]:
+    if model == "cp":  # a longer sequence than the MLP's tokens, heads of 64
+        return {"B": 1, "H": hidden // 64, "M": 2 * tokens, "E": 64}
+    return {"M": tokens, "D": hidden, "F": 4 * hidden}
+
+
+def _flops(model: str, tokens: int, hidden: int) -> float:
+    s = _shapes(model, tokens, hidden)
+    if model == "cp":  # two matmuls over the visible half of the scores
+        return 2 * 2 * s["B"] * s["H"] * s["M"] * s["M"] * s["E"] / 2
+    return 2 * 2 * s["M"] * s["D"] * s["F"]
+
+
 def _run(world: int, model: str, tokens: int, hidden: int) -> tuple:
+    """The slowest rank's (median time, communication seconds, error), and each rank's time."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     with socket.socket() as s:
@@ -99,7 +128,8 @@ def _run(world: int, model: str, tokens: int, hidden: int) -> tuple:
     got = dict((r, (t, c, e)) for r, t, c, e in (results.get(timeout=900) for _ in range(world)))
     for p in procs:
         p.join()
-    return got[0]
+    slowest = max(got, key=lambda r: got[r][0])
+    return (*got[slowest], [got[r][0] for r in sorted(got)])
 
 
 def main() -> int:
@@ -108,15 +138,17 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--out", default=None, help="append the table to this file (e.g. bench/RESULTS.md)")
     args = parser.parse_args()
-    flops = 2 * 2 * args.tokens * args.hidden * 4 * args.hidden
-    rows = []
-    for model, what in (("mlp", "tensor-parallel MLP"), ("sp", "sequence-parallel block")):
-        t1, _, e1 = _run(1, model, args.tokens, args.hidden)
-        t2, c2, e2 = _run(2, model, args.tokens, args.hidden)
+    rows, per_rank = [], []
+    models = (("mlp", "tensor-parallel MLP"), ("sp", "sequence-parallel block"), ("cp", "context-parallel attention"))
+    for model, what in models:
+        flops = _flops(model, args.tokens, args.hidden)
+        t1, _, e1, _ = _run(1, model, args.tokens, args.hidden)
+        t2, c2, e2, each = _run(2, model, args.tokens, args.hidden)
+        per_rank.append(f"{what}: " + ", ".join(f"rank {r} {t * 1e3:.2f} ms" for r, t in enumerate(each)))
         rows += [
             f"| {what} | 1 rank (plain kernel) | {t1 * 1e3:.2f} ms | {flops / t1 / 1e9:.1f} GFLOP/s | 1.00x | - | "
             f"{e1:.1e} |",
-            f"| {what} | 2 ranks (ts.shard, tp=2) | {t2 * 1e3:.2f} ms | {flops / t2 / 1e9:.1f} GFLOP/s | "
+            f"| {what} | 2 ranks (ts.shard) | {t2 * 1e3:.2f} ms | {flops / t2 / 1e9:.1f} GFLOP/s | "
             f"{t1 / t2:.2f}x | {100 * c2 / t2:.0f}% | {e2:.1e} |",
         ]
     cpu = platform.processor() or platform.machine()
@@ -128,12 +160,17 @@ def main() -> int:
             f"--hidden {args.hidden}`. X [{args.tokens}, {args.hidden}], F = 4 x hidden, f32. Tensor-parallel MLP: "
             "gelu(X W1 + b1) W2, W1/b1/W2 split on F (one all-reduce at the output). Sequence-parallel block: "
             "X + gelu(rms_norm(X) W1) W2, X split on its rows and W1/W2 on F (an all-gather and a reduce-scatter "
-            f"between the kernels, the result left split). One thread per rank; median of {REPEATS} calls; "
-            "rank 0's time; GFLOP/s counts the two matmuls.",
+            "between the kernels, the result left split). Context-parallel attention: causal, "
+            f"{_shapes('cp', args.tokens, args.hidden)}, Q/K/V split on M (K and V all-gathered, each rank reading "
+            "them up to its last query; the result left split). One thread per rank; median of "
+            f"{REPEATS} calls; the slowest rank's time; GFLOP/s counts the two matmuls (attention: the visible "
+            "half of the scores).",
             "",
             "| kernel | run | time | throughput | speed-up | communication share | max error vs numpy |",
             "| --- | --- | --- | --- | --- | --- | --- |",
             *rows,
+            "",
+            "Each rank's time on 2 ranks: " + "; ".join(per_rank) + ".",
             "",
         ]
     )

@@ -1,5 +1,6 @@
 # ruff: noqa: F821, F722  (Tensor["M", "K", ...] dims are strings, not names)
-"""A transformer MLP block sharded over the ranks of torchrun, two ways.
+"""A transformer MLP block sharded over the ranks of torchrun, two ways, and causal attention split
+on the sequence.
 
     torchrun --nproc-per-node 2 examples/sharded.py [--tokens 64] [--hidden 128]
 
@@ -7,7 +8,9 @@
   all-reduce of the partial sum, between the second matmul and the residual add;
 - sequence parallel: X split on its rows too: the normed rows are all-gathered before the first
   matmul and the partial sum is reduce-scattered onto X's rows, both between the kernels, and the
-  result stays split on the rows.
+  result stays split on the rows;
+- context parallel: causal self-attention with Q, K and V split on the sequence: the keys and values
+  are all-gathered, and each rank reads them up to its last query (its own graph).
 
 Each rank makes the same inputs (one seed), passes its shards, and checks its result against numpy.
 Rank 0 prints the collectives of each and the Schedule IR lines that name them.
@@ -31,6 +34,18 @@ def block(
     return X + ops.matmul(ops.gelu(ops.matmul(ops.rms_norm(X, g), W1)), W2)
 
 
+@ts.kernel
+def causal_attention(
+    Q: Tensor["B", "H", "S", "E", ts.f32], K: Tensor["B", "H", "S", "E", ts.f32], V: Tensor["B", "H", "S", "E", ts.f32]
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+def _inputs(kernel, shapes: dict, seed: int) -> list:
+    rng = np.random.default_rng(seed)  # the same inputs on every rank
+    return [(rng.standard_normal([shapes[d] for d in t.dims]) * 0.1).astype(np.float32) for _, t in kernel.params]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
@@ -43,21 +58,26 @@ def main() -> int:
 
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE and the rendezvous address
     rank, world = dist.get_rank(), dist.get_world_size()
-    shapes = {"S": args.tokens, "D": args.hidden, "F": 4 * args.hidden}
-    rng = np.random.default_rng(0)  # the same inputs on every rank
-    arrays = [(rng.standard_normal([shapes[d] for d in t.dims]) * 0.1).astype(np.float32) for _, t in block.params]
+    arrays = _inputs(block, {"S": args.tokens, "D": args.hidden, "F": 4 * args.hidden}, 0)
     expected = block.reference(*arrays)
+    qkv = _inputs(causal_attention, {"B": 1, "H": 4, "S": args.tokens, "E": args.hidden // 4}, 1)
     mesh = ts.Mesh({"tp": world})
     weights = {"W1": ts.Split("F"), "W2": ts.Split("F")}
     runs = {
-        "tensor parallel": (ts.shard(block, mesh, weights), expected),
+        "tensor parallel": (ts.shard(block, mesh, weights), arrays, expected),
         "sequence parallel": (
             ts.shard(block, mesh, {**weights, "X": ts.Split("S")}, outputs=ts.Split("S")),
+            arrays,
             np.split(expected, world, axis=0)[rank],
+        ),
+        "context parallel": (
+            ts.shard(causal_attention, mesh, {n: ts.Split("S") for n in "QKV"}, outputs=ts.Split("S")),
+            qkv,
+            np.split(causal_attention.reference(*qkv), world, axis=2)[rank],
         ),
     }
     failed = 0
-    for name, (sharded, want) in runs.items():
+    for name, (sharded, arrays, want) in runs.items():
         k = ts.compile(sharded, target="cpu")
         out = k(*sharded.local_arrays(arrays, rank))
         err = float(np.abs(out - want).max())

@@ -469,12 +469,14 @@ def compile(
     :class:`~tessera.tuning.AutotuneResult` of an earlier run) compiles with the tuned schedules, which
     come from the tuning cache when this kernel, shapes and config were tuned before.
     """
-    from .distributed import ShardedCompiledKernel, ShardedKernel
+    from .distributed import ShardedCompiledKernel, ShardedKernel, _process_rank
 
     if isinstance(kernel, ShardedKernel):  # each rank: the kernel for its local shapes, then the collectives
         local_shapes = kernel.local_shapes(shapes) if shapes else None
+        rank = _process_rank()
+        local_kernel = kernel.local_kernel_for(rank, shapes, tessera_tvm.load_config(target))
         local = compile(
-            kernel.local_kernel,
+            local_kernel,
             target,
             shapes=local_shapes,
             schedule=schedule,
@@ -483,7 +485,8 @@ def compile(
             build=build,
             autotune=autotune,
         )
-        return ShardedCompiledKernel(kernel, local, tessera_tvm.load_config(target), shapes)
+        own = None if local_kernel is kernel.local_kernel else rank  # a graph of this rank's own
+        return ShardedCompiledKernel(kernel, local, tessera_tvm.load_config(target), shapes, own)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"ts.compile takes a @tessera.kernel, found {kernel!r}")
     with _trace.span(f"compile {kernel.name}", "host", target=str(target)):

@@ -14,6 +14,8 @@ compiles the kernel for its local shapes (a split dim divided by its mesh axis) 
 shards; the collectives run through the process group of ``torch.distributed`` (gloo: those between
 the kernels when a kernel first reads them, those at the outputs after the kernels). On the CPU they
 run on host arrays; on a CUDA config (NCCL) on torch tensors on the device, a path no GPU has run yet.
+Causal attention with the query sequence split is the one sharding whose graph differs between the
+ranks (each reads the keys up to its last query): ``ts.compile`` compiles the calling rank's.
 Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into buckets of
 ``bucket_mb`` (default 16 MB), with each tensor starting on a 32x32-tile boundary. With
 ``wait=False`` a call returns a :class:`Pending` result at once: the collectives run on a
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from tessera_tvm import trace as _trace
-from tessera_tvm.graph.sharding import SHARDING_ATTR, Collective, read_collectives
+from tessera_tvm.graph.sharding import LOCAL_KINDS, SHARDING_ATTR, Collective, RankDependent, read_collectives
 
 from .errors import KernelError, TesseraError
 from .kernel import Kernel
@@ -136,13 +138,23 @@ def _specs(value) -> list:
     raise KernelError(f"a sharding is ts.Split(dim, axis), a list of them, or ts.Replicate(); found {value!r}")
 
 
+def _process_rank() -> int | None:
+    """This process's rank in torch.distributed's default group, or None outside one."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
 class _LocalKernel(Kernel):
     """What each rank compiles: the kernel traced with ``tessera.sharding`` on its function, so its
-    Graph IR has the collectives and its fused kernels end where an all-reduce must run."""
+    Graph IR has the collectives and its fused kernels end where an all-reduce must run. ``coords``
+    (one rank's mesh coordinates) only where the ranks' graphs differ."""
 
-    def __init__(self, sharded: ShardedKernel):
+    def __init__(self, sharded: ShardedKernel, coords: Mapping[str, int] | None = None):
         super().__init__(sharded.kernel.fn, sharded.kernel.schedule_overrides)
-        self._sharding = sharded.sharding_attr()
+        self._sharding = sharded.sharding_attr(coords)
 
     def _trace(self, env, arg_shapes):
         traced = super()._trace(env, arg_shapes)
@@ -204,7 +216,8 @@ class ShardedKernel:
                         f"every tensor with dim {d} must split it alike (add ts.Split({d!r}) for {name})"
                     )
         self.split_dims = split_dims
-        self.local_kernel = _LocalKernel(self)
+        self.local_kernel = _LocalKernel(self)  # what every rank compiles, unless its graph is its own
+        self._rank_kernels: dict[int, _LocalKernel] = {}
 
     def _resolve(self, where: str, what: str, dims, specs: list[Split]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -251,25 +264,48 @@ class ShardedKernel:
         return out
 
     # ---- Graph IR ------------------------------------------------------------------------------
-    def sharding_attr(self) -> dict:
-        return {
+    def sharding_attr(self, coords: Mapping[str, int] | None = None) -> dict:
+        attr = {
             "mesh": dict(self.mesh.axes),
             "params": {n: dict(s) for n, s in self.param_splits.items() if s},
             "outputs": [dict(s) for s in self.output_splits],
         }
+        if coords is not None:
+            attr["coords"] = dict(coords)
+        return attr
 
-    def graph(self, shapes: Mapping[str, int] | None = None, *, target: Any = None):
-        """The Graph IR: the kernel traced for each rank's shapes, with its collectives."""
-        return self.local_kernel.graph(self.local_shapes(shapes), target=target)
+    def local_kernel_for(self, rank: int | None, shapes: Mapping[str, int] | None = None, target: Any = None) -> Kernel:
+        """What rank ``rank`` compiles: the kernel all ranks share, or, where the ranks' graphs differ
+        (causal attention with the query sequence split: each rank reads the keys up to its last
+        query), one traced with the rank's mesh coordinates. ``rank`` None: the shared one, or
+        :class:`~tessera_tvm.graph.sharding.RankDependent` where there is none."""
+        try:
+            self.local_kernel.graph(self.local_shapes(shapes), target=target)
+            return self.local_kernel
+        except RankDependent:
+            if rank is None:
+                raise
+        if not (isinstance(rank, int) and 0 <= rank < self.mesh.size):
+            raise KernelError(f"ts.shard({self.name}): rank is {rank!r}; expected 0 .. {self.mesh.size - 1}")
+        if rank not in self._rank_kernels:
+            self._rank_kernels[rank] = _LocalKernel(self, self.mesh.coords(rank))
+        return self._rank_kernels[rank]
 
-    def collectives(self, target: Any = None) -> list[Collective]:
-        graph = self.graph(target=target)
+    def graph(self, shapes: Mapping[str, int] | None = None, *, target: Any = None, rank: int | None = None):
+        """The Graph IR: the kernel traced for each rank's shapes, with its collectives (``rank``: that
+        rank's, needed where the ranks' graphs differ)."""
+        return self.local_kernel_for(rank, shapes, target).graph(self.local_shapes(shapes), target=target)
+
+    def collectives(self, target: Any = None, *, rank: int | None = None) -> list[Collective]:
+        graph = self.graph(target=target, rank=rank)
         return read_collectives(graph.module, self.name)
 
-    def inspect_ir(self, stage: str = "graph", *, shapes: Mapping[str, int] | None = None) -> str:
+    def inspect_ir(
+        self, stage: str = "graph", *, shapes: Mapping[str, int] | None = None, rank: int | None = None
+    ) -> str:
         if stage != "graph":
             raise KernelError(f"stage {stage!r} needs a target: ts.compile(sharded, target=...).inspect_ir({stage!r})")
-        return self.graph(shapes).text()
+        return self.graph(shapes, rank=rank).text()
 
     def __repr__(self) -> str:
         return f"<tessera.shard {self.name} over {self.mesh!r}>"
@@ -318,11 +354,14 @@ class Pending:
 class ShardedCompiledKernel:
     """What ``ts.compile`` returns for a :class:`ShardedKernel`: the local kernel and its collectives."""
 
-    def __init__(self, sharded: ShardedKernel, local, config, shapes: Mapping[str, int] | None):
+    def __init__(
+        self, sharded: ShardedKernel, local, config, shapes: Mapping[str, int] | None, rank: int | None = None
+    ):
         self.sharded = sharded
         self.local = local  # the CompiledKernel for this rank's shapes
         self.config = config
-        self.graph = sharded.graph(shapes, target=config)
+        self.rank = rank  # the rank it was compiled for, where the ranks' graphs differ (else None)
+        self.graph = sharded.graph(shapes, target=config, rank=rank)
         self.collectives = read_collectives(self.graph.module, sharded.name)
         self.stats: dict[str, Any] = {}
         self._groups: dict[str, Any] | None = None
@@ -344,6 +383,8 @@ class ShardedCompiledKernel:
                 + (
                     " (no communication: each rank keeps its piece)"
                     if c.kind == "slice"
+                    else " (no communication: this rank's keys, up to its last query)"
+                    if c.kind == "prefix"
                     else " (between the kernels, before the next one reads it)"
                     if c.output < 0
                     else " (coalesced into buckets)"
@@ -368,6 +409,11 @@ class ShardedCompiledKernel:
             raise CollectiveError(
                 f"{self.sharded.name}: the mesh {self.sharded.mesh!r} has {self.sharded.mesh.size} ranks but the "
                 f"process group has {dist.get_world_size()}"
+            )
+        if self.rank is not None and dist.get_rank() != self.rank:
+            raise CollectiveError(
+                f"{self.sharded.name}: compiled for rank {self.rank} (its graph is that rank's own), called on "
+                f"rank {dist.get_rank()}; compile it on each rank"
             )
         return dist
 
@@ -475,6 +521,8 @@ class ShardedCompiledKernel:
 
         group, ranks = self._group(dist, c.axis)
         what = c.value_name
+        if c.kind in LOCAL_KINDS:  # no communication: this rank's part, in the value's own dtype
+            return self._local_part(dist, c, value, len(ranks))
         with _trace.span(f"{c.kind} of {what}", "comm"):
             # an all-reduce sums in place: on a copy, as the value may be read again (an output, say)
             copy = c.kind == "all_reduce"
@@ -490,8 +538,8 @@ class ShardedCompiledKernel:
         import torch
 
         piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece of a cut dim
-        if c.kind == "slice":  # a whole value cut to this rank's piece: no communication
-            return torch.chunk(t, len(ranks), dim=c.dim)[piece].contiguous()
+        if c.kind in LOCAL_KINDS:
+            return self._local_part(dist, c, t, len(ranks))
 
         if c.kind == "all_gather":
             parts = [torch.empty_like(t) for _ in ranks]
@@ -507,6 +555,16 @@ class ShardedCompiledKernel:
             return out
         self._wait(dist.all_reduce(t, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
         return t
+
+    def _local_part(self, dist, c: Collective, t, ranks: int):
+        """A collective that moves nothing (``LOCAL_KINDS``) on a host array or a torch tensor: this
+        rank's piece of ``c.dim`` (slice), or the first ``c.pieces`` of its pieces (prefix)."""
+        size = t.shape[c.dim] // ranks
+        start = self.sharded.mesh.coords(dist.get_rank())[c.axis] * size if c.kind == "slice" else 0
+        stop = start + size * (1 if c.kind == "slice" else c.pieces)
+        index = (slice(None),) * c.dim + (slice(start, stop),)
+        part = t[index]
+        return part.contiguous() if hasattr(part, "contiguous") else np.ascontiguousarray(part)
 
     def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float]):
         """The output collectives (``inside``: the count and seconds of those that ran between the kernels)."""

@@ -18,7 +18,8 @@ It uses these rules:
                             b split on N -> that output dim split; partial times replicated -> partial
     permute_dims            the split dim moves with its axis
     attention               q, k, v split alike on batch or heads -> output split there; q split on
-                            its sequence with k and v whole (not causal) -> output split there
+                            its sequence with k and v whole -> output split there (causal: each rank
+                            reads the prefix of k and v up to its last query, see below)
     softmax, norms, sums    a split on a dim they do not reduce passes through
 
 Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propagator.mend`):
@@ -34,8 +35,15 @@ Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propag
                             result is gathered as the permute of its gathered input, so layout
                             permutes stay next to the attention that takes them in
 
-What cannot be mended (causal attention with its query sequence split: each rank would need a mask
-offset of its own) raises :class:`ShardingError`, naming the op and the remedy.
+Causal attention with its query sequence split (context parallelism, with the keys and values
+all-gathered as in Llama 3) is the one rule whose graph differs between the ranks: rank ``c`` of
+``n`` holds queries ``c*S/n .. (c+1)*S/n - 1``, which see the keys up to its last query. Its graph
+reads the first ``c + 1`` of the ``n`` pieces of k and v (``tessera.prefix``, no communication) and
+masks them bottom-right aligned, so query ``i`` of the rank sees keys ``j <= i + c*S/n``. It needs
+the rank's mesh coordinates (``sharding["coords"]``, set for one rank's compile); without them the
+rule raises :class:`RankDependent`. The queries and keys must be one sequence (equal lengths).
+
+What cannot be mended raises :class:`ShardingError`, naming the op and the remedy.
 
 ``tessera.InsertCollectives`` (a graph pass before fusion) adds these collectives, and at each
 output what brings it to the sharding it must have, as bindings of the kernel function. The fusion
@@ -47,6 +55,9 @@ kernels they separate:
     split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
     replicated -> split d   R.call_pure_packed("tessera.slice", x, axis, d)             this rank's piece of d
                                                                                     (no communication)
+    keys of rank c          R.call_pure_packed("tessera.prefix", x, axis, d, c + 1)     the first c + 1 of the
+                                                                                    n pieces of d (no
+                                                                                    communication)
 
 A value split on one dim that must be split on another is gathered, then sliced.
 
@@ -72,7 +83,15 @@ from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_fun
 relax = tvm.relax
 
 SHARDING_ATTR = "tessera.sharding"
-COLLECTIVES = ("tessera.all_reduce", "tessera.reduce_scatter", "tessera.all_gather", "tessera.slice")
+COLLECTIVES = (
+    "tessera.all_reduce",
+    "tessera.reduce_scatter",
+    "tessera.all_gather",
+    "tessera.slice",
+    "tessera.prefix",
+)
+#: Kinds that move no data between the ranks (each rank keeps a part of what it holds).
+LOCAL_KINDS = ("slice", "prefix")
 #: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
 _CUTTING = ("reduce_scatter", "slice")
 
@@ -105,17 +124,19 @@ class Collective:
     """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
     ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
 
-    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "slice" (no communication)
+    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "slice" | "prefix" (LOCAL_KINDS: no communication)
     output: int  # index of the kernel output, or -1 between the kernels
     axis: str
     dim: int | None = None
     after: str = ""  # between the kernels: the fused kernel whose output it acts on ("" for a parameter)
     var: Any = field(default=None, compare=False, repr=False)  # its value (the binding's var)
     source: Any = field(default=None, compare=False, repr=False)  # the value it acts on
+    pieces: int | None = None  # a prefix: how many of the axis's pieces of ``dim`` it keeps
 
     def text(self, name: str) -> str:
         where = "" if self.dim is None else f", dim {self.dim}"
-        return f"{self.kind}({name}) over {self.axis!r}{where}"
+        kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
+        return f"{self.kind}({name}) over {self.axis!r}{where}{kept}"
 
     @property
     def value_name(self) -> str:
@@ -129,12 +150,24 @@ class _Unmendable(ShardingError):
     """A rule's refusal that no collective on the inputs can mend."""
 
 
+class RankDependent(_Unmendable):
+    """A sharding whose graph differs between the ranks (causal attention with the query sequence
+    split), traced without the rank's mesh coordinates."""
+
+
 def _rank(value) -> int:
     return len(value.struct_info.shape.values)
 
 
 def _dims(value) -> list:
     return list(value.struct_info.shape.values)
+
+
+def _dim_text(d) -> str:
+    """A dim as the user wrote it: its value, or the names of the symbolic dims it is made of."""
+    if isinstance(d, tvm.tirx.IntImm):
+        return str(int(d.value))
+    return ", ".join(sorted({str(v.name) for v in tvm.tirx.analysis.undefined_vars(d)})) or str(d)
 
 
 def _is_one(d) -> bool:
@@ -150,6 +183,7 @@ class _Propagator:
         self.flat = flat
         self.kernel = kernel
         self.mesh: dict[str, int] = dict(sharding["mesh"])
+        self.coords: dict[str, int] | None = sharding.get("coords")  # one rank's compile only
         self.state: dict[Any, dict[str, tuple]] = {}
         params = {str(p.name_hint): p for p in flat.params}
         for name, splits in sharding["params"].items():
@@ -184,6 +218,8 @@ class _Propagator:
                     raise
                 except ShardingError as exc:
                     node, result = self.mend(node, axis, exc)
+                if result == ("split", 1) and node.op == "nn.attention" and node.attrs.get("causal_mask"):
+                    node = self._causal_prefix(node, axis)
                 if result is not None:
                     out[axis] = result
             self._append(node, out)
@@ -304,16 +340,47 @@ class _Propagator:
                 return self.placed[key]
         return self._collective("all_gather", value, axis, dim)
 
+    def _causal_prefix(self, node, axis: str):
+        """Causal ``node`` with its query sequence split over ``axis``, as this rank computes it: k
+        and v cut to their first ``c + 1`` of ``n`` pieces (rank coordinate ``c``), masked
+        bottom-right aligned, so this rank's query ``i`` (``c*S/n + i`` of the whole sequence) sees
+        keys ``j <= i + c*S/n``, as in the whole attention."""
+        from .nodes import node_of
+
+        pieces = self.coords[axis] + 1
+        q, k, v, *rest = node.args
+        if pieces < self.mesh[axis]:  # the last rank reads all of them
+            k, v = (self._prefix(x, axis, 1, pieces) for x in (k, v))
+        call = relax.op.nn.attention(q, k, v, *rest, scale=node.attrs.get("scale"), causal_mask="BottomRight")
+        return node_of(node.var, call)
+
+    def _prefix(self, value, axis: str, dim: int, pieces: int):
+        """The first ``pieces`` of the ``n`` pieces of ``value``'s ``dim`` over ``axis`` (no
+        communication). Like :meth:`_gather`, through a permute: the prefix of its input, permuted."""
+        producer = self.producers.get(value)
+        if producer is not None and producer.op == "permute_dims" and isinstance(producer.args[0], relax.Var):
+            key = (value, "permuted_prefix", axis, dim)
+            if key not in self.placed:
+                source_dim = list(producer.attrs["axes"])[dim]
+                cut = self._collective("prefix", producer.args[0], axis, source_dim, pieces)
+                cut_dims = _dims(cut)
+                sinfo = relax.TensorStructInfo([cut_dims[a] for a in producer.attrs["axes"]], value.struct_info.dtype)
+                node = _with_args(producer, [cut], relax.Var(f"{value.name_hint}_prefix", sinfo))
+                self._append(node, dict(self.of(value)))
+                self.placed[key] = node.var
+            return self.placed[key]
+        return self._collective("prefix", value, axis, dim, pieces)
+
     def _append(self, node, state: dict) -> None:
         self.nodes.append(node)
         self.producers[node.var] = node
         self.state[node.var] = state
 
-    def _collective(self, kind: str, value, axis: str, dim: int | None):
+    def _collective(self, kind: str, value, axis: str, dim: int | None, pieces: int | None = None):
         """The var of ``kind`` of ``value`` over ``axis`` (placed once per value, kind, axis, dim)."""
         key = (value, kind, axis, dim)
         if key not in self.placed:
-            node = collective_node(kind, value, axis, dim, self.mesh[axis])
+            node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces)
             after = {x: st for x, st in self.of(value).items() if x != axis}
             if kind in _CUTTING:
                 after[axis] = ("split", dim)
@@ -421,17 +488,10 @@ class _Propagator:
 
     def attention(self, node, axis, ins) -> tuple | None:
         q, k, v = ins[:3]
-        if q == ("split", 1):  # the query sequence (nn.attention is B, S, H, D)
+        if q == ("split", 1) and k is None and v is None:  # the query sequence (nn.attention is B, S, H, D)
             if node.attrs.get("causal_mask") is not None:
-                raise self.fail(
-                    node,
-                    axis,
-                    "causal attention with the query sequence split needs a mask offset per rank",
-                    "split batch or heads instead, or keep the sequence whole",
-                    _Unmendable,
-                )
-            if k is None and v is None:
-                return q  # each rank's queries against all keys
+                self._check_causal_split(node, axis)
+            return q  # each rank's queries against all keys (causal: a prefix of them, _causal_prefix)
         if any(s is None for s in ins) or len({s for s in ins}) != 1 or ins[0][0] != "split" or ins[0][1] not in (0, 2):
             raise self.fail(
                 node,
@@ -440,6 +500,34 @@ class _Propagator:
                 "split Q, K and V on the batch or the head dim (H and H_kv), nothing else",
             )
         return ins[0]
+
+    def _check_causal_split(self, node, axis: str) -> None:
+        """Causal attention with the query sequence split: each rank reads a prefix of the keys
+        (:meth:`_causal_prefix`), which needs this rank's coordinates and one sequence for queries
+        and keys."""
+        if self.coords is None:
+            raise self.fail(
+                node,
+                axis,
+                "causal attention with the query sequence split compiles per rank (each rank reads the keys "
+                "up to its last query)",
+                "compile it under torch.distributed (after init_process_group), or pass rank= to graph() or "
+                "inspect_ir()",
+                RankDependent,
+            )
+        n = self.mesh[axis]
+        q_len, k_len = _dims(node.args[0])[1], _dims(node.args[1])[1]
+        if self.of(node.args[1]).get(axis) == ("split", 1):  # to be gathered (mend) before the rule holds
+            k_len = k_len * n
+        if not tvm.arith.Analyzer().can_prove_equal(q_len * n, k_len):
+            raise self.fail(
+                node,
+                axis,
+                f"the keys' sequence ({_dim_text(k_len)}) is not the queries' whole sequence "
+                f"({_dim_text(q_len)} on each of {n} ranks)",
+                "give queries and keys one sequence dim (split alike), or keep the sequence whole",
+                _Unmendable,
+            )
 
     def row_op(self, node, axis, ins) -> tuple | None:
         s = ins[0]
@@ -471,25 +559,28 @@ def _with_args(node, args: list, var=None):
     return Node(node.var if var is None else var, node.op, args, node.call, node.attrs)
 
 
-def collective_node(kind: str, value, axis: str, dim: int | None, ranks: int):
-    """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim])``, its
-    shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter, slice) by
-    the ``ranks`` on ``axis``."""
+def collective_node(kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None):
+    """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]])``,
+    its shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter, slice)
+    by the ``ranks`` on ``axis``, or ``pieces`` of its ``ranks`` pieces (prefix)."""
     from .nodes import node_of
 
-    call = collective_call(kind, value, axis, dim, ranks)
+    call = collective_call(kind, value, axis, dim, ranks, pieces)
     return node_of(relax.Var(f"{value.name_hint}_{kind}", call.sinfo_args[0]), call)
 
 
-def collective_call(kind: str, value, axis: str, dim: int | None, ranks: int):
-    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim])`` with its result's struct info."""
+def collective_call(kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None):
+    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]])`` with its result's struct info."""
     dims = _dims(value)
     if kind == "all_gather":
         dims[dim] = dims[dim] * ranks
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
+    elif kind == "prefix":
+        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks) * pieces)
     sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
     args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
+    args += [] if pieces is None else [relax.PrimValue(pieces)]
     return relax.op.call_pure_packed(f"tessera.{kind}", *args, sinfo_args=[sinfo])
 
 
@@ -566,16 +657,19 @@ def function_collectives(func) -> list[Collective]:
         index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
         args = b.value.args  # (callee, x, axis[, dim])
         dim = int(args[3].value) if len(args) > 3 else None
+        pieces = int(args[4].value) if len(args) > 4 else None
         source = producers.get(args[1])
         after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
         if inner:
             index = -1
-        found.append(Collective(kind, index, str(args[2].value), dim, after if index < 0 else "", b.var, args[1]))
+        found.append(
+            Collective(kind, index, str(args[2].value), dim, after if index < 0 else "", b.var, args[1], pieces)
+        )
     return found
 
 
 def collective_name(value) -> str | None:
-    """``all_reduce``/``reduce_scatter``/``all_gather``/``slice`` for a collective's call, else None."""
+    """``all_reduce``/``reduce_scatter``/``all_gather``/``slice``/``prefix`` for a collective's call, else None."""
     if not isinstance(value, relax.Call) or str(getattr(value.op, "name", "")) != "relax.call_pure_packed":
         return None
     callee = str(value.args[0].global_symbol) if hasattr(value.args[0], "global_symbol") else str(value.args[0])
@@ -611,7 +705,8 @@ def _insert_collectives(ctx: BuildContext):
                 if kind is None:
                     return None
                 axis, dim = str(args[2].value), int(args[3].value) if len(args) > 3 else None
-                return collective_call(kind, args[1], axis, dim, mesh[axis])
+                pieces = int(args[4].value) if len(args) > 4 else None
+                return collective_call(kind, args[1], axis, dim, mesh[axis], pieces)
 
             funcs[gv] = rebuild(sharded, dict(func.attrs), remake=remake)
         report_status(f"{placed} collective{'s' if placed != 1 else ''}" if funcs else "not sharded")

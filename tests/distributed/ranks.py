@@ -224,6 +224,38 @@ def scenario_sequence_attention(rank: int, world: int) -> dict:
     }
 
 
+def scenario_causal_sequence_attention(rank: int, world: int) -> dict:
+    """Causal attention with the query sequence split (grouped-query, 4 query heads on 2 key
+    heads): keys and values all-gathered, each rank reading them up to its last query. Left split
+    on the sequence, and gathered whole."""
+
+    @ts.kernel
+    def causal(
+        Q: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "G", "S", "E", ts.f32],
+        V: Tensor["B", "G", "S", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    mesh = ts.Mesh({"sp": world})
+    shapes = {"B": 1, "H": 4, "G": 2, "S": 24 * world, "E": 16}
+    arrays = _arrays(np.random.default_rng(21), causal, shapes)
+    ref = causal.reference(*arrays)
+    split = {n: ts.Split("S") for n in ("Q", "K", "V")}
+    kept = ts.shard(causal, mesh, split, outputs=ts.Split("S"))
+    k = ts.compile(kept, target="cpu")
+    out = k(*kept.local_arrays(arrays, rank))
+    whole = ts.shard(causal, mesh, split)
+    whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
+    return {
+        "err": float(np.abs(out - np.split(ref, world, axis=2)[rank]).max()),
+        "whole_err": float(np.abs(whole_out - ref).max()),
+        "kinds": [(c.kind, c.pieces) for c in k.collectives],
+        "rank": k.rank,
+        "sched": k.inspect_ir("sched"),
+    }
+
+
 def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     """The sequence-parallel block on the GPU (hopper): the values between the kernels stay torch
     tensors on the device, and the collectives run through NCCL."""

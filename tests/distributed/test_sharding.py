@@ -9,7 +9,8 @@ import pytest
 import tessera as ts
 from tessera import Tensor, ops
 from tessera.errors import KernelError
-from tessera_tvm.graph.sharding import Collective, ShardingError
+from tessera_tvm.graph.kernels import kernel_spec
+from tessera_tvm.graph.sharding import Collective, RankDependent, ShardingError
 
 TP = ts.Mesh({"tp": 2})
 
@@ -165,13 +166,40 @@ def attend_causal(
     return ops.flash_attention(Q, K, V, causal=True)
 
 
-def test_sequence_parallel_attention_gathers_keys_and_values_and_refuses_causal():
+@ts.kernel
+def attend_causal_cross(
+    Q: Tensor["B", "H", "S", "E", ts.f32], K: Tensor["B", "H", "T", "E", ts.f32], V: Tensor["B", "H", "T", "E", ts.f32]
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+def test_sequence_parallel_attention_gathers_keys_and_values():
     sharded = ts.shard(attend, TP, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")}, outputs=ts.Split("S"))
     kinds = [(c.kind, c.output, c.dim, c.value_name) for c in _collectives(sharded)]
     assert kinds == [("all_gather", -1, 2, "K"), ("all_gather", -1, 2, "V")]  # on T, before the permutes; Q stays split
     assert [g.family for g in sharded.graph().groups] == ["attention"]  # the permutes still fused in
-    with pytest.raises(ShardingError, match="causal attention with the query sequence split needs a mask offset"):
-        _collectives(ts.shard(attend_causal, TP, {n: ts.Split("S") for n in ("Q", "K", "V")}))
+
+
+def test_causal_sequence_parallel_attention_reads_each_ranks_prefix_of_the_keys():
+    mesh = ts.Mesh({"sp": 4})
+    sharded = ts.shard(attend_causal, mesh, {n: ts.Split("S") for n in ("Q", "K", "V")}, outputs=ts.Split("S"))
+    with pytest.raises(RankDependent, match="compiles per rank .* pass rank= to graph"):
+        sharded.graph()  # the ranks' graphs differ: there is no graph of all of them
+    with pytest.raises(RankDependent, match="compile it under torch.distributed"):
+        ts.compile(sharded, target="cpu")  # no process group here, so no rank
+    for rank in range(4):
+        kinds = [(c.kind, c.dim, c.pieces) for c in sharded.collectives(rank=rank)]
+        prefix = [("prefix", 2, rank + 1)] * 2 if rank < 3 else []  # the last rank reads all the keys
+        assert kinds == [("all_gather", 2, None)] * 2 + prefix, (rank, kinds)
+        graph = sharded.graph({"B": 1, "H": 2, "S": 64, "E": 16}, rank=rank)
+        assert [g.family for g in graph.groups] == ["attention"]  # the prefix stays outside, the permutes in
+        spec = kernel_spec(graph.groups[0], {"B": 1, "H": 2, "S": 16, "E": 16}).spec
+        # rank r's 16 queries are 16r .. 16r + 15 of the 64: they see the keys up to 16r + i
+        assert (spec.S_q, spec.S_kv, spec.causal_offset) == (16, 16 * (rank + 1), 16 * rank), (rank, spec)
+    with pytest.raises(KernelError, match="rank is 4; expected 0 .. 3"):
+        sharded.graph(rank=4)
+    with pytest.raises(ShardingError, match=r"the keys' sequence \(T\) is not the queries' whole sequence"):
+        ts.shard(attend_causal_cross, TP, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")}).graph(rank=0)
 
 
 def test_shard_checks_its_arguments():

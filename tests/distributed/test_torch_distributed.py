@@ -75,10 +75,20 @@ def _check_sequence_parallel(out: dict, world: int) -> None:
         att = out[rank]["sequence_attention"]
         assert att["err"] < 1e-4 and att["shape"] == [1, 2, 16 * world, 16], att  # gathered back at the output
         assert att["softmax_err"] < 1e-5, att
+    _check_causal_sequence_attention(out, world)
+
+
+def _check_causal_sequence_attention(out: dict, world: int) -> None:
+    for rank in range(world):
+        causal = out[rank]["causal_sequence_attention"]  # each rank reads the keys up to its last query
+        assert causal["err"] < 1e-4 and causal["whole_err"] < 1e-4 and causal["rank"] == rank, causal
+        prefix = [("prefix", rank + 1)] * 2 if rank < world - 1 else []  # the last rank reads all of them
+        assert causal["kinds"] == [("all_gather", None)] * 2 + prefix, causal
+        assert ("prefix(K_all_gather) over 'sp', dim 2, its first" in causal["sched"]) == (rank < world - 1)
 
 
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
-    out = _spawn(2, ["sequence_parallel", "sequence_attention", "sum_read_twice"])
+    out = _spawn(2, ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"])
     _check_sequence_parallel(out, 2)
     for rank in (0, 1):
         twice = out[rank]["sum_read_twice"]
@@ -86,7 +96,8 @@ def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
 
 
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
-    out = _spawn(4, ["mlp", "mesh_2d", "hung_last"])
+    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "hung_last"])
+    _check_causal_sequence_attention(out, 4)
     for rank in range(3):
         error = out[rank]["hung_last"]["error"]
         assert error is not None and f"rank {rank}: all_reduce of output 0 of kernel mlp" in error, error
