@@ -464,14 +464,19 @@ def mean(x, axis=None, keepdims: bool = False):
 # ---------------------------------------------------------------------------------------------
 
 
-def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, causal_align: str = "top_left"):
-    """Attention ``softmax(scale * Q K^T + mask) V`` on ``[B, H, S, D]`` tensors, computed as flash
-    attention (online softmax, no ``S x S`` matrix in memory).
+def flash_attention(
+    q, k, v, *, causal: bool = False, scale: float | None = None, causal_align: str = "top_left", bias=None
+):
+    """Attention ``softmax(scale * Q K^T + bias + mask) V`` on ``[B, H, S, D]`` tensors, computed as
+    flash attention (online softmax, no ``S x S`` matrix in memory).
 
     ``K``/``V`` are ``[B, H_kv, S_kv, D]``; ``H_kv`` may divide ``H`` (grouped-query attention:
     query head ``h`` reads kv head ``h // (H // H_kv)``). ``scale`` defaults to ``1/sqrt(D)``. With
     ``causal`` query ``i`` sees keys ``j <= i`` (``causal_align="top_left"``, PyTorch's
-    ``is_causal``) or ``j <= i + S_kv - S_q`` (``"bottom_right"``, flash-attn's). Reference:
+    ``is_causal``) or ``j <= i + S_kv - S_q`` (``"bottom_right"``, flash-attn's). ``bias`` is an
+    additive float tensor ``[B, H, S_q, S_kv]`` with any dim a literal 1 where it is broadcast (torch
+    SDPA's float ``attn_mask``): a padding mask ``[B, 1, 1, S_kv]`` of 0 and -inf, ALiBi
+    ``[1, H, S_q, S_kv]``. A query whose keys are all masked gets zeros. Reference:
     :func:`tessera.reference.flash_attention`.
     """
     op = "ops.flash_attention"
@@ -479,8 +484,10 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
         raise KernelError(f"causal_align is {causal_align!r}; expected 'top_left' or 'bottom_right'", op=op)
     if scale is not None and (not _is_number(scale) or scale <= 0):
         raise KernelError(f"scale is {scale!r}; expected a positive number (or None for 1/sqrt(D))", op=op)
-    if not is_traced(q, k, v):
-        return wrap(reference.flash_attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align))
+    if not is_traced(q, k, v, *([] if bias is None else [bias])):
+        return wrap(
+            reference.flash_attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align, bias=bias)
+        )
     trace = _trace(op)
     q, k, v = (require_tensor(op, n, t) for n, t in (("Q", q), ("K", k), ("V", v)))
     for t in (q, k, v):
@@ -508,10 +515,19 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
             op=op,
         )
     scale_value = float(scale) if scale is not None else None
+    if bias is not None:
+        bias = require_tensor(op, "bias", bias)
+        require_rank(op, bias, 4, " ([B, H, S_q, S_kv], a dim 1 where it is broadcast)")
+        require_float(op, bias)
+        for i, what in enumerate(("the batch B", "the heads H", "the query length S_q", "the key length S_kv")):
+            d = bias.dims[i]
+            if d.name is None and d.value == 1:
+                continue  # broadcast
+            check(bias, i, q if i < 3 else k, i if i < 3 else 2, f"the bias's dim {i} (1, or {what})")
     return trace.emit(
         op,
         "attention",
-        [q, k, v],
+        [q, k, v] + ([] if bias is None else [bias]),
         q.dims,
         dtype,
         _label("flash_attention", q, k, v),

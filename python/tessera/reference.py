@@ -277,8 +277,11 @@ def mean(x, axis=None, keepdims: bool = False):
     return _round(_compute(x).mean(axis=_axes(axis, np.ndim(x)), keepdims=keepdims), _dtype_of(x))
 
 
-def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, causal_align: str = "top_left"):
-    """``softmax(scale * Q K^T + mask) V`` on ``[B, H, S, D]`` tensors.
+def flash_attention(
+    q, k, v, *, causal: bool = False, scale: float | None = None, causal_align: str = "top_left", bias=None
+):
+    """``softmax(scale * Q K^T + bias + mask) V`` on ``[B, H, S, D]`` tensors (``bias`` broadcast to
+    ``[B, H, S_q, S_kv]``).
 
     K and V may have fewer heads than Q (grouped-query attention): query head ``h`` uses kv head
     ``h // (H // H_kv)``. ``scale`` defaults to ``1/sqrt(D)``. With ``causal``, query ``i`` sees
@@ -292,6 +295,8 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     v = np.repeat(v, groups, axis=1)
     s = np.float32(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
+    if bias is not None:
+        scores = scores + _compute(bias)
     if causal:
         s_q, s_kv = q.shape[2], k.shape[2]
         offset = s_kv - s_q if causal_align == "bottom_right" else 0

@@ -361,7 +361,7 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
             ]
         out += [(p.name, "global (read in the epilogue)") for p in spec.inputs()[2:]]
     elif isinstance(spec, AttentionSpec):
-        q, k, v = spec.inputs()
+        q, k, v = spec.inputs()[:3]
         if gpu:
             out += [
                 (q.name, f"global -> shared ({t.block_m}x{spec.D} {_short(q.dtype)})"),
@@ -377,6 +377,7 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
                 (v.name, "global"),
                 ("acc", f"local ({t.block_m}x{spec.D} f32, running max/sum per row)"),
             ]
+        out += [(p.name, "global (read as the scores are scaled)") for p in spec.inputs()[3:]]
     else:
         for p in spec.inputs():
             out.append((p.name, "global -> registers" if gpu else "global"))

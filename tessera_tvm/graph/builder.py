@@ -147,7 +147,7 @@ class GraphBuilder:
         ``astype``: ``dtype``; ``clip``: ``lo``, ``hi`` (floats, +-inf for none); ``softmax``: ``axis``; ``sum``/``max``/``mean``: ``axis``, ``keepdims``;
         ``layer_norm``: inputs ``x, weight?, bias?`` + ``eps``, ``has_weight``, ``has_bias``;
         ``rms_norm``: ``x, weight?`` + ``eps``, ``has_weight``; ``attention``: ``q, k, v`` on
-        ``[B, H, S, D]`` + ``scale``, ``causal`` (``None``, ``"top_left"``, ``"bottom_right"``).
+        ``[B, H, S, D]`` and a ``bias?`` + ``scale``, ``causal`` (``None``, ``"top_left"``, ``"bottom_right"``).
         """
         args = [v.expr for v in inputs]
         if op in _UNARY:
@@ -193,15 +193,18 @@ class GraphBuilder:
             n = x.expr.struct_info.shape.values[-1]
             weight = inputs[1].expr if attrs.get("has_weight") else self._fill("ones", n, x.dtype)
             return self._emit(relax.op.nn.rms_norm(x.expr, weight, axes=[-1], epsilon=float(attrs["eps"])), "rms_norm")
-        if op == "attention":
+        if op == "attention":  # the bias (if any) is [B, H, S_q, S_kv] as Relax's attention takes it
             q, k, v = (
                 self._emit(relax.op.permute_dims(t, _BHSD_TO_BSHD), f"{n}_bshd")
-                for t, n in zip(args, ("q", "k", "v"), strict=True)
+                for t, n in zip(args[:3], ("q", "k", "v"), strict=True)
             )
+            bias = args[3] if len(args) > 3 else None
             causal = {None: None, "top_left": "TopLeft", "bottom_right": "BottomRight"}[attrs.get("causal")]
             scale = attrs.get("scale")
             scale = tir.FloatImm("float32", float(scale)) if scale is not None else None
-            o = self._emit(relax.op.nn.attention(q.expr, k.expr, v.expr, scale=scale, causal_mask=causal), "attention")
+            o = self._emit(
+                relax.op.nn.attention(q.expr, k.expr, v.expr, bias, scale=scale, causal_mask=causal), "attention"
+            )
             return self._emit(relax.op.permute_dims(o.expr, _BHSD_TO_BSHD), "attention_bhsd")
         raise GraphBuildError(f"unknown graph op {op!r}; known: {', '.join(OPS)}")
 

@@ -254,6 +254,11 @@ def _attention(group: KernelGroup, env, where) -> KernelBinding:
     b, h, s_q, d = _shape(q, env, where)
     _, h_kv, s_kv, _ = _shape(k, env, where)
     mask = attn.attrs.get("causal_mask")
+    bias = attn.args[3] if len(attn.args) > 3 else None  # [B|1, H|1, S_q|1, S_kv|1], outside the group
+    bias_args = {}
+    if bias is not None:
+        name = str(bias.name_hint) if hasattr(bias, "name_hint") else "bias"
+        bias_args = {"bias": _shape(bias, env, where), "dtype_bias": _dtype(bias), "name_bias": names.take(name)}
     spec = AttentionSpec(
         b,
         h,
@@ -269,9 +274,11 @@ def _attention(group: KernelGroup, env, where) -> KernelBinding:
         name_q=names.take(str(q.name_hint)),
         name_k=names.take(str(k.name_hint)),
         name_v=names.take(str(v.name_hint)),
+        **bias_args,
         name_out=names.take("out"),
     )
-    return KernelBinding(group.name, spec, (q, k, v, group.output))
+    operands = (q, k, v) if bias is None else (q, k, v, bias)
+    return KernelBinding(group.name, spec, (*operands, group.output))
 
 
 def _softmax(group: KernelGroup, env, where) -> KernelBinding:

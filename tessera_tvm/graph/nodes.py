@@ -59,6 +59,10 @@ def _py(value: Any) -> Any:
     return str(value)
 
 
+#: Relax ops the graph passes read as another: attention with a bias is ``R.nn.attention_bias``
+#: (its fourth argument), one op for the passes.
+_SAME_OP = {"nn.attention_bias": "nn.attention"}
+
 _ATTR_FIELDS = {
     "astype": ("dtype",),
     "matmul": ("out_dtype",),
@@ -92,6 +96,7 @@ _ATTR_FIELDS = {
 def node_of(var, call) -> Node:
     op = str(call.op.name)
     op = op[len("relax.") :] if op.startswith("relax.") else op
+    op = _SAME_OP.get(op, op)
     attrs = {f: _py(getattr(call.attrs, f)) for f in _ATTR_FIELDS.get(op, ())}
     return Node(var, op, list(call.args), call, attrs)
 

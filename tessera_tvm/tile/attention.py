@@ -27,6 +27,19 @@ from .specs import AttentionSpec
 ACC = "float32"
 
 
+def _roles(spec: AttentionSpec) -> tuple[str, ...]:
+    """The kernel's buffers in parameter order: Q, K, V, the bias if any, O."""
+    return ("q", "k", "v", *(("bias",) if spec.bias is not None else ()), "out")
+
+
+def _biased(spec: AttentionSpec, io, score, batch, head, query, key, factor: float = 1.0):
+    """``score`` plus the bias of (batch, head, query, key) times ``factor`` (no bias: ``score``)."""
+    if spec.bias is None:
+        return score
+    value = to_compute(io.bias[spec.bias_index(batch, head, query, key)], ACC)
+    return score + (value * factor if factor != 1.0 else value)
+
+
 def _visible(spec: AttentionSpec, query, key):
     """Whether ``query`` attends to ``key``."""
     if spec.causal:
@@ -68,7 +81,7 @@ def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = declare_params(params, ("q", "k", "v", "out"))
+        io = declare_params(params, _roles(spec))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
             Q_s = T.alloc_shared((block_m, D), dtype)
             K_s = T.alloc_shared((block_n, D), dtype)
@@ -90,9 +103,13 @@ def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
                 T.copy(io.k[batch, kv_head, kb * block_n, 0], K_s)
                 T.clear(scores)
                 T.gemm(Q_s, K_s, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(block_m, block_n):
+                for i, j in T.Parallel(block_m, block_n):  # the bias in the log2 domain too
                     scores[i, j] = T.if_then_else(
-                        _visible(spec, bx * block_m + i, kb * block_n + j), scores[i, j] * scale_log2, lowest(ACC)
+                        _visible(spec, bx * block_m + i, kb * block_n + j),
+                        _biased(
+                            spec, io, scores[i, j] * scale_log2, batch, head, bx * block_m + i, kb * block_n + j, LOG2E
+                        ),
+                        lowest(ACC),
                     )
                 T.copy(row_max, prev_max)
                 T.reduce_max(scores, row_max, dim=1, clear=False)
@@ -130,16 +147,25 @@ def _masked(spec: AttentionSpec, score, query, key):
 
 
 @T.macro
-def _scale_and_max(scores, new_max, keys, block_m, scale, mask):
-    """``scores`` (S^T, keys x queries) times ``scale``, and each query's running max over them;
-    ``mask``: (spec, first query, first key) of a block that needs the causal mask, else None."""
+def _scale_and_max(scores, new_max, keys, block_m, scale, mask, bias):
+    """``scores`` (S^T, keys x queries) times ``scale`` (plus the bias), and each query's running max
+    over them; ``mask``: (spec, first query, first key) of a block that needs the causal mask, else
+    None; ``bias``: (spec, io, batch, head, first query, first key) of a kernel with a bias, else None."""
     for j in T.serial(keys):
         for i in T.serial(block_m):
             if mask is None:
-                scores[j, i] = scores[j, i] * scale
+                scores[j, i] = _bias_term(bias, scores[j, i] * scale, i, j)
             else:
-                scores[j, i] = _masked(mask[0], scores[j, i] * scale, mask[1] + i, mask[2] + j)
+                scores[j, i] = _masked(mask[0], _bias_term(bias, scores[j, i] * scale, i, j), mask[1] + i, mask[2] + j)
             new_max[i] = T.max(new_max[i], scores[j, i])
+
+
+def _bias_term(bias, score, i, j):
+    """``score`` of query ``i``, key ``j`` of the block plus its bias (``bias`` as _scale_and_max's)."""
+    if bias is None:
+        return score
+    spec, io, batch, head, first_query, first_key = bias
+    return _biased(spec, io, score, batch, head, first_query + i, first_key + j)
 
 
 def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
@@ -160,7 +186,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = declare_params(params, ("q", "k", "v", "out"))
+        io = declare_params(params, _roles(spec))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
             acc = T.alloc_local((block_m, D), ACC)
             scores = T.alloc_local((block_n, block_m), ACC)  # S^T, then P^T
@@ -199,10 +225,11 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     new_max[i] = row_max[i]
                 # Only key blocks that reach past the block's first query need the mask; a select in
                 # the loop stops g++ vectorising it (causal ran at 86% of full attention's time).
+                bias = None if spec.bias is None else (spec, io, batch, head, bx * block_m, kb * block_n)
                 if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
-                    _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n))
+                    _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)
                 else:
-                    _scale_and_max(scores, new_max, keys, block_m, scale, None)
+                    _scale_and_max(scores, new_max, keys, block_m, scale, None, bias)
                 for i in T.serial(block_m):
                     rescale[i] = cpu_exp(row_max[i] - _safe_max(new_max[i]))
                     row_max[i] = new_max[i]
@@ -247,7 +274,7 @@ def _attention_cpu_loops(spec: AttentionSpec, s: TileSchedule):
 
     @prim_func
     def main():
-        io = declare_params(params, ("q", "k", "v", "out"))
+        io = declare_params(params, _roles(spec))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
             acc = T.alloc_local((block_m, D), ACC)
             scores = T.alloc_local((block_m, block_n), ACC)
@@ -271,7 +298,9 @@ def _attention_cpu_loops(spec: AttentionSpec, s: TileSchedule):
                                 io.k[batch, kv_head, kb * block_n + j, d], ACC
                             )
                         scores[i, j] = T.if_then_else(
-                            _visible(spec, bx * block_m + i, kb * block_n + j), scores[i, j] * scale, lowest(ACC)
+                            _visible(spec, bx * block_m + i, kb * block_n + j),
+                            _biased(spec, io, scores[i, j] * scale, batch, head, bx * block_m + i, kb * block_n + j),
+                            lowest(ACC),
                         )
                     new_max[i] = row_max[i]
                     for j in T.serial(T.min(block_n, spec.S_kv - kb * block_n)):

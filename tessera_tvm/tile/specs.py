@@ -441,6 +441,13 @@ class NormSpec(KernelSpec):
         return [TensorArg(self.name_out, self.shape, self.dtype_out)]
 
 
+def _clamp(index, extent):
+    """``index`` kept below ``extent`` (a TIR min; unchanged for an extent of 1)."""
+    from .._tvm import T
+
+    return index if isinstance(extent, int) and extent == 1 else T.min(index, extent - 1)
+
+
 @dataclass(frozen=True)
 class AttentionSpec(KernelSpec):
     """Flash attention forward: ``O = softmax(scale * Q K^T + mask) V`` on ``[B, H, S, D]``.
@@ -450,6 +457,11 @@ class AttentionSpec(KernelSpec):
     ``causal``, query ``i`` sees keys ``j <= i + offset`` where offset is 0 for ``causal_align=
     "top_left"`` (PyTorch ``is_causal``) and ``S_kv - S_q`` for ``"bottom_right"`` (flash-attn);
     a query that sees no key gets a zero output row. Online softmax with fp32 running max and sum.
+
+    ``bias`` (the shape of an additive score bias, Relax's attention ``bias`` and torch SDPA's float
+    ``attn_mask``) is ``[B, H, S_q, S_kv]`` with any dim 1 where it is broadcast: a padding mask is
+    ``[B, 1, 1, S_kv]``, ALiBi ``[1, H, S_q, S_kv]``. It is added after the scale, before the causal
+    mask; ``-inf`` entries mask a key (a query whose keys are all masked gets a zero row).
     """
 
     family: ClassVar[str] = "attention"
@@ -465,9 +477,12 @@ class AttentionSpec(KernelSpec):
     dtype_out: str | None = None  # None: dtype_in
     _: KW_ONLY
     causal_align: str = "top_left"
+    bias: tuple | None = None  # the bias's shape, [B|1, H|1, S_q|1, S_kv|1]; None: no bias
+    dtype_bias: str | None = None  # None: dtype_in
     name_q: str = "Q"
     name_k: str = "K"
     name_v: str = "V"
+    name_bias: str = "bias"
     name_out: str = "O"
 
     def __post_init__(self) -> None:
@@ -490,9 +505,34 @@ class AttentionSpec(KernelSpec):
         _set(self, "dtype_out", self.dtype_out or self.dtype_in)
         _check_dtype(where, "dtype_in", self.dtype_in)
         _check_dtype(where, "dtype_out", self.dtype_out)
-        for f in ("name_q", "name_k", "name_v", "name_out"):
+        if self.bias is not None:
+            self._check_bias(where)
+        for f in ("name_q", "name_k", "name_v", "name_bias", "name_out"):
             _check_name(where, f, getattr(self, f))
         self._check_unique_names()
+
+    def _check_bias(self, where: str) -> None:
+        full = (self.B, self.H, self.S_q, self.S_kv)
+        bias = tuple(self.bias) if isinstance(self.bias, tuple | list) else None
+        if bias is None or len(bias) != 4:
+            raise _fail(where, f"bias is {self.bias!r}; expected the shape [B|1, H|1, S_q|1, S_kv|1]")
+        for name, b, f in zip(("B", "H", "S_q", "S_kv"), bias, full, strict=True):
+            same = b is f or (is_symbolic(b) and is_symbolic(f) and b.same_as(f))
+            if not (same or (isinstance(b, int) and b in (1, f))):
+                raise _fail(
+                    where, f"bias {list(bias)} has {b} for {name}; expected {f} or 1 (a dim broadcast over {name})"
+                )
+        _set(self, "bias", bias)
+        _set(self, "dtype_bias", self.dtype_bias or self.dtype_in)
+        _check_dtype(where, "dtype_bias", self.dtype_bias)
+        if not self.dtype_bias.startswith(("float", "bfloat")):
+            raise _fail(where, f"bias dtype is {self.dtype_bias}; expected a float dtype (an additive bias)")
+
+    def bias_index(self, batch, head, query, key) -> tuple:
+        """The bias element of score (batch, head, query, key): 0 on its broadcast dims; query and key
+        clamped to the last row and column (a tile's edge lanes read in bounds, and are masked)."""
+        picks = (batch, head, _clamp(query, self.S_q), _clamp(key, self.S_kv))
+        return tuple(0 if isinstance(b, int) and b == 1 else x for b, x in zip(self.bias, picks, strict=True))
 
     @property
     def groups(self) -> int:
@@ -511,10 +551,12 @@ class AttentionSpec(KernelSpec):
     def inputs(self) -> list[TensorArg]:
         q = (self.B, self.H, self.S_q, self.D)
         kv = (self.B, self.H_kv, self.S_kv, self.D)
+        bias = [] if self.bias is None else [TensorArg(self.name_bias, self.bias, self.dtype_bias)]
         return [
             TensorArg(self.name_q, q, self.dtype_in),
             TensorArg(self.name_k, kv, self.dtype_in),
             TensorArg(self.name_v, kv, self.dtype_in),
+            *bias,
         ]
 
     def outputs(self) -> list[TensorArg]:

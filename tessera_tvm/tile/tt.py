@@ -596,6 +596,12 @@ TT_HEAD_DIMS = (32, 64, 128)
 def _check_attention(spec: AttentionSpec) -> None:
     _check_dtypes("attention", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
     _check_one_dtype("attention", {"dtype_in": spec.dtype_in, "dtype_out": spec.dtype_out})
+    if spec.bias is not None:
+        raise _unsupported(
+            "attention with a bias (an attention mask)",
+            "the reader generates only a causal mask tile; a bias tensor would be a fourth input stream",
+            what="an attention bias",
+        )
     if spec.D not in TT_HEAD_DIMS:
         raise _unsupported(
             f"attention with head dim {spec.D}",
@@ -624,7 +630,7 @@ def _attention_program(spec: AttentionSpec):
     B, H, H_kv, S_q, S_kv, D = spec.B, spec.H, spec.H_kv, spec.S_q, spec.S_kv, spec.D
     n_d, q_blocks, kv_blocks = D // TILE, S_q // TILE, S_kv // TILE
     group, offset = spec.groups, spec.causal_offset
-    q, k, v = spec.inputs()
+    q, k, v = spec.inputs()  # no bias (_check_attention)
     views = [q._replace(shape=(B * H * S_q, D)), k._replace(shape=(B * H_kv * S_kv, D))]
     views += [v._replace(shape=(B * H_kv * S_kv, D)), spec.outputs()[0]._replace(shape=(B * H * S_q, D))]
     dt = spec.dtype_in
