@@ -92,6 +92,8 @@ COLLECTIVES = (
 )
 #: Kinds that move no data between the ranks (each rank keeps a part of what it holds).
 LOCAL_KINDS = ("slice", "prefix")
+#: The attention bias's dim ([B, H, S_q, S_kv]) of each dim of the queries Relax splits ([B, S, H, D]).
+_BIAS_DIM = {0: 0, 1: 2, 2: 1}
 #: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
 _CUTTING = ("reduce_scatter", "slice")
 
@@ -277,10 +279,10 @@ class _Propagator:
         """``node`` reading one whole input cut to this rank's piece, where that lets its rule hold: no
         communication (a replicated residual added to a split sum, a whole ``x`` times a ``W`` split
         on K). The first input and dim that works, in order; None if none does."""
-        if node.op not in _BINARY and node.op != "matmul":
+        if node.op not in _BINARY and node.op not in ("matmul", "nn.attention"):
             return None
         for k, (a, s) in enumerate(zip(node.args, ins, strict=True)):
-            if s is not None or not _tensor(a):
+            if s is not None or not _tensor(a) or (node.op == "nn.attention" and k != 3):  # attention: its bias
                 continue
             for d, size in enumerate(_dims(a)):
                 if _is_one(size):
@@ -351,6 +353,7 @@ class _Propagator:
         q, k, v, *rest = node.args
         if pieces < self.mesh[axis]:  # the last rank reads all of them
             k, v = (self._prefix(x, axis, 1, pieces) for x in (k, v))
+            rest = [b if _is_one(_dims(b)[3]) else self._prefix(b, axis, 3, pieces) for b in rest]  # a bias's keys
         call = relax.op.nn.attention(q, k, v, *rest, scale=node.attrs.get("scale"), causal_mask="BottomRight")
         return node_of(node.var, call)
 
@@ -491,15 +494,32 @@ class _Propagator:
         if q == ("split", 1) and k is None and v is None:  # the query sequence (nn.attention is B, S, H, D)
             if node.attrs.get("causal_mask") is not None:
                 self._check_causal_split(node, axis)
-            return q  # each rank's queries against all keys (causal: a prefix of them, _causal_prefix)
-        if any(s is None for s in ins) or len({s for s in ins}) != 1 or ins[0][0] != "split" or ins[0][1] not in (0, 2):
+            result = q  # each rank's queries against all keys (causal: a prefix of them, _causal_prefix)
+        elif any(s is None for s in ins[:3]) or len(set(ins[:3])) != 1 or q[0] != "split" or q[1] not in (0, 2):
             raise self.fail(
                 node,
                 axis,
                 "q, k and v must be split alike on batch or heads",
                 "split Q, K and V on the batch or the head dim (H and H_kv), nothing else",
             )
-        return ins[0]
+        else:
+            result = q
+        if len(ins) > 3:
+            self._check_bias(node, axis, ins[3], result)
+        return result
+
+    def _check_bias(self, node, axis: str, bias: tuple | None, result: tuple) -> None:
+        """An attention bias ``[B, H, S_q, S_kv]`` must be split as the scores are: on the dim the
+        queries are split on (batch, heads or query sequence), or whole where it is broadcast there."""
+        dim = _BIAS_DIM[result[1]]
+        wanted = None if _is_one(_dims(node.args[3])[dim]) else ("split", dim)
+        if bias != wanted:
+            raise self.fail(
+                node,
+                axis,
+                f"its bias is {'whole' if bias is None else f'split on dim {bias[1]}'}",
+                f"split the bias on dim {dim} as the queries are" if wanted else "keep the bias whole",
+            )
 
     def _check_causal_split(self, node, axis: str) -> None:
         """Causal attention with the query sequence split: each rank reads a prefix of the keys

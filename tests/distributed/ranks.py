@@ -247,9 +247,24 @@ def scenario_causal_sequence_attention(rank: int, world: int) -> dict:
     out = k(*kept.local_arrays(arrays, rank))
     whole = ts.shard(causal, mesh, split)
     whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
+
+    @ts.kernel
+    def padded(
+        Q: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "G", "S", "E", ts.f32],
+        V: Tensor["B", "G", "S", "E", ts.f32],
+        M: Tensor["B", 1, 1, "S", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True, bias=M)  # a padding mask: gathered, then its prefix
+
+    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
+    mask[..., 5:9] = -np.inf
+    masked = ts.shard(padded, mesh, {**split, "M": ts.Split("S")})
+    masked_out = ts.compile(masked, target="cpu")(*masked.local_arrays([*arrays, mask], rank))
     return {
         "err": float(np.abs(out - np.split(ref, world, axis=2)[rank]).max()),
         "whole_err": float(np.abs(whole_out - ref).max()),
+        "masked_err": float(np.abs(masked_out - padded.reference(*arrays, mask)).max()),
         "kinds": [(c.kind, c.pieces) for c in k.collectives],
         "rank": k.rank,
         "sched": k.inspect_ir("sched"),

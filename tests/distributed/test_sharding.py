@@ -202,6 +202,53 @@ def test_causal_sequence_parallel_attention_reads_each_ranks_prefix_of_the_keys(
         ts.shard(attend_causal_cross, TP, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")}).graph(rank=0)
 
 
+@ts.kernel
+def attend_alibi(
+    Q: Tensor["B", "H", "S", "E", ts.f32],
+    K: Tensor["B", "H", "S", "E", ts.f32],
+    V: Tensor["B", "H", "S", "E", ts.f32],
+    A: Tensor[1, "H", "S", "S", ts.f32],
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, bias=A)
+
+
+@ts.kernel
+def attend_alibi_4(
+    Q: Tensor["B", "H", "S", "E", ts.f32],
+    K: Tensor["B", "H", "S", "E", ts.f32],
+    V: Tensor["B", "H", "S", "E", ts.f32],
+    A: Tensor[1, 4, "S", "S", ts.f32],
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, bias=A)
+
+
+@ts.kernel
+def attend_padded(
+    Q: Tensor["B", "H", "S", "E", ts.f32],
+    K: Tensor["B", "H", "S", "E", ts.f32],
+    V: Tensor["B", "H", "S", "E", ts.f32],
+    M: Tensor["B", 1, 1, "S", ts.f32],
+) -> Tensor["B", "H", "S", "E", ts.f32]:
+    return ops.flash_attention(Q, K, V, bias=M)
+
+
+def test_an_attention_bias_is_split_as_the_scores_are():
+    heads = {n: ts.Split("H") for n in ("Q", "K", "V")}
+    # split on its head dim as the queries are: nothing to do; broadcast over heads (a padding mask): whole
+    assert [c.kind for c in _collectives(ts.shard(attend_alibi, TP, {**heads, "A": ts.Split("H")}))] == ["all_gather"]
+    assert [c.kind for c in _collectives(ts.shard(attend_padded, TP, heads))] == ["all_gather"]
+    # a whole bias over the heads (its head dim a literal) is cut to the rank's heads, no communication
+    kinds = [(c.kind, c.dim, c.value_name) for c in _collectives(ts.shard(attend_alibi_4, TP, heads))]
+    assert kinds == [("slice", 1, "A"), ("all_gather", 1, "output 0")], kinds
+    # a padding mask split with the keys' sequence is gathered with them
+    rows = ts.shard(attend_padded, TP, {n: ts.Split("S") for n in ("Q", "K", "V", "M")}, outputs=ts.Split("S"))
+    assert [(c.kind, c.dim, c.value_name) for c in _collectives(rows)] == [
+        ("all_gather", 2, "K"),
+        ("all_gather", 2, "V"),
+        ("all_gather", 3, "M"),
+    ]
+
+
 def test_shard_checks_its_arguments():
     with pytest.raises(KernelError, match="Q is not a parameter"):
         ts.shard(mlp, TP, {"Q": ts.Split("F")})

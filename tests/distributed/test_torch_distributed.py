@@ -82,6 +82,7 @@ def _check_causal_sequence_attention(out: dict, world: int) -> None:
     for rank in range(world):
         causal = out[rank]["causal_sequence_attention"]  # each rank reads the keys up to its last query
         assert causal["err"] < 1e-4 and causal["whole_err"] < 1e-4 and causal["rank"] == rank, causal
+        assert causal["masked_err"] < 1e-4, causal  # with a padding mask, gathered and cut like the keys
         prefix = [("prefix", rank + 1)] * 2 if rank < world - 1 else []  # the last rank reads all of them
         assert causal["kinds"] == [("all_gather", None)] * 2 + prefix, causal
         assert ("prefix(K_all_gather) over 'sp', dim 2, its first" in causal["sched"]) == (rank < world - 1)

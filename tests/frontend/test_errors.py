@@ -185,6 +185,52 @@ def test_attention_heads_must_divide():
 
 
 @ts.kernel
+def bias_bad(
+    Q: Tensor["B", "H", "S", "D", ts.f16],
+    K: Tensor["B", "H", "T", "D", ts.f16],
+    V: Tensor["B", "H", "T", "D", ts.f16],
+    M: Tensor["B", 1, "S", "S", ts.f16],
+) -> Tensor["B", "H", "S", "D", ts.f16]:
+    return ops.flash_attention(Q, K, V, bias=M)  # bias-line
+
+
+@ts.kernel
+def bias_int(
+    Q: Tensor["B", "H", "S", "D", ts.f16],
+    K: Tensor["B", "H", "S", "D", ts.f16],
+    V: Tensor["B", "H", "S", "D", ts.f16],
+    M: Tensor["B", 1, 1, "S", ts.int32],
+) -> Tensor["B", "H", "S", "D", ts.f16]:
+    return ops.flash_attention(Q, K, V, bias=M)
+
+
+@ts.kernel
+def bias_rank(
+    Q: Tensor["B", "H", "S", "D", ts.f16],
+    K: Tensor["B", "H", "S", "D", ts.f16],
+    V: Tensor["B", "H", "S", "D", ts.f16],
+    M: Tensor["S", "S", ts.f16],
+) -> Tensor["B", "H", "S", "D", ts.f16]:
+    return ops.flash_attention(Q, K, V, bias=M)
+
+
+def test_an_attention_bias_must_broadcast_to_the_scores():
+    with pytest.raises(
+        ts.ShapeError,
+        match=where("bias-line")
+        + re.escape(
+            "ops.flash_attention: M is [B, 1, S, S] but K is [B, H, T, D]; the bias's dim 3 (1, or the key "
+            "length S_kv) must match: S vs T"
+        ),
+    ):
+        bias_bad.graph()
+    with pytest.raises(ts.DTypeError, match="M is int32; ops.flash_attention needs a floating-point tensor"):
+        bias_int.graph()
+    with pytest.raises(ts.ShapeError, match=re.escape("(rank 2); expected rank 4 ([B, H, S_q, S_kv], a dim 1 where")):
+        bias_rank.graph()
+
+
+@ts.kernel
 def head_dim_bad(
     Q: Tensor["B", "H", "S", "D", ts.f16], K: Tensor["B", "H", "S", "E", ts.f16], V: Tensor["B", "H", "S", "E", ts.f16]
 ) -> Tensor["B", "H", "S", "D", ts.f16]:

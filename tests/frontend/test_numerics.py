@@ -273,6 +273,50 @@ def test_flash_attention(h, h_kv, s_q, s_kv, causal, align, scale):
     )
 
 
+@pytest.mark.parametrize(
+    "bias_dims, h_kv, causal, dt",
+    [
+        (("B", 1, 1, "T"), 2, False, ts.f32),  # a padding mask, grouped-query
+        ((1, "H", "S", "T"), 4, True, ts.f32),  # ALiBi-like, with the causal mask on top
+        (("B", "H", "S", "T"), 1, False, ts.f32),  # a full bias, multi-query
+        ((1, 1, "S", "T"), 4, False, ts.bf16),  # one mask for every batch and head, bf16
+    ],
+    ids=["padding", "alibi_causal", "full", "shared_bf16"],
+)
+def test_flash_attention_with_a_bias_matches_torch_sdpa(bias_dims, h_kv, causal, dt):
+    """An additive float bias (torch SDPA's ``attn_mask``), -inf on masked keys; checked against the
+    reference ops and against torch itself."""
+    torch = pytest.importorskip("torch")
+
+    @ts.kernel
+    def attn(
+        Q: Tensor["B", "H", "S", "D", dt],
+        K: Tensor["B", "G", "T", "D", dt],
+        V: Tensor["B", "G", "T", "D", dt],
+        M: Tensor[bias_dims + (dt,)],
+    ) -> Tensor["B", "H", "S", "D", dt]:
+        return ops.flash_attention(Q, K, V, bias=M, causal=causal, causal_align="bottom_right")
+
+    rng = np.random.default_rng(17)
+    b, h, s_q, s_kv, d = 2, 4, 45, 70, 32
+    sizes = {"B": b, "H": h, "S": s_q, "T": s_kv}
+    bias = (rng.standard_normal(tuple(sizes.get(x, x) for x in bias_dims)) * 2).astype(np.float32)
+    bias[..., 50:60] = -np.inf  # masked keys (every query keeps keys it can see)
+    arrays = [
+        random_array(rng, (b, h, s_q, d), dt),
+        random_array(rng, (b, h_kv, s_kv, d), dt),
+        random_array(rng, (b, h_kv, s_kv, d), dt),
+        bias.astype(dt.numpy),
+    ]
+    out = run(attn, *arrays)
+    q, k, v, m = (torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
+    k, v = (x.repeat_interleave(h // h_kv, dim=1) for x in (k, v))
+    if causal:  # bottom-right: query i sees keys j <= i + s_kv - s_q
+        m = m + torch.full((s_q, s_kv), float("-inf")).triu(s_kv - s_q + 1)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m).numpy()
+    assert_close(out, want.astype(out.dtype), dt, "attention with a bias vs torch SDPA")
+
+
 # ------------------------------------------------------------------------- f32 / f16 / bf16
 
 

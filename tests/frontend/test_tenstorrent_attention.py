@@ -80,8 +80,12 @@ def test_the_compute_kernel_carries_max_and_sum_between_key_blocks():
         (AttentionSpec(1, 1, 1, 40, 40, 64, dtype_in="bfloat16"), "attention with ragged sequence lengths"),
         (AttentionSpec(1, 1, 1, 64, 64, 96, dtype_in="bfloat16"), "attention with head dim 96"),
         (AttentionSpec(1, 1, 1, 64, 64, 64, dtype_in="int8"), "attention with dtype_in=int8"),
+        (
+            AttentionSpec(1, 1, 1, 64, 64, 64, dtype_in="bfloat16", bias=(1, 1, 1, 64)),
+            r"attention with a bias \(an attention mask\)",
+        ),
     ],
-    ids=["ragged", "head_dim_96", "int8"],
+    ids=["ragged", "head_dim_96", "int8", "bias"],
 )
 def test_attention_the_target_cannot_lower_is_refused_naming_it(spec, op):
     with pytest.raises(UnsupportedTTOperationError, match=rf"^{op}.*the Tenstorrent target does not support"):

@@ -178,6 +178,35 @@ def test_flash_attention_runs_on_the_gpu(target):
     np.testing.assert_allclose(got.float().cpu().numpy(), expected, rtol=2e-2, atol=2e-2)
 
 
+@ts.kernel
+def masked_attention(
+    q: Tensor["B", 8, "S", 64, ts.bf16],
+    k: Tensor["B", 2, "S", 64, ts.bf16],
+    v: Tensor["B", 2, "S", 64, ts.bf16],
+    m: Tensor["B", 1, 1, "S", ts.bf16],
+):
+    return ops.flash_attention(q, k, v, bias=m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["hopper", "ampere"])
+def test_flash_attention_with_a_padding_mask_runs_on_the_gpu_and_matches_torch(target):
+    rng = np.random.default_rng(5)
+    b, s = 2, 300
+    q = rng.standard_normal((b, 8, s, 64)).astype(ml_dtypes.bfloat16)
+    k_, v = (rng.standard_normal((b, 2, s, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    m = np.zeros((b, 1, 1, s), np.float32)
+    m[0, ..., 250:] = -np.inf  # the first sequence is padded after 250 tokens
+    m = m.astype(ml_dtypes.bfloat16)
+    k = ts.compile(masked_attention, target=target, shapes={"B": b, "S": s})
+    got = k(*(torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16) for a in (q, k_, v, m)))
+    tq, tk, tv, tm = (torch.from_numpy(a.astype(np.float32)) for a in (q, k_, v, m))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        tq, tk.repeat_interleave(4, dim=1), tv.repeat_interleave(4, dim=1), attn_mask=tm
+    )
+    np.testing.assert_allclose(got.float().cpu().numpy(), want.numpy(), rtol=2e-2, atol=2e-2)
+
+
 def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch):
     """run_on_gpu's conversions, reshapes and intermediates, checked without a GPU: torch CPU tensors
     stand in for CUDA ones and each fused kernel's launch runs the CPU target's kernel instead."""

@@ -7,6 +7,7 @@ import pytest
 
 import tessera_tvm
 from tessera_tvm.tile import AttentionSpec, TileSchedule, build_tile_program, validate_schedule
+from tessera_tvm.tile.base import SpecError
 
 from .conftest import as64, assert_close, random_inputs, run_cpu
 
@@ -117,6 +118,25 @@ def test_hopper_causal_gqa_attention_builds_with_nvcc(tmp_path):
     lowered = tessera_tvm.lower(build_tile_program(spec, None, "hopper"), "hopper", out_dir=tmp_path)
     assert lowered.artifacts["cubin"].stat().st_size > 0
     assert "wgmma.mma_async" in lowered.artifacts["ptx"].read_text()
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("target", ["hopper", "ampere"])
+def test_gpu_attention_with_a_bias_builds_with_nvcc(target, tmp_path):
+    """A padding mask read from global memory, clamped at the ragged edges, scaled into the log2 domain."""
+    spec = AttentionSpec(2, 4, 2, 100, 90, 64, True, dtype_in="bfloat16", bias=(2, 1, 1, 90))
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, target), target, out_dir=tmp_path)
+    assert any(p.stat().st_size > 0 for name, p in lowered.artifacts.items() if name in ("cubin", "fatbin"))
+    assert "bias[" in lowered.source and "blockIdx.z) * 90" in lowered.source  # [b, 0, 0, key]: batch * S_kv
+
+
+def test_attention_spec_checks_its_bias():
+    with pytest.raises(SpecError, match=r"bias \[2, 3, 10, 20\] has 3 for H; expected 4 or 1"):
+        AttentionSpec(2, 4, 4, 10, 20, 32, bias=(2, 3, 10, 20))
+    with pytest.raises(SpecError, match="bias dtype is int32; expected a float dtype"):
+        AttentionSpec(2, 4, 4, 10, 20, 32, bias=(2, 1, 1, 20), dtype_bias="int32")
+    spec = AttentionSpec(2, 4, 4, 10, 20, 32, dtype_in="bfloat16", bias=(1, 4, 10, 20))
+    assert [p.name for p in spec.inputs()] == ["Q", "K", "V", "bias"] and spec.dtype_bias == "bfloat16"
 
 
 @pytest.mark.parametrize("target", ["hopper", "ampere"])
