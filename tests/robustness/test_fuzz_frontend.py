@@ -258,9 +258,10 @@ def test_norms(dt, m, n, kind, weight, bias, then_linear, seed):
     causal=st.booleans(),
     align=st.sampled_from(["top_left", "bottom_right"]),
     scale=st.sampled_from([None, 0.1]),
+    bias=st.none() | st.tuples(*[st.booleans()] * 4),  # which of [B, H, S_q, S_kv] the bias broadcasts
     seed=st.integers(0, 2**16),
 )
-def test_flash_attention(dt, b, h_kv, group, s_q, s_kv, d, causal, align, scale, seed):
+def test_flash_attention(dt, b, h_kv, group, s_q, s_kv, d, causal, align, scale, bias, seed):
     count("cpu attention")
     h = h_kv * group
 
@@ -276,6 +277,21 @@ def test_flash_attention(dt, b, h_kv, group, s_q, s_kv, d, causal, align, scale,
         random_array(rng, (b, h_kv, s_kv, d), dt),
         random_array(rng, (b, h_kv, s_kv, d), dt),
     )
+    if bias is not None:  # an additive bias broadcast over the dims where it has a 1
+        full = ("B", h, "S", "T")
+        dims = tuple(1 if broadcast else x for x, broadcast in zip(full, bias, strict=True))
+
+        @ts.kernel
+        def attention(
+            q: Tensor["B", h, "S", "D", dt],
+            k: Tensor["B", h_kv, "T", "D", dt],
+            v: Tensor["B", h_kv, "T", "D", dt],
+            m: Tensor[dims + (dt,)],
+        ):
+            return ops.flash_attention(q, k, v, causal=causal, scale=scale, causal_align=align, bias=m)
+
+        sizes_of = {"B": b, "S": s_q, "T": s_kv}
+        arrays = (*arrays, random_array(rng, tuple(sizes_of.get(x, x) for x in dims), dt))
     if causal and align == "bottom_right" and s_kv < s_q:
         # Queries that see no key: the result there is defined by the reference (or rejected); either
         # way the compile must not crash.
