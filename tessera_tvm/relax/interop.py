@@ -222,18 +222,22 @@ def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
         bias = None if isinstance(args[2], _Fill) or not node.attrs.get("center") else args[2]
         weight = weight if node.attrs.get("scale") else None
         return ops.layer_norm(args[0], weight, bias, eps=float(node.attrs["epsilon"]))
-    if op == "nn.attention":
-        if len(args) != 3 or not all(isinstance(a, _BSHD) for a in args):
+    if op == "nn.attention":  # R.nn.attention_bias too: its bias [B, H, S_q, S_kv] is in Tessera's layout
+        if not all(isinstance(a, _BSHD) for a in args[:3]):
             raise NotInOpSet(
                 f"{name}: {node.name} = attention on [B, S, H, D] tensors; Tessera's flash_attention is on "
                 "[B, H, S, D] (permute_dims(x, [0, 2, 1, 3]) around R.nn.attention, as Tessera emits it)"
             )
+        bias = args[3] if len(args) > 3 else None
+        if isinstance(bias, _BSHD):
+            raise NotInOpSet(f"{name}: {node.name} = attention with the bias {bias.binding}, a layout view")
         mask = node.attrs.get("causal_mask")
         out = ops.flash_attention(
-            *(a.value for a in args),
+            *(a.value for a in args[:3]),
             causal=mask is not None,
             scale=node.attrs.get("scale"),
             causal_align="bottom_right" if mask == "BottomRight" else "top_left",
+            bias=bias,
         )
         return _BSHD(out, node.name)
     raise NotInOpSet(

@@ -14,6 +14,7 @@ lowers them inside ``tvm.compile``. Everything else is left to TVM.
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 from .._tvm import tvm
 from ..config import TargetConfig, load_config
 from ..errors import TesseraError
-from ..graph.nodes import call_with, flatten, kernel_dim_name
+from ..graph.nodes import call_with, flatten, kernel_dim_name, node_of
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
 from .elementwise import elementwise_trees
@@ -193,7 +194,8 @@ def partition_for_tessera(
     mod, fixed = fix_imported(mod)
     mod, folded_norms = fold_batch_norms(mod)
     rebuilt = {}
-    for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", recover_attention)):
+    attention = functools.partial(recover_attention, takes_bias=_plans_kernel(config, dim_hints))
+    for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", attention)):
         mod, rebuilt[op] = rebuild(mod)
     mod, _ = sink_reshapes(mod)
     log = MatchLog()
@@ -228,6 +230,21 @@ def partition_for_tessera(
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
     return out, report
+
+
+def _plans_kernel(config: TargetConfig, dim_hints: dict[str, int]):
+    """Whether Tessera builds a kernel for an attention ``call`` (on Vars) on ``config``."""
+
+    def plans(call) -> bool:
+        try:
+            plan_kernel(
+                "attention", [node_of(relax.Var("attention", call.struct_info), call)], config, dim_hints=dim_hints
+            )
+        except TesseraError:  # OffloadRejected included
+            return False
+        return True
+
+    return plans
 
 
 def _checked_hints(dim_hints) -> dict[str, int]:
@@ -330,14 +347,14 @@ class _Offloader(relax.PyExprMutator):
         inputs = [call.args[params.index(v)] if v in params else v for v in plan.inputs]
         out = plan.spec.outputs()[0]
         sinfo = relax.TensorStructInfo(_relax_shape(out.shape, inputs), out.dtype)
-        if plan.layout == "bshd":  # the kernel reads [B, H, S, D]; TVM transposes around it
+        if plan.layout == "bshd":  # the kernel reads [B, H, S, D]; TVM transposes around it (not the bias)
             inputs = [
                 self.builder_.emit(relax.op.permute_dims(x, [0, 2, 1, 3]), name_hint=f"{binding}_{t}_bhsd")
-                for x, t in zip(inputs, "qkv", strict=True)
-            ]
+                for x, t in zip(inputs[:3], "qkv", strict=True)
+            ] + inputs[3:]
             result = self.builder_.emit(relax.call_tir(gv, inputs, sinfo), name_hint=f"{binding}_bhsd")
             result = self.builder_.emit(relax.op.permute_dims(result, [0, 2, 1, 3]), name_hint=f"{binding}_bshd")
-            self.layout_bindings.update(str(v.name_hint) for v in [*inputs, result])
+            self.layout_bindings.update(str(v.name_hint) for v in [*inputs[:3], result])
         else:
             result = relax.call_tir(gv, inputs, sinfo)
         self.report.offloaded.append(

@@ -8,8 +8,10 @@ Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPa
     tessera.conv2d      R.nn.conv2d (NCHW/OIHW), then [astype] [add bias] [add residual] [activation or
                         clip] [add] [astype]
     tessera.pool2d      R.nn.max_pool2d / R.nn.avg_pool2d (NCHW) [+ astype]
-    tessera.attention   R.nn.attention (no bias, no window), [B, S, H, D]; or Tessera's own form,
-                        permute_dims to [B, H, S, D] around it, whose permutes join the kernel
+    tessera.attention   R.nn.attention or R.nn.attention_bias (no window), [B, S, H, D]; or Tessera's
+                        own form, permute_dims to [B, H, S, D] around it, whose permutes join the
+                        kernel; a bias ([B|1, H|1, S_q|1, S_kv], torch SDPA's float attn_mask) is the
+                        kernel's fourth input
     tessera.softmax     R.nn.softmax [+ astype]
     tessera.norm        R.nn.layer_norm / R.nn.rms_norm over the last axis [+ astype]
     tessera.reduce      R.sum / R.mean / R.max of a float tensor over consecutive axes [+ astype]
@@ -60,6 +62,7 @@ ANCHORS = {
     "relax.nn.max_pool2d": "max_pool2d",
     "relax.nn.avg_pool2d": "avg_pool2d",
     "relax.nn.attention": "attention",
+    "relax.nn.attention_bias": "attention",
     "relax.nn.softmax": "softmax",
     "relax.nn.layer_norm": "layer_norm",
     "relax.nn.rms_norm": "rms_norm",
@@ -128,9 +131,16 @@ def _epilogue_chains(grammar: tuple[str, ...] = _EPILOGUE) -> list[tuple[str, ..
     return sorted(chains, key=lambda c: (-len(c), c))
 
 
-def _attention_tessera_form():
+def _attention_tessera_form(bias: bool):
+    """permute_dims around ``R.nn.attention`` (or ``_bias``, whose bias is [B, H, S_q, S_kv] in either form)."""
     q, k, v = (_is("relax.permute_dims")(relax.dpl.wildcard()) for _ in range(3))
-    return _is("relax.permute_dims")(_is("relax.nn.attention")(q, k, v))
+    return _is("relax.permute_dims")(_attention_call(bias, q, k, v))
+
+
+def _attention_call(bias: bool, q, k, v):
+    if bias:
+        return _is("relax.nn.attention_bias")(q, k, v, relax.dpl.wildcard())
+    return _is("relax.nn.attention")(q, k, v)
 
 
 def _with_cast(pattern):
@@ -409,6 +419,9 @@ def attention_spec_bshd(node: Node, dtype_out: str, symbols: dict[str, Any] | No
         raise OffloadRejected(f"attention with head dims q={d}, k={d_k}, v={d_v}: Tessera's kernel needs one D")
     mask = node.attrs.get("causal_mask")
     scale = node.attrs.get("scale")
+    bias = {}
+    if len(node.args) > 3:  # R.nn.attention_bias: [B|1, H|1, S_q|1, S_kv] in either layout
+        bias = {"bias": tuple(dim(x) for x in _dims(node.args[3])), "dtype_bias": str(node.args[3].struct_info.dtype)}
     return AttentionSpec(
         b,
         h,
@@ -421,6 +434,7 @@ def attention_spec_bshd(node: Node, dtype_out: str, symbols: dict[str, Any] | No
         dtype_in=str(q.struct_info.dtype),
         dtype_out=dtype_out,
         causal_align="bottom_right" if mask == "BottomRight" else "top_left",
+        **bias,
     )
 
 
@@ -431,16 +445,33 @@ def _check_attention(node: Node, nodes: list[Node]) -> None:
     window = getattr(node.call.attrs, "window_size", None)
     if window is not None:
         raise OffloadRejected("attention with a sliding window: not supported")
-    if len(node.args) != 3:
-        raise OffloadRejected("attention with a bias: not supported")
     if any(n.op == "permute_dims" and not is_bhsd_swap(n) for n in nodes):
         raise OffloadRejected("attention between permute_dims that are not [B, S, H, D] <-> [B, H, S, D] swaps")
-    for arg in node.args:
+    for arg in node.args[:3]:
         if len(_dims(arg)) != 4:
             raise OffloadRejected(f"attention on rank-{len(_dims(arg))} {_name(arg)}: expected [B, S, H, D]")
-    dtypes = {str(a.struct_info.dtype) for a in node.args}
+    if len(node.args) > 3:
+        _check_attention_bias(node)
+    dtypes = {str(a.struct_info.dtype) for a in node.args[:3]}
     if len(dtypes) != 1:
         raise OffloadRejected(f"attention with q, k, v of dtypes {sorted(dtypes)}: expected one dtype")
+
+
+def _check_attention_bias(node: Node) -> None:
+    """The bias of ``R.nn.attention_bias`` is a float [B|1, H|1, S_q|1, S_kv|1] (q, k on [B, S, H, D])."""
+    q, k, bias = node.args[0], node.args[1], node.args[3]
+    b, s_q, h, _ = _dim_keys(_dims(q))
+    dims = _dim_keys(_dims(bias))
+    full = (b, h, s_q, _dim_keys(_dims(k))[1])
+    if len(dims) != 4 or any(d not in (1, f) for d, f in zip(dims, full, strict=True)):
+        found, expected = ", ".join(map(str, dims)), ", ".join(f"{f}|1" for f in full)
+        raise OffloadRejected(
+            f"attention with a bias {_name(bias)} of shape [{found}]: Tessera's kernel takes a bias "
+            f"[B, H, S_q, S_kv] = [{expected}], a dim 1 where it is broadcast"
+        )
+    dtype = str(bias.struct_info.dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        raise OffloadRejected(f"attention with a bias {_name(bias)} of {dtype}: an additive bias is a float tensor")
 
 
 @dataclass(frozen=True)
@@ -491,7 +522,7 @@ def plan_kernel(
         if family == "attention" and nodes[0].op != "permute_dims":  # plain [B, S, H, D] attention
             out_dtype = str(nodes[-1].var.struct_info.dtype)
             spec = attention_spec_bshd(anchor, out_dtype, symbols)
-            binding = KernelBinding("attention", spec, (*anchor.args[:3], nodes[-1].var))
+            binding = KernelBinding("attention", spec, (*anchor.args, nodes[-1].var))  # Q, K, V[, bias]
             layout = "bshd"
         else:
             binding = kernel_spec(group, symbols, tensor_constants=True)
@@ -623,12 +654,11 @@ def tessera_patterns(
             fusion_pattern("tessera.pool2d", pool, {}, pool_check),
         ]
     attention_check = make_check("attention", config, log, dim_hints)
-    patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(), {}, attention_check))
-    patterns.append(
-        fusion_pattern(
-            "tessera.attention", _is("relax.nn.attention")(wildcard(), wildcard(), wildcard()), {}, attention_check
-        )
-    )
+    for bias in (False, True):
+        patterns.append(fusion_pattern("tessera.attention", _attention_tessera_form(bias), {}, attention_check))
+    for bias in (False, True):
+        plain = _attention_call(bias, wildcard(), wildcard(), wildcard())
+        patterns.append(fusion_pattern("tessera.attention", plain, {}, attention_check))
     softmax = _is("relax.nn.softmax")(wildcard())
     softmax_check = make_check("softmax", config, log, dim_hints)
     patterns += [

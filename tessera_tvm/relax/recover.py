@@ -8,17 +8,25 @@ TVM's torch frontend at its defaults (``run_ep_decomposition=True``) imports
     probs  = where(row_all_masked(scores + mask), 0, probs)         # torch's guard for empty rows
     out    = reshape(matmul(reshape(broadcast_to(probs)), reshape(broadcast_to(v))))
 
-:func:`recover_attention` rewrites that back into one ``R.nn.attention`` (``[B, S, H, D]``, scale
-``sq * sk``, ``causal_mask="TopLeft"`` when the mask is causal), which ``partition_for_tessera``
-offloads as one flash-attention kernel. The mask is evaluated (it is built from constants only) and
-must be all zeros or exactly the causal mask; a mask of a dynamic sequence length is built as a TIR
-expression of the query and key indices instead, and TVM's arithmetic must prove it 0 where the key
-is at or before the query and -inf after it (or 0 everywhere). Every reshape must only merge B and
-H. Anything else is left as it is, so a rewrite never changes what the model computes.
+Attention written by hand (HF style) imports as the same without the guard, q and k unscaled and
+the scores scaled instead: ``softmax(reshape(matmul(...)) / c + mask)``.
+
+:func:`recover_attention` rewrites either back into one ``R.nn.attention`` (``[B, S, H, D]``, scale
+``sq * sk / c``), which ``partition_for_tessera`` offloads as one flash-attention kernel. A mask
+that is all zeros is dropped and torch's causal mask becomes ``causal_mask="TopLeft"``: the mask is
+evaluated when it is built from constants only; a mask of a dynamic sequence length is built as a
+TIR expression of the query and key indices instead, and TVM's arithmetic must prove it 0 where the
+key is at or before the query and -inf after it (or 0 everywhere). Any other mask (padding, ALiBi, a
+mask the model takes as an input) becomes the bias of ``R.nn.attention_bias``, with leading 1s up to
+4-D; it must broadcast to the scores along B, H and S_q and span the keys. Every reshape must only
+merge B and H. Anything else is left as it is, so a rewrite never changes what the model computes,
+with one exception: a query whose keys are all -inf gets zeros (as under torch's guard) where
+attention written by hand gives NaN.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,25 +55,35 @@ def _merged(inner):
 def _pattern():
     q, k, v = dpl.wildcard(), dpl.wildcard(), dpl.wildcard()
     q_scale, k_scale, mask = dpl.is_const(), dpl.is_const(), dpl.wildcard()
-    q_scaled = dpl.is_op("relax.multiply")(q, q_scale)
+    q_scaled = dpl.is_op("relax.multiply")(q, q_scale)  # SDPA's decomposition scales q and k by sqrt(scale)
     k_t = dpl.is_op("relax.permute_dims")(k)
     k_scaled = dpl.is_op("relax.multiply")(k_t, k_scale)
-    scores = dpl.is_op("relax.reshape")(dpl.is_op("relax.matmul")(_merged(q_scaled), _merged(k_scaled)), dpl.wildcard())
-    masked = dpl.is_op("relax.add")(scores, mask)
-    probs = dpl.is_op("relax.nn.softmax")(masked | scores)
+    product = dpl.is_op("relax.matmul")(_merged(q_scaled | q), _merged(k_scaled | k_t))
+    scores = dpl.is_op("relax.reshape")(product, dpl.wildcard())
+    scale = dpl.is_const()  # attention written by hand scales the scores: (q @ k^T) / sqrt(d)
+    multiplied, divided = dpl.is_op("relax.multiply")(scores, scale), dpl.is_op("relax.divide")(scores, scale)
+    scaled = multiplied | divided | scores
+    masked = dpl.is_op("relax.add")(scaled, mask) | dpl.is_op("relax.add")(mask, scaled)
+    probs = dpl.is_op("relax.nn.softmax")(masked | scaled)
     guard, zeros = dpl.wildcard(), dpl.wildcard()
     guarded = dpl.is_op("relax.where")(guard, zeros, probs)
     out = dpl.is_op("relax.matmul")(_merged(guarded | probs), _merged(v))
     result = dpl.is_op("relax.reshape")(out, dpl.wildcard())
-    parts = dict(q=q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, mask=mask, masked=masked, scores=scores)
+    parts = dict(q=q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, mask=mask, scale=scale, divided=divided)
     parts.update(probs=probs, guard=guard, guarded=guarded, zeros=zeros, k_t=k_t, out=out)
     return result, parts
 
 
-def recover_attention(mod) -> tuple[Any, int]:
-    """``mod`` with each decomposed attention rewritten to ``R.nn.attention``; and how many."""
+def recover_attention(mod, takes_bias: Callable[[Any], bool] | None = None) -> tuple[Any, int]:
+    """``mod`` with each decomposed attention rewritten to ``R.nn.attention``; and how many.
+
+    An attention with a bias (a mask that is neither causal nor zero) is rebuilt where
+    ``takes_bias(call)`` (None: always) accepts its ``R.nn.attention_bias`` call on stand-in Vars
+    ([B, S, H, D], the bias [B|1, H|1, S_q|1, S_kv]). ``partition_for_tessera`` rebuilds one only where
+    Tessera's kernel takes it: TVM's own attention gives NaN where torch's decomposition gives zeros
+    (a query whose keys are all masked), so the decomposition stays where TVM would compute it."""
     pattern, parts = _pattern()
-    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings))
+    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings, takes_bias))
 
 
 def rewrite_functions(mod, pattern, make, rounds: int = 1) -> tuple[Any, int]:
@@ -115,7 +133,7 @@ def _scalar(const) -> float | None:
     return float(value) if value.size == 1 else None
 
 
-def _rewritten(orig, m, p, bindings):
+def _rewritten(orig, m, p, bindings, takes_bias):
     q, k, v = m[p["q"]], m[p["k"]], m[p["v"]]
     shapes = [_shape(t) for t in (q, k, v, orig)]
     if any(s is None or len(s) != 4 for s in shapes):
@@ -127,19 +145,32 @@ def _rewritten(orig, m, p, bindings):
         return None
     if _shape(m[p["out"]]) != (b * h, s_q, dv):  # every reshape only merges B and H
         return None
-    scale_q, scale_k = _scalar(m[p["q_scale"]]), _scalar(m[p["k_scale"]])
-    if scale_q is None or scale_k is None:
+    if int(m[p["probs"]].attrs.axis) not in (-1, 3):
+        return None  # a softmax over the queries (attention written by hand)
+    scales = [_scalar(m[p[name]]) if p[name] in m else 1.0 for name in ("q_scale", "k_scale", "scale")]
+    if None in scales or (p["divided"] in m and scales[2] == 0):
         return None
-    causal = False
-    if p["masked"] in m:
+    scale = scales[0] * scales[1] * (1 / scales[2] if p["divided"] in m else scales[2])
+    causal, bias = False, None
+    if p["mask"] in m:
         mask = _evaluate(m[p["mask"]], bindings)  # None for a mask of dynamic shape: proved instead
         causal = _causal(mask, s_q, s_k) if mask is not None else _causal_symbolic(m[p["mask"]], bindings, s_q, s_k)
-        if causal is None:
-            return None
-    # Under a causal or an all-zero mask no row is empty, so torch's guard keeps the probabilities.
-    softmax_input = m[p["masked"]] if p["masked"] in m else m[p["scores"]]
+        if causal is None:  # any other mask (padding, ALiBi, an input) is an additive bias
+            causal, bias = False, _as_bias(m[p["mask"]], (b, h, s_q, s_k))
+            if bias is None:
+                return None
+            bias, bias_shape = bias
+    # Torch's guard zeros the rows whose every score is -inf (a bias can mask them): Tessera's kernel does too.
+    softmax_input = m[p["probs"]].args[0]
     if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):
         return None
+    if bias is not None and takes_bias is not None:
+        stand_ins = [
+            _stand_in(t, shape) for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, h, d)), (v, (b, s_k, h, dv)))
+        ]
+        call = relax.op.nn.attention(*stand_ins, _stand_in(m[p["mask"]], bias_shape), scale=scale)
+        if not takes_bias(relax.BlockBuilder().normalize(call)):
+            return None
 
     def bshd(t):  # [B, H, S, D] -> [B, S, H, D]; the permute undone when it was one
         value = bindings.get(t, t)
@@ -149,9 +180,27 @@ def _rewritten(orig, m, p, bindings):
         return relax.op.permute_dims(t, [0, 2, 1, 3])
 
     attention = relax.op.nn.attention(
-        bshd(q), bshd(k), bshd(v), scale=scale_q * scale_k, causal_mask="TopLeft" if causal else None
+        bshd(q), bshd(k), bshd(v), bias, scale=scale, causal_mask="TopLeft" if causal else None
     )
     return relax.op.permute_dims(attention, [0, 2, 1, 3])
+
+
+def _as_bias(mask, full: tuple) -> tuple[Any, tuple] | None:
+    """``mask`` (added to the scores [B, H, S_q, S_kv]) as Relax attention's bias and its shape: 4-D,
+    each dim 1 or the scores', the keys' not broadcast (a lower rank gets leading 1s); None when it
+    is not one."""
+    shape = _shape(mask)
+    if shape is None or len(shape) > 4 or not str(mask.struct_info.dtype).startswith(("float", "bfloat")):
+        return None
+    shape = (1,) * (4 - len(shape)) + shape
+    if shape[-1] != full[-1] or any(d != 1 and d != f for d, f in zip(shape, full, strict=True)):
+        return None
+    return (mask if len(_shape(mask)) == 4 else relax.op.reshape(mask, _relax_shape(shape))), shape
+
+
+def _stand_in(expr, shape) -> Any:
+    """A Var of ``expr``'s dtype and ``shape`` (a :func:`_shape` tuple)."""
+    return relax.Var("t", relax.TensorStructInfo(_relax_shape(shape), str(expr.struct_info.dtype)))
 
 
 def _causal(mask: np.ndarray, s_q: int, s_k: int) -> bool | None:

@@ -22,6 +22,9 @@ apache-tvm 0.27 gets the first two right):
   float16 weight. Each now accumulates in float32 and casts the result to the inputs' dtype, as torch.
   So does a half-precision ``conv2d``, whose float32 result met its float16 bias (a dtype error on
   import: no float16 CNN imported).
+- ``scaled_dot_product_attention`` (imported without the default decomposition) passes its
+  ``attn_mask`` to ``R.nn.attention`` as the bias, which must be 4-D: a ``[S_q, S_kv]`` mask, which
+  torch broadcasts, stopped the import ("The bias should have 4 dimensions").
 - ``amax``, ``amin``, ``min.dim`` and ``diagonal`` have no converter, so ``x.amax(-1)``,
   ``torch.logsumexp``, ``x.min(dim)`` and ``logits.diagonal()`` did not import.
 
@@ -137,10 +140,10 @@ _PATCHED = "_tessera_fixed_convert_map"
 
 def patch_torch_frontend() -> bool:
     """Give TileLang's torch frontend the converters the module docstring lists: torch's meaning
-    for ``var``/``std``, ``sum``, ``elu``, ``native_group_norm`` and half-precision matmuls, and the
-    missing ``amax``, ``amin``, ``min.dim`` and ``diagonal``. Applied once, at ``import tessera_tvm``;
-    a frontend that already handles ``correction`` (apache-tvm's) is left alone. Returns whether the
-    frontend is patched."""
+    for ``var``/``std``, ``sum``, ``elu``, ``native_group_norm``, half-precision matmuls and an
+    attention mask of a lower rank, and the missing ``amax``, ``amin``, ``min.dim`` and ``diagonal``.
+    Applied once, at ``import tessera_tvm``; a frontend that already handles ``correction``
+    (apache-tvm's) is left alone. Returns whether the frontend is patched."""
     try:
         from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     except ImportError:  # no torch frontend in this TVM build
@@ -155,6 +158,7 @@ def patch_torch_frontend() -> bool:
         table = original(self)
         plain_elu = table.get("elu.default")
         plain_conv2d, plain_convolution = table.get("conv2d.default"), table.get("convolution.default")
+        plain_attention = table.get("scaled_dot_product_attention.default")
         fixes = {
             "var.correction": lambda node: _variance(self, node, root=False),
             "std.correction": lambda node: _variance(self, node, root=True),
@@ -170,6 +174,7 @@ def patch_torch_frontend() -> bool:
             "conv2d.default": lambda node: _conv2d(self, node, plain_conv2d),
             # what the frontend's default decomposition turns conv2d into (the bias is args[2] too)
             "convolution.default": lambda node: _conv2d(self, node, plain_convolution),
+            "scaled_dot_product_attention.default": lambda node: _attention(self, node, plain_attention),
         }
         table.update({name: fix for name, fix in fixes.items() if name in table})
         # Missing, so `x.amax(-1)` and `torch.logsumexp` (which torch exports through amax) failed
@@ -346,6 +351,21 @@ def _conv2d(importer, node, plain):
         if held is not None:
             importer.env[bias] = held
     return out if str(out.struct_info.dtype) == dtype else _as_torch(importer, out, dtype)
+
+
+def _attention(importer, node, plain):
+    """``aten.scaled_dot_product_attention`` ``(q, k, v, attn_mask=None, ...)``: torch broadcasts a
+    mask of a lower rank (``[S_q, S_kv]``); Relax's attention bias is 4-D, so it gets leading 1s."""
+    mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+    held = importer.env.get(mask) if mask is not None else None
+    shape = held.struct_info.shape if held is not None else None
+    if shape is None or len(shape) >= 4:
+        return plain(node)
+    importer.env[mask] = importer.block_builder.emit(relax.op.reshape(held, [1] * (4 - len(shape)) + list(shape)))
+    try:
+        return plain(node)
+    finally:
+        importer.env[mask] = held
 
 
 def _linear(importer, node):

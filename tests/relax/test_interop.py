@@ -12,7 +12,7 @@ from tessera import Tensor, ops
 from tessera_tvm import tvm
 from tessera_tvm.relax import NotInOpSet, add_kernel, build, from_relax
 
-from .models import causal_attention, gelu
+from .models import causal_attention, gelu, softmax
 
 relax = tvm.relax
 nn = relax.frontend.nn
@@ -64,6 +64,50 @@ def test_tessera_attention_keeps_its_layout_in_one_kernel():
     swap = (0, 2, 1, 3)
     ref = causal_attention(*(t.transpose(swap).astype(np.float64) for t in (q, k, v))).transpose(swap)
     np.testing.assert_allclose(built.run("attention", q, k, v), ref, rtol=1e-4, atol=1e-4)
+
+
+@ts.kernel
+def padded_attention(
+    Q: Tensor["B", "H", "S", "D", ts.f32],
+    K: Tensor["B", "H", "S", "D", ts.f32],
+    V: Tensor["B", "H", "S", "D", ts.f32],
+    mask: Tensor["B", 1, 1, "S", ts.f32],
+) -> Tensor["B", "H", "S", "D", ts.f32]:
+    return ops.flash_attention(Q, K, V, bias=mask)
+
+
+def _padded_reference(q, k, v, mask):
+    """[B, H, S, D] in and out, float64: softmax(q k^T / sqrt(D) + mask) v."""
+    scores = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(q.shape[-1]) + mask
+    return np.einsum("bhqk,bhkd->bhqd", softmax(scores), v)
+
+
+def _padded_inputs():
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 3, 19, 16)).astype(np.float32) for _ in range(3))
+    mask = np.zeros((2, 1, 1, 19), np.float32)
+    mask[0, ..., 13:] = -np.inf  # batch 0's last 6 keys are padding
+    return q, k, v, mask
+
+
+def test_tessera_attention_with_a_bias_is_one_kernel_in_a_relax_module():
+    """R.nn.attention_bias between Tessera's permutes: one kernel taking the mask as its fourth input."""
+    mod, gv = add_kernel(tvm.IRModule({}), padded_attention, shapes={"B": 2, "H": 3, "S": 19, "D": 16})
+    assert "R.nn.attention_bias" in mod[gv].script()
+    built = build(mod, "cpu")
+    (kernel,) = built.report.offloaded
+    assert kernel.ops == "attention" and kernel.spec.bias == (2, 1, 1, 19) and built.report.not_offloaded == []
+    q, k, v, mask = _padded_inputs()
+    got = built.run("padded_attention", q, k, v, mask)
+    np.testing.assert_allclose(got, _padded_reference(q, k, v, mask), rtol=1e-5, atol=1e-5)  # f32 vs float64
+
+
+def test_a_relax_attention_with_a_bias_compiles_with_ts_compile():
+    mod, gv = add_kernel(tvm.IRModule({}), padded_attention, shapes={"B": 2, "H": 3, "S": 19, "D": 16})
+    kernel = from_relax(mod[gv])
+    q, k, v, mask = _padded_inputs()
+    out = ts.compile(kernel, target="cpu")(q, k, v, mask)
+    np.testing.assert_allclose(out, _padded_reference(q, k, v, mask), rtol=1e-5, atol=1e-5)
 
 
 class MLP(nn.Module):

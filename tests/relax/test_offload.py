@@ -260,3 +260,144 @@ def test_weights_bound_as_constants_are_offloaded_too():
     bound = relax.transform.BindParams("forward", dict(zip(names, weights, strict=True)))(mod)
     _, report = partition_for_tessera(bound, "cpu")
     assert sorted(o.ops for o in report.offloaded) == EXPECTED_OPS
+
+
+# Attention with a bias (R.nn.attention_bias; torch SDPA's float attn_mask): 2 batches, 4 heads of 16,
+# 37 tokens (a ragged key block on the CPU's 32 x 64 tiles).
+B, H, S, D = 2, 4, 37, 16
+
+
+def _biased_attention_module(bias_shape, *, layout="bshd", causal=None, constant=None, dtype="float32"):
+    """``R.nn.attention_bias`` on [B, S, H, D] parameters ("bshd", as TVM's frontend imports SDPA), or
+    Tessera's own form ("bhsd": [B, H, S, D] parameters, permute_dims around it); the bias a parameter
+    ``mask`` of ``bias_shape``, or ``constant`` (a relax.Constant)."""
+    shape = (B, S, H, D) if layout == "bshd" else (B, H, S, D)
+    params = {name: (shape, dtype) for name in "qkv"}
+    if constant is None:
+        params["mask"] = (bias_shape, dtype)
+
+    def body(bb, q, k, v, mask=None):
+        bias = relax.const(constant) if constant is not None else mask
+        if layout == "bshd":
+            return R.nn.attention(q, k, v, bias, causal_mask=causal)
+        q, k, v = (bb.emit(R.permute_dims(t, [0, 2, 1, 3])) for t in (q, k, v))
+        return R.permute_dims(bb.emit(R.nn.attention(q, k, v, bias, causal_mask=causal)), [0, 2, 1, 3])
+
+    return _module("main", params, body)
+
+
+def _biased_attention(q, k, v, bias, causal=None):
+    """The float64 reference on [B, S, H, D]: softmax(q k^T / sqrt(D) + bias [+ causal mask]) v; a query
+    whose keys are all masked gets zeros (Tessera's kernel; torch's decomposition guards it so too)."""
+    scores = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), k) / np.sqrt(q.shape[-1]) + bias
+    if causal:
+        scores = np.where(np.tril(np.ones((S, S), dtype=bool)), scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        probs = np.nan_to_num(softmax(scores))
+    return np.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def _padding_mask(rng) -> np.ndarray:
+    """[B, 1, 1, S]: batch 1's last 9 keys are padding (-inf)."""
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[1, ..., S - 9 :] = -np.inf
+    return mask
+
+
+def _empty_row_mask(rng) -> np.ndarray:
+    """[B, 1, S, S] of random values, query 5 of batch 1 masked from every key."""
+    mask = rng.standard_normal((B, 1, S, S)).astype(np.float32)
+    mask[1, :, 5, :] = -np.inf
+    return mask
+
+
+def _alibi(rng) -> np.ndarray:
+    """[1, H, S, S]: ALiBi, each head's slope times the distance to the key."""
+    slopes = 2.0 ** -np.arange(1, H + 1)
+    distance = np.arange(S)[None, :] - np.arange(S)[:, None]
+    return (slopes[:, None, None] * distance)[None].astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "make_mask, layout, causal",
+    [
+        (_padding_mask, "bshd", None),
+        (_padding_mask, "bhsd", "TopLeft"),
+        (_alibi, "bshd", "TopLeft"),
+        (_alibi, "bhsd", None),
+        (_empty_row_mask, "bshd", None),
+    ],
+    ids=["padding", "padding causal, Tessera's layout", "alibi causal", "alibi, Tessera's layout", "an empty row"],
+)
+def test_attention_with_a_bias_runs_as_one_tessera_kernel(make_mask, layout, causal):
+    rng = np.random.default_rng(5)
+    mask = make_mask(rng)
+    built = build(_biased_attention_module(mask.shape, layout=layout, causal=causal), "cpu")
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == mask.shape, built.report
+    assert kernel.spec.causal == (causal is not None)
+    assert {r.op for r in built.report.not_offloaded} <= {"R.permute_dims"}, built.report  # [B, S, H, D] layout
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float32) for _ in range(3))
+    swap = (0, 2, 1, 3)
+    if layout == "bshd":
+        got = built.run("main", q, k, v, mask)
+    else:
+        got = built.run("main", *(np.ascontiguousarray(t.transpose(swap)) for t in (q, k, v)), mask).transpose(swap)
+    # f32 kernel against float64: sums of 37 terms of magnitude ~1.
+    np.testing.assert_allclose(got, _biased_attention(q, k, v, mask, causal), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_an_attention_bias_bound_as_a_constant_is_an_input_of_the_kernel(layout):
+    rng = np.random.default_rng(6)
+    alibi = _alibi(rng)
+    built = build(_biased_attention_module(None, layout=layout, constant=alibi), "cpu")
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (1, H, S, S), built.report
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(np.float32) for _ in range(3))
+    swap = (0, 2, 1, 3)
+    if layout == "bshd":
+        got = built.run("main", q, k, v)
+    else:
+        got = built.run("main", *(np.ascontiguousarray(t.transpose(swap)) for t in (q, k, v))).transpose(swap)
+    np.testing.assert_allclose(got, _biased_attention(q, k, v, alibi), rtol=1e-5, atol=1e-5)
+
+
+def test_an_attention_bias_that_does_not_broadcast_or_is_not_float_is_left_to_tvm_with_the_reason():
+    n, m = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("m", "int64")
+    f32 = "float32"
+    # Relax takes bias dim m for the queries' n (it cannot prove them different); Tessera cannot.
+    params = {"q": ((2, n, 4, 16), f32), "k": ((2, n, 4, 16), f32), "v": ((2, n, 4, 16), f32)}
+    params["mask"] = ((2, 1, m, n), f32)
+    mod = _module("main", params, lambda bb, q, k, v, mask: R.nn.attention(q, k, v, mask))
+    _, report = partition_for_tessera(mod, "cpu")
+    assert report.offloaded == []
+    (left,) = report.not_offloaded
+    assert left.op == "R.nn.attention_bias"
+    assert left.reason == (
+        "attention with a bias mask of shape [2, 1, m, n]: Tessera's kernel takes a bias [B, H, S_q, S_kv] = "
+        "[2|1, 4|1, n|1, n|1], a dim 1 where it is broadcast"
+    ), left.reason
+    params["mask"] = ((2, 1, 1, n), "int32")
+    mod = _module("main", params, lambda bb, q, k, v, mask: R.nn.attention(q, k, v, mask))
+    _, report = partition_for_tessera(mod, "cpu")
+    (left,) = report.not_offloaded
+    assert left.reason == "attention with a bias mask of int32: an additive bias is a float tensor", left.reason
+
+
+def test_attention_with_a_bias_plans_a_kernel_on_a_gpu_config_and_a_dynamic_length_stays_with_tvm():
+    """Planning only (no GPU needed): the Hopper attention program adds the bias too."""
+    mod = _biased_attention_module((B, 1, 1, S), dtype="float16")
+    out, report = partition_for_tessera(mod, "hopper")
+    (kernel,) = report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (B, 1, 1, S) and kernel.spec.dtype_bias == "float16"
+    assert str(out[kernel.kernel].attrs[KERNEL_ATTR]) == "attention"
+    # The GPU kernel takes a symbolic batch only: a dynamic sequence length stays with TVM, and says so.
+    s = tvm.tirx.Var("s", "int64")
+    params = {name: ((B, s, H, D), "float16") for name in "qkv"}
+    params["mask"] = ((B, 1, 1, s), "float16")
+    mod = _module("main", params, lambda bb, q, k, v, mask: R.nn.attention(q, k, v, mask))
+    _, report = partition_for_tessera(mod, "hopper")
+    assert report.offloaded == []
+    (left,) = report.not_offloaded
+    assert left.op == "R.nn.attention_bias" and "dynamic S_q (s), S_kv (s)" in left.reason, left.reason

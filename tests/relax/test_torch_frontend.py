@@ -253,3 +253,30 @@ def test_the_report_says_nothing_was_fixed_when_nothing_was():
     _, report = partition_for_tessera(_import(model, x), "cpu")
     assert report.fixed == {"take with a negative index": 0, "bitwise_not of a bool": 0}
     assert "put right" not in str(report)
+
+
+class MaskedAttention(nn.Module):
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["mask", "mask and is_causal"])
+def test_sdpa_with_a_2d_mask_imports_without_decomposition_and_matches_torch(causal):
+    # Without the decomposition the frontend passes attn_mask as R.nn.attention's bias, which must be
+    # 4-D: a [S, S] mask stopped the import. (Eager torch takes a mask with is_causal=True and applies
+    # both; torch.export's decomposition refuses it, so only this import has it.)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 24, 16) for _ in range(3))
+    mask = torch.randn(24, 24)
+    with torch.no_grad():
+        expected = MaskedAttention(causal)(q, k, v, mask).numpy()
+    exported = torch.export.export(MaskedAttention(causal), (q, k, v, mask))
+    built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=False), "cpu")
+    (got,) = built.run("main", *(t.numpy() for t in (q, k, v, mask)))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (1, 1, 24, 24) and kernel.spec.causal == causal

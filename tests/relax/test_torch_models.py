@@ -6,6 +6,8 @@ Tolerance 1e-5 absolute on outputs of magnitude ~1: float32 everywhere, sums of 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tessera_tvm import tvm
-from tessera_tvm.relax import build
+from tessera_tvm.relax import build, partition_for_tessera
 from tessera_tvm.relax.build import export_options
 
 from .models import torch_models
@@ -93,20 +95,120 @@ def test_an_encoder_blocks_decomposed_attention_without_a_mask_is_recovered_too(
     assert [row.family for row in built.report.offloaded].count("attention") == 1, built.report
 
 
-def test_attention_with_a_mask_that_is_not_causal_is_left_as_decomposed():
-    class Masked(nn.Module):
-        def forward(self, q, k, v, mask):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+class Masked(nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
+
+class WrittenByHand(nn.Module):
+    """Attention as HF-style code writes it: softmax(q @ k^T / sqrt(d) + mask) @ v."""
+
+    def forward(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def _masks() -> dict[str, torch.Tensor]:
+    """Float masks on scores [2, 4, 24, 24] (torch SDPA's attn_mask)."""
+    heads, seq = 4, 24
+    padding = torch.zeros(2, 1, 1, seq)
+    padding[1, ..., 17:] = -torch.inf  # batch 1 has 7 padding keys
+    padding_min = torch.zeros(2, 1, 1, seq)
+    padding_min[1, ..., 17:] = torch.finfo(torch.float32).min  # as HF masks, finite
+    slopes = 2.0 ** -torch.arange(1, heads + 1).float()
+    alibi = slopes[:, None, None] * (torch.arange(seq)[None, :] - torch.arange(seq)[:, None])
+    causal = torch.triu(torch.full((seq, seq), -torch.inf), 1)  # is_causal as a float mask [S, S]
+    empty_row = torch.randn(2, 1, seq, seq)
+    empty_row[1, :, 5] = -torch.inf  # query 5 of batch 1 sees no key: torch's guard gives zeros
+    return {
+        "padding": padding,
+        "padding with finfo.min": padding_min,
+        "alibi": alibi[None],
+        "causal as a float mask": causal,
+        "an empty row": empty_row,
+        "random": torch.randn(seq, seq),
+    }
+
+
+@pytest.mark.parametrize("model", [Masked, WrittenByHand], ids=["sdpa", "by hand"])
+@pytest.mark.parametrize("name", list(_masks()))
+def test_attention_with_a_float_mask_is_one_tessera_kernel_with_a_bias_and_matches_torch(model, name):
+    # The mask is an input: its values are unknown when the model is compiled. The decomposition
+    # (scaled matmul, + mask, softmax, torch's empty-row guard, matmul) is rebuilt as attention with
+    # the mask as its bias ([S, S] gets leading 1s), and offloaded as one flash-attention kernel.
     torch.manual_seed(2)
-    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
-    mask = torch.randn(16, 16)  # an input: its values are unknown when the model is compiled
+    q, k, v = (torch.randn(2, 4, 24, 16) for _ in range(3))
+    mask = _masks()[name]
     with torch.no_grad():
-        expected = Masked()(q, k, v, mask).numpy()
-    built = build(_import(Masked(), q, k, v, mask), "cpu")
+        expected = model()(q, k, v, mask).numpy()
+    if model is WrittenByHand and name == "an empty row":
+        # Written by hand, torch's softmax of a row of -inf is NaN; Tessera's kernel gives zeros.
+        assert np.isnan(expected[1, :, 5]).all() and not np.isnan(np.delete(expected, 5, axis=2)).any()
+        expected = np.nan_to_num(expected)
+    built = build(_import(model(), q, k, v, mask), "cpu")
     (got,) = built.run("main", *(t.numpy() for t in (q, k, v, mask)))
+    np.testing.assert_allclose(got, expected, atol=1e-5)  # f32 sums of 24 terms of magnitude ~1
+    assert built.report.recovered_attention == 1, built.report
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (1,) * (4 - mask.ndim) + tuple(mask.shape)
+    assert not kernel.spec.causal
+    assert not {row.op for row in built.report.not_offloaded} & {"R.matmul", "R.nn.softmax"}, built.report
+
+
+def test_a_boolean_padding_mask_is_a_bias_that_tvm_computes_from_it():
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 24, 16) for _ in range(3))
+    keep = torch.ones(2, 1, 1, 24, dtype=torch.bool)
+    keep[1, ..., 17:] = False
+    with torch.no_grad():
+        expected = Masked()(q, k, v, keep).numpy()
+    built = build(_import(Masked(), q, k, v, keep), "cpu")
+    (got,) = built.run("main", *(t.numpy() for t in (q, k, v, keep)))
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    assert built.report.recovered_attention == 0
+    # torch's decomposition turns the bool mask into 0 / -inf with a where: TVM computes that bias.
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (2, 1, 1, 24), built.report
+    assert {row.op for row in built.report.not_offloaded} <= {"R.where", "R.permute_dims"}, built.report
+
+
+def test_an_alibi_buffer_of_the_model_is_a_constant_bias_of_the_kernel():
+    class Alibi(nn.Module):
+        def __init__(self, heads: int, seq: int) -> None:
+            super().__init__()
+            slopes = 2.0 ** -torch.arange(1, heads + 1).float()
+            distance = torch.arange(seq)[None, :] - torch.arange(seq)[:, None]
+            self.register_buffer("alibi", (slopes[:, None, None] * distance)[None])
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.alibi)
+
+    torch.manual_seed(4)
+    model, (q, k, v) = Alibi(4, 24), (torch.randn(2, 4, 24, 16) for _ in range(3))
+    with torch.no_grad():
+        expected = model(q, k, v).numpy()
+    built = build(_import(model, q, k, v), "cpu")  # the buffer is imported as a relax.Constant
+    (got,) = built.run("main", q.numpy(), k.numpy(), v.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.bias == (1, 4, 24, 24), built.report
+
+
+def test_attention_with_a_mask_stays_decomposed_where_the_gpu_kernel_cannot_take_it():
+    # Planning only. Hopper's attention takes static sequence lengths: rebuilt, TVM's own attention
+    # would give NaN where torch's guard gives zeros, so the decomposition stays (TVM computes it).
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 24, 16, dtype=torch.float16) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 24, dtype=torch.float16)
+    _, report = partition_for_tessera(_import(Masked(), q, k, v, mask), "hopper")
+    assert report.recovered_attention == 1, report
+    (kernel,) = [row for row in report.offloaded if row.family == "attention"]
+    assert kernel.spec.bias == (2, 1, 1, 24), report
+    seq = torch.export.Dim("seq", min=2, max=256)
+    shapes = {"q": {2: seq}, "k": {2: seq}, "v": {2: seq}, "mask": {3: seq}}
+    exported = torch.export.export(Masked(), (q, k, v, mask), dynamic_shapes=shapes)
+    _, report = partition_for_tessera(from_exported_program(exported, keep_params_as_input=False), "hopper")
+    assert report.recovered_attention == 0, report
+    assert "attention" not in {row.family for row in report.offloaded}, report
 
 
 def test_an_add_that_broadcasts_over_tokens_per_batch_is_not_moved_before_the_reshape():
@@ -208,7 +310,7 @@ def test_a_model_exported_with_a_dynamic_sequence_length_offloads_as_the_static_
         np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-def test_a_dynamic_mask_that_is_not_causal_is_not_rebuilt_as_causal_attention():
+def test_a_dynamic_mask_that_is_not_causal_is_rebuilt_as_a_bias_not_as_causal_attention():
     class Shifted(nn.Module):  # each query also sees the next key: not torch's causal mask
         def forward(self, q, k, v):
             index = torch.arange(q.shape[-2])
@@ -221,7 +323,10 @@ def test_a_dynamic_mask_that_is_not_causal_is_not_rebuilt_as_causal_attention():
     shapes = {name: {2: seq} for name in ("q", "k", "v")}
     exported = torch.export.export(Shifted(), (q, k, v), dynamic_shapes=shapes)
     built = build(from_exported_program(exported, keep_params_as_input=False), "cpu")
-    assert built.report.recovered_attention == 0, built.report
+    # Not proved causal: the mask (built by TVM from arange(seq)) is the kernel's bias.
+    assert built.report.recovered_attention == 1, built.report
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and not kernel.spec.causal and kernel.spec.bias is not None, built.report
     for length in (2, 19):
         q, k, v = (torch.randn(1, 2, length, 8) for _ in range(3))
         with torch.no_grad():
