@@ -121,6 +121,16 @@ def attention(
 
 
 @ts.kernel
+def masked_attention(
+    Q: Tensor["B", "H", "S", "D", ts.f32],
+    K: Tensor["B", "H", "S", "D", ts.f32],
+    V: Tensor["B", "H", "S", "D", ts.f32],
+    M: Tensor["B", "G", "R", "S", ts.f32],
+) -> Tensor["B", "H", "S", "D", ts.f32]:
+    return ops.flash_attention(Q, K, V, bias=M)
+
+
+@ts.kernel
 def causal_attention(
     Q: Tensor["B", "H", "S", "D", ts.f32], K: Tensor["B", "H", "S", "D", ts.f32], V: Tensor["B", "H", "S", "D", ts.f32]
 ) -> Tensor["B", "H", "S", "D", ts.f32]:
@@ -363,6 +373,34 @@ def bench_cpu(quick: bool) -> None:
         f"{tt / t:.2f}x",
         of_peak(flops / t / 1e9),
     )
+
+    # An additive bias (torch SDPA's float attn_mask): a padding mask [1, 1, 1, S] (the last eighth of
+    # the keys -inf) and an ALiBi-like bias over heads and positions [1, 8, S, S].
+    for what, mask_shape in (("padding mask [1,1,1,S]", (1, 1, 1, s)), ("ALiBi bias [1,8,S,S]", (1, 8, s, s))):
+        m = (rng.standard_normal(mask_shape) * 0.5).astype(np.float32)
+        m[..., s - s // 8 :] = -np.inf
+        tm = torch.from_numpy(m)
+        bound = {"B": 1, "H": 8, "S": s, "D": 64, "G": mask_shape[1], "R": mask_shape[2]}
+        k = ts.compile(masked_attention, target="cpu", shapes=bound)
+        expected = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm).numpy()
+        err = float(np.abs(k(q, kk, v, m) - expected).max())
+        times = interleaved_medians(
+            {
+                "tessera": lambda k=k, m=m: k(q, kk, v, m),
+                "torch": lambda tm=tm: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm),
+            },
+            3,
+        )
+        flops = 4 * 8 * s * s * 64
+        t, tt = times["tessera"], times["torch"]
+        row(
+            "cpu",
+            f"attention S{s} D64 with a {what} vs torch SDPA (err {err:.0e})",
+            f"{flops / t / 1e9:.1f} GFLOP/s",
+            f"{flops / tt / 1e9:.1f} GFLOP/s",
+            f"{tt / t:.2f}x",
+            of_peak(flops / t / 1e9),
+        )
 
 
 EXAMPLES = ["linear", "flash_attention", "layer_norm", "softmax"]
