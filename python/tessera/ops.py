@@ -521,8 +521,8 @@ def flash_attention(
         require_float(op, bias)
         for i, what in enumerate(("the batch B", "the heads H", "the query length S_q", "the key length S_kv")):
             d = bias.dims[i]
-            if d.name is None and d.value == 1:
-                continue  # broadcast
+            if d.value == 1:
+                continue  # broadcast (a literal 1, or a dim bound to 1)
             check(bias, i, q if i < 3 else k, i if i < 3 else 2, f"the bias's dim {i} (1, or {what})")
     return trace.emit(
         op,
