@@ -161,11 +161,20 @@ def _scale_and_max(scores, new_max, keys, block_m, scale, mask, bias):
 
 
 def _bias_term(bias, score, i, j):
-    """``score`` of query ``i``, key ``j`` of the block plus its bias (``bias`` as _scale_and_max's)."""
+    """``score`` of query ``i``, key ``j`` of the block plus its bias (``bias`` as _scale_and_max's,
+    or a local ``[keys, queries]`` copy of the block's bias)."""
     if bias is None:
         return score
+    if not isinstance(bias, tuple):
+        return score + bias[j, i]
     spec, io, batch, head, first_query, first_key = bias
     return _biased(spec, io, score, batch, head, first_query + i, first_key + j)
+
+
+def _bias_varies_in_both(spec: AttentionSpec) -> bool:
+    """Whether the bias has both a query and a key dim: read down its columns (S^T's order), it
+    would stop g++ vectorising the scores over the queries, so each block copies it transposed."""
+    return spec.bias is not None and not any(isinstance(d, int) and d == 1 for d in spec.bias[2:])
 
 
 def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
@@ -198,11 +207,14 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
             new_max = T.alloc_local((block_m,), ACC)
             rescale = T.alloc_local((block_m,), ACC)
             row_sum = T.alloc_local((block_m,), ACC)
+            bias_t = T.alloc_local((block_n, block_m) if _bias_varies_in_both(spec) else (1,), ACC)
             kv_head = head // groups
             rows = T.min(block_m, spec.S_q - bx * block_m)
             for i in T.serial(block_m):
                 row_max[i] = lowest(ACC)
                 row_sum[i] = T.cast(0, ACC)
+            if _bias_varies_in_both(spec):  # lanes past the last query read zeros, not stale values
+                T.clear(bias_t)
             T.clear(acc)
             # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
             cpu_pack("b", dtype, q_pack, io.q.data, element_offset(io.q, (batch, head, bx * block_m, 0)), 1, D, rows, D)
@@ -226,6 +238,13 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                 # Only key blocks that reach past the block's first query need the mask; a select in
                 # the loop stops g++ vectorising it (causal ran at 86% of full attention's time).
                 bias = None if spec.bias is None else (spec, io, batch, head, bx * block_m, kb * block_n)
+                if _bias_varies_in_both(spec):  # the block's bias transposed, rows in order (contiguous reads)
+                    for i in T.serial(rows):
+                        for j in T.serial(keys):
+                            bias_t[j, i] = _biased(
+                                spec, io, T.cast(0, ACC), batch, head, bx * block_m + i, kb * block_n + j
+                            )
+                    bias = bias_t
                 if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
                     _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)
                 else:

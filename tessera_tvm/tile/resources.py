@@ -72,7 +72,10 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c"
             packed = sum(cpu_pack_elements(s.block_n, s.block_m, spec.D)) + sum(
                 cpu_pack_elements(s.block_m, spec.D, s.block_n)
             )
-        return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m + packed)
+        from .attention import _bias_varies_in_both  # the block's bias, transposed
+
+        bias = s.block_m * s.block_n if packed and _bias_varies_in_both(spec) else 0
+        return 4 * (s.block_m * spec.D + s.block_m * s.block_n + 4 * s.block_m + packed + bias)
     if isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
         from .common import CPU_LANES
 
