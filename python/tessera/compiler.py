@@ -473,8 +473,9 @@ def compile(
 
     if isinstance(kernel, ShardedKernel):  # each rank: the kernel for its local shapes, then the collectives
         local_shapes = kernel.local_shapes(shapes) if shapes else None
+        config = tessera_tvm.load_config(target)
         rank = _process_rank()
-        local_kernel = kernel.local_kernel_for(rank, shapes, tessera_tvm.load_config(target))
+        local_kernel = kernel.local_kernel_for(rank, shapes, config)
         local = compile(
             local_kernel,
             target,
@@ -486,7 +487,7 @@ def compile(
             autotune=autotune,
         )
         own = None if local_kernel is kernel.local_kernel else rank  # a graph of this rank's own
-        return ShardedCompiledKernel(kernel, local, tessera_tvm.load_config(target), shapes, own)
+        return ShardedCompiledKernel(kernel, local, config, shapes, own)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"ts.compile takes a @tessera.kernel, found {kernel!r}")
     with _trace.span(f"compile {kernel.name}", "host", target=str(target)):

@@ -361,7 +361,7 @@ class ShardedCompiledKernel:
         self.local = local  # the CompiledKernel for this rank's shapes
         self.config = config
         self.rank = rank  # the rank it was compiled for, where the ranks' graphs differ (else None)
-        self.graph = sharded.graph(shapes, target=config, rank=rank)
+        self.graph = local.kernel.graph(sharded.local_shapes(shapes), target=config)
         self.collectives = read_collectives(self.graph.module, sharded.name)
         self.stats: dict[str, Any] = {}
         self._groups: dict[str, Any] | None = None
@@ -537,7 +537,6 @@ class ShardedCompiledKernel:
         """One all-reduce, reduce-scatter, all-gather or slice of ``t`` (fp32) over ``c.axis``: its result."""
         import torch
 
-        piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece of a cut dim
         if c.kind in LOCAL_KINDS:
             return self._local_part(dist, c, t, len(ranks))
 
@@ -547,6 +546,7 @@ class ShardedCompiledKernel:
             self._wait(work, "all_gather", outputs, c.axis, ranks, value)
             return torch.cat(parts, dim=c.dim)
         if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
+            piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece
             pieces = [p.contiguous() for p in torch.chunk(t, len(ranks), dim=c.dim)]
             out = torch.empty_like(pieces[piece])
             self._wait(

@@ -325,22 +325,42 @@ class _Propagator:
         return _with_args(node, args)
 
     def _gather(self, value, axis: str, dim: int):
-        """``value`` all-gathered on ``dim`` over ``axis``. A permute's result is gathered as the
-        permute of its gathered input, so layout permutes stay next to the op that reads them (an
-        attention kernel takes its Q, K, V permutes in)."""
+        """``value`` all-gathered on ``dim`` over ``axis``; a permute's result as the permute of its
+        gathered input (:meth:`_through_permute`)."""
+        source = self._permute_input(value)
+        if source is not None and self.of(source).get(axis) == ("split", self._source_dim(value, dim)):
+
+            def gather(source, source_dim):
+                return self._gather(source, axis, source_dim)
+
+            return self._through_permute(value, "gather", axis, dim, gather, str(value.name_hint))
+        return self._collective("all_gather", value, axis, dim)
+
+    def _permute_input(self, value):
+        """The input of the permute that made ``value``, or None."""
         producer = self.producers.get(value)
         if producer is not None and producer.op == "permute_dims" and isinstance(producer.args[0], relax.Var):
-            source = producer.args[0]
-            source_dim = list(producer.attrs["axes"])[dim]
-            if self.of(source).get(axis) == ("split", source_dim):
-                key = (value, "permuted_gather", axis, dim)
-                if key not in self.placed:
-                    gathered = self._gather(source, axis, source_dim)
-                    node = _with_args(producer, [gathered], relax.Var(value.name_hint, value.struct_info))
-                    self._append(node, {x: st for x, st in self.of(value).items() if x != axis})
-                    self.placed[key] = node.var
-                return self.placed[key]
-        return self._collective("all_gather", value, axis, dim)
+            return producer.args[0]
+        return None
+
+    def _source_dim(self, value, dim: int) -> int:
+        """The dim of the permute's input that became ``value``'s ``dim``."""
+        return list(self.producers[value].attrs["axes"])[dim]
+
+    def _through_permute(self, value, kind: str, axis: str, dim: int, place, name: str):
+        """``value``, a permute's result, as that permute of ``place(input, input's dim)`` (a collective
+        on the input), bound to ``name`` and placed once: the layout permutes stay next to the op that
+        reads them (an attention kernel takes its Q, K, V permutes in)."""
+        key = (value, f"permuted_{kind}", axis, dim)
+        if key not in self.placed:
+            producer = self.producers[value]
+            placed = place(producer.args[0], self._source_dim(value, dim))
+            dims = _dims(placed)
+            sinfo = relax.TensorStructInfo([dims[a] for a in producer.attrs["axes"]], value.struct_info.dtype)
+            node = _with_args(producer, [placed], relax.Var(name, sinfo))
+            self._append(node, {x: st for x, st in self.of(value).items() if x != axis})
+            self.placed[key] = node.var
+        return self.placed[key]
 
     def _causal_prefix(self, node, axis: str):
         """Causal ``node`` with its query sequence split over ``axis``, as this rank computes it: k
@@ -359,19 +379,13 @@ class _Propagator:
 
     def _prefix(self, value, axis: str, dim: int, pieces: int):
         """The first ``pieces`` of the ``n`` pieces of ``value``'s ``dim`` over ``axis`` (no
-        communication). Like :meth:`_gather`, through a permute: the prefix of its input, permuted."""
-        producer = self.producers.get(value)
-        if producer is not None and producer.op == "permute_dims" and isinstance(producer.args[0], relax.Var):
-            key = (value, "permuted_prefix", axis, dim)
-            if key not in self.placed:
-                source_dim = list(producer.attrs["axes"])[dim]
-                cut = self._collective("prefix", producer.args[0], axis, source_dim, pieces)
-                cut_dims = _dims(cut)
-                sinfo = relax.TensorStructInfo([cut_dims[a] for a in producer.attrs["axes"]], value.struct_info.dtype)
-                node = _with_args(producer, [cut], relax.Var(f"{value.name_hint}_prefix", sinfo))
-                self._append(node, dict(self.of(value)))
-                self.placed[key] = node.var
-            return self.placed[key]
+        communication); a permute's result as the permute of its input's prefix."""
+        if self._permute_input(value) is not None:
+
+            def cut(source, source_dim):
+                return self._collective("prefix", source, axis, source_dim, pieces)
+
+            return self._through_permute(value, "prefix", axis, dim, cut, f"{value.name_hint}_prefix")
         return self._collective("prefix", value, axis, dim, pieces)
 
     def _append(self, node, state: dict) -> None:

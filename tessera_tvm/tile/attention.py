@@ -32,11 +32,16 @@ def _roles(spec: AttentionSpec) -> tuple[str, ...]:
     return ("q", "k", "v", *(("bias",) if spec.bias is not None else ()), "out")
 
 
+def _bias_value(spec: AttentionSpec, io, batch, head, query, key):
+    """The bias of score (batch, head, query, key), in the accumulator's dtype."""
+    return to_compute(io.bias[spec.bias_index(batch, head, query, key)], ACC)
+
+
 def _biased(spec: AttentionSpec, io, score, batch, head, query, key, factor: float = 1.0):
     """``score`` plus the bias of (batch, head, query, key) times ``factor`` (no bias: ``score``)."""
     if spec.bias is None:
         return score
-    value = to_compute(io.bias[spec.bias_index(batch, head, query, key)], ACC)
+    value = _bias_value(spec, io, batch, head, query, key)
     return score + (value * factor if factor != 1.0 else value)
 
 
@@ -192,6 +197,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
     params = spec.params()
     k_elems, q_elems = cpu_pack_elements(block_n, block_m, D)  # S^T = K Q^T: A = K block, B = Q^T
     p_elems, v_elems = cpu_pack_elements(block_m, D, block_n)  # O += P V: A = P, B = V block
+    transposed_bias = _bias_varies_in_both(spec)
 
     @prim_func
     def main():
@@ -207,13 +213,13 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
             new_max = T.alloc_local((block_m,), ACC)
             rescale = T.alloc_local((block_m,), ACC)
             row_sum = T.alloc_local((block_m,), ACC)
-            bias_t = T.alloc_local((block_n, block_m) if _bias_varies_in_both(spec) else (1,), ACC)
+            bias_t = T.alloc_local((block_n, block_m) if transposed_bias else (1,), ACC)
             kv_head = head // groups
             rows = T.min(block_m, spec.S_q - bx * block_m)
             for i in T.serial(block_m):
                 row_max[i] = lowest(ACC)
                 row_sum[i] = T.cast(0, ACC)
-            if _bias_varies_in_both(spec):  # lanes past the last query read zeros, not stale values
+            if transposed_bias:  # lanes past the last query read zeros, not stale values
                 T.clear(bias_t)
             T.clear(acc)
             # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
@@ -238,12 +244,10 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                 # Only key blocks that reach past the block's first query need the mask; a select in
                 # the loop stops g++ vectorising it (causal ran at 86% of full attention's time).
                 bias = None if spec.bias is None else (spec, io, batch, head, bx * block_m, kb * block_n)
-                if _bias_varies_in_both(spec):  # the block's bias transposed, rows in order (contiguous reads)
+                if transposed_bias:  # the block's bias transposed, rows in order (contiguous reads)
                     for i in T.serial(rows):
                         for j in T.serial(keys):
-                            bias_t[j, i] = _biased(
-                                spec, io, T.cast(0, ACC), batch, head, bx * block_m + i, kb * block_n + j
-                            )
+                            bias_t[j, i] = _bias_value(spec, io, batch, head, bx * block_m + i, kb * block_n + j)
                     bias = bias_t
                 if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
                     _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)
