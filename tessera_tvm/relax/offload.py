@@ -194,7 +194,7 @@ def partition_for_tessera(
     mod, fixed = fix_imported(mod)
     mod, folded_norms = fold_batch_norms(mod)
     rebuilt = {}
-    attention = functools.partial(recover_attention, takes_bias=_plans_kernel(config, dim_hints))
+    attention = functools.partial(recover_attention, takes=_plans_kernel(config, dim_hints))
     for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", attention)):
         mod, rebuilt[op] = rebuild(mod)
     mod, _ = sink_reshapes(mod)

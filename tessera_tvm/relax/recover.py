@@ -9,7 +9,12 @@ TVM's torch frontend at its defaults (``run_ep_decomposition=True``) imports
     out    = reshape(matmul(reshape(broadcast_to(probs)), reshape(broadcast_to(v))))
 
 Attention written by hand (HF style) imports as the same without the guard, q and k unscaled and
-the scores scaled instead: ``softmax(reshape(matmul(...)) / c + mask)``.
+the scores scaled instead: ``softmax(reshape(matmul(...)) / c + mask)``. In float16 and bfloat16
+each matmul imports as a float32 product cast back to the inputs' dtype, and HF's eager attention
+runs its softmax in float32 between casts: ``astype(softmax(astype(scores + mask, "float32")),
+dtype)`` (or the mask added after the first cast). The casts are dropped, only these (to float32
+inside, to q's dtype outside), and only where Tessera's kernel, which computes the scores and the
+softmax in float32, takes the attention.
 
 :func:`recover_attention` rewrites either back into one ``R.nn.attention`` (``[B, S, H, D]``, scale
 ``sq * sk / c``), which ``partition_for_tessera`` offloads as one flash-attention kernel. A mask
@@ -59,31 +64,41 @@ def _pattern():
     k_t = dpl.is_op("relax.permute_dims")(k)
     k_scaled = dpl.is_op("relax.multiply")(k_t, k_scale)
     product = dpl.is_op("relax.matmul")(_merged(q_scaled | q), _merged(k_scaled | k_t))
-    scores = dpl.is_op("relax.reshape")(product, dpl.wildcard())
+    product_cast = dpl.is_op("relax.astype")(product)  # a half-precision matmul: f32, cast back to q's dtype
+    scores = dpl.is_op("relax.reshape")(product_cast | product, dpl.wildcard())
     scale = dpl.is_const()  # attention written by hand scales the scores: (q @ k^T) / sqrt(d)
     multiplied, divided = dpl.is_op("relax.multiply")(scores, scale), dpl.is_op("relax.divide")(scores, scale)
     scaled = multiplied | divided | scores
     masked = dpl.is_op("relax.add")(scaled, mask) | dpl.is_op("relax.add")(mask, scaled)
-    probs = dpl.is_op("relax.nn.softmax")(masked | scaled)
+    # HF in half precision: softmax(w, dtype=torch.float32).to(q.dtype), the mask added before the
+    # cast or after it (w.float() + mask).
+    upcast = dpl.is_op("relax.astype")(masked | scaled)
+    masked_up = dpl.is_op("relax.add")(upcast, mask) | dpl.is_op("relax.add")(mask, upcast)
+    probs = dpl.is_op("relax.nn.softmax")(masked_up | upcast | masked | scaled)
+    downcast = dpl.is_op("relax.astype")(probs)
     guard, zeros = dpl.wildcard(), dpl.wildcard()
     guarded = dpl.is_op("relax.where")(guard, zeros, probs)
-    out = dpl.is_op("relax.matmul")(_merged(guarded | probs), _merged(v))
-    result = dpl.is_op("relax.reshape")(out, dpl.wildcard())
+    out = dpl.is_op("relax.matmul")(_merged(guarded | downcast | probs), _merged(v))
+    out_cast = dpl.is_op("relax.astype")(out)
+    result = dpl.is_op("relax.reshape")(out_cast | out, dpl.wildcard())
     parts = dict(q=q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, mask=mask, scale=scale, divided=divided)
     parts.update(probs=probs, guard=guard, guarded=guarded, zeros=zeros, k_t=k_t, out=out)
+    parts.update(product_cast=product_cast, upcast=upcast, downcast=downcast, out_cast=out_cast)
     return result, parts
 
 
-def recover_attention(mod, takes_bias: Callable[[Any], bool] | None = None) -> tuple[Any, int]:
+def recover_attention(mod, takes: Callable[[Any], bool] | None = None) -> tuple[Any, int]:
     """``mod`` with each decomposed attention rewritten to ``R.nn.attention``; and how many.
 
-    An attention with a bias (a mask that is neither causal nor zero) is rebuilt where
-    ``takes_bias(call)`` (None: always) accepts its ``R.nn.attention_bias`` call on stand-in Vars
-    ([B, S, H, D], the bias [B|1, H|1, S_q|1, S_kv]). ``partition_for_tessera`` rebuilds one only where
-    Tessera's kernel takes it: TVM's own attention gives NaN where torch's decomposition gives zeros
-    (a query whose keys are all masked), so the decomposition stays where TVM would compute it."""
+    An attention with a bias (a mask that is neither causal nor zero), or one in half precision
+    whose casts the rewrite drops, is rebuilt where ``takes(call)`` (None: always) accepts its
+    ``R.nn.attention`` call on stand-in Vars ([B, S, H, D], the bias [B|1, H|1, S_q|1, S_kv]).
+    ``partition_for_tessera`` rebuilds one only where Tessera's kernel takes it, so the decomposition
+    stays where TVM would compute it: TVM's own attention gives NaN where torch's decomposition gives
+    zeros (a query whose keys are all masked), and in half precision computes its softmax in that
+    precision, not in float32 as the model does."""
     pattern, parts = _pattern()
-    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings, takes_bias))
+    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings, takes))
 
 
 def rewrite_functions(mod, pattern, make, rounds: int = 1) -> tuple[Any, int]:
@@ -133,7 +148,7 @@ def _scalar(const) -> float | None:
     return float(value) if value.size == 1 else None
 
 
-def _rewritten(orig, m, p, bindings, takes_bias):
+def _rewritten(orig, m, p, bindings, takes):
     q, k, v = m[p["q"]], m[p["k"]], m[p["v"]]
     shapes = [_shape(t) for t in (q, k, v, orig)]
     if any(s is None or len(s) != 4 for s in shapes):
@@ -147,6 +162,8 @@ def _rewritten(orig, m, p, bindings, takes_bias):
         return None
     if int(m[p["probs"]].attrs.axis) not in (-1, 3):
         return None  # a softmax over the queries (attention written by hand)
+    if not _casts_kept_to(str(q.struct_info.dtype), orig, m, p, k, v):
+        return None
     scales = [_scalar(m[p[name]]) if p[name] in m else 1.0 for name in ("q_scale", "k_scale", "scale")]
     if None in scales or (p["divided"] in m and scales[2] == 0):
         return None
@@ -164,12 +181,15 @@ def _rewritten(orig, m, p, bindings, takes_bias):
     softmax_input = m[p["probs"]].args[0]
     if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):
         return None
-    if bias is not None and takes_bias is not None:
+    casts_dropped = any(p[cast] in m for cast in ("product_cast", "upcast", "out_cast"))
+    if (bias is not None or casts_dropped) and takes is not None:
         stand_ins = [
             _stand_in(t, shape) for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, h, d)), (v, (b, s_k, h, dv)))
         ]
-        call = relax.op.nn.attention(*stand_ins, _stand_in(m[p["mask"]], bias_shape), scale=scale)
-        if not takes_bias(relax.BlockBuilder().normalize(call)):
+        bias_stand_in = _stand_in(m[p["mask"]], bias_shape) if bias is not None else None
+        causal_mask = "TopLeft" if causal else None
+        call = relax.op.nn.attention(*stand_ins, bias_stand_in, scale=scale, causal_mask=causal_mask)
+        if not takes(relax.BlockBuilder().normalize(call)):
             return None
 
     def bshd(t):  # [B, H, S, D] -> [B, S, H, D]; the permute undone when it was one
@@ -183,6 +203,30 @@ def _rewritten(orig, m, p, bindings, takes_bias):
         bshd(q), bshd(k), bshd(v), bias, scale=scale, causal_mask="TopLeft" if causal else None
     )
     return relax.op.permute_dims(attention, [0, 2, 1, 3])
+
+
+def _dtype(expr) -> str:
+    return str(expr.struct_info.dtype)
+
+
+def _casts_kept_to(dtype: str, orig, m, p, *tensors) -> bool:
+    """Whether the matched attention computes in q's ``dtype`` but for its casts: each matmul's f32
+    product cast back to ``dtype`` (how a half-precision matmul imports) and the softmax either in
+    ``dtype`` or in float32 between a cast from ``dtype`` and one back (HF's ``softmax(w,
+    dtype=torch.float32).to(q.dtype)``). Tessera's kernel computes scores and softmax in float32 and
+    its result in ``dtype``, so dropping these casts only drops roundings; any other cast (a softmax
+    in float16 in a bfloat16 model) is not rewritten."""
+    if any(_dtype(t) != dtype for t in (*tensors, orig)):
+        return False
+    for cast in ("product_cast", "out_cast"):
+        if p[cast] in m and _dtype(m[p[cast]]) != dtype:
+            return False
+    if (p["upcast"] in m) != (p["downcast"] in m):
+        return False
+    if p["upcast"] not in m:
+        return _dtype(m[p["probs"]]) == dtype
+    upcast, downcast = m[p["upcast"]], m[p["downcast"]]
+    return _dtype(upcast.args[0]) == dtype and _dtype(upcast) == "float32" and _dtype(downcast) == dtype
 
 
 def _as_bias(mask, full: tuple) -> tuple[Any, tuple] | None:

@@ -335,6 +335,134 @@ def test_a_dynamic_mask_that_is_not_causal_is_rebuilt_as_a_bias_not_as_causal_at
         np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+class EagerAttention(nn.Module):
+    """Hugging Face's eager attention in half precision, as its models write it: the scores scaled,
+    a float mask added, the softmax in float32 between casts, the probabilities cast back.
+
+    ``scale``: "mul" (``* d ** -0.5``), "div" (``/ sqrt(d)``) or "buffer" (``* self.scaling``: TVM's
+    frontend cannot import a Python float times a bfloat16 tensor). ``mask``: None, "input" (added
+    in q's dtype), "after the cast" (``w.float() + mask``, a float32 input) or "causal buffer" (-inf
+    above the diagonal). ``softmax_dtype``: the dtype of softmax's ``dtype=`` (None: no casts)."""
+
+    def __init__(self, dtype, seq, head_dim, *, scale="mul", mask=None, softmax_dtype=torch.float32, dim=-1):
+        super().__init__()
+        self.scale, self.mask, self.softmax_dtype, self.dim = scale, mask, softmax_dtype, dim
+        self.register_buffer("scaling", torch.tensor(head_dim**-0.5, dtype=dtype))
+        self.register_buffer("causal", torch.triu(torch.full((seq, seq), -torch.inf, dtype=dtype), 1))
+
+    def forward(self, q, k, v, mask=None):
+        w = torch.matmul(q, k.transpose(2, 3))
+        if self.scale == "mul":
+            w = w * q.shape[-1] ** -0.5
+        elif self.scale == "div":
+            w = w / math.sqrt(q.shape[-1])
+        else:
+            w = w * self.scaling
+        if self.mask == "input":
+            w = w + mask
+        elif self.mask == "causal buffer":
+            w = w + self.causal
+        elif self.mask == "after the cast":
+            w = w.float() + mask
+        if self.softmax_dtype is None:
+            w = F.softmax(w, dim=self.dim)
+        else:
+            w = F.softmax(w, dim=self.dim, dtype=self.softmax_dtype)
+        return torch.matmul(w.to(q.dtype), v)
+
+
+def _eager_inputs(dtype, shape, mask):
+    """q, k, v [B, H, S, D] in ``dtype`` and, for a mask input, HF's causal mask [B, 1, S, S]:
+    ``finfo.min`` above the diagonal (in q's dtype, or float32 when added after the cast)."""
+    torch.manual_seed(7)
+    b, _, s, _ = shape
+    args = [torch.randn(*shape, dtype=dtype) for _ in range(3)]
+    if mask in ("input", "after the cast"):
+        mask_dtype = dtype if mask == "input" else torch.float32
+        causal = torch.triu(torch.full((s, s), torch.finfo(mask_dtype).min), 1)
+        args.append(causal.to(mask_dtype).expand(b, 1, s, s).contiguous())
+    return args
+
+
+_EAGER_FLOAT16 = {  # (B, H, S, D), how the scores are scaled, the mask, softmax's dtype=
+    "no mask": ((1, 2, 16, 32), "mul", None, torch.float32),
+    "HF's causal mask": ((2, 4, 64, 64), "div", "input", torch.float32),
+    "a causal -inf buffer": ((2, 3, 24, 32), "mul", "causal buffer", torch.float32),
+    "the mask added after the cast": ((1, 4, 48, 64), "div", "after the cast", torch.float32),
+    "a float16 softmax, no casts": ((2, 2, 32, 32), "mul", "input", None),
+}
+
+
+@pytest.mark.parametrize("name", list(_EAGER_FLOAT16))
+def test_hf_eager_attention_in_float16_is_one_tessera_kernel_and_matches_torch(name):
+    # Imported at the frontend's defaults: each f16 matmul is an f32 product cast to f16, and the
+    # softmax runs in f32 between astype(f32) and astype(f16). The casts are dropped (the kernel's
+    # scores and softmax are f32) and the whole attention is one Tessera kernel.
+    shape, scale, mask, softmax_dtype = _EAGER_FLOAT16[name]
+    model = EagerAttention(torch.float16, shape[2], shape[3], scale=scale, mask=mask, softmax_dtype=softmax_dtype)
+    args = _eager_inputs(torch.float16, shape, mask)
+    with torch.no_grad():
+        expected = model(*args).numpy()
+        exact = model.float()(*(a.float() for a in args)).numpy()  # the same inputs in float32
+    built = build(_import(model.half(), *args), "cpu")
+    (got,) = built.run("main", *(a.numpy() for a in args))
+    assert built.report.recovered_attention == 1, built.report
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.dtype_in == "float16", built.report
+    assert kernel.spec.causal == (mask == "causal buffer"), built.report
+    assert kernel.spec.bias == ((shape[0], 1, shape[2], shape[2]) if mask in ("input", "after the cast") else None)
+    assert not {row.op for row in built.report.not_offloaded} & {"R.matmul", "R.nn.softmax", "R.astype"}, built.report
+    # Outputs of magnitude < 4, where float16's spacing is 2^-9: torch rounds the scores, the
+    # probabilities and the output to f16, the kernel only its output. So: within 2 spacings of
+    # torch, and closer to the float32 result than torch is, within half a spacing (one rounding).
+    assert got.dtype == np.float16 and np.abs(exact).max() < 4
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), atol=2 * 2**-9)
+    ours, torchs = (np.abs(x.astype(np.float32) - exact).max() for x in (got, expected))
+    assert ours <= torchs and ours <= 2**-10, (ours, torchs)
+
+
+@pytest.mark.parametrize("mask", [None, "input", "after the cast"], ids=["no mask", "HF's mask", "after the cast"])
+def test_hf_eager_attention_in_bfloat16_is_one_kernel_for_hopper_and_stays_with_tvm_on_the_cpu(mask):
+    shape = (2, 4, 32, 64)
+    model = EagerAttention(torch.bfloat16, shape[2], shape[3], scale="buffer", mask=mask)
+    args = _eager_inputs(torch.bfloat16, shape, mask)
+    mod = _import(model, *args)
+    # Planning only (Hopper): one bf16 flash-attention kernel, HF's mask as its bias.
+    _, report = partition_for_tessera(mod, "hopper")
+    assert report.recovered_attention == 1, report
+    (kernel,) = report.offloaded
+    assert kernel.family == "attention" and kernel.spec.dtype_in == "bfloat16", report
+    assert kernel.spec.scale == 0.125 and not kernel.spec.causal
+    assert kernel.spec.bias == (None if mask is None else (2, 1, 32, 32)), report
+    assert not {row.op for row in report.not_offloaded} & {"R.matmul", "R.nn.softmax", "R.astype"}, report
+    # The CPU's kernels take no bfloat16: the casts are kept and TVM computes the model as written
+    # (its softmax in f32), not a bf16 R.nn.attention of its own.
+    built = build(mod, "cpu")
+    assert built.report.recovered_attention == 0, built.report
+    assert "R.nn.attention" not in {row.op for row in built.report.not_offloaded}, built.report
+    with torch.no_grad():
+        expected = model(*args).float()
+    (got,) = built.vm()["main"](*(tvm.runtime.from_dlpack(a) for a in args))
+    torch.testing.assert_close(torch.from_dlpack(got).float(), expected, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "softmax_dtype", "dim"),
+    [(torch.float32, torch.float16, -1), (torch.bfloat16, torch.float16, -1), (torch.float16, torch.float32, -2)],
+    ids=["f32 model, f16 softmax", "bf16 model, f16 softmax", "f16, softmax over the queries"],
+)
+def test_hf_eager_attention_with_another_cast_or_axis_is_not_rebuilt(dtype, softmax_dtype, dim):
+    # Dropping a cast to float16 would compute more precisely than the model; a softmax over the
+    # queries is not attention. Planned for Hopper (which takes f32, f16 and bf16 attention).
+    shape = (2, 4, 32, 64)
+    model = EagerAttention(
+        dtype, shape[2], shape[3], scale="buffer", mask="input", softmax_dtype=softmax_dtype, dim=dim
+    )
+    _, report = partition_for_tessera(_import(model, *_eager_inputs(dtype, shape, "input")), "hopper")
+    assert report.recovered_attention == 0, report
+    assert "attention" not in {row.family for row in report.offloaded}, report
+
+
 def test_dim_hints_choose_the_schedule_of_a_dynamic_kernel_and_bad_ones_are_refused():
     from tessera_tvm.errors import TesseraError
     from tessera_tvm.relax import partition_for_tessera
