@@ -11,7 +11,9 @@ Two kernels, each as the plain kernel on 1 rank and as ``ts.shard`` of it on 2:
   kernels; the result stays split on the rows);
 - ``cp``: causal self-attention context-parallel (Q, K, V split on the sequence: K and V
   all-gathered, each rank reading them up to its last query; the result stays split). With
-  contiguous pieces the last rank does 3/4 of the work on 2 ranks, and sets the pace.
+  contiguous pieces the last rank does 3/4 of the work on 2 ranks, and sets the pace;
+- ``zz``: the same attention with the sequence split zigzag (``ts.Split("M", zigzag=True)``: rank
+  c holds pieces c and 2n - 1 - c of 2n), so both ranks do half of the work.
 
 Each rank is pinned to one thread (``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute
 of 1. The figures are medians of timed calls after a warm-up, on the slowest rank; the communication
@@ -63,7 +65,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
     ) -> Tensor["B", "H", "M", "E", ts.f32]:
         return ops.flash_attention(Q, K, V, causal=True)
 
-    kernel = {"mlp": mlp, "sp": sp, "cp": cp}[model]
+    kernel = {"mlp": mlp, "sp": sp, "cp": cp, "zz": cp}[model]
     shapes = _shapes(model, tokens, hidden)
     rng = np.random.default_rng(0)
     arrays = [
@@ -81,6 +83,10 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
         elif model == "cp":
             sharded = ts.shard(cp, ts.Mesh({"sp": world}), {n: ts.Split("M") for n in "QKV"}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=2)[rank]
+        elif model == "zz":
+            zig = ts.Split("M", zigzag=True)
+            sharded = ts.shard(cp, ts.Mesh({"sp": world}), dict.fromkeys("QKV", zig), outputs=zig)
+            ref = sharded.local_arrays([ref, ref, ref], rank)[0]  # this rank's two pieces
         else:
             sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=0)[rank]
@@ -103,14 +109,14 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
 
 
 def _shapes(model: str, tokens: int, hidden: int) -> dict[str, int]:
-    if model == "cp":  # a longer sequence than the MLP's tokens, heads of 64
+    if model in ("cp", "zz"):  # a longer sequence than the MLP's tokens, heads of 64
         return {"B": 1, "H": hidden // 64, "M": 2 * tokens, "E": 64}
     return {"M": tokens, "D": hidden, "F": 4 * hidden}
 
 
 def _flops(model: str, tokens: int, hidden: int) -> float:
     s = _shapes(model, tokens, hidden)
-    if model == "cp":  # two matmuls over the visible half of the scores
+    if model in ("cp", "zz"):  # two matmuls over the visible half of the scores
         return 2 * 2 * s["B"] * s["H"] * s["M"] * s["M"] * s["E"] / 2
     return 2 * 2 * s["M"] * s["D"] * s["F"]
 
@@ -139,7 +145,12 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="append the table to this file (e.g. bench/RESULTS.md)")
     args = parser.parse_args()
     rows, per_rank = [], []
-    models = (("mlp", "tensor-parallel MLP"), ("sp", "sequence-parallel block"), ("cp", "context-parallel attention"))
+    models = (
+        ("mlp", "tensor-parallel MLP"),
+        ("sp", "sequence-parallel block"),
+        ("cp", "context-parallel attention"),
+        ("zz", "context-parallel attention, zigzag"),
+    )
     for model, what in models:
         flops = _flops(model, args.tokens, args.hidden)
         t1, _, e1, _ = _run(1, model, args.tokens, args.hidden)
@@ -162,7 +173,8 @@ def main() -> int:
             "X + gelu(rms_norm(X) W1) W2, X split on its rows and W1/W2 on F (an all-gather and a reduce-scatter "
             "between the kernels, the result left split). Context-parallel attention: causal, "
             f"{_shapes('cp', args.tokens, args.hidden)}, Q/K/V split on M (K and V all-gathered, each rank reading "
-            "them up to its last query; the result left split). One thread per rank; median of "
+            "them up to its last query; the result left split); zigzag: the sequence cut into 4 pieces, rank c "
+            "holding pieces c and 3 - c. One thread per rank; median of "
             f"{REPEATS} calls; the slowest rank's time; GFLOP/s counts the two matmuls (attention: the visible "
             "half of the scores).",
             "",

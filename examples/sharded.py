@@ -10,7 +10,10 @@ on the sequence.
   matmul and the partial sum is reduce-scattered onto X's rows, both between the kernels, and the
   result stays split on the rows;
 - context parallel: causal self-attention with Q, K and V split on the sequence: the keys and values
-  are all-gathered, and each rank reads them up to its last query (its own graph).
+  are all-gathered, and each rank reads them up to its last query (its own graph);
+- context parallel, zigzag: the same split load-balanced (``ts.Split("S", zigzag=True)``): the
+  sequence is cut into 2n pieces and rank c holds pieces c and 2n - 1 - c, so every rank computes
+  the same share of the causal attention.
 
 Each rank makes the same inputs (one seed), passes its shards, and checks its result against numpy.
 Rank 0 prints the collectives of each and the Schedule IR lines that name them.
@@ -63,6 +66,8 @@ def main() -> int:
     qkv = _inputs(causal_attention, {"B": 1, "H": 4, "S": args.tokens, "E": args.hidden // 4}, 1)
     mesh = ts.Mesh({"tp": world})
     weights = {"W1": ts.Split("F"), "W2": ts.Split("F")}
+    zig = ts.Split("S", zigzag=True)
+    zigzag = ts.shard(causal_attention, mesh, dict.fromkeys("QKV", zig), outputs=zig)
     runs = {
         "tensor parallel": (ts.shard(block, mesh, weights), arrays, expected),
         "sequence parallel": (
@@ -75,6 +80,7 @@ def main() -> int:
             qkv,
             np.split(causal_attention.reference(*qkv), world, axis=2)[rank],
         ),
+        "context parallel, zigzag": (zigzag, qkv, zigzag.local_arrays([causal_attention.reference(*qkv)] * 3, rank)[0]),
     }
     failed = 0
     for name, (sharded, arrays, want) in runs.items():

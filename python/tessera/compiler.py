@@ -12,7 +12,8 @@ Per fused kernel of the Graph IR: a tile spec (``tessera_tvm.graph.kernel_spec``
 :class:`~tessera.schedule.Schedule` (validated before anything is lowered), a TileLang PrimFunc
 (``tessera_tvm.tile.build_tile_program``) and its lowering (``tessera_tvm.lower``). A kernel that
 fuses into several device kernels runs them in order on the CPU, intermediates allocated here.
-Compiled kernels are cached in memory per (kernel, shapes, schedule overrides, config fingerprint).
+Compiled kernels are cached in memory per (kernel and its sharding, shapes, schedule overrides, config
+fingerprint).
 
 Dumps (``dump=[...]`` or the environment variable ``TESSERA_DUMP_DIR``) write one file per stage,
 ``graph.txt``, ``sched.txt`` (+ ``sched.json``), ``tile.py``, ``target.<ext>``, the IR after every
@@ -130,6 +131,7 @@ class CompiledKernel:
     def _instantiate(self, env: dict[str, int]) -> Instance:
         key = (
             self.kernel.fn,
+            self.kernel.variant,  # a rank's sharding: the same function at the same shapes, another graph
             tuple(sorted(env.items())),
             json.dumps(self.overrides, sort_keys=True),
             self.config.fingerprint(),

@@ -15,7 +15,10 @@ shards; the collectives run through the process group of ``torch.distributed`` (
 the kernels when a kernel first reads them, those at the outputs after the kernels). On the CPU they
 run on host arrays; on a CUDA config (NCCL) on torch tensors on the device, a path no GPU has run yet.
 Causal attention with the query sequence split is the one sharding whose graph differs between the
-ranks (each reads the keys up to its last query): ``ts.compile`` compiles the calling rank's.
+ranks (each reads the keys up to its last query): ``ts.compile`` compiles the calling rank's. Split
+contiguously, the last rank computes most of the causal triangle; ``ts.Split("S", zigzag=True)``
+balances it (the sequence cut into 2n pieces, rank c holding pieces c and 2n - 1 - c; ``local_arrays``
+cuts them so, and every collective over that axis follows that layout).
 Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into buckets of
 ``bucket_mb`` (default 16 MB), with each tensor starting on a 32x32-tile boundary. With
 ``wait=False`` a call returns a :class:`Pending` result at once: the collectives run on a
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import json
 import math
 import threading
 import time
@@ -105,10 +109,13 @@ class Mesh:
 @dataclass(frozen=True)
 class Split:
     """Split a tensor's dim (its name, e.g. ``"F"``, or its index) over a mesh axis (default: the
-    mesh's only axis, or its last)."""
+    mesh's only axis, or its last). ``zigzag=True``: load-balanced for causal attention over a split
+    sequence; the dim is cut into ``2n`` pieces and the rank with coordinate ``c`` holds pieces ``c``
+    and ``2n - 1 - c``, one after the other (every split over that axis is then zigzag)."""
 
     dim: str | int
     axis: str | None = None
+    zigzag: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,7 @@ class _LocalKernel(Kernel):
     def __init__(self, sharded: ShardedKernel, coords: Mapping[str, int] | None = None):
         super().__init__(sharded.kernel.fn, sharded.kernel.schedule_overrides)
         self._sharding = sharded.sharding_attr(coords)
+        self.variant = json.dumps(self._sharding, sort_keys=True)
 
     def _trace(self, env, arg_shapes):
         traced = super()._trace(env, arg_shapes)
@@ -216,8 +224,39 @@ class ShardedKernel:
                         f"every tensor with dim {d} must split it alike (add ts.Split({d!r}) for {name})"
                     )
         self.split_dims = split_dims
+        self.zigzag = self._zigzag_axes(where, inputs, outputs)
         self.local_kernel = _LocalKernel(self)  # what every rank compiles, unless its graph is its own
         self._rank_kernels: dict[int, _LocalKernel] = {}
+
+    def _zigzag_axes(self, where: str, inputs: Mapping[str, Any], outputs: Any) -> frozenset[str]:
+        """The mesh axes split load-balanced (``ts.Split(..., zigzag=True)``): every parameter split over
+        such an axis must say so (its local piece is two pieces of the sequence); an output split
+        over it is laid out alike."""
+        names = [a for a, _ in self.mesh.axes]
+        said: dict[str, dict[bool, str]] = {}
+        for name, value in inputs.items():
+            for s in _specs(value):
+                said.setdefault(s.axis if s.axis is not None else names[-1], {}).setdefault(bool(s.zigzag), name)
+        out_specs = outputs if isinstance(outputs, list | tuple) else [outputs]
+        for k, value in enumerate(out_specs):
+            for s in _specs(value):
+                axis = s.axis if s.axis is not None else names[-1]
+                if s.zigzag and True not in said.get(axis, {}):
+                    raise KernelError(
+                        f"{where}: output {k} is split zigzag over {axis!r} but no parameter is; say "
+                        "ts.Split(..., zigzag=True) for the parameters split over it"
+                    )
+        for axis, kinds in said.items():
+            if len(kinds) > 1:
+                raise KernelError(
+                    f"{where}: {kinds[True]} is split zigzag over {axis!r} but {kinds[False]} is not; every "
+                    f"split over {axis!r} must be zigzag (ts.Split(..., zigzag=True)) or none"
+                )
+        return frozenset(a for a, kinds in said.items() if True in kinds)
+
+    def pieces(self, axis: str) -> int:
+        """How many pieces a dim split over ``axis`` is cut into: one per rank, two per rank (zigzag)."""
+        return self.mesh.axis_size(axis) * (2 if axis in self.zigzag else 1)
 
     def _resolve(self, where: str, what: str, dims, specs: list[Split]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -244,10 +283,11 @@ class ShardedKernel:
         out = dict(env)
         for d, axis in self.split_dims.items():
             if d in env:
-                n = self.mesh.axis_size(axis)
-                if env[d] % n:
+                n, pieces = self.mesh.axis_size(axis), self.pieces(axis)
+                if env[d] % pieces:
+                    what = f"{n} ranks" + (f", {pieces} zigzag pieces" if pieces != n else "")
                     raise KernelError(
-                        f"ts.shard({self.name}): dim {d} = {env[d]} does not split evenly over {axis!r} ({n} ranks)"
+                        f"ts.shard({self.name}): dim {d} = {env[d]} does not split evenly over {axis!r} ({what})"
                     )
                 out[d] = env[d] // n
         return out
@@ -259,7 +299,7 @@ class ShardedKernel:
         for (name, _), array in zip(self.kernel.params, arrays, strict=True):
             a = np.asarray(array)
             for axis, index in self.param_splits.get(name, {}).items():
-                a = np.split(a, self.mesh.axis_size(axis), axis=index)[coords[axis]]
+                a = zigzag_piece(a, index, self.mesh.axis_size(axis), coords[axis], axis in self.zigzag)
             out.append(np.ascontiguousarray(a))
         return out
 
@@ -270,6 +310,8 @@ class ShardedKernel:
             "params": {n: dict(s) for n, s in self.param_splits.items() if s},
             "outputs": [dict(s) for s in self.output_splits],
         }
+        if self.zigzag:
+            attr["zigzag"] = sorted(self.zigzag)
         if coords is not None:
             attr["coords"] = dict(coords)
         return attr
@@ -309,6 +351,34 @@ class ShardedKernel:
 
     def __repr__(self) -> str:
         return f"<tessera.shard {self.name} over {self.mesh!r}>"
+
+
+def zigzag_piece(a, dim: int, ranks: int, coord: int, zigzag: bool):
+    """The piece of ``a`` (a numpy array or a torch tensor) on dim ``dim`` that the rank with coordinate
+    ``coord`` of ``ranks`` holds: the ``coord``-th of ``ranks`` pieces, or (``zigzag``) pieces ``coord``
+    and ``2 * ranks - 1 - coord`` of ``2 * ranks``, one after the other."""
+    if not zigzag:
+        return _chunks(a, dim, ranks)[coord]
+    chunks = _chunks(a, dim, 2 * ranks)
+    return _cat([chunks[coord], chunks[2 * ranks - 1 - coord]], dim)
+
+
+def unzigzag(parts: Sequence[Any], dim: int):
+    """The whole of a dim gathered from each rank's zigzag piece (``parts`` in coordinate order)."""
+    halves = [_chunks(p, dim, 2) for p in parts]
+    return _cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
+
+
+def _chunks(a, dim: int, n: int) -> list:
+    import torch
+
+    return list(torch.chunk(a, n, dim=dim)) if isinstance(a, torch.Tensor) else np.split(a, n, axis=dim)
+
+
+def _cat(parts: Sequence[Any], dim: int):
+    import torch
+
+    return torch.cat(list(parts), dim=dim) if isinstance(parts[0], torch.Tensor) else np.concatenate(parts, axis=dim)
 
 
 def shard(
@@ -385,6 +455,10 @@ class ShardedCompiledKernel:
                     if c.kind == "slice"
                     else " (no communication: this rank's keys, up to its last query)"
                     if c.kind == "prefix"
+                    else " (no communication: one of this rank's two zigzag pieces)"
+                    if c.kind == "half"
+                    else " (no communication: the results of its two zigzag pieces, one after the other)"
+                    if c.kind == "concat"
                     else " (between the kernels, before the next one reads it)"
                     if c.output < 0
                     else " (coalesced into buckets)"
@@ -496,10 +570,10 @@ class ShardedCompiledKernel:
         instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
         issued, seconds = [0], [0.0]
 
-        def collective(c: Collective, array):
+        def collective(c: Collective, array, *others):
             issued[0] += 1
             begin = time.perf_counter()
-            out = self._collective_between(dist, c, array)
+            out = self._collective_between(dist, c, array, others)
             seconds[0] += time.perf_counter() - begin
             return out
 
@@ -514,15 +588,15 @@ class ShardedCompiledKernel:
         self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": seconds[0]}
         return outs, (issued[0], seconds[0])
 
-    def _collective_between(self, dist, c: Collective, value):
+    def _collective_between(self, dist, c: Collective, value, others: Sequence[Any] = ()):
         """``c`` on a value between the kernels (summed and gathered in fp32): its result, of the
-        value's kind (a host array, or a torch tensor on the GPU)."""
+        value's kind (a host array, or a torch tensor on the GPU). ``others``: a concat's later values."""
         import torch
 
         group, ranks = self._group(dist, c.axis)
         what = c.value_name
         if c.kind in LOCAL_KINDS:  # no communication: this rank's part, in the value's own dtype
-            return self._local_part(dist, c, value, len(ranks))
+            return self._local_part(dist, c, value, len(ranks), others)
         with _trace.span(f"{c.kind} of {what}", "comm"):
             # an all-reduce sums in place: on a copy, as the value may be read again (an output, say)
             copy = c.kind == "all_reduce"
@@ -540,14 +614,16 @@ class ShardedCompiledKernel:
         if c.kind in LOCAL_KINDS:
             return self._local_part(dist, c, t, len(ranks))
 
+        zigzag = c.axis in self.sharded.zigzag
         if c.kind == "all_gather":
             parts = [torch.empty_like(t) for _ in ranks]
             work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
             self._wait(work, "all_gather", outputs, c.axis, ranks, value)
-            return torch.cat(parts, dim=c.dim)
+            return unzigzag(parts, c.dim) if zigzag else torch.cat(parts, dim=c.dim)
         if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
             piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece
-            pieces = [p.contiguous() for p in torch.chunk(t, len(ranks), dim=c.dim)]
+            n = len(ranks)
+            pieces = [zigzag_piece(t, c.dim, n, r, zigzag).contiguous() for r in range(n)]
             out = torch.empty_like(pieces[piece])
             self._wait(
                 dist.reduce_scatter(out, pieces, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value
@@ -556,14 +632,20 @@ class ShardedCompiledKernel:
         self._wait(dist.all_reduce(t, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
         return t
 
-    def _local_part(self, dist, c: Collective, t, ranks: int):
+    def _local_part(self, dist, c: Collective, t, ranks: int, others: Sequence[Any] = ()):
         """A collective that moves nothing (``LOCAL_KINDS``) on a host array or a torch tensor: this
-        rank's piece of ``c.dim`` (slice), or the first ``c.pieces`` of its pieces (prefix)."""
-        size = t.shape[c.dim] // ranks
-        start = self.sharded.mesh.coords(dist.get_rank())[c.axis] * size if c.kind == "slice" else 0
-        stop = start + size * (1 if c.kind == "slice" else c.pieces)
-        index = (slice(None),) * c.dim + (slice(start, stop),)
-        part = t[index]
+        rank's piece of ``c.dim`` (slice), the first ``c.pieces`` of its pieces (prefix; a zigzag
+        axis has two per rank), half ``c.pieces`` of it (half), or it joined with ``others`` (concat)."""
+        zigzag = c.axis in self.sharded.zigzag
+        if c.kind == "slice":
+            part = zigzag_piece(t, c.dim, ranks, self.sharded.mesh.coords(dist.get_rank())[c.axis], zigzag)
+        elif c.kind == "concat":
+            part = _cat([t, *others], c.dim)
+        else:
+            size = t.shape[c.dim] // (2 if c.kind == "half" else ranks * (2 if zigzag else 1))
+            start = size * c.pieces if c.kind == "half" else 0
+            stop = start + size * (1 if c.kind == "half" else c.pieces)
+            part = t[(slice(None),) * c.dim + (slice(start, stop),)]
         return part.contiguous() if hasattr(part, "contiguous") else np.ascontiguousarray(part)
 
     def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float]):

@@ -218,7 +218,7 @@ class Instance:
         arrays: Sequence[Any],
         memory: Memory | None = None,
         device_run: Callable[[DeviceKernel, dict[str, Any]], None] | None = None,
-        collective: Callable[[Any, Any], Any] | None = None,
+        collective: Callable[..., Any] | None = None,
     ) -> Any:
         """Run the fused kernels in order on ``arrays`` (the graph's parameters) and return the graph's
         output(s). ``memory`` holds the values: numpy on the CPU, torch on a GPU (``tessera.gpu``).
@@ -226,7 +226,7 @@ class Instance:
         ``device_run(device, named)`` runs one device kernel instead of :meth:`DeviceKernel.run`
         (the Tenstorrent emulator: ``CompiledKernel.emulate``). A sharded kernel's collectives
         between its kernels (``graph.simplified.collectives``) are computed by
-        ``collective(c, value)`` when a kernel first reads them (``tessera.distributed``)."""
+        ``collective(c, value, *others)`` when a kernel first reads them (``tessera.distributed``)."""
         device_run = device_run or DeviceKernel.run
         steps = {c.var: c for c in self.graph.simplified.collectives}
         if steps and collective is None:
@@ -251,7 +251,7 @@ class Instance:
         def value(var):
             if var not in values and var in steps:  # a collective between the kernels
                 c = steps[var]
-                values[var] = collective(c, value(c.source))
+                values[var] = collective(c, value(c.source), *(value(o) for o in c.others))
             return values[var]
 
         traced = _trace.active() is not None

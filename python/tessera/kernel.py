@@ -63,6 +63,8 @@ class Kernel:
         self.schedule_overrides: dict[str, Any] = dict(schedule or {})
         self._traces: dict[Any, Any] = {}  # shapes -> the traced Relax module
         self._graphs: dict[Any, GraphIR] = {}  # (shapes, config, PassContext) -> after the graph passes
+        # what else than the function its Graph IR depends on (a rank's sharding), for the compile cache
+        self.variant = ""
         location = _def_location(fn)
         try:
             hints = inspect.get_annotations(fn, eval_str=True)

@@ -121,7 +121,13 @@ def read_kernels(mod, name: str) -> tuple[FlatFunction, list[KernelGroup]]:
             if c is None:  # at an output, run after the kernels: the output is the local value it acts on
                 value_of[binding.var] = value_of.get(call.args[1], call.args[1])
             else:  # between the kernels: a value of its own, which the runtime's hook computes
-                collectives.append(replace(c, source=value_of.get(c.source, c.source)))
+                collectives.append(
+                    replace(
+                        c,
+                        source=value_of.get(c.source, c.source),
+                        others=tuple(value_of.get(o, o) for o in c.others),
+                    )
+                )
             continue
         callee = call.op if isinstance(call, relax.Call) else None
         if not isinstance(callee, tvm.ir.GlobalVar) or "tessera.family" not in (mod[callee].attrs or {}):

@@ -43,6 +43,15 @@ masks them bottom-right aligned, so query ``i`` of the rank sees keys ``j <= i +
 the rank's mesh coordinates (``sharding["coords"]``, set for one rank's compile); without them the
 rule raises :class:`RankDependent`. The queries and keys must be one sequence (equal lengths).
 
+With contiguous pieces the last rank computes most of the causal triangle. An axis listed in
+``sharding["zigzag"]`` (``ts.Split(..., zigzag=True)``) balances it: every dim split over it is cut
+into ``2n`` pieces, and rank ``c`` holds pieces ``c`` and ``2n - 1 - c``, one after the other (its
+gathers, slices and reduce-scatters follow that layout at run time). The causal attention then
+becomes two on rank ``c``: the first half of its queries (``tessera.half``) over the first ``c + 1``
+of the ``2n`` pieces of the gathered keys, the second half over the first ``2n - c``; their results,
+each permuted back, are joined on the sequence (``tessera.concat``) where the attention's permute
+back was.
+
 What cannot be mended raises :class:`ShardingError`, naming the op and the remedy.
 
 ``tessera.InsertCollectives`` (a graph pass before fusion) adds these collectives, and at each
@@ -56,7 +65,12 @@ kernels they separate:
     replicated -> split d   R.call_pure_packed("tessera.slice", x, axis, d)             this rank's piece of d
                                                                                     (no communication)
     keys of rank c          R.call_pure_packed("tessera.prefix", x, axis, d, c + 1)     the first c + 1 of the
-                                                                                    n pieces of d (no
+                                                                                    n pieces of d (2n on a
+                                                                                    zigzag axis; no
+                                                                                    communication)
+    zigzag queries          R.call_pure_packed("tessera.half", x, axis, d, h)           half h of this rank's
+                                                                                    piece (no communication)
+    zigzag results          R.call_pure_packed("tessera.concat", a, axis, d, b)         a, then b, on d (no
                                                                                     communication)
 
 A value split on one dim that must be split on another is gathered, then sliced.
@@ -89,9 +103,11 @@ COLLECTIVES = (
     "tessera.all_gather",
     "tessera.slice",
     "tessera.prefix",
+    "tessera.half",
+    "tessera.concat",
 )
-#: Kinds that move no data between the ranks (each rank keeps a part of what it holds).
-LOCAL_KINDS = ("slice", "prefix")
+#: Kinds that move no data between the ranks (each rank keeps a part of what it holds, or joins two).
+LOCAL_KINDS = ("slice", "prefix", "half", "concat")
 #: The attention bias's dim ([B, H, S_q, S_kv]) of each dim of the queries Relax splits ([B, S, H, D]).
 _BIAS_DIM = {0: 0, 1: 2, 2: 1}
 #: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
@@ -126,18 +142,24 @@ class Collective:
     """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
     ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
 
-    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "slice" | "prefix" (LOCAL_KINDS: no communication)
+    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | LOCAL_KINDS (no communication)
     output: int  # index of the kernel output, or -1 between the kernels
     axis: str
     dim: int | None = None
     after: str = ""  # between the kernels: the fused kernel whose output it acts on ("" for a parameter)
     var: Any = field(default=None, compare=False, repr=False)  # its value (the binding's var)
     source: Any = field(default=None, compare=False, repr=False)  # the value it acts on
-    pieces: int | None = None  # a prefix: how many of the axis's pieces of ``dim`` it keeps
+    pieces: int | None = None  # a prefix: how many of the axis's pieces of ``dim`` it keeps; a half: which
+    others: tuple = field(default=(), compare=False, repr=False)  # a concat: the values after ``source``
 
     def text(self, name: str) -> str:
         where = "" if self.dim is None else f", dim {self.dim}"
-        kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
+        if self.kind == "half":
+            kept = f", its {('first', 'second')[self.pieces]} half"
+        elif self.kind == "concat":
+            kept = f", then {', '.join(str(o.name_hint) for o in self.others)}"
+        else:
+            kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
         return f"{self.kind}({name}) over {self.axis!r}{where}{kept}"
 
     @property
@@ -186,6 +208,7 @@ class _Propagator:
         self.kernel = kernel
         self.mesh: dict[str, int] = dict(sharding["mesh"])
         self.coords: dict[str, int] | None = sharding.get("coords")  # one rank's compile only
+        self.zigzag: set[str] = set(sharding.get("zigzag", ()))  # axes whose pieces are load-balanced
         self.state: dict[Any, dict[str, tuple]] = {}
         params = {str(p.name_hint): p for p in flat.params}
         for name, splits in sharding["params"].items():
@@ -208,8 +231,9 @@ class _Propagator:
         self.nodes: list = []
         self.producers: dict[Any, Any] = {}
         self.placed: dict[tuple, Any] = {}  # (value, kind, axis, dim) -> the collective's var
+        self.joined: dict[Any, tuple] = {}  # a zigzag attention's var -> (its halves' results, axis)
         for node in self.flat.nodes:
-            out = {}
+            out, causal = {}, None
             for axis in self.mesh:
                 ins = [self.of(a).get(axis) for a in node.args]
                 if all(s is None for s in ins):
@@ -221,9 +245,17 @@ class _Propagator:
                 except ShardingError as exc:
                     node, result = self.mend(node, axis, exc)
                 if result == ("split", 1) and node.op == "nn.attention" and node.attrs.get("causal_mask"):
-                    node = self._causal_prefix(node, axis)
+                    causal = axis
                 if result is not None:
                     out[axis] = result
+            if causal is not None and causal in self.zigzag:  # two attentions, joined at its permute back
+                self.state[node.var] = out
+                self.joined[node.var] = (self._causal_zigzag(node, causal), causal)
+                continue
+            if causal is not None:
+                node = self._causal_prefix(node, causal)
+            if node.op == "permute_dims" and node.args[0] in self.joined:
+                node = self._join_halves(node)  # its permute back: the halves' results joined
             self._append(node, out)
         self._drop_unused()
         return self.state
@@ -377,16 +409,72 @@ class _Propagator:
         call = relax.op.nn.attention(q, k, v, *rest, scale=node.attrs.get("scale"), causal_mask="BottomRight")
         return node_of(node.var, call)
 
+    def _causal_zigzag(self, node, axis: str) -> list:
+        """Causal ``node`` with its query sequence split load-balanced over ``axis`` (zigzag): the
+        sequence is cut into ``2n`` pieces and rank ``c`` holds pieces ``c`` and ``2n - 1 - c``, so
+        every rank computes the same share of the causal triangle. Each half of its queries is one
+        attention over the keys up to its last query (the first ``c + 1``, then ``2n - c``, of the
+        ``2n`` pieces of the gathered keys, bottom-right aligned), and its permute back to
+        ``[B, H, S, D]`` (the attention kernel's). Their results, joined where ``node``'s own
+        permute back was (:meth:`_join_halves`)."""
+        from .nodes import node_of
+
+        back = [n for n in self.flat.nodes if any(a.same_as(node.var) for a in n.args)]
+        if len(back) != 1 or back[0].op != "permute_dims":
+            raise self.fail(
+                node, axis, "its result is read other than through one permute back", "keep the sequence whole"
+            )
+        n, c = self.mesh[axis], self.coords[axis]
+        q, k, v, *rest = node.args
+        state = {x: st for x, st in self.of(q).items() if x != axis}
+        halves = []
+        for which, pieces in enumerate((c + 1, 2 * n - c)):
+            qh = self._cut(q, "half", axis, 1, which)
+            kh, vh = (x if pieces == 2 * n else self._cut(x, "prefix", axis, 1, pieces) for x in (k, v))
+            bias = []
+            for b in rest:  # [B, H, S_q, S_kv]: its queries halved, its keys cut like the keys
+                b = b if _is_one(_dims(b)[2]) else self._cut(b, "half", axis, 2, which)
+                bias.append(b if _is_one(_dims(b)[3]) or pieces == 2 * n else self._cut(b, "prefix", axis, 3, pieces))
+            call = relax.op.nn.attention(qh, kh, vh, *bias, scale=node.attrs.get("scale"), causal_mask="BottomRight")
+            b_, s_, h_, _ = _dims(qh)
+            sinfo = relax.TensorStructInfo([b_, s_, h_, _dims(vh)[3]], node.var.struct_info.dtype)
+            name = f"{node.var.name_hint}_{('first', 'second')[which]}"
+            part = node_of(relax.Var(name, sinfo), call)
+            self._append(part, {**state, axis: ("split", 1)})
+            axes = list(back[0].attrs["axes"])
+            permuted = relax.TensorStructInfo([_dims(part.var)[a] for a in axes], sinfo.dtype)
+            node_back = node_of(relax.Var(f"{name}_back", permuted), relax.op.permute_dims(part.var, axes))
+            self._append(node_back, {**state, axis: ("split", axes.index(1))})
+            halves.append(node_back.var)
+        return halves
+
+    def _join_halves(self, permute):
+        """A zigzag attention's permute back, as its halves' results joined on the sequence."""
+        from .nodes import node_of
+
+        halves, axis = self.joined[permute.args[0]]
+        dim = list(permute.attrs["axes"]).index(1)
+        call = collective_call("concat", halves[0], axis, dim, self.mesh[axis], others=halves[1:])
+        # declared with the permute's own shape (S, not S // 2 * 2, which no kernel signature can bind)
+        call = relax.Call(call.op, call.args, call.attrs, [permute.var.struct_info])
+        return node_of(permute.var, call)
+
     def _prefix(self, value, axis: str, dim: int, pieces: int):
         """The first ``pieces`` of the ``n`` pieces of ``value``'s ``dim`` over ``axis`` (no
         communication); a permute's result as the permute of its input's prefix."""
+        return self._cut(value, "prefix", axis, dim, pieces)
+
+    def _cut(self, value, kind: str, axis: str, dim: int, pieces: int):
+        """``kind`` (a prefix, or a half of this rank's zigzag piece) of ``value``'s ``dim`` over
+        ``axis``, no communication; a permute's result as the permute of its input's cut."""
         if self._permute_input(value) is not None:
 
             def cut(source, source_dim):
-                return self._collective("prefix", source, axis, source_dim, pieces)
+                return self._collective(kind, source, axis, source_dim, pieces)
 
-            return self._through_permute(value, "prefix", axis, dim, cut, f"{value.name_hint}_prefix")
-        return self._collective("prefix", value, axis, dim, pieces)
+            name = f"{value.name_hint}_{kind}{pieces if kind == 'half' else ''}"
+            return self._through_permute(value, f"{kind}{pieces}", axis, dim, cut, name)
+        return self._collective(kind, value, axis, dim, pieces)
 
     def _append(self, node, state: dict) -> None:
         self.nodes.append(node)
@@ -395,9 +483,9 @@ class _Propagator:
 
     def _collective(self, kind: str, value, axis: str, dim: int | None, pieces: int | None = None):
         """The var of ``kind`` of ``value`` over ``axis`` (placed once per value, kind, axis, dim)."""
-        key = (value, kind, axis, dim)
+        key = (value, kind, axis, dim, pieces)
         if key not in self.placed:
-            node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces)
+            node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces, zigzag=axis in self.zigzag)
             after = {x: st for x, st in self.of(value).items() if x != axis}
             if kind in _CUTTING:
                 after[axis] = ("split", dim)
@@ -593,29 +681,48 @@ def _with_args(node, args: list, var=None):
     return Node(node.var if var is None else var, node.op, args, node.call, node.attrs)
 
 
-def collective_node(kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None):
+def collective_node(
+    kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None, *, zigzag: bool = False
+):
     """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]])``,
     its shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter, slice)
-    by the ``ranks`` on ``axis``, or ``pieces`` of its ``ranks`` pieces (prefix)."""
+    by the ``ranks`` on ``axis``, or ``pieces`` of its ``ranks`` pieces (prefix), or halved (half)."""
     from .nodes import node_of
 
-    call = collective_call(kind, value, axis, dim, ranks, pieces)
-    return node_of(relax.Var(f"{value.name_hint}_{kind}", call.sinfo_args[0]), call)
+    call = collective_call(kind, value, axis, dim, ranks, pieces, zigzag=zigzag)
+    name = f"{value.name_hint}_{kind}{pieces if kind == 'half' else ''}"
+    return node_of(relax.Var(name, call.sinfo_args[0]), call)
 
 
-def collective_call(kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None):
-    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]])`` with its result's struct info."""
+def collective_call(
+    kind: str,
+    value,
+    axis: str,
+    dim: int | None,
+    ranks: int,
+    pieces: int | None = None,
+    *,
+    zigzag: bool = False,
+    others: list | tuple = (),
+):
+    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]][, *others])`` with its
+    result's struct info. On a ``zigzag`` axis a prefix counts the ``2 * ranks`` pieces of the
+    load-balanced split; a concat joins ``value`` and ``others`` on ``dim``."""
     dims = _dims(value)
     if kind == "all_gather":
         dims[dim] = dims[dim] * ranks
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     elif kind == "prefix":
-        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks) * pieces)
+        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks * (2 if zigzag else 1)) * pieces)
+    elif kind == "half":
+        dims[dim] = tvm.tirx.floordiv(dims[dim], 2)
+    elif kind == "concat":
+        dims[dim] = tvm.arith.Analyzer().simplify(sum((_dims(o)[dim] for o in others), dims[dim]))
     sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
     args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
     args += [] if pieces is None else [relax.PrimValue(pieces)]
-    return relax.op.call_pure_packed(f"tessera.{kind}", *args, sinfo_args=[sinfo])
+    return relax.op.call_pure_packed(f"tessera.{kind}", *args, *others, sinfo_args=[sinfo])
 
 
 def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
@@ -689,17 +796,23 @@ def function_collectives(func) -> list[Collective]:
             inner = inner or chain in read_by_kernel
             later = [x.var for x in bindings if kinds[x.var] and x.value.args[1].same_as(chain)]
         index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
-        args = b.value.args  # (callee, x, axis[, dim])
-        dim = int(args[3].value) if len(args) > 3 else None
-        pieces = int(args[4].value) if len(args) > 4 else None
-        source = producers.get(args[1])
+        axis, dim, pieces, others = collective_args(b.value)
+        source = producers.get(b.value.args[1])
         after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
-        if inner:
+        if inner or kind == "concat":  # a concat joins values on this rank: it runs where it is read
             index = -1
         found.append(
-            Collective(kind, index, str(args[2].value), dim, after if index < 0 else "", b.var, args[1], pieces)
+            Collective(kind, index, axis, dim, after if index < 0 else "", b.var, b.value.args[1], pieces, others)
         )
     return found
+
+
+def collective_args(call) -> tuple[str, int | None, int | None, tuple]:
+    """A collective's ``(axis, dim, pieces, others)`` from its call ``(callee, x, axis[, dim[, pieces]][, *others])``."""
+    args = list(call.args)
+    values = [int(a.value) for a in args[3:] if isinstance(a, relax.PrimValue)]
+    others = tuple(a for a in args[3:] if not isinstance(a, relax.PrimValue))
+    return str(args[2].value), (values[0] if values else None), (values[1] if len(values) > 1 else None), others
 
 
 def collective_name(value) -> str | None:
@@ -733,14 +846,20 @@ def _insert_collectives(ctx: BuildContext):
             sharded = insert_collectives(flat, sharding, name)
             placed += sum(1 for n in sharded.nodes if is_collective(n))
 
-            def remake(node, args, mesh=sharding["mesh"]):
+            zigzag = frozenset(sharding.get("zigzag", ()))
+
+            def remake(node, args, mesh=sharding["mesh"], zigzag=zigzag):
                 """A collective's result on its input as rebuilt (a gather upstream changes its shape)."""
                 kind = collective_name(node.call)
-                if kind is None:
+                if kind in (None, "concat"):  # a concat keeps the shape it was declared with
                     return None
-                axis, dim = str(args[2].value), int(args[3].value) if len(args) > 3 else None
-                pieces = int(args[4].value) if len(args) > 4 else None
-                return collective_call(kind, args[1], axis, dim, mesh[axis], pieces)
+                axis, dim, pieces, _ = collective_args(node.call)
+                others = [a for a in args[3:] if not isinstance(a, relax.PrimValue)]
+                if any(getattr(a.struct_info, "shape", None) is None for a in [args[1], *others]):
+                    return None  # its input's shape is not re-inferred (an attention with a bias): as declared
+                return collective_call(
+                    kind, args[1], axis, dim, mesh[axis], pieces, zigzag=axis in zigzag, others=others
+                )
 
             funcs[gv] = rebuild(sharded, dict(func.attrs), remake=remake)
         report_status(f"{placed} collective{'s' if placed != 1 else ''}" if funcs else "not sharded")

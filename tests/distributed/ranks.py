@@ -271,6 +271,58 @@ def scenario_causal_sequence_attention(rank: int, world: int) -> dict:
     }
 
 
+def scenario_zigzag_attention(rank: int, world: int) -> dict:
+    """Causal attention with the sequence split load-balanced (zigzag): rank c holds pieces c and
+    2n - 1 - c of 2n, and computes each half of its queries against the keys up to its last query.
+    Alone (left split, and gathered whole), inside a block whose next kernel reads the joined
+    halves, and with a padding mask."""
+
+    @ts.kernel
+    def causal(
+        Q: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "G", "S", "E", ts.f32],
+        V: Tensor["B", "G", "S", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    @ts.kernel
+    def block(
+        X: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "H", "S", "E", ts.f32],
+        V: Tensor["B", "H", "S", "E", ts.f32],
+        M: Tensor["B", 1, 1, "S", ts.f32],
+        W: Tensor["E", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return X + ops.matmul(ops.flash_attention(X, K, V, causal=True, bias=M), W)
+
+    mesh = ts.Mesh({"cp": world})
+    shapes = {"B": 1, "H": 4, "G": 2, "S": 16 * world, "E": 16}
+    arrays = _arrays(np.random.default_rng(23), causal, shapes)
+    ref = causal.reference(*arrays)
+    zig = ts.Split("S", zigzag=True)
+    kept = ts.shard(causal, mesh, dict.fromkeys("QKV", zig), outputs=zig)
+    k = ts.compile(kept, target="cpu")
+    out = k(*kept.local_arrays(arrays, rank))
+    mine = kept.local_arrays([ref, ref, ref], rank)[0]  # this rank's two pieces of the whole result
+    whole = ts.shard(causal, mesh, dict.fromkeys("QKV", zig))
+    whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
+
+    x, kk, v = _arrays(np.random.default_rng(24), block, {**shapes, 1: 1})[:3]
+    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
+    mask[..., 3:7] = -np.inf  # keys 3 .. 6 masked: in rank 0's first piece and beyond
+    w = np.random.default_rng(25).standard_normal((16, 16)).astype(np.float32) * 0.2
+    sharded_block = ts.shard(block, mesh, {"X": zig, "K": zig, "V": zig, "M": zig})
+    block_out = ts.compile(sharded_block, target="cpu")(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
+    return {
+        "err": float(np.abs(out - mine).max()),
+        "shape": list(out.shape),
+        "whole_err": float(np.abs(whole_out - ref).max()),
+        "block_err": float(np.abs(block_out - block.reference(x, kk, v, mask, w)).max()),
+        "kinds": [(c.kind, c.pieces) for c in k.collectives],
+        "sched": k.inspect_ir("sched"),
+    }
+
+
 def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     """The sequence-parallel block on the GPU (hopper): the values between the kernels stay torch
     tensors on the device, and the collectives run through NCCL."""

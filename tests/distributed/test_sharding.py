@@ -202,6 +202,50 @@ def test_causal_sequence_parallel_attention_reads_each_ranks_prefix_of_the_keys(
         ts.shard(attend_causal_cross, TP, {"Q": ts.Split("S"), "K": ts.Split("T"), "V": ts.Split("T")}).graph(rank=0)
 
 
+def test_a_zigzag_sequence_split_balances_causal_attention_over_the_ranks():
+    """Load-balanced context parallelism: rank r of 4 holds pieces r and 7 - r of 8, and computes each
+    half of its queries against the keys up to its last query; every rank's two attentions cover
+    the same share of the causal triangle."""
+    zig = ts.Split("S", zigzag=True)
+    sharded = ts.shard(attend_causal, ts.Mesh({"cp": 4}), dict.fromkeys("QKV", zig), outputs=zig)
+    shares = []
+    for rank in range(4):
+        kinds = [(c.kind, c.dim, c.pieces) for c in sharded.collectives(rank=rank)]
+        second = [] if rank == 0 else [("prefix", 2, 8 - rank)] * 2  # rank 0's second piece reads every key
+        assert kinds == [("all_gather", 2, None)] * 2 + [("half", 2, 0)] + [("prefix", 2, rank + 1)] * 2 + [
+            ("half", 2, 1)
+        ] + second + [("concat", 2, None)], (rank, kinds)
+        graph = sharded.graph({"B": 1, "H": 2, "S": 64, "E": 16}, rank=rank)
+        assert [g.family for g in graph.groups] == ["attention", "attention"]
+        specs = [kernel_spec(g, {"B": 1, "H": 2, "S": 16, "E": 16}).spec for g in graph.groups]
+        # its queries are 8r .. 8r + 7 and 8(7 - r) .. 8(7 - r) + 7 of the 64
+        got = [(s.S_q, s.S_kv, s.causal_offset) for s in specs]
+        assert got == [(8, 8 * (rank + 1), 8 * rank), (8, 8 * (8 - rank), 8 * (7 - rank))], (rank, got)
+        shares.append(sum(s.S_q * s.S_kv - s.S_q * (s.S_q - 1) // 2 for s in specs))  # scores computed
+    assert len(set(shares)) == 1, shares  # the contiguous split's last rank computes 7x its first's
+    assert "half(Q) over 'cp', dim 2, its second half" in "\n".join(
+        c.text(c.value_name) for c in sharded.collectives(rank=1)
+    )
+
+
+def test_a_zigzag_split_is_checked_and_cuts_the_local_arrays():
+    zig = ts.Split("S", zigzag=True)
+    with pytest.raises(KernelError, match="Q is split zigzag over 'cp' but K is not"):
+        ts.shard(attend_causal, ts.Mesh({"cp": 2}), {"Q": zig, "K": ts.Split("S"), "V": zig})
+    with pytest.raises(KernelError, match="output 0 is split zigzag over 'tp' but no parameter is"):
+        ts.shard(mlp, TP, MEGATRON, outputs=ts.Split("M", zigzag=True))
+    sharded = ts.shard(attend_causal, ts.Mesh({"cp": 2}), dict.fromkeys("QKV", zig))
+    with pytest.raises(KernelError, match=r"dim S = 6 does not split evenly over 'cp' \(2 ranks, 4 zigzag pieces\)"):
+        sharded.local_shapes({"B": 1, "H": 1, "S": 6, "E": 4})
+    assert sharded.local_shapes({"B": 1, "H": 1, "S": 8, "E": 4})["S"] == 4
+    q = np.arange(8).reshape(1, 1, 8, 1)
+    pieces = [sharded.local_arrays([q, q, q], rank)[0].ravel().tolist() for rank in (0, 1)]
+    assert pieces == [[0, 1, 6, 7], [2, 3, 4, 5]]  # pieces 0 and 3, then 1 and 2, of 4
+    from tessera.distributed import unzigzag
+
+    assert unzigzag([np.array(p) for p in pieces], 0).tolist() == list(range(8))
+
+
 @ts.kernel
 def attend_alibi(
     Q: Tensor["B", "H", "S", "E", ts.f32],
@@ -285,6 +329,25 @@ def test_the_compiled_kernel_shows_its_collectives_and_needs_a_process_group():
         ts.CollectiveError, match="runs under torch.distributed; call torch.distributed.init_process_group"
     ):
         k(*arrays)
+
+
+def test_a_sharded_kernel_and_its_plain_kernel_at_the_same_local_shapes_are_two_compiles():
+    """The compile cache keys a rank's kernel by its sharding too: the plain kernel at the local
+    shapes has no collectives, and a contiguous and a zigzag split of one attention differ."""
+    sharded = ts.shard(mlp_residual, TP, {"W1": ts.Split("F"), "W2": ts.Split("F")})
+    ts.compile(sharded, target="cpu", shapes={"M": 4, "D": 8, "F": 16})  # built now: its shapes are bound
+    plain = ts.compile(mlp_residual, target="cpu", shapes={"M": 4, "D": 8, "F": 8})
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((4, 8), (8, 8), (8, 8))]
+    np.testing.assert_allclose(plain(*arrays), mlp_residual.reference(*arrays), rtol=1e-5, atol=1e-5)
+    shapes = {"B": 1, "H": 2, "S": 32, "E": 16}
+    split = {n: ts.Split("S") for n in "QKV"}
+    zig = {n: ts.Split("S", zigzag=True) for n in "QKV"}
+    graphs = [
+        ts.shard(attend_causal, TP, s, outputs=o).local_kernel_for(1, shapes).graph({**shapes, "S": 16}).text()
+        for s, o in ((split, ts.Split("S")), (zig, ts.Split("S", zigzag=True)))
+    ]
+    assert "tessera.half" in graphs[1] and "tessera.half" not in graphs[0]
 
 
 def test_the_schedule_ir_names_an_all_reduce_inside_the_kernel():

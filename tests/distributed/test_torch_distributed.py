@@ -88,17 +88,33 @@ def _check_causal_sequence_attention(out: dict, world: int) -> None:
         assert ("prefix(K_all_gather) over 'sp', dim 2, its first" in causal["sched"]) == (rank < world - 1)
 
 
+def _check_zigzag_attention(out: dict, world: int) -> None:
+    for rank in range(world):
+        zz = out[rank]["zigzag_attention"]  # each half of the rank's queries reads the keys up to its last
+        assert zz["err"] < 1e-4 and zz["whole_err"] < 1e-4 and zz["shape"] == [1, 4, 16, 16], zz
+        assert zz["block_err"] < 1e-4, zz  # the joined halves read by the next kernel, with a padding mask
+        first = [("prefix", rank + 1)] * 2
+        second = [("prefix", 2 * world - rank)] * 2 if rank else []
+        assert zz["kinds"] == [("all_gather", None)] * 2 + [("half", 0), *first, ("half", 1), *second, ("concat", None)]
+        assert "(no communication: one of this rank's two zigzag pieces)" in zz["sched"], zz["sched"]
+
+
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
-    out = _spawn(2, ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"])
+    out = _spawn(
+        2,
+        ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice", "zigzag_attention"],
+    )
     _check_sequence_parallel(out, 2)
+    _check_zigzag_attention(out, 2)
     for rank in (0, 1):
         twice = out[rank]["sum_read_twice"]
         assert twice["kinds"] == [("all_reduce", -1), ("all_reduce", 0)] and twice["err"] < 1e-4, twice
 
 
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
-    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "hung_last"])
+    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "hung_last"])
     _check_causal_sequence_attention(out, 4)
+    _check_zigzag_attention(out, 4)
     for rank in range(3):
         error = out[rank]["hung_last"]["error"]
         assert error is not None and f"rank {rank}: all_reduce of output 0 of kernel mlp" in error, error
