@@ -27,6 +27,13 @@ apache-tvm 0.27 gets the first two right):
   torch broadcasts, stopped the import ("The bias should have 4 dimensions").
 - ``amax``, ``amin``, ``min.dim`` and ``diagonal`` have no converter, so ``x.amax(-1)``,
   ``torch.logsumexp``, ``x.min(dim)`` and ``logits.diagonal()`` did not import.
+- A bfloat16 constant could not be made at all: ``x * 0.5``, ``x + 1.0``, ``x / 8`` and HF attention's
+  ``* head_dim ** -0.5`` on a bfloat16 tensor stopped the import with "Invalid DataType bfloat16".
+  ``relax.const(0.5, "bfloat16")`` builds a numpy array of ml_dtypes' bfloat16, and TileLang's
+  replacement for tvm_ffi's dtype constructor (``tilelang.language.dtypes``) does not take that
+  numpy dtype, which tvm_ffi's own does. It is given back (:func:`_accept_numpy_bfloat16`). As in
+  float16, the constant is the number rounded to the tensor's dtype (to nearest, ties to even); torch
+  holds it in float32, so a number bfloat16 cannot hold (0.1) may move a result by one bfloat16 spacing.
 
 At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` runs first:
 
@@ -43,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .._tvm import tvm
+from .._tvm import tilelang, tvm
 from ..errors import TesseraError
 
 relax = tvm.relax
@@ -143,7 +150,9 @@ def patch_torch_frontend() -> bool:
     for ``var``/``std``, ``sum``, ``elu``, ``native_group_norm``, half-precision matmuls and an
     attention mask of a lower rank, and the missing ``amax``, ``amin``, ``min.dim`` and ``diagonal``.
     Applied once, at ``import tessera_tvm``; a frontend that already handles ``correction``
-    (apache-tvm's) is left alone. Returns whether the frontend is patched."""
+    (apache-tvm's) is left alone (bfloat16 constants are made to work either way, see
+    :func:`_accept_numpy_bfloat16`). Returns whether the frontend is patched."""
+    _accept_numpy_bfloat16()
     try:
         from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     except ImportError:  # no torch frontend in this TVM build
@@ -188,6 +197,19 @@ def patch_torch_frontend() -> bool:
     ExportedProgramImporter.create_convert_map = create_convert_map
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
+
+
+def _accept_numpy_bfloat16() -> None:
+    """Let TileLang's dtype constructor take numpy's bfloat16 (from ml_dtypes), as tvm_ffi's does, so
+    that ``relax.const(value, "bfloat16")`` (a numpy bfloat16 array made a TVM tensor) works: the
+    frontend makes its scalars in the tensor's dtype this way in many converters, and so do ours."""
+    try:
+        import ml_dtypes
+    except ImportError:  # no numpy bfloat16 to take
+        return
+    table = getattr(getattr(tilelang.language, "dtypes", None), "_DTYPE_TO_STR", None)
+    if isinstance(table, dict):
+        table.setdefault(np.dtype(ml_dtypes.bfloat16), "bfloat16")
 
 
 def _variance(importer, node, *, root: bool):

@@ -280,3 +280,82 @@ def test_sdpa_with_a_2d_mask_imports_without_decomposition_and_matches_torch(cau
     np.testing.assert_allclose(got, expected, atol=1e-5)
     (kernel,) = built.report.offloaded
     assert kernel.family == "attention" and kernel.spec.bias == (1, 1, 24, 24) and kernel.spec.causal == causal
+
+
+class ScaledByPythonNumbers(nn.Module):
+    """A tensor times, plus and over plain Python numbers, as model code scales and shifts."""
+
+    def forward(self, x):
+        return x * 0.125, x + 1.0, x / 8.0, 3.0 - x, x * 0.1
+
+
+def _run_on_cpu(model: nn.Module, *args: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """What the model built for the CPU returns and what torch returns (bfloat16 goes through dlpack:
+    numpy has no bfloat16 that torch hands out)."""
+    from tessera_tvm import tvm
+
+    with torch.no_grad():
+        expected = model.eval()(*args)
+    built = build(_import(model, *args), "cpu")
+    got = built.vm()["main"](*(tvm.runtime.from_dlpack(a.contiguous()) for a in args))  # always a tuple
+    return [torch.from_dlpack(g) for g in got], list(expected) if isinstance(expected, tuple) else [expected]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_python_numbers_times_a_tensor_import_and_match_torch(dtype):
+    # In bfloat16 every one stopped the import ("Invalid DataType bfloat16" making the constant).
+    torch.manual_seed(0)
+    x = (torch.randn(16, 32) * 4).to(dtype)
+    got, expected = _run_on_cpu(ScaledByPythonNumbers(), x)
+    for out, ref in zip(got[:4], expected[:4], strict=True):
+        # 0.125, 1, 8 and 3 are exact in every dtype here: the same rounding of the same sum/product.
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    # Torch multiplies by 0.1 held in float32; the import by 0.1 in the tensor's dtype (0.10009765625
+    # in bfloat16): within one spacing of the dtype (2^-7 relative in bfloat16, 2^-10 in float16).
+    spacing = {torch.bfloat16: 2**-7, torch.float16: 2**-10, torch.float32: 2**-23}[dtype]
+    torch.testing.assert_close(got[4].float(), expected[4].float(), atol=0, rtol=spacing)
+
+
+def test_a_bfloat16_scalar_constant_is_the_number_rounded_to_bfloat16():
+    torch.manual_seed(0)
+    mod = _import(ScaledByPythonNumbers(), torch.randn(4, 8).bfloat16())
+    from tessera_tvm import tvm
+
+    constants = [
+        arg
+        for binding in mod["main"].body.blocks[0].bindings
+        if isinstance(binding.value, tvm.relax.Call)
+        for arg in binding.value.args
+        if isinstance(arg, tvm.relax.Constant)
+    ]
+    assert [str(c.struct_info.dtype) for c in constants] == ["bfloat16"] * 5
+    values = [float(c.data.numpy()) for c in constants]
+    assert values == [float(torch.tensor(v).bfloat16()) for v in (0.125, 1.0, 8.0, 3.0, 0.1)]
+    assert values[-1] == 0.10009765625  # 0.1 to the nearest bfloat16
+
+
+class HfEagerAttention(nn.Module):
+    """Hugging Face's eager attention as its models write it: ``* head_dim ** -0.5``, the softmax in
+    float32, the probabilities cast back to q's dtype."""
+
+    def forward(self, q, k, v):
+        w = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5
+        return torch.matmul(F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
+@pytest.mark.parametrize("head_dim", [64, 96], ids=["scale 1/8", "scale 96^-0.5"])
+def test_hf_eager_attention_in_bfloat16_scaled_by_a_python_float_imports_and_matches_torch(head_dim):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 32, head_dim).bfloat16() for _ in range(3))
+    # Planned for Hopper it is one attention, scaled by the constant as imported (rounded to bf16).
+    _, report = partition_for_tessera(_import(HfEagerAttention(), q, k, v), "hopper")
+    (kernel,) = report.offloaded
+    assert kernel.family == "attention" and kernel.spec.dtype_in == "bfloat16", report
+    assert kernel.spec.scale == float(torch.tensor(head_dim**-0.5).bfloat16())
+    # On the CPU TVM computes it as written. Outputs below 2, where bfloat16's spacing is 2^-7: torch
+    # and TVM each round the scores, the probabilities and the output, and the scale differs by up to
+    # half a spacing (float32 in torch, bfloat16 here), so within 2 spacings.
+    (got,), (expected,) = _run_on_cpu(HfEagerAttention(), q, k, v)
+    assert got.dtype == torch.bfloat16 and float(expected.abs().max()) < 2
+    torch.testing.assert_close(got.float(), expected.float(), atol=2 * 2**-7, rtol=0)
