@@ -32,9 +32,10 @@ def _roles(spec: AttentionSpec) -> tuple[str, ...]:
     return ("q", "k", "v", *(("bias",) if spec.bias is not None else ()), "out")
 
 
-def _bias_value(spec: AttentionSpec, io, batch, head, query, key):
-    """The bias of score (batch, head, query, key), in the accumulator's dtype."""
-    return to_compute(io.bias[spec.bias_index(batch, head, query, key)], ACC)
+def _bias_value(spec: AttentionSpec, io, batch, head, query, key, *, clamp: bool = True):
+    """The bias of score (batch, head, query, key), in the accumulator's dtype (``clamp``: see
+    :meth:`AttentionSpec.bias_index`)."""
+    return to_compute(io.bias[spec.bias_index(batch, head, query, key, clamp=clamp)], ACC)
 
 
 def _biased(spec: AttentionSpec, io, score, batch, head, query, key, factor: float = 1.0):
@@ -247,7 +248,9 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                 if transposed_bias:  # the block's bias transposed, rows in order (contiguous reads)
                     for i in T.serial(rows):
                         for j in T.serial(keys):
-                            bias_t[j, i] = _bias_value(spec, io, batch, head, bx * block_m + i, kb * block_n + j)
+                            bias_t[j, i] = _bias_value(
+                                spec, io, batch, head, bx * block_m + i, kb * block_n + j, clamp=False
+                            )
                     bias = bias_t
                 if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
                     _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)

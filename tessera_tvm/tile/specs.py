@@ -528,10 +528,11 @@ class AttentionSpec(KernelSpec):
         if not self.dtype_bias.startswith(("float", "bfloat")):
             raise _fail(where, f"bias dtype is {self.dtype_bias}; expected a float dtype (an additive bias)")
 
-    def bias_index(self, batch, head, query, key) -> tuple:
+    def bias_index(self, batch, head, query, key, *, clamp: bool = True) -> tuple:
         """The bias element of score (batch, head, query, key): 0 on its broadcast dims; query and key
-        clamped to the last row and column (a tile's edge lanes read in bounds, and are masked)."""
-        picks = (batch, head, _clamp(query, self.S_q), _clamp(key, self.S_kv))
+        clamped to the last row and column (a tile's edge lanes read in bounds, and are masked),
+        unless the caller's loops stay in bounds (``clamp=False``)."""
+        picks = (batch, head, _clamp(query, self.S_q), _clamp(key, self.S_kv)) if clamp else (batch, head, query, key)
         return tuple(0 if isinstance(b, int) and b == 1 else x for b, x in zip(self.bias, picks, strict=True))
 
     @property

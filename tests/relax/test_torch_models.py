@@ -339,8 +339,8 @@ class EagerAttention(nn.Module):
     """Hugging Face's eager attention in half precision, as its models write it: the scores scaled,
     a float mask added, the softmax in float32 between casts, the probabilities cast back.
 
-    ``scale``: "mul" (``* d ** -0.5``), "div" (``/ sqrt(d)``) or "buffer" (``* self.scaling``: TVM's
-    frontend cannot import a Python float times a bfloat16 tensor). ``mask``: None, "input" (added
+    ``scale``: "mul" (``* d ** -0.5``), "div" (``/ sqrt(d)``) or "buffer" (``* self.scaling``, a 0-d
+    tensor in q's dtype). ``mask``: None, "input" (added
     in q's dtype), "after the cast" (``w.float() + mask``, a float32 input) or "causal buffer" (-inf
     above the diagonal). ``softmax_dtype``: the dtype of softmax's ``dtype=`` (None: no casts)."""
 
