@@ -734,6 +734,16 @@ def machine() -> str:
     return f"{os.cpu_count()} cores (nproc), {model}, {platform.machine()}, Python {platform.python_version()}"
 
 
+def _dated_sections(path: Path) -> str:
+    """The sections after the bench's own table in ``path`` (each a ``## `` heading: the sharded
+    kernels' runs, the GPU runs, measurements written by hand), which a new table must not erase."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    at = text.find("\n## ")
+    return text[at + 1 :] if at >= 0 else ""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -773,7 +783,9 @@ def main(argv=None) -> int:
         *(f"| {' | '.join(r)} |" for r in ROWS),
         "",
     ]
-    Path(args.out).write_text("\n".join(lines))
+    out = Path(args.out)
+    kept = _dated_sections(out)
+    out.write_text("\n".join(lines) + ("\n" + kept if kept else ""))
     print(f"written {args.out} ({total:.0f} s)")
     return 0
 

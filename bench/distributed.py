@@ -18,7 +18,8 @@ Two kernels, each as the plain kernel on 1 rank and as ``ts.shard`` of it on 2:
 Each rank is pinned to one thread (``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute
 of 1. The figures are medians of timed calls after a warm-up, on the slowest rank; the communication
 share is the time a call spends in its collectives (``stats["comm_seconds"]``) divided by the call's
-time, on that rank.
+time, on that rank; the copies of the kinds that move no data (a zigzag split's halves, the keys'
+prefixes, the join: ``stats["copy_seconds"]``) are named after it.
 """
 
 # No `from __future__ import annotations`: the kernel in _rank has its annotations evaluated there.
@@ -74,7 +75,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
     ref = kernel.reference(*arrays)
     if world == 1:
         k = ts.compile(kernel, target="cpu", shapes=shapes)
-        local, comm = arrays, None
+        local, comm, copies = arrays, None, []
     else:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         specs = {"W1": ts.Split("F"), "W2": ts.Split("F")}
@@ -91,7 +92,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
             sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=0)[rank]
         k = ts.compile(sharded, target="cpu", shapes=shapes)
-        local, comm = sharded.local_arrays(arrays, rank), []
+        local, comm, copies = sharded.local_arrays(arrays, rank), [], []
     out = k(*local)
     err = float(np.abs(out - ref).max())
     times = []
@@ -103,9 +104,11 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
         times.append(time.perf_counter() - start)
         if comm is not None:
             comm.append(k.stats["comm_seconds"])
+            copies.append(k.stats.get("copy_seconds", 0.0))
     if world > 1:
         dist.destroy_process_group()
-    results.put((rank, statistics.median(times), statistics.median(comm) if comm else 0.0, err))
+    median = statistics.median
+    results.put((rank, median(times), median(comm) if comm else 0.0, median(copies) if copies else 0.0, err))
 
 
 def _shapes(model: str, tokens: int, hidden: int) -> dict[str, int]:
@@ -122,7 +125,7 @@ def _flops(model: str, tokens: int, hidden: int) -> float:
 
 
 def _run(world: int, model: str, tokens: int, hidden: int) -> tuple:
-    """The slowest rank's (median time, communication seconds, error), and each rank's time."""
+    """The slowest rank's (median time, communication seconds, copy seconds, error), and each rank's time."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     with socket.socket() as s:
@@ -131,7 +134,7 @@ def _run(world: int, model: str, tokens: int, hidden: int) -> tuple:
     procs = [ctx.Process(target=_rank, args=(r, world, port, model, tokens, hidden, results)) for r in range(world)]
     for p in procs:
         p.start()
-    got = dict((r, (t, c, e)) for r, t, c, e in (results.get(timeout=900) for _ in range(world)))
+    got = dict((r, (t, c, cp, e)) for r, t, c, cp, e in (results.get(timeout=900) for _ in range(world)))
     for p in procs:
         p.join()
     slowest = max(got, key=lambda r: got[r][0])
@@ -143,6 +146,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--out", default=None, help="append the table to this file (e.g. bench/RESULTS.md)")
+    parser.add_argument("--only", default="mlp,sp,cp,zz", help="kernels, comma-separated (mlp, sp, cp, zz)")
     args = parser.parse_args()
     rows, per_rank = [], []
     models = (
@@ -151,16 +155,22 @@ def main() -> int:
         ("cp", "context-parallel attention"),
         ("zz", "context-parallel attention, zigzag"),
     )
+    unknown = set(args.only.split(",")) - {m for m, _ in models}
+    if unknown:
+        parser.error(f"--only: unknown kernel(s) {', '.join(sorted(unknown))}; expected mlp, sp, cp or zz")
     for model, what in models:
+        if model not in args.only.split(","):
+            continue
         flops = _flops(model, args.tokens, args.hidden)
-        t1, _, e1, _ = _run(1, model, args.tokens, args.hidden)
-        t2, c2, e2, each = _run(2, model, args.tokens, args.hidden)
+        t1, _, _, e1, _ = _run(1, model, args.tokens, args.hidden)
+        t2, c2, cp2, e2, each = _run(2, model, args.tokens, args.hidden)
+        copied = f" (+{100 * cp2 / t2:.0f}% local copies)" if cp2 >= 0.005 * t2 else ""
         per_rank.append(f"{what}: " + ", ".join(f"rank {r} {t * 1e3:.2f} ms" for r, t in enumerate(each)))
         rows += [
             f"| {what} | 1 rank (plain kernel) | {t1 * 1e3:.2f} ms | {flops / t1 / 1e9:.1f} GFLOP/s | 1.00x | - | "
             f"{e1:.1e} |",
             f"| {what} | 2 ranks (ts.shard) | {t2 * 1e3:.2f} ms | {flops / t2 / 1e9:.1f} GFLOP/s | "
-            f"{t1 / t2:.2f}x | {100 * c2 / t2:.0f}% | {e2:.1e} |",
+            f"{t1 / t2:.2f}x | {100 * c2 / t2:.0f}%{copied} | {e2:.1e} |",
         ]
     cpu = platform.processor() or platform.machine()
     text = "\n".join(
@@ -168,7 +178,7 @@ def main() -> int:
             f"\n## Sharded kernels on torch.distributed (gloo), {datetime.date.today()}",
             "",
             f"Machine: {os.cpu_count()} cores ({cpu}); command: `python bench/distributed.py --tokens {args.tokens} "
-            f"--hidden {args.hidden}`. X [{args.tokens}, {args.hidden}], F = 4 x hidden, f32. Tensor-parallel MLP: "
+            f"--hidden {args.hidden} --only {args.only}`. X [{args.tokens}, {args.hidden}], F = 4 x hidden, f32. Tensor-parallel MLP: "
             "gelu(X W1 + b1) W2, W1/b1/W2 split on F (one all-reduce at the output). Sequence-parallel block: "
             "X + gelu(rms_norm(X) W1) W2, X split on its rows and W1/W2 on F (an all-gather and a reduce-scatter "
             "between the kernels, the result left split). Context-parallel attention: causal, "

@@ -38,3 +38,22 @@ def test_peak_rows_and_the_fraction_of_peak_column():
     half = bench.PEAK["f32"] / 2
     assert bench.of_peak(half) == "50%"
     assert bench.of_peak(half, "fp64") == "-"  # a kind never measured is not a percentage
+
+
+def test_a_new_table_keeps_the_dated_sections_of_results_md(tmp_path):
+    """bench.py rewrites its own table and keeps what follows it (the GPU runs, the sharded kernels'
+    runs, measurements written by hand): a CPU-only run once erased every GPU figure."""
+    bench = _bench()
+    out = tmp_path / "RESULTS.md"
+    out.write_text(
+        "# Tessera benchmark results\n\n- date: OLD TABLE\n\n| a | b |\n\n"
+        "## First GPU runs: H200\n\nGEMM 1.02x torch.matmul\n\n## Sharded kernels\n\n| x |\n"
+    )
+    assert bench.main(["--only", "none", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Tessera benchmark results") and "OLD TABLE" not in text
+    assert text.count("## First GPU runs: H200\n\nGEMM 1.02x torch.matmul") == 1 and text.endswith(
+        "## Sharded kernels\n\n| x |\n"
+    )
+    fresh = tmp_path / "new.md"
+    assert bench.main(["--only", "none", "--out", str(fresh)]) == 0 and "## " not in fresh.read_text()

@@ -507,7 +507,7 @@ class ShardedCompiledKernel:
 
     # ---- calls ----
     def __call__(self, *arrays, wait: bool = True):
-        outs, inside = self._run_local(arrays)  # (count, seconds) of the collectives between the kernels
+        outs, inside = self._run_local(arrays)  # (count, seconds, copy seconds) of those between the kernels
         results = list(outs) if isinstance(outs, tuple) else [outs]
         if not any(c.output >= 0 for c in self.collectives):
             return outs
@@ -523,7 +523,7 @@ class ShardedCompiledKernel:
             self._comm.submit(self._finish_on_the_side, dist, results, isinstance(outs, tuple), inside, queued)
         )
 
-    def _finish_on_the_side(self, dist, results: list, as_tuple: bool, inside: tuple[int, float], queued):
+    def _finish_on_the_side(self, dist, results: list, as_tuple: bool, inside: tuple[int, float, float], queued):
         """:meth:`_finish` on the communication thread, and the CUDA event that marks its end (None on
         the CPU). On the GPU its work goes on a stream of its own, which first waits for the kernels
         queued on the caller's stream (the event ``queued``): the caller's next kernels overlap the
@@ -543,14 +543,15 @@ class ShardedCompiledKernel:
             finished.record(self._stream)
         return outs, finished
 
-    def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, tuple[int, float]]:
-        """The local kernels, and the count and seconds of the collectives among them. A collective
+    def _run_local(self, arrays: Sequence[Any]) -> tuple[Any, tuple[int, float, float]]:
+        """The local kernels, and the count and seconds of the collectives among them (those that move
+        data, then the copies of those that do not, ``LOCAL_KINDS``). A collective
         between the kernels (one a later kernel reads) runs when that kernel first needs it, on every
         rank in the same order."""
         inner = [c for c in self.collectives if c.output < 0]
         self.stats = {}
         if not inner:
-            return self.local(*arrays), (0, 0.0)
+            return self.local(*arrays), (0, 0.0, 0.0)
         import torch
 
         from tessera_tvm.target.backend import backend_for
@@ -568,13 +569,13 @@ class ShardedCompiledKernel:
                 from_torch(t, ttype.dtype.tvm) for t, (_, ttype) in zip(checked, local.kernel.params, strict=True)
             ]
         instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
-        issued, seconds = [0], [0.0]
+        issued, seconds, copies = [0], [0.0], [0.0]
 
         def collective(c: Collective, array, *others):
             issued[0] += 1
             begin = time.perf_counter()
             out = self._collective_between(dist, c, array, others)
-            seconds[0] += time.perf_counter() - begin
+            (copies if c.kind in LOCAL_KINDS else seconds)[0] += time.perf_counter() - begin
             return out
 
         with _trace.span(f"local kernels {self.sharded.name}", "host"):
@@ -585,8 +586,13 @@ class ShardedCompiledKernel:
         if as_torch:
             back = [to_torch(o, o.dtype.name, "cpu") for o in (outs if isinstance(outs, tuple) else (outs,))]
             outs = tuple(back) if isinstance(outs, tuple) else back[0]
-        self.stats = {"collectives": issued[0], "rank": dist.get_rank(), "comm_seconds": seconds[0]}
-        return outs, (issued[0], seconds[0])
+        self.stats = {
+            "collectives": issued[0],
+            "rank": dist.get_rank(),
+            "comm_seconds": seconds[0],
+            "copy_seconds": copies[0],
+        }
+        return outs, (issued[0], seconds[0], copies[0])
 
     def _collective_between(self, dist, c: Collective, value, others: Sequence[Any] = ()):
         """``c`` on a value between the kernels (summed and gathered in fp32): its result, of the
@@ -648,9 +654,10 @@ class ShardedCompiledKernel:
             part = t[(slice(None),) * c.dim + (slice(start, stop),)]
         return part.contiguous() if hasattr(part, "contiguous") else np.ascontiguousarray(part)
 
-    def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float]):
-        """The output collectives (``inside``: the count and seconds of those that ran between the kernels)."""
-        issued, between = inside
+    def _finish(self, dist, results: list, as_tuple: bool, inside: tuple[int, float, float]):
+        """The output collectives (``inside``: the count, seconds and copy seconds of those that ran between
+        the kernels)."""
+        issued, between, copies = inside
         import torch
 
         rank = dist.get_rank()
@@ -684,7 +691,12 @@ class ShardedCompiledKernel:
                 group, ranks = self._group(dist, c.axis)
                 tensors[c.output] = self._run_one(dist, c, tensors[c.output], group, ranks, [c.output])
                 issued += 1
-        self.stats = {"collectives": issued, "rank": rank, "comm_seconds": between + time.perf_counter() - begin}
+        self.stats = {
+            "collectives": issued,
+            "rank": rank,
+            "comm_seconds": between + time.perf_counter() - begin,
+            "copy_seconds": copies,  # the no-communication kinds (a slice, a prefix, a half, a concat)
+        }
         outs = [
             t.to(dt) if torch_out else t.numpy().astype(dt, copy=False)
             for t, dt, torch_out in zip(tensors, dtypes, as_torch, strict=True)

@@ -313,7 +313,16 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     w = np.random.default_rng(25).standard_normal((16, 16)).astype(np.float32) * 0.2
     sharded_block = ts.shard(block, mesh, {"X": zig, "K": zig, "V": zig, "M": zig})
     block_out = ts.compile(sharded_block, target="cpu")(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
+    mesh_err = None
+    if world == 4:  # a 2 x 2 mesh: the batch over "dp", the sequence zigzag over "cp"
+        two = {"B": 2, "H": 4, "G": 2, "S": 32, "E": 16}
+        both = _arrays(np.random.default_rng(26), causal, two)
+        split = [ts.Split("B", "dp"), ts.Split("S", "cp", zigzag=True)]
+        on_mesh = ts.shard(causal, ts.Mesh({"dp": 2, "cp": 2}), dict.fromkeys("QKV", split))
+        mesh_out = ts.compile(on_mesh, target="cpu")(*on_mesh.local_arrays(both, rank))
+        mesh_err = float(np.abs(mesh_out - causal.reference(*both)).max())
     return {
+        "mesh_err": mesh_err,
         "err": float(np.abs(out - mine).max()),
         "shape": list(out.shape),
         "whole_err": float(np.abs(whole_out - ref).max()),

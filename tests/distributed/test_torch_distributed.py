@@ -93,6 +93,7 @@ def _check_zigzag_attention(out: dict, world: int) -> None:
         zz = out[rank]["zigzag_attention"]  # each half of the rank's queries reads the keys up to its last
         assert zz["err"] < 1e-4 and zz["whole_err"] < 1e-4 and zz["shape"] == [1, 4, 16, 16], zz
         assert zz["block_err"] < 1e-4, zz  # the joined halves read by the next kernel, with a padding mask
+        assert (zz["mesh_err"] is None) == (world != 4) and (zz["mesh_err"] or 0.0) < 1e-4, zz  # 2 x 2 mesh
         first = [("prefix", rank + 1)] * 2
         second = [("prefix", 2 * world - rank)] * 2 if rank else []
         assert zz["kinds"] == [("all_gather", None)] * 2 + [("half", 0), *first, ("half", 1), *second, ("concat", None)]
