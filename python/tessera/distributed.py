@@ -51,7 +51,17 @@ from tessera_tvm.graph.sharding import LOCAL_KINDS, SHARDING_ATTR, Collective, R
 from .errors import KernelError, TesseraError
 from .kernel import Kernel
 
-__all__ = ["CollectiveError", "Mesh", "Pending", "Replicate", "ShardedKernel", "Split", "shard"]
+__all__ = [
+    "CollectiveError",
+    "Mesh",
+    "Pending",
+    "Replicate",
+    "ShardedKernel",
+    "Split",
+    "shard",
+    "unzigzag",
+    "zigzag_piece",
+]
 
 #: Bucket size for coalesced all-reduces (seed 004 §6: 8-32 MB).
 DEFAULT_BUCKET_MB = 16.0

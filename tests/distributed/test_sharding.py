@@ -241,9 +241,14 @@ def test_a_zigzag_split_is_checked_and_cuts_the_local_arrays():
     q = np.arange(8).reshape(1, 1, 8, 1)
     pieces = [sharded.local_arrays([q, q, q], rank)[0].ravel().tolist() for rank in (0, 1)]
     assert pieces == [[0, 1, 6, 7], [2, 3, 4, 5]]  # pieces 0 and 3, then 1 and 2, of 4
-    from tessera.distributed import unzigzag
+    import torch
+
+    from tessera.distributed import unzigzag, zigzag_piece
 
     assert unzigzag([np.array(p) for p in pieces], 0).tolist() == list(range(8))
+    parts = [zigzag_piece(torch.arange(8), 0, 2, c, True) for c in (0, 1)]  # torch tensors alike
+    assert [p.tolist() for p in parts] == pieces and unzigzag(parts, 0).tolist() == list(range(8))
+    assert zigzag_piece(np.arange(8), 0, 2, 1, False).tolist() == [4, 5, 6, 7]  # contiguous
 
 
 @ts.kernel
