@@ -276,14 +276,7 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     2n - 1 - c of 2n, and computes each half of its queries against the keys up to its last query.
     Alone (left split, and gathered whole), inside a block whose next kernel reads the joined
     halves, and with a padding mask."""
-
-    @ts.kernel
-    def causal(
-        Q: Tensor["B", "H", "S", "E", ts.f32],
-        K: Tensor["B", "G", "S", "E", ts.f32],
-        V: Tensor["B", "G", "S", "E", ts.f32],
-    ) -> Tensor["B", "H", "S", "E", ts.f32]:
-        return ops.flash_attention(Q, K, V, causal=True)
+    _, causal, _ = _kernels()  # causal grouped-query attention
 
     @ts.kernel
     def block(
