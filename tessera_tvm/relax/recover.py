@@ -24,7 +24,10 @@ TIR expression of the query and key indices instead, and TVM's arithmetic must p
 key is at or before the query and -inf after it (or 0 everywhere). Any other mask (padding, ALiBi, a
 mask the model takes as an input) becomes the bias of ``R.nn.attention_bias``, with leading 1s up to
 4-D; it must broadcast to the scores along B, H and S_q and span the keys. Every reshape must only
-merge B and H. Anything else is left as it is, so a rewrite never changes what the model computes,
+merge B and H. K and V whose H_kv heads are each repeated H / H_kv times in a row (HF's
+``repeat_kv``: ``reshape(broadcast_to(expand_dims(x, axis=2)))``) are taken before the repeat, as
+grouped-query attention, where Tessera's kernel takes it (TVM's own attention pairs grouped heads
+differently). Anything else is left as it is, so a rewrite never changes what the model computes,
 with one exception: a query whose keys are all -inf gets zeros (as under torch's guard) where
 attention written by hand gives NaN.
 """
@@ -92,7 +95,9 @@ def recover_attention(mod, takes: Callable[[Any], bool] | None = None) -> tuple[
 
     An attention with a bias (a mask that is neither causal nor zero), or one in half precision
     whose casts the rewrite drops, is rebuilt where ``takes(call)`` (None: always) accepts its
-    ``R.nn.attention`` call on stand-in Vars ([B, S, H, D], the bias [B|1, H|1, S_q|1, S_kv]).
+    ``R.nn.attention`` call on stand-in Vars ([B, S, H, D], the bias [B|1, H|1, S_q|1, S_kv]). K
+    and V repeated per kv head are taken before the repeat (grouped-query attention) only where
+    ``takes`` accepts that call (None: never); otherwise the attention is rebuilt on them repeated.
     ``partition_for_tessera`` rebuilds one only where Tessera's kernel takes it, so the decomposition
     stays where TVM would compute it: TVM's own attention gives NaN where torch's decomposition gives
     zeros (a query whose keys are all masked), and in half precision computes its softmax in that
@@ -182,15 +187,24 @@ def _rewritten(orig, m, p, bindings, takes):
     if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):
         return None
     casts_dropped = any(p[cast] in m for cast in ("product_cast", "upcast", "out_cast"))
-    if (bias is not None or casts_dropped) and takes is not None:
+
+    def taken(heads_kv) -> bool:  # whether ``takes`` accepts the attention with K and V of heads_kv heads
         stand_ins = [
-            _stand_in(t, shape) for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, h, d)), (v, (b, s_k, h, dv)))
+            _stand_in(t, shape)
+            for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, heads_kv, d)), (v, (b, s_k, heads_kv, dv)))
         ]
         bias_stand_in = _stand_in(m[p["mask"]], bias_shape) if bias is not None else None
         causal_mask = "TopLeft" if causal else None
         call = relax.op.nn.attention(*stand_ins, bias_stand_in, scale=scale, causal_mask=causal_mask)
-        if not takes(relax.BlockBuilder().normalize(call)):
-            return None
+        return takes(relax.BlockBuilder().normalize(call))
+
+    # K and V repeated per kv head (HF's repeat_kv): grouped-query attention on the kv heads, only
+    # where Tessera's kernel takes it, as TVM's own attention pairs the heads differently.
+    grouped = _unrepeated(k, bindings), _unrepeated(v, bindings)
+    if None not in grouped and grouped[0][1] == grouped[1][1] and takes is not None and taken(grouped[0][1]):
+        (k, _), (v, _) = grouped
+    elif (bias is not None or casts_dropped) and takes is not None and not taken(h):
+        return None
 
     def bshd(t):  # [B, H, S, D] -> [B, S, H, D]; the permute undone when it was one
         value = bindings.get(t, t)
@@ -207,6 +221,34 @@ def _rewritten(orig, m, p, bindings, takes):
 
 def _dtype(expr) -> str:
     return str(expr.struct_info.dtype)
+
+
+def _unrepeated(t, bindings) -> tuple[Any, Any] | None:
+    """``(x, H_kv)`` when ``t`` [B, H, S, D] is ``x`` [B, H_kv, S, D] with each head repeated H / H_kv
+    times in a row (HF's ``repeat_kv``, ``repeat_interleave`` along the heads): ``reshape(
+    broadcast_to(expand_dims(x, axis=2), [B, H_kv, n, S, D]), [B, H_kv * n, S, D])``, so that query
+    head h reads kv head h // n as in Tessera's grouped-query attention. None for anything else (heads
+    tiled as kv0, kv1, kv0, kv1 among them)."""
+    merged = bindings.get(t, t)
+    if not (isinstance(merged, relax.Call) and merged.op.name == "relax.reshape"):
+        return None
+    spread = bindings.get(merged.args[0], merged.args[0])
+    if not (isinstance(spread, relax.Call) and spread.op.name == "relax.broadcast_to"):
+        return None
+    unsqueezed = bindings.get(spread.args[0], spread.args[0])
+    if not (isinstance(unsqueezed, relax.Call) and unsqueezed.op.name == "relax.expand_dims"):
+        return None
+    x = unsqueezed.args[0]
+    shapes = [_shape(e) for e in (x, unsqueezed, spread, merged)]
+    if any(s is None for s in shapes) or len(shapes[0]) != 4:
+        return None
+    (b, h_kv, s, d), new_axis, repeated, out = shapes
+    if [int(a) % 5 for a in unsqueezed.attrs.axis] != [2] or new_axis != (b, h_kv, 1, s, d):
+        return None
+    n = repeated[2]
+    if repeated != (b, h_kv, n, s, d) or not isinstance(n, int) or out != (b, h_kv * n, s, d):
+        return None
+    return x, h_kv
 
 
 def _casts_kept_to(dtype: str, orig, m, p, *tensors) -> bool:

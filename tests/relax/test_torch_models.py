@@ -371,12 +371,14 @@ class EagerAttention(nn.Module):
         return torch.matmul(w.to(q.dtype), v)
 
 
-def _eager_inputs(dtype, shape, mask):
-    """q, k, v [B, H, S, D] in ``dtype`` and, for a mask input, HF's causal mask [B, 1, S, S]:
-    ``finfo.min`` above the diagonal (in q's dtype, or float32 when added after the cast)."""
+def _eager_inputs(dtype, shape, mask, kv_heads=None):
+    """q [B, H, S, D], k and v [B, kv_heads (default H), S, D] in ``dtype`` and, for a mask input,
+    HF's causal mask [B, 1, S, S]: ``finfo.min`` above the diagonal (in q's dtype, or float32 when
+    added after the cast)."""
     torch.manual_seed(7)
-    b, _, s, _ = shape
-    args = [torch.randn(*shape, dtype=dtype) for _ in range(3)]
+    b, h, s, d = shape
+    kv_shape = (b, kv_heads or h, s, d)
+    args = [torch.randn(*t, dtype=dtype) for t in (shape, kv_shape, kv_shape)]
     if mask in ("input", "after the cast"):
         mask_dtype = dtype if mask == "input" else torch.float32
         causal = torch.triu(torch.full((s, s), torch.finfo(mask_dtype).min), 1)
@@ -461,6 +463,122 @@ def test_hf_eager_attention_with_another_cast_or_axis_is_not_rebuilt(dtype, soft
     _, report = partition_for_tessera(_import(model, *_eager_inputs(dtype, shape, "input")), "hopper")
     assert report.recovered_attention == 0, report
     assert "attention" not in {row.family for row in report.offloaded}, report
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Hugging Face's repeat_kv: [B, H_kv, S, D] -> [B, H_kv * n_rep, S, D], kv head j repeated n_rep
+    times in a row (query heads j * n_rep ... j * n_rep + n_rep - 1 read it)."""
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
+
+
+class GroupedEagerAttention(EagerAttention):
+    """LLaMA's (Mistral's, Qwen's) eager attention: K and V of H_kv heads repeated to q's H heads,
+    then :class:`EagerAttention`. ``repeat``: "repeat_kv" (HF's), "tiled" (``x.repeat(1, n, 1,
+    1)``: heads kv0, kv1, kv0, kv1, not grouped-query attention) or "tiled by expand" (the same
+    order spelled as repeat_kv is, the new axis before the heads)."""
+
+    def __init__(self, dtype, seq, head_dim, n_rep, *, repeat="repeat_kv", **options):
+        super().__init__(dtype, seq, head_dim, **options)
+        self.n_rep, self.repeat = n_rep, repeat
+
+    def _repeated(self, x):
+        if self.repeat == "tiled":
+            return x.repeat(1, self.n_rep, 1, 1)
+        if self.repeat == "tiled by expand":
+            b, h, s, d = x.shape
+            return x[:, None].expand(b, self.n_rep, h, s, d).reshape(b, self.n_rep * h, s, d)
+        return repeat_kv(x, self.n_rep)
+
+    def forward(self, q, k, v, mask=None):
+        return super().forward(q, self._repeated(k), self._repeated(v), mask)
+
+
+@pytest.mark.parametrize("mask", [None, "causal buffer", "input"], ids=["no mask", "causal", "HF's mask"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (8, 2)], ids=["4 on 2 kv heads", "8 on 2 kv heads"])
+def test_hf_eager_attention_with_repeated_kv_heads_is_one_grouped_query_kernel_and_matches_torch(
+    heads, kv_heads, dtype, mask
+):
+    # repeat_kv imports as reshape(broadcast_to(expand_dims(k, axis=2), [B, H_kv, n, S, D]), [B, H,
+    # S, D]): query head h reads kv head h // n, as Tessera's grouped-query attention does. The
+    # attention is rebuilt on the kv heads before the repeat; nothing of it is left to TVM.
+    shape = (2, heads, 32, 32)
+    model = GroupedEagerAttention(dtype, shape[2], shape[3], heads // kv_heads, mask=mask)
+    args = _eager_inputs(dtype, shape, mask, kv_heads)
+    with torch.no_grad():
+        expected = model(*args).float().numpy()
+    built = build(_import(model, *args), "cpu")
+    (got,) = built.run("main", *(a.numpy() for a in args))
+    assert built.report.recovered_attention == 1, built.report
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and (kernel.spec.H, kernel.spec.H_kv) == (heads, kv_heads), built.report
+    assert kernel.spec.causal == (mask == "causal buffer") and kernel.spec.dtype_in == str(dtype)[6:]
+    assert kernel.spec.bias == ((shape[0], 1, shape[2], shape[2]) if mask == "input" else None), built.report
+    left = {row.op for row in built.report.not_offloaded}
+    assert not left & {"R.matmul", "R.nn.softmax", "R.astype", "R.broadcast_to", "R.expand_dims"}, built.report
+    # f32: sums of 32 terms of magnitude ~1. f16: outputs of magnitude < 4 (spacing 2^-9), within 2
+    # spacings of torch, which rounds the scores and the probabilities to f16 too.
+    atol = 1e-5 if dtype == torch.float32 else 2 * 2**-9
+    assert got.dtype == np.dtype(str(dtype)[6:]) and np.abs(expected).max() < 4
+    np.testing.assert_allclose(got.astype(np.float32), expected, atol=atol)
+
+
+@pytest.mark.parametrize("mask", [None, "input"], ids=["no mask", "HF's mask"])
+def test_hf_eager_attention_with_repeated_kv_heads_in_bfloat16_is_one_grouped_kernel_for_hopper(mask):
+    # Planning only. On the CPU (no bfloat16 kernels) neither the grouped nor the repeated attention
+    # is taken: the decomposition, its repeat and its casts stay with TVM.
+    shape = (2, 8, 32, 64)
+    model = GroupedEagerAttention(torch.bfloat16, shape[2], shape[3], 4, scale="buffer", mask=mask)
+    mod = _import(model, *_eager_inputs(torch.bfloat16, shape, mask, 2))
+    _, report = partition_for_tessera(mod, "hopper")
+    assert report.recovered_attention == 1, report
+    (kernel,) = report.offloaded
+    assert (kernel.spec.H, kernel.spec.H_kv, kernel.spec.dtype_in) == (8, 2, "bfloat16"), report
+    assert kernel.spec.bias == (None if mask is None else (2, 1, 32, 32)), report
+    assert not report.not_offloaded, report
+    _, report = partition_for_tessera(mod, "cpu")
+    assert report.recovered_attention == 0, report
+
+
+@pytest.mark.parametrize("repeat", ["tiled", "tiled by expand"])
+def test_kv_heads_tiled_in_another_order_are_not_taken_as_grouped_query_attention(repeat):
+    # kv0, kv1, kv0, kv1: query head h reads kv head h % H_kv, not h // n. The attention is rebuilt
+    # on the tiled K and V (H heads each, TVM tiles them) and still matches torch.
+    shape, kv_heads = (2, 4, 32, 32), 2
+    model = GroupedEagerAttention(torch.float32, shape[2], shape[3], 2, repeat=repeat, mask="causal buffer")
+    args = _eager_inputs(torch.float32, shape, "causal buffer", kv_heads)
+    with torch.no_grad():
+        expected = model(*args).numpy()
+    built = build(_import(model, *args), "cpu")
+    (got,) = built.run("main", *(a.numpy() for a in args))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    (kernel,) = [row for row in built.report.offloaded if row.family == "attention"]
+    assert (kernel.spec.H, kernel.spec.H_kv) == (4, 4), built.report
+
+
+def test_sdpa_with_grouped_kv_heads_and_a_dynamic_sequence_length_is_one_grouped_query_kernel():
+    # SDPA's enable_gqa decomposes into the same repeat of K and V as repeat_kv; the causal mask of
+    # the dynamic length is proved causal.
+    class Gqa(nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    torch.manual_seed(8)
+    q, k, v = torch.randn(1, 4, 16, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    seq = torch.export.Dim("seq", min=2, max=256)
+    exported = torch.export.export(Gqa(), (q, k, v), dynamic_shapes={name: {2: seq} for name in ("q", "k", "v")})
+    built = build(from_exported_program(exported, keep_params_as_input=False), "cpu")
+    assert built.report.recovered_attention == 1, built.report
+    (kernel,) = built.report.offloaded
+    assert kernel.family == "attention" and kernel.spec.causal and (kernel.spec.H, kernel.spec.H_kv) == (4, 2)
+    assert not {row.op for row in built.report.not_offloaded} & {"R.matmul", "R.broadcast_to"}, built.report
+    for length in (2, 37):
+        q, k, v = torch.randn(1, 4, length, 8), torch.randn(1, 2, length, 8), torch.randn(1, 2, length, 8)
+        with torch.no_grad():
+            expected = Gqa()(q, k, v).numpy()
+        (got,) = built.run("main", q.numpy(), k.numpy(), v.numpy())
+        np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
 def test_dim_hints_choose_the_schedule_of_a_dynamic_kernel_and_bad_ones_are_refused():
