@@ -624,7 +624,8 @@ class ShardedCompiledKernel:
             return t.numpy().astype(value.dtype, copy=False)
 
     def _run_one(self, dist, c: Collective, t, group, ranks: list[int], outputs: list[int], value: str = ""):
-        """One all-reduce, reduce-scatter, all-gather or slice of ``t`` (fp32) over ``c.axis``: its result."""
+        """One all-reduce, reduce-scatter, all-gather, all-to-all or slice of ``t`` (fp32) over ``c.axis``: its
+        result."""
         import torch
 
         if c.kind in LOCAL_KINDS:
@@ -636,6 +637,12 @@ class ShardedCompiledKernel:
             work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
             self._wait(work, "all_gather", outputs, c.axis, ranks, value)
             return unzigzag(parts, c.dim) if zigzag else torch.cat(parts, dim=c.dim)
+        if c.kind == "all_to_all":  # piece r of the new dim to rank r; what comes back joined on the old
+            n = len(ranks)
+            sends = [zigzag_piece(t, c.dim, n, r, zigzag).contiguous() for r in range(n)]
+            parts = [torch.empty_like(p) for p in sends]
+            self._wait(dist.all_to_all(parts, sends, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
+            return unzigzag(parts, c.from_dim) if zigzag else torch.cat(parts, dim=c.from_dim)
         if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
             piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece
             n = len(ranks)

@@ -62,6 +62,8 @@ kernels they separate:
     partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
     partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
     split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
+    split e -> split d      R.call_pure_packed("tessera.all_to_all", x, axis, d, e)     rank j gets piece j of d
+                                                                                    from each, joined on e
     replicated -> split d   R.call_pure_packed("tessera.slice", x, axis, d)             this rank's piece of d
                                                                                     (no communication)
     keys of rank c          R.call_pure_packed("tessera.prefix", x, axis, d, c + 1)     the first c + 1 of the
@@ -73,7 +75,8 @@ kernels they separate:
     zigzag results          R.call_pure_packed("tessera.concat", a, axis, d, b)         a, then b, on d (no
                                                                                     communication)
 
-A value split on one dim that must be split on another is gathered, then sliced.
+A value split on one dim that must be split on another (at an output) is all-to-all'd: each rank
+sends piece ``j`` of the new dim to rank ``j``, which joins what it receives on the old dim.
 
 A collective that a kernel reads runs between the kernels (``read_kernels`` keeps its value, of its
 own shape, and lists it in ``FlatFunction.collectives``; ``Instance.run`` calls the runtime's hook
@@ -101,6 +104,7 @@ COLLECTIVES = (
     "tessera.all_reduce",
     "tessera.reduce_scatter",
     "tessera.all_gather",
+    "tessera.all_to_all",
     "tessera.slice",
     "tessera.prefix",
     "tessera.half",
@@ -142,7 +146,7 @@ class Collective:
     """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
     ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
 
-    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | LOCAL_KINDS (no communication)
+    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" | LOCAL_KINDS (no communication)
     output: int  # index of the kernel output, or -1 between the kernels
     axis: str
     dim: int | None = None
@@ -151,6 +155,7 @@ class Collective:
     source: Any = field(default=None, compare=False, repr=False)  # the value it acts on
     pieces: int | None = None  # a prefix: how many of the axis's pieces of ``dim`` it keeps; a half: which
     others: tuple = field(default=(), compare=False, repr=False)  # a concat: the values after ``source``
+    from_dim: int | None = None  # an all-to-all: the dim its value is split on (it leaves it split on ``dim``)
 
     def text(self, name: str) -> str:
         where = "" if self.dim is None else f", dim {self.dim}"
@@ -158,6 +163,8 @@ class Collective:
             kept = f", its {('first', 'second')[self.pieces]} half"
         elif self.kind == "concat":
             kept = f", then {', '.join(str(o.name_hint) for o in self.others)}"
+        elif self.kind == "all_to_all":
+            kept = f" (split on dim {self.from_dim} before)"
         else:
             kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
         return f"{self.kind}({name}) over {self.axis!r}{where}{kept}"
@@ -711,6 +718,9 @@ def collective_call(
     dims = _dims(value)
     if kind == "all_gather":
         dims[dim] = dims[dim] * ranks
+    elif kind == "all_to_all":  # ``pieces``: the dim it was split on, now whole
+        dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
+        dims[pieces] = dims[pieces] * ranks
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     elif kind == "prefix":
@@ -740,11 +750,12 @@ def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Col
                 out.append(
                     Collective("all_reduce" if w is None else "reduce_scatter", k, axis, None if w is None else w[1])
                 )
-            else:  # gathered whole, then (to be split on another dim) cut to this rank's piece
-                if h is not None:
-                    out.append(Collective("all_gather", k, axis, h[1]))
-                if w is not None:
-                    out.append(Collective("slice", k, axis, w[1]))
+            elif h is not None and w is not None:  # split on another dim: each rank sends each its piece
+                out.append(Collective("all_to_all", k, axis, w[1], from_dim=h[1]))
+            elif h is not None:
+                out.append(Collective("all_gather", k, axis, h[1]))
+            else:  # whole: cut to this rank's piece
+                out.append(Collective("slice", k, axis, w[1]))
     return out
 
 
@@ -756,7 +767,7 @@ def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatF
     nodes = list(prop.nodes)
     outputs = list(flat.outputs)
     for c in _output_collectives(outputs, state, sharding, kernel):
-        node = collective_node(c.kind, outputs[c.output], c.axis, c.dim, sharding["mesh"][c.axis])
+        node = collective_node(c.kind, outputs[c.output], c.axis, c.dim, sharding["mesh"][c.axis], c.from_dim)
         nodes.append(node)
         outputs[c.output] = node.var
     return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output)
@@ -801,8 +812,12 @@ def function_collectives(func) -> list[Collective]:
         after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
         if inner or kind == "concat":  # a concat joins values on this rank: it runs where it is read
             index = -1
+        from_dim = pieces if kind == "all_to_all" else None  # its call's last argument
+        pieces = None if kind == "all_to_all" else pieces
         found.append(
-            Collective(kind, index, axis, dim, after if index < 0 else "", b.var, b.value.args[1], pieces, others)
+            Collective(
+                kind, index, axis, dim, after if index < 0 else "", b.var, b.value.args[1], pieces, others, from_dim
+            )
         )
     return found
 
@@ -816,7 +831,7 @@ def collective_args(call) -> tuple[str, int | None, int | None, tuple]:
 
 
 def collective_name(value) -> str | None:
-    """``all_reduce``/``reduce_scatter``/``all_gather``/``slice``/``prefix`` for a collective's call, else None."""
+    """A collective's kind (``all_reduce``, ``all_gather``, ``slice``, ...: COLLECTIVES) for its call, else None."""
     if not isinstance(value, relax.Call) or str(getattr(value.op, "name", "")) != "relax.call_pure_packed":
         return None
     callee = str(value.args[0].global_symbol) if hasattr(value.args[0], "global_symbol") else str(value.args[0])

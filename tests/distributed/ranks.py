@@ -325,6 +325,28 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     }
 
 
+def scenario_resplit(rank: int, world: int) -> dict:
+    """A result split on its rows, wanted split on its columns: one all-to-all (contiguous, and zigzag,
+    where the columns are cut into zigzag pieces too)."""
+    from tessera.distributed import zigzag_piece
+
+    @ts.kernel
+    def norm_rows(x: Tensor["M", "N", ts.f32], w: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+        return ops.rms_norm(x, w)
+
+    mesh = ts.Mesh({"tp": world})
+    arrays = _arrays(np.random.default_rng(27), norm_rows, {"M": 8 * world, "N": 16 * world})
+    ref = norm_rows.reference(*arrays)
+    out = {}
+    for name, rows in (("contiguous", ts.Split("M")), ("zigzag", ts.Split("M", zigzag=True))):
+        sharded = ts.shard(norm_rows, mesh, {"x": rows}, outputs=ts.Split("N"))
+        k = ts.compile(sharded, target="cpu")
+        got = k(*sharded.local_arrays(arrays, rank))
+        want = zigzag_piece(ref, 1, world, rank, name == "zigzag")
+        out[name] = (float(np.abs(got - want).max()), [c.kind for c in k.collectives], k.stats["collectives"])
+    return out
+
+
 def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     """The sequence-parallel block on the GPU (hopper): the values between the kernels stay torch
     tensors on the device, and the collectives run through NCCL."""

@@ -111,14 +111,17 @@ def test_a_row_op_over_a_split_dim_gathers_its_input_and_over_rows_passes():
     assert _collectives(ts.shard(norm_rows, TP, {"x": ts.Split("M")})) == [Collective("all_gather", 0, "tp", 0)]
 
 
-def test_a_result_split_otherwise_than_it_comes_is_gathered_then_sliced():
+def test_a_result_split_otherwise_than_it_comes_is_sliced_or_all_to_all():
     # whole on every rank: each keeps its piece, no communication
     assert _collectives(ts.shard(norm_rows, TP, {}, outputs=ts.Split("M"))) == [Collective("slice", 0, "tp", 0)]
-    # split on the rows, wanted split on the columns: gathered, then sliced
+    # split on the rows, wanted split on the columns: one all-to-all (each rank sends each its columns)
     resplit = ts.shard(norm_rows, TP, {"x": ts.Split("M")}, outputs=ts.Split("N"))
-    assert _collectives(resplit) == [Collective("all_gather", 0, "tp", 0), Collective("slice", 0, "tp", 1)]
+    assert _collectives(resplit) == [Collective("all_to_all", 0, "tp", 1, from_dim=0)]
+    assert 'R.call_pure_packed("tessera.all_to_all", out, R.str("tp"), R.prim_value(1), R.prim_value(0)' in (
+        resplit.inspect_ir("graph")
+    )
     k = ts.compile(resplit, target="cpu", shapes={"M": 8, "N": 64})
-    assert "sched.collective  slice(output 0) over 'tp', dim 1 on torch.distributed (no communication" in (
+    assert "sched.collective  all_to_all(output 0) over 'tp', dim 1 (split on dim 0 before) on torch" in (
         k.inspect_ir("sched")
     )
 

@@ -101,21 +101,24 @@ def _check_zigzag_attention(out: dict, world: int) -> None:
 
 
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
-    out = _spawn(
-        2,
-        ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice", "zigzag_attention"],
-    )
+    scenarios = ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"]
+    out = _spawn(2, [*scenarios, "zigzag_attention", "resplit"])
     _check_sequence_parallel(out, 2)
     _check_zigzag_attention(out, 2)
+    for rank in (0, 1):
+        for name, (err, kinds, issued) in out[rank]["resplit"].items():  # rows to columns: one all-to-all
+            assert err < 1e-5 and kinds == ["all_to_all"] and issued == 1, (name, err, kinds, issued)
     for rank in (0, 1):
         twice = out[rank]["sum_read_twice"]
         assert twice["kinds"] == [("all_reduce", -1), ("all_reduce", 0)] and twice["err"] < 1e-4, twice
 
 
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
-    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "hung_last"])
+    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "resplit", "hung_last"])
     _check_causal_sequence_attention(out, 4)
     _check_zigzag_attention(out, 4)
+    for rank in range(4):
+        assert all(err < 1e-5 and kinds == ["all_to_all"] for err, kinds, _ in out[rank]["resplit"].values())
     for rank in range(3):
         error = out[rank]["hung_last"]["error"]
         assert error is not None and f"rank {rank}: all_reduce of output 0 of kernel mlp" in error, error
@@ -171,4 +174,4 @@ def test_every_sharding_of_a_block_runs_right_or_is_refused_by_name():
         assert not wrong, wrong
         for what, _, why in (r for r in results if r[1] == "refused"):
             assert why.startswith("kernel block: ") and "'tp'" in why, (what, why)
-        assert len(ran) == 15, results  # a result split otherwise than it comes is gathered and sliced
+        assert len(ran) == 15, results  # a result split otherwise than it comes is all-to-all'd
