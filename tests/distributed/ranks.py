@@ -390,6 +390,38 @@ def scenario_gpu_sequence_parallel(rank: int, world: int) -> dict:
     }
 
 
+def scenario_gpu_zigzag_attention(rank: int, world: int) -> dict:
+    """Causal attention split zigzag on the GPU (hopper, bf16): the halves, the keys' prefixes and the
+    join on torch CUDA tensors, the keys gathered through NCCL. One GPU: one rank holding both pieces."""
+    import torch
+
+    from tessera.distributed import zigzag_piece
+
+    @ts.kernel
+    def causal(
+        Q: Tensor["B", "H", "S", "E", ts.bf16],
+        K: Tensor["B", "H", "S", "E", ts.bf16],
+        V: Tensor["B", "H", "S", "E", ts.bf16],
+    ) -> Tensor["B", "H", "S", "E", ts.bf16]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    shapes = {"B": 1, "H": 4, "S": 256 * world, "E": 64}
+    rng = np.random.default_rng(12)
+    qkv = [torch.from_numpy(rng.standard_normal((1, 4, shapes["S"], 64)).astype(np.float32)) for _ in range(3)]
+    qkv = [t.to(torch.bfloat16).cuda() for t in qkv]
+    ref = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+    zig = ts.Split("S", zigzag=True)
+    sharded = ts.shard(causal, ts.Mesh({"cp": world}), dict.fromkeys("QKV", zig), outputs=zig)
+    k = ts.compile(sharded, target="hopper", shapes=shapes)
+    out = k(*[zigzag_piece(t, 2, world, rank, True).contiguous() for t in qkv])
+    want = zigzag_piece(ref, 2, world, rank, True)
+    return {
+        "err": float((out.float() - want.float()).abs().max()),
+        "cuda": bool(out.is_cuda),
+        "kinds": [c.kind for c in k.collectives],
+    }
+
+
 def scenario_buckets(rank: int, world: int) -> dict:
     _, _, three = _kernels()
     arrays = _arrays(np.random.default_rng(2), three, SHAPES)

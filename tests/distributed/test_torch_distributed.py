@@ -155,8 +155,10 @@ def test_sequence_parallel_on_the_gpu_with_nccl():
     import torch
 
     world = torch.cuda.device_count()
-    out = _spawn(world, ["gpu_sequence_parallel"], backend="nccl")
+    out = _spawn(world, ["gpu_sequence_parallel", "gpu_zigzag_attention"], backend="nccl")
     for rank in range(world):
+        zz = out[rank]["gpu_zigzag_attention"]  # halves, prefixes and the join on CUDA tensors
+        assert zz["cuda"] and zz["err"] < 3e-2 and zz["kinds"][-1] == "concat", zz
         result = out[rank]["gpu_sequence_parallel"]
         assert result["cuda"] and result["issued"] == 2, result
         assert result["err"] < 5e-2, result  # bf16 values, f32 accumulation
