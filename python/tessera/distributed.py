@@ -127,6 +127,10 @@ class Split:
     axis: str | None = None
     zigzag: bool = False
 
+    def __post_init__(self):
+        if not isinstance(self.zigzag, bool):
+            raise KernelError(f"ts.Split({self.dim!r}): zigzag is {self.zigzag!r}; expected True or False")
+
 
 @dataclass(frozen=True)
 class Replicate:

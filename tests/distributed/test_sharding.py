@@ -233,6 +233,8 @@ def test_a_zigzag_sequence_split_balances_causal_attention_over_the_ranks():
 
 def test_a_zigzag_split_is_checked_and_cuts_the_local_arrays():
     zig = ts.Split("S", zigzag=True)
+    with pytest.raises(KernelError, match=r"ts.Split\('S'\): zigzag is 'yes'; expected True or False"):
+        ts.Split("S", zigzag="yes")
     with pytest.raises(KernelError, match="Q is split zigzag over 'cp' but K is not"):
         ts.shard(attend_causal, ts.Mesh({"cp": 2}), {"Q": zig, "K": ts.Split("S"), "V": zig})
     with pytest.raises(KernelError, match="output 0 is split zigzag over 'tp' but no parameter is"):
