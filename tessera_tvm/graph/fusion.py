@@ -48,6 +48,7 @@ EPILOGUE_ACTIVATIONS = ("nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "sigmoi
 REDUCTIONS = ("sum", "max", "mean")
 ANCHORS = (
     "matmul",
+    "nn.conv1d",
     "nn.conv2d",
     "nn.max_pool2d",
     "nn.avg_pool2d",
@@ -59,6 +60,7 @@ ANCHORS = (
 )
 
 _SHORT = {
+    "nn.conv1d": "conv1d",
     "nn.conv2d": "conv2d",
     "nn.max_pool2d": "max_pool2d",
     "nn.avg_pool2d": "avg_pool2d",

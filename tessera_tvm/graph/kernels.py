@@ -96,7 +96,7 @@ def kernel_spec(group: KernelGroup, env: dict[str, int], *, tensor_constants: bo
     builder = {
         "gemm": _gemm,
         "attention": _attention,
-        "conv2d": _conv2d,
+        "conv2d": _conv2d,  # conv1d too, as a conv2d of height 1
         "pool2d": _pool2d,
         "softmax": _softmax,
         "norm": _norm,
@@ -204,25 +204,39 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
 
 
 def _conv2d(group: KernelGroup, env, where) -> KernelBinding:
+    """A Conv2dSpec for ``nn.conv2d``; for ``nn.conv1d`` (NCW / OIW) the one of H = 1 and a kernel
+    height 1, whose [N, C, 1, W] and [O, C/groups, 1, K] buffers hold the 3-D tensors' bytes as they
+    are (the caller views them as the spec's shapes)."""
     names = _Names()
     conv = group.anchor
     x, w = conv.args
     attrs = conv.attrs
-    if (attrs["data_layout"], attrs["kernel_layout"]) != ("NCHW", "OIHW"):
+    one_d = conv.op == "nn.conv1d"
+    layouts = ("NCW", "OIW") if one_d else ("NCHW", "OIHW")
+    if (attrs["data_layout"], attrs["kernel_layout"]) != layouts:
         raise GraphIRError(
-            f"{where}: conv2d with layouts {attrs['data_layout']}/{attrs['kernel_layout']}; "
-            "Tessera's convolution takes NCHW and OIHW"
+            f"{where}: {conv.op[3:]} with layouts {attrs['data_layout']}/{attrs['kernel_layout']}; "
+            f"Tessera's convolution takes {layouts[0]} and {layouts[1]}"
         )
-    n, c, h, width = _shape(x, env, where)
-    o, _, r, s = _shape(w, env, where)
+    if one_d:
+        (n, c, width), (o, _, s), h, r = _shape(x, env, where), _shape(w, env, where), 1, 1
+        pad = tuple(attrs["padding"])
+        left, right = pad * 2 if len(pad) == 1 else pad
+        padding = (0, left, 0, right)
+        stride, dilation = (1, *attrs["strides"]), (1, *attrs["dilation"])
+    else:
+        n, c, h, width = _shape(x, env, where)
+        o, _, r, s = _shape(w, env, where)
+        padding = tuple(attrs["padding"])
+        padding = padding * 2 if len(padding) == 2 else padding
+        stride, dilation = tuple(attrs["strides"]), tuple(attrs["dilation"])
     name_x, name_w = names.take(str(x.name_hint)), names.take(str(w.name_hint))
 
-    def is_bias(other) -> bool:  # [1, O, 1, 1]: how a Relax model adds a convolution's bias
+    def is_bias(other) -> bool:  # [1, O, 1, 1] ([1, O, 1] by a conv1d): how a Relax model adds a conv's bias
         shape = _shape(other, env, where)
-        return len(shape) == 4 and shape[0] == 1 and shape[2:] == (1, 1)
+        return len(shape) == (3 if one_d else 4) and shape[0] == 1 and all(d == 1 for d in shape[2:])
 
     epilogue, operand_names = _epilogue(group, names, is_bias)
-    padding = tuple(attrs["padding"])
     spec = Conv2dSpec(
         n,
         c,
@@ -231,9 +245,9 @@ def _conv2d(group: KernelGroup, env, where) -> KernelBinding:
         o,
         r,
         s,
-        stride=tuple(attrs["strides"]),
-        padding=padding * 2 if len(padding) == 2 else padding,
-        dilation=tuple(attrs["dilation"]),
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
         groups=attrs["groups"],
         dtype_in=_dtype(x),
         dtype_w=_dtype(w),

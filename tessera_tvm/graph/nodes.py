@@ -74,16 +74,10 @@ _ATTR_FIELDS = {
     "max": ("axis", "keepdims"),
     "mean": ("axis", "keepdims"),
     "nn.attention": ("scale", "causal_mask"),
-    "nn.conv2d": (
-        "strides",
-        "padding",
-        "dilation",
-        "groups",
-        "data_layout",
-        "kernel_layout",
-        "out_layout",
-        "out_dtype",
-    ),
+    **{
+        op: ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout", "out_layout", "out_dtype")
+        for op in ("nn.conv1d", "nn.conv2d")
+    },
     **{
         op: ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad", "layout", "out_layout")
         for op in ("nn.max_pool2d", "nn.avg_pool2d")

@@ -317,7 +317,8 @@ class _Offloader(relax.PyExprMutator):
         self.by_spec: dict[tuple, Any] = {}  # (spec, schedule) -> kernel GlobalVar (one PrimFunc per kernel)
         self.names: set[str] = {str(gv.name_hint) for gv in mod.get_global_vars()}
         self.binding = ""
-        self.layout_bindings: set[str] = set()  # permutes around [B, S, H, D] attention kernels
+        # permutes around [B, S, H, D] attention kernels, reshapes around conv1d kernels -> the report's reason
+        self.layout_bindings: dict[str, str] = {}
         self.trees: dict[Any, list] = {}  # root var -> the element-wise tree it computes (relax/elementwise.py)
         self.tree = None  # the tree of the binding being visited
 
@@ -354,7 +355,21 @@ class _Offloader(relax.PyExprMutator):
             ] + inputs[3:]
             result = self.builder_.emit(relax.call_tir(gv, inputs, sinfo), name_hint=f"{binding}_bhsd")
             result = self.builder_.emit(relax.op.permute_dims(result, [0, 2, 1, 3]), name_hint=f"{binding}_bshd")
-            self.layout_bindings.update(str(v.name_hint) for v in [*inputs[:3], result])
+            self.layout_bindings.update({str(v.name_hint): _BSHD_REASON for v in [*inputs[:3], result]})
+        elif plan.layout == "ncw":  # a conv1d: the kernel reads [N, C, 1, W] (the same bytes); TVM reshapes
+            declared = [_relax_shape(a.shape, inputs) for a in plan.spec.inputs()]
+            views = [
+                relax.const(x.data.numpy().reshape([int(d) for d in shape]))  # a weight: reshaped here
+                if isinstance(x, relax.Constant)
+                else self.builder_.emit(relax.op.reshape(x, shape), name_hint=f"{binding}_in{i}_nc1w")
+                for i, (x, shape) in enumerate(zip(inputs, declared, strict=True))
+            ]
+            result = self.builder_.emit(relax.call_tir(gv, views, sinfo), name_hint=f"{binding}_nc1w")
+            ncw = [d for i, d in enumerate(sinfo.shape.values) if i != 2]
+            result = self.builder_.emit(relax.op.reshape(result, ncw), name_hint=f"{binding}_ncw")
+            self.layout_bindings.update(
+                {str(v.name_hint): _NCW_REASON for v in [*views, result] if isinstance(v, relax.Var)}
+            )
         else:
             result = relax.call_tir(gv, inputs, sinfo)
         self.report.offloaded.append(
@@ -445,6 +460,10 @@ class _Offloader(relax.PyExprMutator):
         return subst.get(flat.outputs[0], value)
 
 
+_BSHD_REASON = "layout change [B, S, H, D] <-> [B, H, S, D] around a Tessera attention kernel"
+_NCW_REASON = "view [N, C, W] <-> [N, C, 1, W] around a Tessera conv1d kernel (a conv2d of height 1)"
+
+
 def _relax_shape(shape, inputs) -> list:
     """A kernel's output ``shape`` in the caller's terms: each symbolic kernel dim becomes the Relax
     dim of that name in the inputs' shapes (the call binds it from them)."""
@@ -466,7 +485,7 @@ def _why_not(op: str) -> str:
 
 
 def _list_left_to_tvm(
-    mod, report: OffloadReport, log: MatchLog, layout_bindings: set[str], functions: list[str] | None
+    mod, report: OffloadReport, log: MatchLog, layout_bindings: dict[str, str], functions: list[str] | None
 ) -> None:
     tessera = set(report.kernels)
     for gv, func in mod.functions.items():
@@ -482,8 +501,8 @@ def _list_left_to_tvm(
                 continue
             anchor = f"relax.{op}" in ANCHORS
             reason = (log.reason(binding.var) if anchor else None) or _why_not(op)
-            if op == "permute_dims" and str(binding.var.name_hint) in layout_bindings:
-                reason = "layout change [B, S, H, D] <-> [B, H, S, D] around a Tessera attention kernel"
+            if op in ("permute_dims", "reshape") and str(binding.var.name_hint) in layout_bindings:
+                reason = layout_bindings[str(binding.var.name_hint)]
             if not considered:
                 reason = f"not considered: partition_for_tessera(functions={functions}) leaves {gv.name_hint} out"
             if anchor and reason == "no Tessera kernel":

@@ -6,7 +6,7 @@ Each pattern is a ``FusionPattern`` named ``tessera.<family>`` for ``FuseOpsByPa
                         then an epilogue chain: [astype] [add bias|residual] [activation or clip]
                         [add bias|residual] [astype]; activations are the GEMM epilogue's
     tessera.conv2d      R.nn.conv2d (NCHW/OIHW), then [astype] [add bias] [add residual] [activation or
-                        clip] [add] [astype]
+                        clip] [add] [astype]; R.nn.conv1d (NCW/OIW) likewise, as the conv2d kernel of height 1
     tessera.pool2d      R.nn.max_pool2d / R.nn.avg_pool2d (NCHW) [+ astype]
     tessera.attention   R.nn.attention or R.nn.attention_bias (no window), [B, S, H, D]; or Tessera's
                         own form, permute_dims to [B, H, S, D] around it, whose permutes join the
@@ -58,6 +58,7 @@ tir = tvm.tirx
 #: Relax ops a Tessera kernel is built around (the report explains each one that stays with TVM).
 ANCHORS = {
     "relax.matmul": "matmul",
+    "relax.nn.conv1d": "conv1d",
     "relax.nn.conv2d": "conv2d",
     "relax.nn.max_pool2d": "max_pool2d",
     "relax.nn.avg_pool2d": "avg_pool2d",
@@ -100,8 +101,8 @@ def _gemm_pattern(steps: tuple[str, ...], transpose_a: bool, transpose_b: bool):
     return _with_epilogue(_is("relax.matmul")(lhs, rhs), steps)
 
 
-def _conv2d_pattern(steps: tuple[str, ...]):
-    return _with_epilogue(_is("relax.nn.conv2d")(relax.dpl.wildcard(), relax.dpl.wildcard()), steps)
+def _conv2d_pattern(steps: tuple[str, ...], op: str = "relax.nn.conv2d"):
+    return _with_epilogue(_is(op)(relax.dpl.wildcard(), relax.dpl.wildcard()), steps)
 
 
 def _with_epilogue(out, steps: tuple[str, ...]):
@@ -336,16 +337,21 @@ def _check_gemm_group(nodes: list[Node]) -> None:
 
 
 def _check_conv2d_group(nodes: list[Node]) -> None:
-    """NCHW x OIHW, and epilogue adds of a bias ``[1, O, 1, 1]`` or a residual."""
+    """NCHW x OIHW (a conv1d's NCW x OIW), and epilogue adds of a bias ``[1, O, 1, 1]`` (``[1, O, 1]``)
+    or a residual."""
     by_var = {n.var: n for n in nodes}
-    (conv,) = [n for n in nodes if n.op == "nn.conv2d"]
+    (conv,) = [n for n in nodes if n.op in ("nn.conv1d", "nn.conv2d")]
     attrs = conv.attrs
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"])
-    if layouts != ("NCHW", "OIHW", "NCHW"):
-        raise OffloadRejected(f"conv2d with layouts {'/'.join(layouts)}: Tessera's convolution takes NCHW/OIHW/NCHW")
+    op, expected = ("conv1d", ("NCW", "OIW", "NCW")) if conv.op == "nn.conv1d" else ("conv2d", ("NCHW", "OIHW", "NCHW"))
+    if layouts != expected:
+        raise OffloadRejected(
+            f"{op} with layouts {'/'.join(layouts)}: Tessera's convolution takes {'/'.join(expected)}"
+        )
     channels = _dim_keys(_dims(conv.var))[1]
-    bias = [1, channels, 1, 1]
-    _check_epilogue_operands(nodes, by_var, conv, bias, "a convolution's", f"(1, {channels}, 1, 1)", "bias or residual")
+    bias = [1, channels, *[1] * (len(expected[0]) - 2)]
+    bias_text = f"({', '.join(map(str, bias))})"
+    _check_epilogue_operands(nodes, by_var, conv, bias, "a convolution's", bias_text, "bias or residual")
 
 
 def _check_epilogue_operands(nodes, by_var, anchor: Node, bias: list, whose: str, bias_text: str, takes: str) -> None:
@@ -483,7 +489,8 @@ class KernelPlan:
     spec: KernelSpec
     schedule: TileSchedule
     inputs: tuple[Any, ...]  # Relax exprs, in spec.inputs() order
-    layout: str = ""  # "bshd": the kernel reads [B, H, S, D]; the caller transposes around it
+    layout: str = ""  # "bshd": the kernel reads [B, H, S, D]; the caller transposes around it. "ncw": a
+    # conv1d's kernel reads its [N, C, W] tensors as [N, C, 1, W] (the spec's shapes); the caller reshapes
     hints: tuple[tuple[str, int], ...] = ()  # symbolic dim -> the value its schedule was chosen for
 
 
@@ -527,6 +534,7 @@ def plan_kernel(
         else:
             binding = kernel_spec(group, symbols, tensor_constants=True)
             spec = binding.spec
+            layout = "ncw" if anchor.op == "nn.conv1d" else ""  # the kernel reads [N, C, 1, W]
         reason = _symbolic_reason(anchor, spec, config) if symbols else None
         if reason:
             raise OffloadRejected(reason)
@@ -644,7 +652,8 @@ def tessera_patterns(
             )
     conv2d_check = make_check("conv2d", config, log, dim_hints)
     for chain in _epilogue_chains(_CONV_EPILOGUE):
-        patterns.append(fusion_pattern("tessera.conv2d", _conv2d_pattern(chain), {}, conv2d_check))
+        for op in ("relax.nn.conv2d", "relax.nn.conv1d"):  # a conv1d runs as the conv2d kernel of height 1
+            patterns.append(fusion_pattern("tessera.conv2d", _conv2d_pattern(chain, op), {}, conv2d_check))
     wildcard = relax.dpl.wildcard
     pool_check = make_check("pool2d", config, log, dim_hints)
     for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):

@@ -1,6 +1,7 @@
 """Convolutions offloaded from PyTorch CNNs imported at the frontend's defaults: conv2d as Tessera's
 CPU implicit-GEMM kernel with its epilogue (bias, a folded inference batch norm, a residual, the
-activation), checked against torch; and what stays with TVM, with the reason."""
+activation), checked against torch; conv1d as the same kernel of height 1; and what stays with TVM,
+with the reason."""
 
 from __future__ import annotations
 
@@ -196,6 +197,65 @@ def test_gpu_configs_leave_convolutions_to_tvm_with_the_reason():
     _, report = partition_for_tessera(_import(BasicBlock(8).eval(), torch.randn(1, 8, 6, 6)), "hopper")
     reasons = [r.reason for r in report.not_offloaded if r.op == "R.nn.conv2d"]
     assert reasons and all("no CUDA conv2d kernel yet (config 'hopper')" in r for r in reasons), reasons
+
+
+class Conv1dStack(nn.Module):
+    """Audio-style 1-D convolutions: plain, strided and padded, dilated, grouped, a causal depthwise one
+    (padded by K - 1, its tail sliced off) and padding="same" with an even kernel (the frontend pads
+    the input by one more on the right, then convolves with symmetric padding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = nn.Conv1d(4, 8, 3)
+        self.strided = nn.Conv1d(8, 8, 5, stride=2, padding=2)
+        self.dilated = nn.Conv1d(8, 6, 3, dilation=2, padding=2)
+        self.grouped = nn.Conv1d(6, 8, 3, groups=2, padding=1)
+        self.causal = nn.Conv1d(8, 8, 4, groups=8, padding=3)
+        self.same = nn.Conv1d(8, 8, 4, padding="same")
+
+    def forward(self, x):
+        y = F.gelu(self.strided(F.relu(self.plain(x))))
+        y = F.relu(self.grouped(self.dilated(y)))
+        return self.same(self.causal(y)[..., : -self.causal.padding[0]])
+
+
+def test_conv1d_layers_run_as_tessera_convolution_kernels_and_match_torch():
+    torch.manual_seed(8)
+    model, x = Conv1dStack().eval(), torch.randn(2, 4, 33)
+    built = build(_import(model, x), "cpu")
+    convs = [r for r in built.report.offloaded if r.family == "conv2d"]
+    assert [r.ops for r in convs] == [
+        "conv1d + add + relu",
+        "conv1d + add + gelu",
+        "conv1d + add",
+        "conv1d + add + relu",
+        "conv1d + add",
+        "conv1d + add",
+    ], built.report
+    assert "R.nn.conv1d" not in {r.op for r in built.report.not_offloaded}, built.report
+    # Each runs as the conv2d kernel of height 1 (its tensors viewed as [N, C, 1, W]).
+    assert all(r.spec.H == 1 and r.spec.R == 1 for r in convs)
+    strided, causal = convs[1].spec, convs[4].spec
+    assert (strided.stride, strided.padding) == ((1, 2), (0, 2, 0, 2))
+    assert causal.depthwise and causal.padding == (0, 3, 0, 3)
+    assert (convs[2].spec.dilation, convs[3].spec.groups) == ((1, 2), 2)
+    _check(built, model, x)
+
+
+def test_a_conv1d_exported_with_a_dynamic_batch_runs_at_any_batch():
+    torch.manual_seed(9)
+    model = nn.Sequential(nn.Conv1d(3, 5, 3, padding=1), nn.ReLU()).eval()
+    built = build(_import(model, torch.randn(2, 3, 12), dynamic_batch=True), "cpu")
+    assert [(r.ops, bool(r.dynamic)) for r in built.report.offloaded] == [("conv1d + add + relu", True)], built.report
+    for batch in (1, 3):
+        _check(built, model, torch.randn(batch, 3, 12))
+
+
+def test_gpu_configs_leave_conv1d_to_tvm_with_the_reason():
+    _, report = partition_for_tessera(_import(Conv1dStack().eval(), torch.randn(1, 4, 33)), "hopper")
+    reasons = [r.reason for r in report.not_offloaded if r.op == "R.nn.conv1d"]
+    assert len(reasons) == 6, report
+    assert all("conv1d: Tessera has no CUDA conv2d kernel yet (config 'hopper')" in r for r in reasons), reasons
 
 
 def test_a_conv_bias_is_folded_with_the_norm_but_a_vector_added_along_the_rows_is_not():

@@ -28,25 +28,26 @@ def _module(name: str, params: dict[str, tuple[tuple, str]], body) -> tvm.IRModu
 
 
 def _conv_mlp():
-    """conv1d (no Tessera kernel) -> reshape -> matmul + bias + relu (a Tessera GEMM)."""
+    """conv1d_transpose (no Tessera kernel) -> reshape -> matmul + bias + relu (a Tessera GEMM)."""
 
     def body(bb, x, k, w, b):
-        c = bb.emit(R.nn.conv1d(x, k))
+        c = bb.emit(R.nn.conv1d_transpose(x, k))
         f = bb.emit(R.reshape(c, (2, 4 * 6)))
         return R.nn.relu(bb.emit(R.add(bb.emit(R.matmul(f, w)), b)))
 
     f32 = "float32"
     return _module(
-        "main", {"x": ((2, 3, 8), f32), "k": ((4, 3, 3), f32), "w": ((24, 40), f32), "b": ((40,), f32)}, body
+        "main", {"x": ((2, 3, 4), f32), "k": ((3, 4, 3), f32), "w": ((24, 40), f32), "b": ((40,), f32)}, body
     )
 
 
-def _conv1d(x, k):
+def _conv1d_transpose(x, k):
+    """x [N, C, L], k [C, O, K] (IOW), stride 1, no padding: [N, O, L + K - 1]."""
     n, _, length = x.shape
-    o, _, width = k.shape
-    out = np.zeros((n, o, length - width + 1))
+    _, o, width = k.shape
+    out = np.zeros((n, o, length + width - 1))
     for i in range(width):
-        out += np.einsum("ncl,oc->nol", x[:, :, i : i + length - width + 1], k[:, :, i])
+        out[:, :, i : i + length] += np.einsum("ncl,co->nol", x, k[:, :, i])
     return out
 
 
@@ -54,14 +55,14 @@ def test_unsupported_op_stays_with_tvm_and_the_module_compiles_and_runs():
     built = build(_conv_mlp(), "cpu")
     report = built.report
     assert [o.ops for o in report.offloaded] == ["matmul + add + relu"]
-    conv = [n for n in report.not_offloaded if n.op == "R.nn.conv1d"]
+    conv = [n for n in report.not_offloaded if n.op == "R.nn.conv1d_transpose"]
     assert len(conv) == 1 and conv[0].reason == "no Tessera kernel"
-    assert "R.nn.conv1d" in str(report) and "no Tessera kernel" in str(report)
+    assert "R.nn.conv1d_transpose" in str(report) and "no Tessera kernel" in str(report)
     rng = np.random.default_rng(0)
-    x, k = rng.standard_normal((2, 3, 8)), rng.standard_normal((4, 3, 3)) * 0.3
+    x, k = rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 4, 3)) * 0.3
     w, b = rng.standard_normal((24, 40)) * 0.1, rng.standard_normal(40)
     out = built.run("main", *(a.astype(np.float32) for a in (x, k, w, b)))
-    ref = np.maximum(_conv1d(x, k).reshape(2, 24) @ w + b, 0)
+    ref = np.maximum(_conv1d_transpose(x, k).reshape(2, 24) @ w + b, 0)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)  # f32 kernels vs float64 numpy
 
 

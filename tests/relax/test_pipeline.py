@@ -61,7 +61,7 @@ def test_tessera_kernels_run_the_config_lists_and_the_rest_tvm_default(monkeypat
     listed = tessera_tvm.pass_names("cpu")
     seen = iter(on_kernel)
     assert all(any(name == s for s in seen) for name in listed), "the config's passes, in order, on the kernel"
-    # TVM's default pipeline lowered the conv1d (and the rest) in a module without Tessera's kernel,
+    # TVM's default pipeline lowered the conv1d_transpose (and the rest) in a module without Tessera's kernel,
     # and none of Tessera's or TileLang's passes touched TVM's functions.
     on_tvm = [name for name, funcs in recorder.runs if kernel not in funcs and any("conv1d" in f for f in funcs)]
     assert any(name.endswith("LowerInitBlock") for name in on_tvm)
