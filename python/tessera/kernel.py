@@ -54,6 +54,10 @@ def _return_location(fn: Callable) -> tuple[str, int]:
 class Kernel:
     """A Tessera kernel: the function, its typed parameters and result, schedule overrides."""
 
+    #: What else than the function its Graph IR depends on (a rank's sharding), for the compile cache;
+    #: a class default, so that a kernel restored from a repro pack (made without __init__) has it.
+    variant: str = ""
+
     def __init__(self, fn: Callable, schedule: Mapping[str, Any] | None = None) -> None:
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise TypeError(f"@tessera.kernel decorates a Python function, found {fn!r}")
@@ -63,8 +67,6 @@ class Kernel:
         self.schedule_overrides: dict[str, Any] = dict(schedule or {})
         self._traces: dict[Any, Any] = {}  # shapes -> the traced Relax module
         self._graphs: dict[Any, GraphIR] = {}  # (shapes, config, PassContext) -> after the graph passes
-        # what else than the function its Graph IR depends on (a rank's sharding), for the compile cache
-        self.variant = ""
         location = _def_location(fn)
         try:
             hints = inspect.get_annotations(fn, eval_str=True)
