@@ -45,6 +45,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
 
     import tessera as ts
     from tessera import Tensor, ops
+    from tessera.distributed import zigzag_piece
 
     @ts.kernel
     def mlp(
@@ -87,7 +88,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
         elif model == "zz":
             zig = ts.Split("M", zigzag=True)
             sharded = ts.shard(cp, ts.Mesh({"sp": world}), dict.fromkeys("QKV", zig), outputs=zig)
-            ref = sharded.local_arrays([ref, ref, ref], rank)[0]  # this rank's two pieces
+            ref = zigzag_piece(ref, 2, world, rank, True)  # this rank's two pieces
         else:
             sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=0)[rank]

@@ -246,15 +246,14 @@ class ShardedKernel:
         """The mesh axes split load-balanced (``ts.Split(..., zigzag=True)``): every parameter split over
         such an axis must say so (its local piece is two pieces of the sequence); an output split
         over it is laid out alike."""
-        names = [a for a, _ in self.mesh.axes]
         said: dict[str, dict[bool, str]] = {}
         for name, value in inputs.items():
             for s in _specs(value):
-                said.setdefault(s.axis if s.axis is not None else names[-1], {}).setdefault(bool(s.zigzag), name)
+                said.setdefault(self._axis(s), {}).setdefault(s.zigzag, name)
         out_specs = outputs if isinstance(outputs, list | tuple) else [outputs]
         for k, value in enumerate(out_specs):
             for s in _specs(value):
-                axis = s.axis if s.axis is not None else names[-1]
+                axis = self._axis(s)
                 if s.zigzag and True not in said.get(axis, {}):
                     raise KernelError(
                         f"{where}: output {k} is split zigzag over {axis!r} but no parameter is; say "
@@ -268,6 +267,10 @@ class ShardedKernel:
                 )
         return frozenset(a for a, kinds in said.items() if True in kinds)
 
+    def _axis(self, spec: Split) -> str:
+        """The mesh axis ``spec`` splits over: its own, or the mesh's only (last) axis."""
+        return spec.axis if spec.axis is not None else self.mesh.axes[-1][0]
+
     def pieces(self, axis: str) -> int:
         """How many pieces a dim split over ``axis`` is cut into: one per rank, two per rank (zigzag)."""
         return self.mesh.axis_size(axis) * (2 if axis in self.zigzag else 1)
@@ -276,7 +279,7 @@ class ShardedKernel:
         out: dict[str, int] = {}
         names = [a for a, _ in self.mesh.axes]
         for s in specs:
-            axis = s.axis if s.axis is not None else names[-1]
+            axis = self._axis(s)
             if axis not in names:
                 raise KernelError(f"{where}: {what} is split over {axis!r}, which is not an axis of {self.mesh!r}")
             if isinstance(s.dim, int) and not isinstance(s.dim, bool):
@@ -377,8 +380,11 @@ def zigzag_piece(a, dim: int, ranks: int, coord: int, zigzag: bool):
     return _cat([chunks[coord], chunks[2 * ranks - 1 - coord]], dim)
 
 
-def unzigzag(parts: Sequence[Any], dim: int):
-    """The whole of a dim gathered from each rank's zigzag piece (``parts`` in coordinate order)."""
+def unzigzag(parts: Sequence[Any], dim: int, zigzag: bool = True):
+    """The whole of a dim gathered from each rank's piece (``parts`` in coordinate order): the inverse
+    of :func:`zigzag_piece` (``zigzag`` False: the pieces one after the other)."""
+    if not zigzag:
+        return _cat(parts, dim)
     halves = [_chunks(p, dim, 2) for p in parts]
     return _cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
 
@@ -640,13 +646,13 @@ class ShardedCompiledKernel:
             parts = [torch.empty_like(t) for _ in ranks]
             work = dist.all_gather(parts, t.contiguous(), group=group, async_op=True)
             self._wait(work, "all_gather", outputs, c.axis, ranks, value)
-            return unzigzag(parts, c.dim) if zigzag else torch.cat(parts, dim=c.dim)
+            return unzigzag(parts, c.dim, zigzag)
         if c.kind == "all_to_all":  # piece r of the new dim to rank r; what comes back joined on the old
             n = len(ranks)
             sends = [zigzag_piece(t, c.dim, n, r, zigzag).contiguous() for r in range(n)]
             parts = [torch.empty_like(p) for p in sends]
             self._wait(dist.all_to_all(parts, sends, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)
-            return unzigzag(parts, c.from_dim) if zigzag else torch.cat(parts, dim=c.from_dim)
+            return unzigzag(parts, c.from_dim, zigzag)
         if c.kind == "reduce_scatter":  # the sum of piece i lands on the rank with coordinate i
             piece = self.sharded.mesh.coords(dist.get_rank())[c.axis]  # this rank's piece
             n = len(ranks)
@@ -669,7 +675,7 @@ class ShardedCompiledKernel:
         elif c.kind == "concat":
             part = _cat([t, *others], c.dim)
         else:
-            size = t.shape[c.dim] // (2 if c.kind == "half" else ranks * (2 if zigzag else 1))
+            size = t.shape[c.dim] // (2 if c.kind == "half" else self.sharded.pieces(c.axis))
             start = size * c.pieces if c.kind == "half" else 0
             stop = start + size * (1 if c.kind == "half" else c.pieces)
             part = t[(slice(None),) * c.dim + (slice(start, stop),)]

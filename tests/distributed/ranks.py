@@ -12,6 +12,7 @@ import numpy as np
 
 import tessera as ts
 from tessera import Tensor, ops
+from tessera.distributed import zigzag_piece
 
 SHAPES = {"M": 16, "D": 32, "F": 64}
 
@@ -296,7 +297,7 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     kept = ts.shard(causal, mesh, dict.fromkeys("QKV", zig), outputs=zig)
     k = ts.compile(kept, target="cpu")
     out = k(*kept.local_arrays(arrays, rank))
-    mine = kept.local_arrays([ref, ref, ref], rank)[0]  # this rank's two pieces of the whole result
+    mine = zigzag_piece(ref, 2, world, rank, True)  # this rank's two pieces of the whole result
     whole = ts.shard(causal, mesh, dict.fromkeys("QKV", zig))
     whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
 
@@ -328,7 +329,6 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
 def scenario_resplit(rank: int, world: int) -> dict:
     """A result split on its rows, wanted split on its columns: one all-to-all (contiguous, and zigzag,
     where the columns are cut into zigzag pieces too)."""
-    from tessera.distributed import zigzag_piece
 
     @ts.kernel
     def norm_rows(x: Tensor["M", "N", ts.f32], w: Tensor["N", ts.f32]) -> Tensor["M", "N", ts.f32]:
@@ -394,8 +394,6 @@ def scenario_gpu_zigzag_attention(rank: int, world: int) -> dict:
     """Causal attention split zigzag on the GPU (hopper, bf16): the halves, the keys' prefixes and the
     join on torch CUDA tensors, the keys gathered through NCCL. One GPU: one rank holding both pieces."""
     import torch
-
-    from tessera.distributed import zigzag_piece
 
     @ts.kernel
     def causal(
