@@ -76,7 +76,7 @@ HARDWARE_KEYS: dict[str, tuple[str, bool | int]] = {
 }
 
 #: The fields of a ``schedule:`` section: ``tessera_tvm.tile.TileSchedule``'s, each an int of at least
-#: the given value, and the MMA instruction shape.
+#: the given value, the MMA instruction shape and attention's ``overlap`` switch.
 SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "block_m": ("rows of the output tile", 1),
     "block_n": ("columns of the output tile", 1),
@@ -85,6 +85,7 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "threads": ("threads per block", 1),
     "rasterize": ("L2 rasterization panel width, 0 = off", 0),
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
+    "overlap": ("GPU attention: overlap one key block's softmax with the previous block's P V (bool)", None),
 }
 #: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
 SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
@@ -352,6 +353,9 @@ def _parse_schedule(value: Any, key: str, check: _Checker, families: bool = True
         elif field_name == "mma":
             if not (isinstance(item, list) and len(item) == 3 and all(_positive_int(x) for x in item)):
                 raise check.fail(where, f"expected [m, n, k], three positive ints ({allowed['mma']}), found {item!r}")
+        elif field_name == "overlap":
+            if not isinstance(item, bool):
+                raise check.fail(where, f"expected true or false ({allowed['overlap']}), found {item!r}")
         else:
             low = SCHEDULE_KEYS[field_name][1]
             if isinstance(item, bool) or not isinstance(item, int) or item < low:

@@ -52,6 +52,7 @@ from tessera_tvm.tile import (
     SpecError,
     TileSchedule,
     local_bytes,
+    settle_overlap,
     smem_bytes,
     validate_schedule,
 )
@@ -70,7 +71,11 @@ OVERRIDABLE = {
     "stages": "buffers in the software-pipelined main loop",
     "threads": "threads per block",
     "swizzle": "L2 rasterization panel width for GEMM blocks (0 = off)",
+    "overlap": "GPU attention: compute one key block's softmax while the tensor cores run the previous block's P V",
 }
+
+#: Override fields that take True or False (the others take ints).
+_BOOL_FIELDS = ("overlap",)
 
 
 def _short(dtype: str) -> str:
@@ -143,6 +148,7 @@ class Schedule:
     parallel_grid: bool = False  # CPU: the config's parallel_grid feature (blocks shared among threads)
     autotune: TuningSummary | None = None  # set when the autotuner chose this schedule
     producer_threads: int = 0  # the config's hardware.producer_threads: what warp specialisation adds
+    overlap: bool = False  # attention on a GPU: softmax of block kb beside the P V GEMM of block kb - 1
 
     # Views ------------------------------------------------------------------------------------
     @property
@@ -160,6 +166,7 @@ class Schedule:
             threads=self.threads,
             rasterize=self.swizzle,
             mma=self.mma,
+            overlap=self.overlap,
         )
 
     def text(self) -> str:
@@ -175,6 +182,8 @@ class Schedule:
         pipeline = f"stages={self.stages} threads={self.threads}" if staged else f"threads={self.threads}"
         if gpu:
             pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
+            if self.overlap:
+                pipeline += " overlap=softmax(kb)|PV(kb-1)"
         elif self.device == "tenstorrent":
             block = (
                 "32x32 output tiles"
@@ -216,6 +225,8 @@ class Schedule:
             del data["autotune"]
         if not self.producer_threads:
             del data["producer_threads"]
+        if not self.overlap:
+            del data["overlap"]
         return data
 
     def to_json(self) -> str:
@@ -273,7 +284,12 @@ def split_overrides(overrides: Mapping[str, Any] | None, kernel_names: list[str]
                 raise ScheduleError(
                     f"{where}: schedule[{name!r}] has unknown field {key!r}; fields: {', '.join(OVERRIDABLE)}"
                 )
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "swizzle" else 1):
+            if key in _BOOL_FIELDS:
+                if not isinstance(value, bool):
+                    raise ScheduleError(
+                        f"{where}: schedule field {key} of kernel {name} is {value!r}; expected True or False"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "swizzle" else 1):
                 raise ScheduleError(
                     f"{where}: schedule field {key} of kernel {name} is {value!r}; expected "
                     f"{'an int >= 0' if key == 'swizzle' else 'a positive int'}"
@@ -434,11 +450,11 @@ def choose_schedule(
     overrides = dict(overrides or {})
     tile = TileSchedule.from_config(config, spec)
     changes = {("rasterize" if k == "swizzle" else k): v for k, v in overrides.items()}
-    if changes:
-        tile = tile.replace(**changes)
-        if backend.thread_blocks:  # MMA instructions take whole warp tiles
-            _check_mma(kernel, spec, tile, config)
     try:
+        if changes:
+            tile = settle_overlap(spec, tile.replace(**changes), config, strict=True)
+            if backend.thread_blocks:  # MMA instructions take whole warp tiles
+                _check_mma(kernel, spec, tile, config)
         validate_schedule(spec, tile, config)
     except (ResourceError, SpecError) as exc:
         detail = str(exc).replace(f"kernel '{spec.family} kernel' needs", "it needs")
@@ -465,6 +481,7 @@ def choose_schedule(
         stages=tile.stages,
         threads=tile.threads,
         swizzle=tile.rasterize,
+        overlap=tile.overlap,
         warp_specialized=warp_specialized,
         producer_threads=producers if warp_specialized else 0,
         mma=tile.mma if gpu else None,

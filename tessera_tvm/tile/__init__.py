@@ -21,7 +21,7 @@ from ..transform.tt.common import UnsupportedTTOperationError  # noqa: F401  (wh
 from .base import DTYPES, SPEC_ATTR, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
 from .expr import Binary, Const, Expr, Input, Unary  # noqa: F401
 from .resources import local_bytes, smem_bytes  # noqa: F401
-from .schedule import TileSchedule, fit_schedule  # noqa: F401
+from .schedule import TileSchedule, fit_schedule, settle_overlap  # noqa: F401
 from .specs import (  # noqa: F401
     SPEC_FAMILIES,
     AttentionSpec,

@@ -79,6 +79,8 @@ def _alloc_probs(block_m: int, block_n: int, dtype: str):
 
 def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
     """The flash-attention tile program of a thread-block target (CUDA, HIP)."""
+    if s.overlap:
+        return _attention_gpu_overlapped(spec, s)
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale_log2 = spec.scale * LOG2E  # exp(x * scale) == exp2(x * scale * log2(e))
     groups = spec.groups
@@ -131,6 +133,106 @@ def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
                     acc[i, j] *= rescale[i]
                 T.copy(io.v[batch, kv_head, kb * block_n, 0], V_s)
                 T.gemm(probs, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_m, D):
+                acc[i, j] = T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, j] / row_sum[i])
+            T.copy(acc, io.out[batch, head, bx * block_m, 0])
+
+    return main
+
+
+def _attention_gpu_overlapped(spec: AttentionSpec, s: TileSchedule):
+    """The GPU program with FlashAttention-3's intra-warpgroup overlap (Hopper's asynchronous
+    wgmma), software-pipelined by hand: iteration ``kb`` issues Q K^T of key block ``kb`` and P V of
+    block ``kb - 1`` without waiting, then waits for the first and computes block ``kb``'s softmax
+    while the tensor cores still run the second. TileLang's warp-specialised pipeline (the TMA
+    producer warp group) drops ``T.Pipelined``'s ``order``/``stage`` annotations and cannot copy into
+    its staged buffers outside the loop, so the overlap is written out here, as one loop of
+    ``n + 1`` iterations without branches: iteration 0's P V multiplies P = 0, and iteration ``n``
+    reads block ``n - 1`` again with every score masked, which leaves max, sum and O as they were.
+
+    P waits in f32 in ``scores`` until P V of the previous block has read ``probs``. Scores start at
+    0 (visible) or -inf (masked) and the Q K^T GEMM accumulates onto them, so masking costs no pass
+    of its own; without a bias the scale is folded into the exponent (``exp2(x * c - m * c)``, one
+    FFMA per score) instead of a multiply pass.
+    """
+    block_m, block_n, D = s.block_m, s.block_n, spec.D
+    groups = spec.groups
+    dtype = spec.dtype_in
+    params = spec.params()
+    # Scores stay unscaled (the max is taken before scaling, which a positive scale keeps) unless a
+    # bias must be added in the log2 domain first.
+    folded = spec.bias is None and spec.scale > 0
+    factor = spec.scale * LOG2E if folded else 1.0
+
+    def exponent(x, row_max):
+        return x * factor - _safe_max(row_max) * factor if folded else x - _safe_max(row_max)
+
+    @prim_func
+    def main():
+        io = declare_params(params, _roles(spec))
+        with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
+            Q_s = T.alloc_shared((block_m, D), dtype)
+            K_s = T.alloc_shared((block_n, D), dtype)
+            V_s = T.alloc_shared((block_n, D), dtype)
+            scores = T.alloc_fragment((block_m, block_n), ACC)
+            probs = _alloc_probs(block_m, block_n, dtype)
+            acc = T.alloc_fragment((block_m, D), ACC)
+            row_max = T.alloc_fragment((block_m,), ACC)
+            prev_max = T.alloc_fragment((block_m,), ACC)
+            rescale = T.alloc_fragment((block_m,), ACC)
+            step_sum = T.alloc_fragment((block_m,), ACC)
+            row_sum = T.alloc_fragment((block_m,), ACC)
+            held = T.alloc_local((1,), dtype)
+            kv_head = head // groups
+            n_blocks = _key_blocks(spec, bx * block_m, block_m, block_n)
+            T.copy(io.q[batch, head, bx * block_m, 0], Q_s)
+            T.fill(acc, 0)
+            T.fill(row_sum, 0)
+            T.fill(row_max, lowest(ACC))
+            T.fill(rescale, 1)
+            T.fill(probs, 0)
+            for kb in T.Pipelined(n_blocks + 1, num_stages=s.stages):
+                # issue Q K^T of block kb (iteration n: block n - 1 again, all masked) ...
+                T.copy(io.k[batch, kv_head, T.max(T.min(kb, n_blocks - 1), 0) * block_n, 0], K_s)
+                for i, j in T.Parallel(block_m, block_n):
+                    scores[i, j] = T.if_then_else(
+                        all_of(kb < n_blocks, _visible(spec, bx * block_m + i, kb * block_n + j)),
+                        T.cast(0, ACC),
+                        lowest(ACC),
+                    )
+                T.wgmma_gemm(Q_s, K_s, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                # ... and P V of block kb - 1 (iteration 0: P = 0), O first rescaled to block kb - 1's max
+                for i, j in T.Parallel(block_m, D):
+                    acc[i, j] *= rescale[i]
+                T.copy(io.v[batch, kv_head, T.max(kb - 1, 0) * block_n, 0], V_s)
+                T.wgmma_gemm(probs, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+                # block kb's softmax while P V runs
+                T.wait_wgmma(1)
+                held[0] = K_s[0, 0]  # K's last use: its stage is released after the wait, not at the issue
+                if not folded:  # scale (and bias) into the log2 domain first
+                    for i, j in T.Parallel(block_m, block_n):
+                        scores[i, j] = _biased(
+                            spec,
+                            io,
+                            scores[i, j] * (spec.scale * LOG2E),
+                            batch,
+                            head,
+                            bx * block_m + i,
+                            kb * block_n + j,  # iteration n's keys are past the end: clamped
+                            LOG2E,
+                        )
+                T.copy(row_max, prev_max)
+                T.reduce_max(scores, row_max, dim=1, clear=False)
+                for i in T.Parallel(block_m):
+                    rescale[i] = T.exp2(exponent(prev_max[i], row_max[i]))
+                for i, j in T.Parallel(block_m, block_n):
+                    scores[i, j] = T.exp2(exponent(scores[i, j], row_max[i]))
+                T.reduce_sum(scores, step_sum, dim=1)
+                for i in T.Parallel(block_m):
+                    row_sum[i] = row_sum[i] * rescale[i] + step_sum[i]
+                T.wait_wgmma(0)
+                held[0] = V_s[0, 0]  # V's last use, likewise
+                T.copy(scores, probs)
             for i, j in T.Parallel(block_m, D):
                 acc[i, j] = T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, j] / row_sum[i])
             T.copy(acc, io.out[batch, head, bx * block_m, 0])

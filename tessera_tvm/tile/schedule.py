@@ -37,7 +37,9 @@ class TileSchedule:
 
     - gemm: an output tile of ``block_m x block_n``, a K step of ``block_k``, ``stages`` buffers in the
       pipelined K loop, ``threads`` per block, ``rasterize`` (L2 swizzle panel width, 0 = off).
-    - attention: ``block_m`` query rows per block, ``block_n`` keys per step; ``stages`` K/V buffers.
+    - attention: ``block_m`` query rows per block, ``block_n`` keys per step; ``stages`` K/V buffers;
+      ``overlap`` (GPU): one key block's softmax runs while the tensor cores compute the previous
+      block's P V (FlashAttention-3's intra-warpgroup overlap, a two-stage pipelined key loop).
     - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
@@ -53,12 +55,15 @@ class TileSchedule:
     threads: int = 128
     rasterize: int = 0
     mma: tuple[int, int, int] | None = None  # the target's MMA instruction shape (informational)
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         for f in ("block_m", "block_n", "block_k", "stages", "threads"):
             _check_positive("TileSchedule", f, getattr(self, f))
         if isinstance(self.rasterize, bool) or not isinstance(self.rasterize, int) or self.rasterize < 0:
             raise _fail("TileSchedule", f"rasterize is {self.rasterize!r}; expected an int >= 0 (0 = off)")
+        if not isinstance(self.overlap, bool):
+            raise _fail("TileSchedule", f"overlap is {self.overlap!r}; expected True or False")
         if self.mma is not None:
             _set(self, "mma", tuple(int(x) for x in self.mma))
 
@@ -100,12 +105,15 @@ class TileSchedule:
         if _fixed_schedule(target_kind):  # Tenstorrent: one tile shape, the config's, for every family
             return cls(**base)
         values = {**_kind_defaults(kind, target_kind, base), **per_kind.get(kind, {})}
+        if kind != "attention":  # a switch of attention's program only
+            values.pop("overlap", None)
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
         schedule = fit_schedule(spec, schedule, target_kind, wgmma=bool(config.fact("wgmma")))
         if _dynamic_pipeline_unsupported(spec, config):
-            schedule = schedule.replace(stages=1)
+            schedule = schedule.replace(stages=1, overlap=False)
+        schedule = settle_overlap(spec, schedule, config)
         return _fit_shared_memory(spec, schedule, config)
 
 
@@ -265,6 +273,40 @@ def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:
     )
 
 
+def settle_overlap(spec: KernelSpec, schedule: TileSchedule, config: Any, *, strict: bool = False) -> TileSchedule:
+    """``schedule`` with ``overlap`` where it means something: attention on a thread-block target
+    whose software pipeline takes the key loop, with the two K/V stages the overlapped loop uses.
+    Elsewhere ``overlap`` is switched off for other kernel families (as ``rasterize`` is ignored by
+    attention), and for attention raises with ``strict`` (a user's override), else is switched off."""
+    if not schedule.overlap:
+        return schedule
+    if not isinstance(spec, AttentionSpec):
+        return schedule.replace(overlap=False)
+    why = None
+    if not _thread_blocks(config.codegen_kind):
+        why = f"overlap is a GPU attention schedule; {config.name} runs attention without tensor cores to overlap"
+    elif not config.fact("wgmma"):
+        why = (
+            f"overlap issues Hopper's asynchronous warpgroup MMA (hardware.wgmma), which {config.name} does not "
+            "have; its attention runs without it"
+        )
+    elif spec.dtype_in not in ("float16", "bfloat16"):
+        why = (
+            f"overlap takes float16 or bfloat16 attention, not {spec.dtype_in} (the tf32 path multiplies "
+            "P V with synchronous MMA instructions)"
+        )
+    elif _dynamic_pipeline_unsupported(spec, config):
+        why = (
+            f"overlap needs a software-pipelined key loop, and {config.name}'s pipeline cannot pipeline causal "
+            "attention's key loop (hardware.pipelined_dynamic_loops: false, no warp specialisation)"
+        )
+    if why is None:
+        return schedule.replace(stages=2)
+    if strict:
+        raise _fail("TileSchedule", why)
+    return schedule.replace(overlap=False)
+
+
 def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) -> TileSchedule:
     """Fewer stages, then smaller K/key steps, until the schedule fits the config's shared memory."""
     limit = config.resource_limits.get("shared_memory_per_block")
@@ -279,8 +321,8 @@ def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) ->
         threads = min(schedule.threads, SMALL_BLOCK_THREADS)  # for a block shrunk below this one
         # a GEMM halves its wider side first (block_m only down to min_rows); attention its key step
         n_first = schedule.block_n >= schedule.block_m or schedule.block_m <= min_rows
-        if schedule.stages > 1:
-            schedule = schedule.replace(stages=schedule.stages - 1)
+        if schedule.stages > 1:  # the overlapped attention loop needs its two stages
+            schedule = schedule.replace(stages=schedule.stages - 1, overlap=False)
         elif gemm and schedule.block_k > 16:
             schedule = schedule.replace(block_k=schedule.block_k // 2)
         elif schedule.block_n > 16 and (isinstance(spec, AttentionSpec) or (gemm and n_first)):

@@ -168,7 +168,16 @@ FAMILY_SPECS = {
 }
 BASE = TileSchedule(block_m=32, block_n=32, block_k=16, stages=2, threads=128, rasterize=0)
 #: Another value of every TileSchedule field.
-CHANGED = {"block_m": 16, "block_n": 16, "block_k": 32, "stages": 3, "threads": 256, "rasterize": 4, "mma": (16, 8, 16)}
+CHANGED = {
+    "block_m": 16,
+    "block_n": 16,
+    "block_k": 32,
+    "stages": 3,
+    "threads": 256,
+    "rasterize": 4,
+    "mma": (16, 8, 16),
+    "overlap": True,
+}
 
 
 @pytest.mark.parametrize("kind", ["c", "cuda"])
@@ -188,7 +197,7 @@ def test_program_fields_are_the_fields_the_tile_program_reads(family, kind):
 def test_program_fields_takes_configs_and_specs():
     assert program_fields("gemm", "cpu") == ("block_m", "block_n", "block_k")
     assert program_fields(FAMILY_SPECS["gemm"], "c") == program_fields("gemm", "cpu")
-    assert program_fields("attention", "hopper") == ("block_m", "block_n", "stages", "threads")
+    assert program_fields("attention", "hopper") == ("block_m", "block_n", "stages", "threads", "overlap")
     assert program_fields("gemm", "tenstorrent") == ()  # one fixed 32x32 schedule
     with pytest.raises(SpecError, match="family is 'matmul'; expected one of gemm"):
         program_fields("matmul", "cpu")

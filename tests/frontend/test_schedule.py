@@ -63,6 +63,66 @@ def test_hopper_attention_takes_the_configs_attention_schedule():
     assert (a.block_m, a.block_n, a.threads) == (64, 64, 128)
 
 
+@ts.kernel
+def bf16_attention(
+    Q: Tensor["B", "H", "S", "D", ts.bf16],
+    K: Tensor["B", "H", "S", "D", ts.bf16],
+    V: Tensor["B", "H", "S", "D", ts.bf16],
+) -> Tensor["B", "H", "S", "D", ts.bf16]:
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+ATTENTION_SHAPES = {"B": 1, "H": 8, "S": 1024, "D": 128}
+
+
+def test_attention_overlap_is_a_hopper_schedule_field():
+    h = schedule_of("hopper", {"overlap": True}, kernel=bf16_attention, shapes=ATTENTION_SHAPES)
+    assert h.overlap and h.stages == 2  # the overlapped loop's two K/V stages
+    assert "overlap=softmax(kb)|PV(kb-1)" in h.text()
+    assert Schedule.from_json(h.to_json()) == h
+    assert not schedule_of("hopper", kernel=bf16_attention, shapes=ATTENTION_SHAPES).overlap  # off by default
+    assert "overlap" not in schedule_of("hopper").to_json()  # JSON without it stays as it was
+    # a switch of attention's program: a GEMM given it (an override for every kernel) ignores it
+    assert not schedule_of("hopper", {"overlap": True}).overlap
+
+
+@ts.kernel
+def f32_attention(
+    Q: Tensor["B", "H", "S", "D", ts.f32], K: Tensor["B", "H", "S", "D", ts.f32], V: Tensor["B", "H", "S", "D", ts.f32]
+):
+    return ops.flash_attention(Q, K, V)
+
+
+@pytest.mark.parametrize(
+    ("target", "kernel", "message"),
+    [
+        ("ampere", bf16_attention, "overlap issues Hopper's asynchronous warpgroup MMA (hardware.wgmma), which ampere"),
+        ("cpu", bf16_attention, "overlap is a GPU attention schedule; cpu runs attention without tensor cores"),
+        ("hopper", f32_attention, "overlap takes float16 or bfloat16 attention, not float32"),
+    ],
+    ids=["ampere", "cpu", "f32"],
+)
+def test_attention_overlap_where_it_cannot_run_is_rejected(target, kernel, message):
+    with pytest.raises(ts.ScheduleError, match=re.escape(message)):
+        schedule_of(target, {"overlap": True}, kernel=kernel, shapes=ATTENTION_SHAPES)
+    with pytest.raises(ts.ScheduleError, match="schedule field overlap of kernel flash_attention is 1; expected True"):
+        schedule_of("hopper", {"overlap": 1}, kernel=kernel, shapes=ATTENTION_SHAPES)
+
+
+def test_a_config_may_switch_attention_overlap_on(tmp_path):
+    data = yaml.safe_load(Path(tessera_tvm.load_config("hopper").source).read_text())
+    data["name"] = "hopper_overlap"
+    data["schedule"]["attention"]["overlap"] = True
+    path = tmp_path / "hopper_overlap.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert schedule_of(str(path), kernel=bf16_attention, shapes=ATTENTION_SHAPES).overlap
+    assert not schedule_of(str(path)).overlap  # the GEMM's schedule does not take it
+    data["schedule"]["attention"]["overlap"] = "yes"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(tessera_tvm.errors.ConfigError, match=r"schedule.attention.overlap: expected true or false"):
+        tessera_tvm.load_config(str(path))
+
+
 def test_text_has_one_line_per_aspect():
     text = schedule_of("hopper").text()
     lines = text.splitlines()
@@ -192,7 +252,7 @@ def test_decorator_form():
             "hopper",
             {"blok_m": 64},
             "kernel linear: schedule key 'blok_m' is neither a schedule field nor a fused kernel (did you mean "
-            "'block_m'?); fields: block_m, block_n, block_k, stages, threads, swizzle; kernels: fused_matmul_cast_add_gelu",
+            "'block_m'?); fields: block_m, block_n, block_k, stages, threads, swizzle, overlap; kernels: fused_matmul_cast_add_gelu",
         ),
         (
             "hopper",

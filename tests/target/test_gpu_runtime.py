@@ -207,6 +207,62 @@ def test_flash_attention_with_a_padding_mask_runs_on_the_gpu_and_matches_torch(t
     np.testing.assert_allclose(got.float().cpu().numpy(), want.numpy(), rtol=2e-2, atol=2e-2)
 
 
+def _attention_of(causal: bool, causal_align: str = "top_left"):
+    def attention(
+        q: Tensor["B", "H", "Sq", "D", ts.bf16],
+        k: Tensor["B", "Hkv", "Skv", "D", ts.bf16],
+        v: Tensor["B", "Hkv", "Skv", "D", ts.bf16],
+    ):
+        return ops.flash_attention(q, k, v, causal=causal, causal_align=causal_align)
+
+    return ts.kernel(attention)
+
+
+OVERLAP_CASES = {
+    # GQA, both lengths ragged at the 128-key block
+    "gqa": (_attention_of(False), {"B": 2, "H": 8, "Hkv": 2, "Sq": 1000, "Skv": 1000, "D": 64}),
+    "causal_d128": (_attention_of(True), {"B": 1, "H": 4, "Hkv": 4, "Sq": 1000, "Skv": 1000, "D": 128}),
+    # bottom-right with more queries than keys: the first 170 queries see no key (zero rows)
+    "bottom_right": (_attention_of(True, "bottom_right"), {"B": 1, "H": 2, "Hkv": 1, "Sq": 300, "Skv": 130, "D": 64}),
+    # one key block: the loop's first and last iterations are all of it
+    "one_block": (_attention_of(True), {"B": 1, "H": 2, "Hkv": 2, "Sq": 100, "Skv": 100, "D": 64}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(OVERLAP_CASES))
+def test_overlapped_attention_runs_on_hopper_and_matches_the_cpu(case):
+    """schedule overlap=True: the hand-pipelined loop (asynchronous wgmma, softmax beside P V)."""
+    kernel, shapes = OVERLAP_CASES[case]
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((shapes["B"], shapes["H"], shapes["Sq"], shapes["D"])).astype(ml_dtypes.bfloat16)
+    k_, v = (
+        rng.standard_normal((shapes["B"], shapes["Hkv"], shapes["Skv"], shapes["D"])).astype(ml_dtypes.bfloat16)
+        for _ in range(2)
+    )
+    expected = np.asarray(ts.compile(kernel, target="cpu", shapes=shapes)(q, k_, v), dtype=np.float32)
+    k = ts.compile(kernel, target="hopper", shapes=shapes, schedule={"overlap": True})
+    assert k.schedules[0].overlap
+    got = k(*(torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16) for a in (q, k_, v)))
+    np.testing.assert_allclose(got.float().cpu().numpy(), expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_overlapped_attention_with_a_padding_mask_runs_on_hopper():
+    """The bias path: scores scaled (and the mask added) in the log2 domain after the wait for Q K^T."""
+    rng = np.random.default_rng(9)
+    b, s = 2, 300
+    q = rng.standard_normal((b, 8, s, 64)).astype(ml_dtypes.bfloat16)
+    k_, v = (rng.standard_normal((b, 2, s, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    m = np.zeros((b, 1, 1, s), np.float32)
+    m[1, ..., 200:] = -np.inf
+    m = m.astype(ml_dtypes.bfloat16)
+    expected = _cpu_reference(masked_attention, (q, k_, v, m))
+    k = ts.compile(masked_attention, target="hopper", shapes={"B": b, "S": s}, schedule={"overlap": True})
+    got = k(*(torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16) for a in (q, k_, v, m)))
+    np.testing.assert_allclose(got.float().cpu().numpy(), expected, rtol=2e-2, atol=2e-2)
+
+
 def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch):
     """run_on_gpu's conversions, reshapes and intermediates, checked without a GPU: torch CPU tensors
     stand in for CUDA ones and each fused kernel's launch runs the CPU target's kernel instead."""

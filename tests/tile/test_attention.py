@@ -145,3 +145,85 @@ def test_gpu_float32_attention_stages_probabilities_in_shared_memory(target):
     spec = AttentionSpec(1, 2, 2, 100, 100, 32, True, dtype_in="float32")
     source = tessera_tvm.lower(build_tile_program(spec, None, target), target, build=False).source
     assert "mma_sync" in source  # tf32 (Hopper too: wgmma tf32 needs a K-major V)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hopper: the overlapped key loop (schedule overlap=True)
+# ---------------------------------------------------------------------------------------------
+
+OVERLAP_CASES = {
+    **GPU_CASES,
+    "bottom_right_no_keys": AttentionSpec(1, 2, 2, 40, 13, 64, True, dtype_in="bfloat16", causal_align="bottom_right"),
+    "bias": AttentionSpec(2, 4, 2, 100, 90, 64, True, dtype_in="bfloat16", bias=(2, 1, 1, 90)),
+}
+
+
+def _overlapped(spec: AttentionSpec) -> TileSchedule:
+    from tessera_tvm.tile import settle_overlap
+
+    schedule = TileSchedule.from_config("hopper", spec).replace(overlap=True)
+    return settle_overlap(spec, schedule, tessera_tvm.load_config("hopper"), strict=True)
+
+
+def _consumer_loop(source: str) -> list[str]:
+    """The lines of the consumer warp groups' key loop (the second ``for (int kb`` loop: the first is
+    the TMA producer's)."""
+    lines = source.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith("for (int kb")]
+    assert len(starts) == 2, starts
+    depth, body = 0, []
+    for line in lines[starts[1] :]:
+        depth += line.count("{") - line.count("}")
+        body.append(line.strip())
+        if depth == 0:
+            break
+    return body
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP_CASES))
+def test_hopper_overlapped_attention_waits_for_each_wgmma_before_releasing_its_stage(case):
+    """Q K^T of block kb and P V of block kb - 1 are issued without a wait, the softmax runs after
+    ``wait_wgmma<1>`` (Q K^T done, P V still running), and a K or V stage goes back to the TMA
+    producer only after the wait for the wgmma that reads it (released at the issue, the producer
+    could overwrite a tile the tensor cores are still reading)."""
+    spec = OVERLAP_CASES[case]
+    source = tessera_tvm.lower(build_tile_program(spec, _overlapped(spec), "hopper"), "hopper", build=False).source
+    loop = _consumer_loop(source)
+    events = [
+        e
+        for line in loop
+        for e in (
+            ("issue" if "warpgroup_commit_batch" in line else None),
+            ("wait1" if "wait_wgmma<1>" in line else None),
+            ("wait0" if "wait_wgmma<0>" in line else None),
+            ("release" if line.endswith("].arrive();") else None),
+            ("exp2" if "exp2f(" in line else None),
+        )
+        if e
+    ]
+    order = [e for i, e in enumerate(events) if e != "exp2" or events[i - 1] != "exp2"]  # one per softmax pass
+    assert order == ["issue", "issue", "wait1", "release", "exp2", "wait0", "release"], order
+    plain = tessera_tvm.lower(build_tile_program(spec, None, "hopper"), "hopper", build=False).source
+    assert "wait_wgmma<1>" not in plain  # the default loop waits for each GEMM
+
+
+def test_overlapped_attention_folds_the_scale_into_the_exponent_without_a_bias():
+    def multiplies_by_scale(spec):
+        source = tessera_tvm.lower(build_tile_program(spec, _overlapped(spec), "hopper"), "hopper", build=False).source
+        loop = "\n".join(_consumer_loop(source))
+        return loop.count("exp2f("), loop.count("1.803369e-01")  # scale * log2(e) for D = 64
+
+    plain = AttentionSpec(1, 2, 2, 256, 256, 64, False, dtype_in="float16")
+    biased = AttentionSpec(1, 2, 2, 256, 256, 64, False, dtype_in="float16", bias=(1, 1, 1, 256))
+    assert multiplies_by_scale(plain)[1] >= 2  # in the exponents: exp2(x * c - m * c)
+    # with a bias the scores are scaled first (x * c + bias * log2(e)), the exponents take them as they are
+    assert multiplies_by_scale(biased)[1] == 1
+
+
+@pytest.mark.nvcc
+def test_hopper_overlapped_attention_builds_with_nvcc(tmp_path):
+    spec = OVERLAP_CASES["causal_gqa"]
+    lowered = tessera_tvm.lower(build_tile_program(spec, _overlapped(spec), "hopper"), "hopper", out_dir=tmp_path)
+    assert lowered.artifacts["cubin"].stat().st_size > 0
+    ptx = lowered.artifacts["ptx"].read_text()
+    assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx

@@ -21,7 +21,7 @@ THREAD_BLOCK_PROGRAMS = {
 #: The TileSchedule fields each family's thread-block program reads.
 THREAD_BLOCK_FIELDS: dict[str, tuple[str, ...]] = {
     "gemm": ("block_m", "block_n", "block_k", "stages", "threads", "rasterize"),
-    "attention": ("block_m", "block_n", "stages", "threads"),  # no K loop, no swizzle
+    "attention": ("block_m", "block_n", "stages", "threads", "overlap"),  # no K loop, no swizzle
     "softmax": ("block_m", "block_n", "threads"),  # not pipelined: no stages
     "norm": ("block_m", "block_n", "threads"),
     "reduce": ("block_m", "block_n", "threads"),
