@@ -592,14 +592,22 @@ def bench_gpu(quick: bool, target: str) -> None:
     for head_dim in (64, 128):
         for causal in (False, True):
             kernel = _attention_kernel(causal)
-            for seq in lengths:
+            # overlap=True (Hopper's asynchronous wgmma, off by default until measured): at S=4096 as well
+            variants = [(seq, {}) for seq in lengths]
+            if target == "hopper":
+                variants.insert(lengths.index(4096) + 1, (4096, {"overlap": True}))
+            for seq, schedule in variants:
                 q, k_, v = (
                     torch.randn(batch, heads, seq, head_dim, dtype=torch.bfloat16, device="cuda") for _ in range(3)
                 )
                 name = f"attention fwd bf16 S{seq} D{head_dim}{' causal' if causal else ''} ({target})"
+                name += " overlap" if schedule else ""
                 try:
                     compiled = ts.compile(
-                        kernel, target=target, shapes={"B": batch, "H": heads, "S": seq, "D": head_dim}
+                        kernel,
+                        target=target,
+                        shapes={"B": batch, "H": heads, "S": seq, "D": head_dim},
+                        schedule=schedule or None,
                     )
                     run, out = _launcher(compiled, q, k_, v)
 

@@ -36,6 +36,11 @@ ATTN_SCHEDULES = [
     {"block_m": 128, "block_n": 64, "threads": 128},
     {"block_m": 64, "block_n": 128, "threads": 128},
     {"block_m": 128, "block_n": 128, "threads": 256, "stages": 1},
+    # FlashAttention-3's overlap of softmax with the previous block's P V (asynchronous wgmma)
+    {"block_m": 128, "block_n": 128, "threads": 256, "overlap": True},
+    {"block_m": 128, "block_n": 128, "threads": 256, "stages": 3, "overlap": True},
+    {"block_m": 128, "block_n": 64, "threads": 256, "overlap": True},
+    {"block_m": 128, "block_n": 176, "threads": 256, "overlap": True},
 ]
 
 

@@ -38,8 +38,8 @@ class TileSchedule:
     - gemm: an output tile of ``block_m x block_n``, a K step of ``block_k``, ``stages`` buffers in the
       pipelined K loop, ``threads`` per block, ``rasterize`` (L2 swizzle panel width, 0 = off).
     - attention: ``block_m`` query rows per block, ``block_n`` keys per step; ``stages`` K/V buffers;
-      ``overlap`` (GPU): one key block's softmax runs while the tensor cores compute the previous
-      block's P V (FlashAttention-3's intra-warpgroup overlap, a two-stage pipelined key loop).
+      ``overlap`` (Hopper): one key block's softmax runs while the tensor cores compute the previous
+      block's P V (FlashAttention-3's intra-warpgroup overlap on asynchronous wgmma; ``stages`` >= 2).
     - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
@@ -300,8 +300,8 @@ def settle_overlap(spec: KernelSpec, schedule: TileSchedule, config: Any, *, str
             f"overlap needs a software-pipelined key loop, and {config.name}'s pipeline cannot pipeline causal "
             "attention's key loop (hardware.pipelined_dynamic_loops: false, no warp specialisation)"
         )
-    if why is None:
-        return schedule.replace(stages=2)
+    if why is None:  # the loop double-buffers K and V at least
+        return schedule.replace(stages=max(2, schedule.stages))
     if strict:
         raise _fail("TileSchedule", why)
     return schedule.replace(overlap=False)
