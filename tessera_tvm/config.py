@@ -91,7 +91,8 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
 SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
 
 #: Schedule fields an ``autotune:`` space may list (the frontend's override names; ``rasterize`` is
-#: the tile library's name for ``swizzle``). Each maps to a non-empty list of distinct integers.
+#: the tile library's name for ``swizzle``). Each maps to a non-empty list of distinct integers
+#: (``overlap``: of booleans).
 AUTOTUNE_KEYS = {
     "block_m": "rows of the output tile (positive ints)",
     "block_n": "columns of the output tile (positive ints)",
@@ -100,6 +101,7 @@ AUTOTUNE_KEYS = {
     "threads": "threads per block (positive ints)",
     "swizzle": "L2 rasterization panel width, 0 = off (ints >= 0)",
     "rasterize": "the same as swizzle, under the tile library's name (ints >= 0)",
+    "overlap": "attention on Hopper: softmax beside the previous key block's P V (true and/or false)",
 }
 
 _TOP_KEYS = {
@@ -368,7 +370,7 @@ def _positive_int(value: Any) -> bool:
 
 
 def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
-    """The ``autotune:`` space: schedule field -> non-empty list of distinct ints."""
+    """The ``autotune:`` space: schedule field -> non-empty list of distinct ints (``overlap``: bools)."""
     space = check.mapping(value, "autotune", AUTOTUNE_KEYS)
     if "swizzle" in space and "rasterize" in space:
         raise check.fail("autotune.rasterize", "names the same field as autotune.swizzle; keep one of them")
@@ -377,7 +379,10 @@ def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
             raise check.fail(f"autotune.{key}", f"expected a non-empty list of candidate values, found {values!r}")
         low = 0 if key in ("swizzle", "rasterize") else 1
         for i, item in enumerate(values):
-            if isinstance(item, bool) or not isinstance(item, int) or item < low:
+            if key == "overlap":
+                if not isinstance(item, bool):
+                    raise check.fail(f"autotune.{key}[{i}]", f"expected true or false, found {item!r}")
+            elif isinstance(item, bool) or not isinstance(item, int) or item < low:
                 raise check.fail(
                     f"autotune.{key}[{i}]", f"expected an int >= {low} ({AUTOTUNE_KEYS[key]}), found {item!r}"
                 )

@@ -75,7 +75,7 @@ OVERRIDABLE = {
 }
 
 #: Override fields that take True or False (the others take ints).
-_BOOL_FIELDS = ("overlap",)
+BOOL_FIELDS = ("overlap",)
 
 
 def _short(dtype: str) -> str:
@@ -284,7 +284,7 @@ def split_overrides(overrides: Mapping[str, Any] | None, kernel_names: list[str]
                 raise ScheduleError(
                     f"{where}: schedule[{name!r}] has unknown field {key!r}; fields: {', '.join(OVERRIDABLE)}"
                 )
-            if key in _BOOL_FIELDS:
+            if key in BOOL_FIELDS:
                 if not isinstance(value, bool):
                     raise ScheduleError(
                         f"{where}: schedule field {key} of kernel {name} is {value!r}; expected True or False"

@@ -125,8 +125,8 @@ def test_measure_false_lists_the_candidates_without_compiling(nothing_compiles):
     pruned = [c for c in matmul.candidates if c.status == "pruned"]
     assert all(c.reason.startswith("shared memory ") and c.schedule is None for c in pruned)
     assert "shared memory 320 KiB > 227 KiB" in matmul.table()
-    # Softmax reads neither block_k nor stages: 60 of the 72 points are programs already listed.
-    assert (softmax.count("planned"), softmax.count("same")) == (13, 60)
+    # Softmax reads neither block_k, stages nor overlap: 132 of the 144 points are programs already listed.
+    assert (softmax.count("planned"), softmax.count("same")) == (13, 132)
     assert result.best == {} and result.schedule == {}
 
 
@@ -134,6 +134,30 @@ def test_measure_false_lists_the_candidates_without_compiling(nothing_compiles):
 def test_a_gpu_target_without_a_gpu_says_it_cannot_measure(nothing_compiles):
     with pytest.raises(ts.AutotuneError, match=r"cannot measure on hopper: .*measure=False lists them"):
         ts.autotune(linear, "hopper", shapes={"M": 256, "N": 256, "K": 256}, progress=False)
+
+
+@ts.kernel
+def attention(
+    Q: Tensor["B", "H", "S", "D", ts.bf16],
+    K: Tensor["B", "H", "S", "D", ts.bf16],
+    V: Tensor["B", "H", "S", "D", ts.bf16],
+):
+    return ops.flash_attention(Q, K, V, causal=True)
+
+
+ATTENTION_SHAPES = {"B": 1, "H": 8, "S": 1024, "D": 64}
+
+
+def test_attention_overlap_is_a_search_field(nothing_compiles):
+    space = {"block_n": [64, 128], "overlap": [False, True]}
+    hopper = ts.autotune(attention, "hopper", shapes=ATTENTION_SHAPES, space=space, measure=False, progress=False)
+    candidates = hopper.kernels[0].candidates
+    planned = [c.schedule for c in candidates if c.status == "planned"]
+    assert {(s.block_n, s.overlap) for s in planned} == {(64, False), (128, False), (64, True), (128, True)}
+    # Ampere has no asynchronous wgmma: its overlap points are pruned with the reason, nothing compiled
+    ampere = ts.autotune(attention, "ampere", shapes=ATTENTION_SHAPES, space=space, measure=False, progress=False)
+    pruned = [c for c in ampere.kernels[0].candidates if c.status == "pruned"]
+    assert len(pruned) == 2 and all("Hopper's asynchronous warpgroup MMA" in c.reason for c in pruned)
 
 
 def test_same_programs_are_measured_once(nothing_compiles):
@@ -225,6 +249,7 @@ def test_max_candidates_keeps_the_default_and_spreads_the_rest(nothing_compiles)
         ({"block_m": [32, 32]}, ["autotune.block_m", "twice"]),
         ({"block_m": 32}, ["autotune.block_m", "non-empty list"]),
         ({"swizzle": [0], "rasterize": [8]}, ["autotune.rasterize", "same field"]),
+        ({"overlap": [False, 1]}, ["autotune.overlap[1]", "expected true or false", "found 1"]),
     ],
 )
 def test_bad_autotune_sections_are_config_errors(tmp_path, autotune, words):
@@ -246,6 +271,8 @@ def test_bad_autotune_sections_are_config_errors(tmp_path, autotune, words):
         ({"space": {"block_m": []}}, r"space\['block_m'\] is empty"),
         ({"space": {"block_m": [0]}}, r"space\['block_m'\] holds 0; expected ints >= 1"),
         ({"space": {"swizzle": [0], "rasterize": [8]}}, "names swizzle twice"),
+        ({"space": {"overlap": [0, 1]}}, r"space\['overlap'\] holds 0; expected True and/or False"),
+        ({"space": {"block_m": [True]}}, r"space\['block_m'\] holds True; expected ints >= 1"),
         ({"space": {}}, "declares no autotune space"),
         ({"repeats": 0}, "repeats is 0"),
         ({"max_candidates": 0}, "max_candidates is 0"),

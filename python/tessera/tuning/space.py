@@ -17,12 +17,13 @@ from tessera_tvm.config import AUTOTUNE_KEYS
 from tessera_tvm.tile import program_fields
 
 from ..errors import AutotuneError, ScheduleError
-from ..schedule import OVERRIDABLE, Schedule, choose_schedule
+from ..schedule import BOOL_FIELDS, OVERRIDABLE, Schedule, choose_schedule
 from .results import Candidate, KernelTuning
 
 
 def normalize_space(space: Mapping[str, Any], where: str) -> dict[str, tuple[int, ...]]:
-    """``space`` checked like a config's ``autotune:`` section: field -> distinct ints, ``rasterize`` as ``swizzle``."""
+    """``space`` checked like a config's ``autotune:`` section: field -> distinct ints (``overlap``:
+    bools), ``rasterize`` as ``swizzle``."""
     if not isinstance(space, Mapping):
         raise AutotuneError(f"{where}: space is {space!r}; expected a mapping of field -> list of ints")
     out: dict[str, tuple[int, ...]] = {}
@@ -40,11 +41,17 @@ def normalize_space(space: Mapping[str, Any], where: str) -> dict[str, tuple[int
             raise AutotuneError(f"{where}: space names {name} twice (swizzle and rasterize are the same field)")
         values = list(values) if isinstance(values, list | tuple) else [values]
         low = 0 if name == "swizzle" else 1
+        expected = "True and/or False" if name in BOOL_FIELDS else f"ints >= {low}"
         if not values:
-            raise AutotuneError(f"{where}: space[{key!r}] is empty; expected a list of ints >= {low}")
+            raise AutotuneError(f"{where}: space[{key!r}] is empty; expected a list of {expected}")
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise AutotuneError(f"{where}: space[{key!r}] holds {v!r}; expected ints >= {low}")
+            bad = (
+                not isinstance(v, bool)
+                if name in BOOL_FIELDS
+                else (isinstance(v, bool) or not isinstance(v, int) or v < low)
+            )
+            if bad:
+                raise AutotuneError(f"{where}: space[{key!r}] holds {v!r}; expected {expected}")
         if len(set(values)) != len(values):
             raise AutotuneError(f"{where}: space[{key!r}] lists a value twice: {values}")
         out[name] = tuple(values)
