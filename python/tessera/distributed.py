@@ -18,7 +18,9 @@ Causal attention with the query sequence split is the one sharding whose graph d
 ranks (each reads the keys up to its last query): ``ts.compile`` compiles the calling rank's. Split
 contiguously, the last rank computes most of the causal triangle; ``ts.Split("S", zigzag=True)``
 balances it (the sequence cut into 2n pieces, rank c holding pieces c and 2n - 1 - c; ``local_arrays``
-cuts them so, and every collective over that axis follows that layout).
+cuts them so, and every collective over that axis follows that layout). With
+``attention="all_to_all"`` (DeepSpeed-Ulysses) such an attention is re-split on its heads instead:
+one all-to-all each for Q, K and V, one for the result, the same graph and work on every rank.
 Ranks map row-major onto the mesh. All-reduces over one axis are coalesced into buckets of
 ``bucket_mb`` (default 16 MB), with each tensor starting on a 32x32-tile boundary. With
 ``wait=False`` a call returns a :class:`Pending` result at once: the collectives run on a
@@ -184,6 +186,10 @@ class _LocalKernel(Kernel):
         return traced.__class__({**dict(traced.functions.items()), traced.get_global_var(self.name): func})
 
 
+#: How ``ts.shard(..., attention=)`` runs an attention whose sequence is split (see :func:`shard`).
+ATTENTION_MODES = ("all_gather", "all_to_all")
+
+
 class ShardedKernel:
     """A kernel whose arguments and results are split over ``mesh`` (made by :func:`shard`)."""
 
@@ -196,6 +202,7 @@ class ShardedKernel:
         *,
         timeout: float = 60.0,
         bucket_mb: float = DEFAULT_BUCKET_MB,
+        attention: str = "all_gather",
     ):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"ts.shard takes a @tessera.kernel, found {kernel!r}")
@@ -205,7 +212,12 @@ class ShardedKernel:
             raise KernelError(f"ts.shard: timeout is {timeout!r}; expected seconds > 0")
         if not (isinstance(bucket_mb, int | float) and not isinstance(bucket_mb, bool) and bucket_mb > 0):
             raise KernelError(f"ts.shard: bucket_mb is {bucket_mb!r}; expected megabytes > 0")
+        if attention not in ATTENTION_MODES:
+            raise KernelError(
+                f"ts.shard: attention is {attention!r}; expected one of {', '.join(map(repr, ATTENTION_MODES))}"
+            )
         self.kernel, self.mesh, self.timeout, self.bucket_mb = kernel, mesh, float(timeout), float(bucket_mb)
+        self.attention = attention
         self.name = kernel.name
         where = f"ts.shard({kernel.name})"
         params = dict(kernel.params)
@@ -329,6 +341,8 @@ class ShardedKernel:
         }
         if self.zigzag:
             attr["zigzag"] = sorted(self.zigzag)
+        if self.attention == "all_to_all":  # every axis: only one a sequence is split over meets an attention
+            attr["attention_all_to_all"] = sorted(dict(self.mesh.axes))
         if coords is not None:
             attr["coords"] = dict(coords)
         return attr
@@ -409,12 +423,18 @@ def shard(
     *,
     timeout: float = 60.0,
     bucket_mb: float = DEFAULT_BUCKET_MB,
+    attention: str = "all_gather",
 ) -> ShardedKernel:
     """``kernel`` with its parameters split over ``mesh``: ``inputs`` maps parameter names to
     ``ts.Split(dim, axis)`` (or a list of them, one per mesh axis); unnamed parameters are replicated.
     ``outputs`` (one spec, or a list per result) says how each result is left on the ranks (default:
-    replicated). ``timeout`` bounds each collective, ``bucket_mb`` the all-reduce buckets."""
-    return ShardedKernel(kernel, mesh, inputs, outputs, timeout=timeout, bucket_mb=bucket_mb)
+    replicated). ``timeout`` bounds each collective, ``bucket_mb`` the all-reduce buckets.
+    ``attention``: how an attention whose queries, keys and values are split on the sequence runs:
+    ``"all_gather"`` (each rank's queries against the gathered keys and values, Llama 3's context
+    parallelism) or ``"all_to_all"`` (DeepSpeed-Ulysses: one all-to-all each re-splits Q, K and V
+    on the heads, every rank attends over the whole sequence for its heads, and one all-to-all
+    splits the result on the sequence again; the heads must divide over the ranks)."""
+    return ShardedKernel(kernel, mesh, inputs, outputs, timeout=timeout, bucket_mb=bucket_mb, attention=attention)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -649,6 +669,18 @@ class ShardedCompiledKernel:
             return unzigzag(parts, c.dim, zigzag)
         if c.kind == "all_to_all":  # piece r of the new dim to rank r; what comes back joined on the old
             n = len(ranks)
+            pieces = n * (2 if zigzag else 1)
+            if t.shape[c.dim] % pieces:  # every rank has the same shapes: every rank stops here alike
+                raise KernelError(
+                    f"kernel {self.sharded.name}, rank {dist.get_rank()}: all_to_all of {value or c.value_name} over "
+                    f"{c.axis!r} cuts its dim {c.dim} ({t.shape[c.dim]}) into {pieces} equal pieces, which it does "
+                    "not divide into"
+                    + (
+                        " (attention='all_to_all' splits the heads: give Q, K and V a multiple of that many)"
+                        if c.dim == 1
+                        else ""
+                    )
+                )
             sends = [zigzag_piece(t, c.dim, n, r, zigzag).contiguous() for r in range(n)]
             parts = [torch.empty_like(p) for p in sends]
             self._wait(dist.all_to_all(parts, sends, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)

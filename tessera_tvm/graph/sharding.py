@@ -19,7 +19,8 @@ It uses these rules:
     permute_dims            the split dim moves with its axis
     attention               q, k, v split alike on batch or heads -> output split there; q split on
                             its sequence with k and v whole -> output split there (causal: each rank
-                            reads the prefix of k and v up to its last query, see below)
+                            reads the prefix of k and v up to its last query, see below); q, k, v
+                            split on the sequence over an all-to-all axis -> re-split on the heads
     softmax, norms, sums    a split on a dim they do not reduce passes through
 
 Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propagator.mend`):
@@ -51,6 +52,12 @@ becomes two on rank ``c``: the first half of its queries (``tessera.half``) over
 of the ``2n`` pieces of the gathered keys, the second half over the first ``2n - c``; their results,
 each permuted back, are joined on the sequence (``tessera.concat``) where the attention's permute
 back was.
+
+An axis listed in ``sharding["attention_all_to_all"]`` (``ts.shard(..., attention="all_to_all")``,
+DeepSpeed-Ulysses) re-splits an attention whose q, k and v are split on the sequence onto the heads
+instead: q, k and v are all-to-all'd from the sequence to the heads, the attention runs split on
+the heads over the whole sequence (causal ones too: no rank's coordinates needed), and its permute
+back is all-to-all'd from the heads onto the sequence again. The heads must divide over the axis.
 
 What cannot be mended raises :class:`ShardingError`, naming the op and the remedy.
 
@@ -216,6 +223,8 @@ class _Propagator:
         self.mesh: dict[str, int] = dict(sharding["mesh"])
         self.coords: dict[str, int] | None = sharding.get("coords")  # one rank's compile only
         self.zigzag: set[str] = set(sharding.get("zigzag", ()))  # axes whose pieces are load-balanced
+        # axes over which a sequence-split attention is re-split on its heads (DeepSpeed-Ulysses)
+        self.all_to_all: set[str] = set(sharding.get("attention_all_to_all", ()))
         self.state: dict[Any, dict[str, tuple]] = {}
         params = {str(p.name_hint): p for p in flat.params}
         for name, splits in sharding["params"].items():
@@ -239,8 +248,11 @@ class _Propagator:
         self.producers: dict[Any, Any] = {}
         self.placed: dict[tuple, Any] = {}  # (value, kind, axis, dim) -> the collective's var
         self.joined: dict[Any, tuple] = {}  # a zigzag attention's var -> (its halves' results, axis)
+        self.heads: dict[Any, tuple] = {}  # an all-to-all attention's var -> (its head-split result, axis)
         for node in self.flat.nodes:
-            out, causal = {}, None
+            out, causal, back = {}, None, None
+            if node.op == "nn.attention" and self.all_to_all:
+                node, back = self._heads_for_sequence(node)
             for axis in self.mesh:
                 ins = [self.of(a).get(axis) for a in node.args]
                 if all(s is None for s in ins):
@@ -261,8 +273,16 @@ class _Propagator:
                 continue
             if causal is not None:
                 node = self._causal_prefix(node, causal)
+            if back is not None:  # a head-split attention; its permute back re-splits on the sequence
+                var, axis = back
+                self._append(node, out)
+                self.state[var] = {**out, axis: ("split", 1)}  # what the attention's own result is
+                self.heads[var] = (node.var, axis)
+                continue
             if node.op == "permute_dims" and node.args[0] in self.joined:
                 node = self._join_halves(node)  # its permute back: the halves' results joined
+            if node.op == "permute_dims" and node.args[0] in self.heads:
+                node = self._sequence_again(node)
             self._append(node, out)
         self._drop_unused()
         return self.state
@@ -401,6 +421,90 @@ class _Propagator:
             self.placed[key] = node.var
         return self.placed[key]
 
+    def _heads_for_sequence(self, node):
+        """Attention ``node`` with q, k and v split on the sequence over an all-to-all axis
+        (``ts.shard(..., attention="all_to_all")``, DeepSpeed-Ulysses), as a head-split attention:
+        q, k and v all-to-all'd from the sequence to the heads (each rank then holds every position
+        of ``H / n`` heads), and a bias cut to match. Returns the new node, bound to a var of its own,
+        and ``(node.var, axis)``: the caller binds ``node.var`` to its result all-to-all'd back onto
+        the sequence. Causal or not, the ranks' graphs are one and their work equal. ``(node, None)``
+        where no axis applies."""
+        from .nodes import Node
+
+        axes = [
+            a
+            for a in self.mesh
+            if a in self.all_to_all and all(self.of(x).get(a) == ("split", 1) for x in node.args[:3])
+        ]
+        if not axes:
+            return node, None
+        (axis,) = axes  # one sequence, split over one axis
+        back = [n for n in self.flat.nodes if any(a.same_as(node.var) for a in n.args)]
+        if len(back) != 1 or back[0].op != "permute_dims":
+            raise self.fail(
+                node,
+                axis,
+                "its result is read other than through one permute back",
+                "shard with attention='all_gather'",
+                _Unmendable,
+            )
+        pieces = self.mesh[axis] * (2 if axis in self.zigzag else 1)
+        args = list(node.args)
+        for name, x in zip(("q", "k", "v"), args[:3], strict=False):
+            heads = _dims(x)[2]  # symbolic until the shapes are bound: checked then
+            if isinstance(heads, tvm.tirx.IntImm | int) and int(heads) % pieces:
+                raise self.fail(
+                    node,
+                    axis,
+                    f"attention='all_to_all' splits the heads over the {pieces} pieces of {axis!r}, and {name} "
+                    f"has {_dim_text(heads)} heads",
+                    "give it a multiple of that many heads, or shard with attention='all_gather'",
+                    _Unmendable,
+                )
+        args[:3] = [self._all_to_all(x, axis, 2, 1) for x in args[:3]]
+        if len(args) > 3:  # [B, H, S_q, S_kv]: its queries (or keys) whole, as the heads' attention reads them
+            bias, split = args[3], self.of(args[3]).get(axis)
+            bias_heads = _dims(bias)[1]
+            whole_heads = _is_one(bias_heads) or (isinstance(bias_heads, tvm.tirx.IntImm) and int(bias_heads) % pieces)
+            if split == ("split", 2) and not whole_heads:
+                args[3] = self._all_to_all(bias, axis, 1, 2)
+            elif split in (("split", 2), ("split", 3)):
+                args[3] = self._gather(bias, axis, split[1])  # whole (then cut on the heads, if it has them)
+        q, v = args[0], args[2]
+        sinfo = relax.TensorStructInfo([*_dims(q)[:3], _dims(v)[3]], node.var.struct_info.dtype)
+        heads = Node(relax.Var(f"{node.var.name_hint}_heads", sinfo), node.op, args, node.call, node.attrs)
+        return heads, (node.var, axis)
+
+    def _sequence_again(self, permute):
+        """An all-to-all attention's permute back (to ``[B, H, S, D]``), as the permute of its head-split
+        result all-to-all'd from the heads back onto the sequence, bound to the permute's var."""
+        from .nodes import node_of
+
+        heads, axis = self.heads[permute.args[0]]
+        axes = list(permute.attrs["axes"])
+        sinfo = relax.TensorStructInfo([_dims(heads)[a] for a in axes], heads.struct_info.dtype)
+        permuted = node_of(relax.Var(f"{heads.name_hint}_back", sinfo), relax.op.permute_dims(heads, axes))
+        self._append(permuted, {**self.of(heads), axis: ("split", axes.index(2))})
+        again = collective_node(
+            "all_to_all", permuted.var, axis, axes.index(1), self.mesh[axis], axes.index(2), zigzag=axis in self.zigzag
+        )
+        return _with_args(again, again.args, permute.var)
+
+    def _all_to_all(self, value, axis: str, dim: int, from_dim: int):
+        """``value``, split on ``from_dim`` over ``axis``, re-split on ``dim`` (one all-to-all); a
+        permute's result as the permute of its input's all-to-all."""
+        if self._permute_input(value) is not None:
+            source_from = self._source_dim(value, from_dim)
+
+            def place(source, source_dim):
+                return self._collective("all_to_all", source, axis, source_dim, source_from)
+
+            name = f"{value.name_hint}_all_to_all"
+            var = self._through_permute(value, f"all_to_all{from_dim}", axis, dim, place, name)
+            self.state[var] = {**self.state[var], axis: ("split", dim)}
+            return var
+        return self._collective("all_to_all", value, axis, dim, from_dim)
+
     def _causal_prefix(self, node, axis: str):
         """Causal ``node`` with its query sequence split over ``axis``, as this rank computes it: k
         and v cut to their first ``c + 1`` of ``n`` pieces (rank coordinate ``c``), masked
@@ -494,7 +598,7 @@ class _Propagator:
         if key not in self.placed:
             node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces, zigzag=axis in self.zigzag)
             after = {x: st for x, st in self.of(value).items() if x != axis}
-            if kind in _CUTTING:
+            if kind in _CUTTING or kind == "all_to_all":
                 after[axis] = ("split", dim)
             self._append(node, after)
             self.placed[key] = node.var
@@ -719,8 +823,11 @@ def collective_call(
     if kind == "all_gather":
         dims[dim] = dims[dim] * ranks
     elif kind == "all_to_all":  # ``pieces``: the dim it was split on, now whole
-        dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
-        dims[pieces] = dims[pieces] * ranks
+        simplify = tvm.arith.Analyzer().simplify
+        dims[dim] = simplify(tvm.tirx.floordiv(dims[dim], ranks))
+        was = dims[pieces]  # H // n back to H (not H // n * n: the sharding divides it evenly)
+        whole = isinstance(was, tvm.tirx.FloorDiv) and isinstance(was.b, tvm.tirx.IntImm) and int(was.b) == ranks
+        dims[pieces] = was.a if whole else simplify(was * ranks)
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     elif kind == "prefix":

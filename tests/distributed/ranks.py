@@ -326,6 +326,69 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     }
 
 
+def scenario_ulysses_attention(rank: int, world: int) -> dict:
+    """attention="all_to_all" (DeepSpeed-Ulysses): Q, K and V split on the sequence are re-split on
+    the heads, each rank attends over the whole sequence for its heads, and the result is split on
+    the sequence again. Causal grouped-query attention (one graph for every rank), left split and
+    gathered whole; a block with a padding mask, a projection and a residual; a zigzag split; and
+    heads that do not divide over the ranks, refused by name."""
+    _, causal, _ = _kernels()  # causal grouped-query attention
+
+    @ts.kernel
+    def block(
+        X: Tensor["B", "H", "S", "E", ts.f32],
+        K: Tensor["B", "H", "S", "E", ts.f32],
+        V: Tensor["B", "H", "S", "E", ts.f32],
+        M: Tensor["B", 1, 1, "S", ts.f32],
+        W: Tensor["E", "E", ts.f32],
+    ) -> Tensor["B", "H", "S", "E", ts.f32]:
+        return X + ops.matmul(ops.flash_attention(X, K, V, bias=M), W)
+
+    mesh = ts.Mesh({"sp": world})
+    seq = ts.Split("S")
+    shapes = {"B": 1, "H": 2 * world, "G": world, "S": 16 * world, "E": 16}
+    arrays = _arrays(np.random.default_rng(31), causal, shapes)
+    ref = causal.reference(*arrays)
+    kept = ts.shard(causal, mesh, dict.fromkeys("QKV", seq), outputs=seq, attention="all_to_all")
+    k = ts.compile(kept, target="cpu")
+    out = k(*kept.local_arrays(arrays, rank))
+    whole = ts.shard(causal, mesh, dict.fromkeys("QKV", seq), attention="all_to_all")
+    whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
+
+    x, kk, v = _arrays(np.random.default_rng(32), block, {**shapes, 1: 1})[:3]
+    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
+    mask[..., 3:7] = -np.inf
+    w = np.random.default_rng(33).standard_normal((16, 16)).astype(np.float32) * 0.2
+    sharded_block = ts.shard(block, mesh, {"X": seq, "K": seq, "V": seq, "M": seq}, attention="all_to_all")
+    block_k = ts.compile(sharded_block, target="cpu")
+    block_out = block_k(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
+
+    zig = ts.Split("S", zigzag=True)
+    four = {**shapes, "H": 4 * world, "G": 2 * world}  # 2n zigzag pieces of the heads too
+    zz_arrays = _arrays(np.random.default_rng(34), causal, four)
+    zz = ts.shard(causal, mesh, dict.fromkeys("QKV", zig), outputs=zig, attention="all_to_all")
+    zz_out = ts.compile(zz, target="cpu")(*zz.local_arrays(zz_arrays, rank))
+    zz_want = zigzag_piece(causal.reference(*zz_arrays), 2, world, rank, True)
+
+    refused = None
+    odd = {**shapes, "H": 3 * world, "G": 3}  # 3 key/value heads over the ranks
+    try:  # the CPU binds the heads per call: the all-to-all refuses them before sending anything
+        ts.compile(whole, target="cpu")(*whole.local_arrays(_arrays(np.random.default_rng(35), causal, odd), rank))
+    except Exception as exc:  # noqa: BLE001 - the test asserts on its words
+        refused = f"{type(exc).__name__}: {exc}"
+    return {
+        "err": float(np.abs(out - zigzag_piece(ref, 2, world, rank, False)).max()),
+        "shape": list(out.shape),
+        "whole_err": float(np.abs(whole_out - ref).max()),
+        "block_err": float(np.abs(block_out - block.reference(x, kk, v, mask, w)).max()),
+        "zigzag_err": float(np.abs(zz_out - zz_want).max()),
+        "kinds": [(c.kind, c.dim, c.from_dim) for c in k.collectives],
+        "block_kinds": [(c.kind, c.value_name) for c in block_k.collectives],
+        "refused": refused,
+        "sched": k.inspect_ir("sched"),
+    }
+
+
 def scenario_resplit(rank: int, world: int) -> dict:
     """A result split on its rows, wanted split on its columns: one all-to-all (contiguous, and zigzag,
     where the columns are cut into zigzag pieces too)."""

@@ -231,6 +231,43 @@ def test_a_zigzag_sequence_split_balances_causal_attention_over_the_ranks():
     )
 
 
+def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
+    """attention='all_to_all' (DeepSpeed-Ulysses): one all-to-all each for Q, K and V (sequence to
+    heads, before the permutes the attention kernel takes in), one back after its permute back; the
+    attention sees the whole sequence for H / n heads, so a causal one needs no rank's coordinates."""
+    seq = ts.Split("S")
+    sharded = ts.shard(
+        attend_causal, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), outputs=seq, attention="all_to_all"
+    )
+    kinds = [(c.kind, c.dim, c.from_dim, c.value_name, c.output) for c in _collectives(sharded)]
+    assert kinds == [
+        ("all_to_all", 1, 2, "Q", -1),
+        ("all_to_all", 1, 2, "K", -1),
+        ("all_to_all", 1, 2, "V", -1),
+        ("all_to_all", 2, 1, "output 0", 0),
+    ], kinds
+    graph = sharded.graph({"B": 1, "H": 8, "S": 64, "E": 16})  # one graph: no rank= needed
+    assert [g.family for g in graph.groups] == ["attention"]  # the permutes still fused in
+    spec = kernel_spec(graph.groups[0], {"B": 1, "H": 8, "S": 16, "E": 16}).spec
+    assert (spec.H, spec.S_q, spec.S_kv, spec.causal_offset) == (2, 64, 64, 0), spec
+    assert 'R.call_pure_packed("tessera.all_to_all", Q, R.str("sp"), R.prim_value(1), R.prim_value(2)' in (
+        sharded.inspect_ir("graph")
+    )
+
+    @ts.kernel
+    def six_heads(
+        Q: Tensor["B", 6, "S", "E", ts.f32], K: Tensor["B", 6, "S", "E", ts.f32], V: Tensor["B", 6, "S", "E", ts.f32]
+    ) -> Tensor["B", 6, "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    # heads known in the graph are checked there (a symbolic H when the all-to-all runs: see ranks.py)
+    six = ts.shard(six_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    with pytest.raises(ShardingError, match=r"splits the heads over the 4 pieces of 'sp', and q has 6 heads"):
+        six.graph()
+    with pytest.raises(KernelError, match=r"ts.shard: attention is 'ring'; expected one of 'all_gather', 'all_to_all'"):
+        ts.shard(attend_causal, TP, dict.fromkeys("QKV", seq), attention="ring")
+
+
 def test_a_zigzag_split_is_checked_and_cuts_the_local_arrays():
     zig = ts.Split("S", zigzag=True)
     with pytest.raises(KernelError, match=r"ts.Split\('S'\): zigzag is 'yes'; expected True or False"):

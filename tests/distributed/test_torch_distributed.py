@@ -100,11 +100,29 @@ def _check_zigzag_attention(out: dict, world: int) -> None:
         assert "(no communication: one of this rank's two zigzag pieces)" in zz["sched"], zz["sched"]
 
 
+def _check_ulysses_attention(out: dict, world: int) -> None:
+    for rank in range(world):
+        u = out[rank]["ulysses_attention"]  # Q, K, V re-split on the heads and the result back
+        assert u["err"] < 1e-4 and u["whole_err"] < 1e-4 and u["shape"] == [1, 2 * world, 16, 16], u
+        assert u["block_err"] < 1e-4 and u["zigzag_err"] < 1e-4, u
+        assert u["kinds"] == [("all_to_all", 1, 2)] * 3 + [("all_to_all", 2, 1)], u
+        qkv = [("all_to_all", n) for n in ("X", "K", "V")]
+        assert u["block_kinds"] == [
+            *qkv,
+            ("all_gather", "M"),  # the padding mask's keys, whole as the heads' keys are
+            ("all_to_all", "flash_attention's output"),  # back on the sequence for the projection
+            ("all_gather", "output 0"),
+        ], u
+        assert "prefix" not in u["sched"]  # causal, yet one graph for every rank
+        assert f"rank {rank}: all_to_all of K over 'sp' cuts its dim 1 (3) into {world} equal pieces" in u["refused"]
+
+
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
     scenarios = ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"]
-    out = _spawn(2, [*scenarios, "zigzag_attention", "resplit"])
+    out = _spawn(2, [*scenarios, "zigzag_attention", "ulysses_attention", "resplit"])
     _check_sequence_parallel(out, 2)
     _check_zigzag_attention(out, 2)
+    _check_ulysses_attention(out, 2)
     for rank in (0, 1):
         for name, (err, kinds, issued) in out[rank]["resplit"].items():  # rows to columns: one all-to-all
             assert err < 1e-5 and kinds == ["all_to_all"] and issued == 1, (name, err, kinds, issued)
