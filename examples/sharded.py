@@ -13,7 +13,10 @@ on the sequence.
   are all-gathered, and each rank reads them up to its last query (its own graph);
 - context parallel, zigzag: the same split load-balanced (``ts.Split("S", zigzag=True)``): the
   sequence is cut into 2n pieces and rank c holds pieces c and 2n - 1 - c, so every rank computes
-  the same share of the causal attention.
+  the same share of the causal attention;
+- context parallel, all-to-all (DeepSpeed-Ulysses, ``attention="all_to_all"``): Q, K and V are
+  re-split onto the heads, every rank attends over the whole sequence for its heads, and the result
+  is re-split onto the sequence (one graph for every rank; the heads must divide over the ranks).
 
 Each rank makes the same inputs (one seed), passes its shards, and checks its result against numpy.
 Rank 0 prints the collectives of each and the Schedule IR lines that name them.
@@ -82,6 +85,17 @@ def main() -> int:
             np.split(causal_attention.reference(*qkv), world, axis=2)[rank],
         ),
         "context parallel, zigzag": (zigzag, qkv, zigzag_piece(causal_attention.reference(*qkv), 2, world, rank, True)),
+        "context parallel, all-to-all": (
+            ts.shard(
+                causal_attention,
+                mesh,
+                dict.fromkeys("QKV", ts.Split("S")),
+                outputs=ts.Split("S"),
+                attention="all_to_all",
+            ),
+            qkv,
+            np.split(causal_attention.reference(*qkv), world, axis=2)[rank],
+        ),
     }
     failed = 0
     for name, (sharded, arrays, want) in runs.items():

@@ -24,11 +24,13 @@ def test_the_sharded_example_runs_under_torchrun_on_two_ranks():
         assert f"rank {rank}: sequence parallel: result [32, 128], max error" in done.stdout
         assert f"rank {rank}: context parallel: result [1, 4, 32, 32], max error" in done.stdout
         assert f"rank {rank}: context parallel, zigzag: result [1, 4, 32, 32], max error" in done.stdout
+        assert f"rank {rank}: context parallel, all-to-all: result [1, 4, 32, 32], max error" in done.stdout
     assert "WRONG" not in done.stdout
     assert "sched.collective  all_reduce(matmul's output) over 'tp' on torch.distributed" in done.stdout
     assert "sched.collective  reduce_scatter(matmul's output) over 'tp', dim 0" in done.stdout
     assert "sched.collective  prefix(K_all_gather) over 'tp', dim 2, its first 1 piece" in done.stdout  # rank 0's
     assert "sched.collective  half(Q) over 'tp', dim 2, its second half on torch.distributed" in done.stdout
+    assert "sched.collective  all_to_all(Q) over 'tp', dim 1 (split on dim 2 before)" in done.stdout
 
 
 def test_the_sharded_example_says_how_to_run_it_outside_torchrun():
