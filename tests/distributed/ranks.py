@@ -483,6 +483,36 @@ def scenario_gpu_zigzag_attention(rank: int, world: int) -> dict:
     }
 
 
+def scenario_gpu_ulysses_attention(rank: int, world: int) -> dict:
+    """attention="all_to_all" on the GPU (hopper, bf16): Q, K, V and the result all-to-all'd as torch
+    CUDA tensors through NCCL."""
+    import torch
+
+    @ts.kernel
+    def causal(
+        Q: Tensor["B", "H", "S", "E", ts.bf16],
+        K: Tensor["B", "H", "S", "E", ts.bf16],
+        V: Tensor["B", "H", "S", "E", ts.bf16],
+    ) -> Tensor["B", "H", "S", "E", ts.bf16]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    shapes = {"B": 1, "H": 4 * world, "S": 256 * world, "E": 64}
+    rng = np.random.default_rng(13)
+    qkv = [torch.from_numpy(rng.standard_normal((1, 4 * world, shapes["S"], 64)).astype(np.float32)) for _ in range(3)]
+    qkv = [t.to(torch.bfloat16).cuda() for t in qkv]
+    ref = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+    seq = ts.Split("S")
+    sharded = ts.shard(causal, ts.Mesh({"sp": world}), dict.fromkeys("QKV", seq), outputs=seq, attention="all_to_all")
+    k = ts.compile(sharded, target="hopper", shapes=shapes)
+    out = k(*[zigzag_piece(t, 2, world, rank, False).contiguous() for t in qkv])
+    want = zigzag_piece(ref, 2, world, rank, False)
+    return {
+        "err": float((out.float() - want.float()).abs().max()),
+        "cuda": bool(out.is_cuda),
+        "kinds": [c.kind for c in k.collectives],
+    }
+
+
 def scenario_buckets(rank: int, world: int) -> dict:
     _, _, three = _kernels()
     arrays = _arrays(np.random.default_rng(2), three, SHAPES)

@@ -173,8 +173,10 @@ def test_sequence_parallel_on_the_gpu_with_nccl():
     import torch
 
     world = torch.cuda.device_count()
-    out = _spawn(world, ["gpu_sequence_parallel", "gpu_zigzag_attention"], backend="nccl")
+    out = _spawn(world, ["gpu_sequence_parallel", "gpu_zigzag_attention", "gpu_ulysses_attention"], backend="nccl")
     for rank in range(world):
+        u = out[rank]["gpu_ulysses_attention"]  # Q, K, V and the result all-to-all'd on CUDA tensors
+        assert u["cuda"] and u["err"] < 3e-2 and u["kinds"] == ["all_to_all"] * 4, u
         zz = out[rank]["gpu_zigzag_attention"]  # halves, prefixes and the join on CUDA tensors
         assert zz["cuda"] and zz["err"] < 3e-2 and zz["kinds"][-1] == "concat", zz
         result = out[rank]["gpu_sequence_parallel"]
