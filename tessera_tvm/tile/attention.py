@@ -18,7 +18,7 @@ tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tess
 
 from __future__ import annotations
 
-from .._tvm import T, prim_func
+from .._tvm import T, named, prim_func
 from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .schedule import TileSchedule
@@ -77,6 +77,24 @@ def _alloc_probs(block_m: int, block_n: int, dtype: str):
     return T.alloc_fragment((block_m, block_n), dtype)
 
 
+def _gpu_buffers(spec: AttentionSpec, s: TileSchedule) -> tuple:
+    """The GPU programs' buffers: the Q, K and V tiles in shared memory; the scores, P, the output
+    accumulator and the per-row statistics (running max, the previous max, the rescale factor, this
+    step's sum, the running sum) in registers."""
+    block_m, block_n, D, dtype = s.block_m, s.block_n, spec.D, spec.dtype_in
+    tiles = [
+        named(T.alloc_shared((rows, D), dtype), name)
+        for rows, name in ((block_m, "Q_s"), (block_n, "K_s"), (block_n, "V_s"))
+    ]
+    scores = named(T.alloc_fragment((block_m, block_n), ACC), "scores")
+    probs = named(_alloc_probs(block_m, block_n, dtype), "probs")
+    acc = named(T.alloc_fragment((block_m, D), ACC), "acc")
+    rows = [
+        named(T.alloc_fragment((block_m,), ACC), n) for n in ("row_max", "prev_max", "rescale", "step_sum", "row_sum")
+    ]
+    return (*tiles, scores, probs, acc, *rows)
+
+
 def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
     """The flash-attention tile program of a thread-block target (CUDA, HIP)."""
     if s.overlap:
@@ -84,24 +102,13 @@ def attention_gpu_program(spec: AttentionSpec, s: TileSchedule):
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale_log2 = spec.scale * LOG2E  # exp(x * scale) == exp2(x * scale * log2(e))
     groups = spec.groups
-    dtype = spec.dtype_in
     params = spec.params()
 
     @prim_func
     def main():
         io = declare_params(params, _roles(spec))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
-            Q_s = T.alloc_shared((block_m, D), dtype)
-            K_s = T.alloc_shared((block_n, D), dtype)
-            V_s = T.alloc_shared((block_n, D), dtype)
-            scores = T.alloc_fragment((block_m, block_n), ACC)
-            probs = _alloc_probs(block_m, block_n, dtype)
-            acc = T.alloc_fragment((block_m, D), ACC)
-            row_max = T.alloc_fragment((block_m,), ACC)
-            prev_max = T.alloc_fragment((block_m,), ACC)
-            rescale = T.alloc_fragment((block_m,), ACC)
-            step_sum = T.alloc_fragment((block_m,), ACC)
-            row_sum = T.alloc_fragment((block_m,), ACC)
+            Q_s, K_s, V_s, scores, probs, acc, row_max, prev_max, rescale, step_sum, row_sum = _gpu_buffers(spec, s)
             kv_head = head // groups
             T.copy(io.q[batch, head, bx * block_m, 0], Q_s)
             T.fill(acc, 0)
@@ -157,7 +164,6 @@ def _attention_gpu_overlapped(spec: AttentionSpec, s: TileSchedule):
     """
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     groups = spec.groups
-    dtype = spec.dtype_in
     params = spec.params()
     # Scores stay unscaled (the max is taken before scaling, which a positive scale keeps) unless a
     # bias must be added in the log2 domain first.
@@ -171,18 +177,8 @@ def _attention_gpu_overlapped(spec: AttentionSpec, s: TileSchedule):
     def main():
         io = declare_params(params, _roles(spec))
         with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B, threads=s.threads) as (bx, head, batch):
-            Q_s = T.alloc_shared((block_m, D), dtype)
-            K_s = T.alloc_shared((block_n, D), dtype)
-            V_s = T.alloc_shared((block_n, D), dtype)
-            scores = T.alloc_fragment((block_m, block_n), ACC)
-            probs = _alloc_probs(block_m, block_n, dtype)
-            acc = T.alloc_fragment((block_m, D), ACC)
-            row_max = T.alloc_fragment((block_m,), ACC)
-            prev_max = T.alloc_fragment((block_m,), ACC)
-            rescale = T.alloc_fragment((block_m,), ACC)
-            step_sum = T.alloc_fragment((block_m,), ACC)
-            row_sum = T.alloc_fragment((block_m,), ACC)
-            held = T.alloc_local((1,), dtype)
+            Q_s, K_s, V_s, scores, probs, acc, row_max, prev_max, rescale, step_sum, row_sum = _gpu_buffers(spec, s)
+            held = T.alloc_local((1,), spec.dtype_in)
             kv_head = head // groups
             n_blocks = _key_blocks(spec, bx * block_m, block_m, block_n)
             T.copy(io.q[batch, head, bx * block_m, 0], Q_s)
