@@ -204,6 +204,7 @@ def _attention_gpu_overlapped(spec: AttentionSpec, s: TileSchedule):
                 T.wgmma_gemm(probs, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
                 # block kb's softmax while P V runs
                 T.wait_wgmma(1)
+                T.warpgroup_fence_operand(scores, 0, block_m * block_n // s.threads)  # no read of S above the wait
                 held[0] = K_s[0, 0]  # K's last use: its stage is released after the wait, not at the issue
                 if not folded:  # scale (and bias) into the log2 domain first
                     for i, j in T.Parallel(block_m, block_n):
@@ -227,6 +228,7 @@ def _attention_gpu_overlapped(spec: AttentionSpec, s: TileSchedule):
                 for i in T.Parallel(block_m):
                     row_sum[i] = row_sum[i] * rescale[i] + step_sum[i]
                 T.wait_wgmma(0)
+                T.warpgroup_fence_operand(acc, 0, block_m * D // s.threads)  # nor of O (registers per thread)
                 held[0] = V_s[0, 0]  # V's last use, likewise
                 T.copy(scores, probs)
             for i, j in T.Parallel(block_m, D):

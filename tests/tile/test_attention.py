@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -203,6 +205,18 @@ def test_hopper_overlapped_attention_waits_for_each_wgmma_before_releasing_its_s
     ]
     order = [e for i, e in enumerate(events) if e != "exp2" or events[i - 1] != "exp2"]  # one per softmax pass
     assert order == ["issue", "issue", "wait1", "release", "exp2", "wait0", "release"], order
+    # after each wait, the registers the wgmma wrote are fenced (every one of them, and no more), so
+    # the compiler moves no read of them above the wait
+    sizes = {name: int(n) for name, n in re.findall(r"float (scores|acc)\[(\d+)\];", source)}
+    fenced = [
+        (line.split("wait_wgmma<")[1][0], after)
+        for line, after in zip(loop, loop[1:], strict=False)
+        if "wait_wgmma<" in line
+    ]
+    assert fenced == [
+        ("1", f"tl::warpgroup_fence_operand(reinterpret_cast<float*>(scores + 0), {sizes['scores']});"),
+        ("0", f"tl::warpgroup_fence_operand(reinterpret_cast<float*>(acc + 0), {sizes['acc']});"),
+    ], (fenced, sizes)
     plain = tessera_tvm.lower(build_tile_program(spec, None, "hopper"), "hopper", build=False).source
     assert "wait_wgmma<1>" not in plain  # the default loop waits for each GEMM
 
