@@ -48,7 +48,14 @@ from typing import Any
 import numpy as np
 
 from tessera_tvm import trace as _trace
-from tessera_tvm.graph.sharding import LOCAL_KINDS, SHARDING_ATTR, Collective, RankDependent, read_collectives
+from tessera_tvm.graph.sharding import (
+    LOCAL_KINDS,
+    SHARDING_ATTR,
+    Collective,
+    RankDependent,
+    read_collectives,
+    split_pieces,
+)
 
 from .errors import KernelError, TesseraError
 from .kernel import Kernel
@@ -285,7 +292,7 @@ class ShardedKernel:
 
     def pieces(self, axis: str) -> int:
         """How many pieces a dim split over ``axis`` is cut into: one per rank, two per rank (zigzag)."""
-        return self.mesh.axis_size(axis) * (2 if axis in self.zigzag else 1)
+        return split_pieces(self.mesh.axis_size(axis), axis in self.zigzag)
 
     def _resolve(self, where: str, what: str, dims, specs: list[Split]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -669,7 +676,7 @@ class ShardedCompiledKernel:
             return unzigzag(parts, c.dim, zigzag)
         if c.kind == "all_to_all":  # piece r of the new dim to rank r; what comes back joined on the old
             n = len(ranks)
-            pieces = n * (2 if zigzag else 1)
+            pieces = split_pieces(n, zigzag)
             if t.shape[c.dim] % pieces:  # every rank has the same shapes: every rank stops here alike
                 raise KernelError(
                     f"kernel {self.sharded.name}, rank {dist.get_rank()}: all_to_all of {value or c.value_name} over "

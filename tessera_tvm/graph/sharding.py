@@ -144,6 +144,11 @@ _UNARY = {
 _BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}
 
 
+def split_pieces(ranks: int, zigzag: bool) -> int:
+    """How many pieces a dim split over ``ranks`` is cut into: one per rank, or two (zigzag)."""
+    return ranks * (2 if zigzag else 1)
+
+
 class ShardingError(TesseraError):
     """A sharding the kernel's ops cannot follow, or one that needs a collective Tessera does not place."""
 
@@ -448,7 +453,7 @@ class _Propagator:
                 "shard with attention='all_gather'",
                 _Unmendable,
             )
-        pieces = self.mesh[axis] * (2 if axis in self.zigzag else 1)
+        pieces = split_pieces(self.mesh[axis], axis in self.zigzag)
         args = list(node.args)
         for name, x in zip(("q", "k", "v"), args[:3], strict=False):
             heads = _dims(x)[2]  # symbolic until the shapes are bound: checked then
@@ -831,7 +836,7 @@ def collective_call(
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     elif kind == "prefix":
-        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks * (2 if zigzag else 1)) * pieces)
+        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], split_pieces(ranks, zigzag)) * pieces)
     elif kind == "half":
         dims[dim] = tvm.tirx.floordiv(dims[dim], 2)
     elif kind == "concat":
