@@ -53,6 +53,7 @@ from tessera_tvm.graph.sharding import (
     SHARDING_ATTR,
     Collective,
     RankDependent,
+    dim_size,
     read_collectives,
     split_pieces,
 )
@@ -615,7 +616,9 @@ class ShardedCompiledKernel:
             checked = [
                 from_torch(t, ttype.dtype.tvm) for t, (_, ttype) in zip(checked, local.kernel.params, strict=True)
             ]
-        instance = local._instance_of(_bind(local.kernel, checked, local.shapes))
+        env = _bind(local.kernel, checked, local.shapes)
+        self._check_resplits(dist, env)
+        instance = local._instance_of(env)
         issued, seconds, copies = [0], [0.0], [0.0]
 
         def collective(c: Collective, array, *others):
@@ -640,6 +643,27 @@ class ShardedCompiledKernel:
             "copy_seconds": copies[0],
         }
         return outs, (issued[0], seconds[0], copies[0])
+
+    def _check_resplits(self, dist, env: Mapping[str, int]) -> None:
+        """Every all-to-all's new dim divides into the axis's pieces at the dims of this call, checked
+        before the local kernels compile for them (3 heads over 4 ranks would give a kernel of 0 heads).
+        Every rank has the same shapes, so every rank stops here alike."""
+        for c in self.collectives:
+            if c.kind != "all_to_all" or c.source is None:
+                continue
+            size = dim_size(c.source, c.dim, dict(env))
+            if size is not None:
+                self._check_pieces(dist, c, size, c.value_name)
+
+    def _check_pieces(self, dist, c: Collective, size: int, value: str) -> None:
+        pieces = split_pieces(self.sharded.mesh.axis_size(c.axis), c.axis in self.sharded.zigzag)
+        if size % pieces:
+            heads = " (attention='all_to_all' splits the heads: give Q, K and V a multiple of that many)"
+            raise KernelError(
+                f"kernel {self.sharded.name}, rank {dist.get_rank()}: all_to_all of {value} over {c.axis!r} cuts "
+                f"its dim {c.dim} ({size}) into {pieces} equal pieces, which it does not divide into"
+                + (heads if c.dim == 1 else "")
+            )
 
     def _collective_between(self, dist, c: Collective, value, others: Sequence[Any] = ()):
         """``c`` on a value between the kernels (summed and gathered in fp32): its result, of the
@@ -676,18 +700,7 @@ class ShardedCompiledKernel:
             return unzigzag(parts, c.dim, zigzag)
         if c.kind == "all_to_all":  # piece r of the new dim to rank r; what comes back joined on the old
             n = len(ranks)
-            pieces = split_pieces(n, zigzag)
-            if t.shape[c.dim] % pieces:  # every rank has the same shapes: every rank stops here alike
-                raise KernelError(
-                    f"kernel {self.sharded.name}, rank {dist.get_rank()}: all_to_all of {value or c.value_name} over "
-                    f"{c.axis!r} cuts its dim {c.dim} ({t.shape[c.dim]}) into {pieces} equal pieces, which it does "
-                    "not divide into"
-                    + (
-                        " (attention='all_to_all' splits the heads: give Q, K and V a multiple of that many)"
-                        if c.dim == 1
-                        else ""
-                    )
-                )
+            self._check_pieces(dist, c, t.shape[c.dim], value or c.value_name)
             sends = [zigzag_piece(t, c.dim, n, r, zigzag).contiguous() for r in range(n)]
             parts = [torch.empty_like(p) for p in sends]
             self._wait(dist.all_to_all(parts, sends, group=group, async_op=True), c.kind, outputs, c.axis, ranks, value)

@@ -149,6 +149,19 @@ def split_pieces(ranks: int, zigzag: bool) -> int:
     return ranks * (2 if zigzag else 1)
 
 
+def dim_size(value, dim: int, env: dict[str, int]) -> int | None:
+    """The size of ``value``'s ``dim`` with the symbolic dims bound to ``env`` (name -> int), or None
+    where it stays symbolic or the value's shape is not known (a kernel's result after outlining)."""
+    if getattr(value.struct_info, "shape", None) is None:
+        return None
+    expr = _dims(value)[dim]
+    if isinstance(expr, int):
+        return expr
+    bound = {v: tvm.tirx.IntImm(v.dtype, env[v.name]) for v in tvm.tirx.analysis.undefined_vars(expr) if v.name in env}
+    expr = tvm.arith.Analyzer().simplify(tvm.tirx.stmt_functor.substitute(expr, bound))
+    return int(expr.value) if isinstance(expr, tvm.tirx.IntImm) else None
+
+
 class ShardingError(TesseraError):
     """A sharding the kernel's ops cannot follow, or one that needs a collective Tessera does not place."""
 

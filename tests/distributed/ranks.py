@@ -370,6 +370,14 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
     zz_out = ts.compile(zz, target="cpu")(*zz.local_arrays(zz_arrays, rank))
     zz_want = zigzag_piece(causal.reference(*zz_arrays), 2, world, rank, True)
 
+    mesh_err = None
+    if world == 4:  # a 2 x 2 mesh: the batch over "dp", the sequence over "sp", re-split on the heads
+        two = {"B": 2, "H": 4, "G": 2, "S": 32, "E": 16}
+        both = _arrays(np.random.default_rng(36), causal, two)
+        split = [ts.Split("B", "dp"), ts.Split("S", "sp")]
+        on_mesh = ts.shard(causal, ts.Mesh({"dp": 2, "sp": 2}), dict.fromkeys("QKV", split), attention="all_to_all")
+        mesh_out = ts.compile(on_mesh, target="cpu")(*on_mesh.local_arrays(both, rank))
+        mesh_err = float(np.abs(mesh_out - causal.reference(*both)).max())
     refused = None
     odd = {**shapes, "H": 3 * world, "G": 3}  # 3 key/value heads over the ranks
     try:  # the CPU binds the heads per call: the all-to-all refuses them before sending anything
@@ -382,6 +390,7 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
         "whole_err": float(np.abs(whole_out - ref).max()),
         "block_err": float(np.abs(block_out - block.reference(x, kk, v, mask, w)).max()),
         "zigzag_err": float(np.abs(zz_out - zz_want).max()),
+        "mesh_err": mesh_err,
         "kinds": [(c.kind, c.dim, c.from_dim) for c in k.collectives],
         "block_kinds": [(c.kind, c.value_name) for c in block_k.collectives],
         "refused": refused,

@@ -105,6 +105,7 @@ def _check_ulysses_attention(out: dict, world: int) -> None:
         u = out[rank]["ulysses_attention"]  # Q, K, V re-split on the heads and the result back
         assert u["err"] < 1e-4 and u["whole_err"] < 1e-4 and u["shape"] == [1, 2 * world, 16, 16], u
         assert u["block_err"] < 1e-4 and u["zigzag_err"] < 1e-4, u
+        assert (u["mesh_err"] is None) == (world != 4) and (u["mesh_err"] or 0.0) < 1e-4, u  # 2 x 2 mesh
         assert u["kinds"] == [("all_to_all", 1, 2)] * 3 + [("all_to_all", 2, 1)], u
         qkv = [("all_to_all", n) for n in ("X", "K", "V")]
         assert u["block_kinds"] == [
@@ -132,9 +133,11 @@ def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
 
 
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
-    out = _spawn(4, ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "resplit", "hung_last"])
+    scenarios = ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "ulysses_attention", "resplit"]
+    out = _spawn(4, [*scenarios, "hung_last"])
     _check_causal_sequence_attention(out, 4)
     _check_zigzag_attention(out, 4)
+    _check_ulysses_attention(out, 4)
     for rank in range(4):
         assert all(err < 1e-5 and kinds == ["all_to_all"] for err, kinds, _ in out[rank]["resplit"].values())
     for rank in range(3):
