@@ -487,6 +487,7 @@ class ShardedCompiledKernel:
         self._lock = threading.Lock()
         self._waits = 0  # collectives waited for, numbered alike on every rank (_silent_ranks)
         self._stream = None  # the GPU: the communication stream of wait=False calls
+        self._resplits_checked: set[tuple] = set()  # the dims at which every all-to-all divides (_check_resplits)
 
     def __repr__(self) -> str:
         return f"<ShardedCompiledKernel {self.sharded.name} over {self.sharded.mesh!r} for {self.config.name}>"
@@ -647,13 +648,18 @@ class ShardedCompiledKernel:
     def _check_resplits(self, dist, env: Mapping[str, int]) -> None:
         """Every all-to-all's new dim divides into the axis's pieces at the dims of this call, checked
         before the local kernels compile for them (3 heads over 4 ranks would give a kernel of 0 heads).
-        Every rank has the same shapes, so every rank stops here alike."""
+        Every rank has the same shapes, so every rank stops here alike. Once per set of dims: a call
+        at shapes already checked pays nothing (binding the shapes in TVM costs ~30 us a collective)."""
+        key = tuple(sorted(env.items()))
+        if key in self._resplits_checked:
+            return
         for c in self.collectives:
             if c.kind != "all_to_all" or c.source is None:
                 continue
-            size = dim_size(c.source, c.dim, dict(env))
+            size = dim_size(c.source, c.dim, env)
             if size is not None:
                 self._check_pieces(dist, c, size, c.value_name)
+        self._resplits_checked.add(key)
 
     def _check_pieces(self, dist, c: Collective, size: int, value: str) -> None:
         pieces = split_pieces(self.sharded.mesh.axis_size(c.axis), c.axis in self.sharded.zigzag)

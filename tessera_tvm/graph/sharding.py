@@ -95,6 +95,7 @@ runtime (``tessera.distributed``), which runs them on torch.distributed.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,7 @@ def split_pieces(ranks: int, zigzag: bool) -> int:
     return ranks * (2 if zigzag else 1)
 
 
-def dim_size(value, dim: int, env: dict[str, int]) -> int | None:
+def dim_size(value, dim: int, env: Mapping[str, int]) -> int | None:
     """The size of ``value``'s ``dim`` with the symbolic dims bound to ``env`` (name -> int), or None
     where it stays symbolic or the value's shape is not known (a kernel's result after outlining)."""
     if getattr(value.struct_info, "shape", None) is None:

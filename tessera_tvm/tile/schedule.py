@@ -112,8 +112,8 @@ class TileSchedule:
             return schedule
         schedule = fit_schedule(spec, schedule, target_kind, wgmma=bool(config.fact("wgmma")))
         if _dynamic_pipeline_unsupported(spec, config):
-            schedule = schedule.replace(stages=1, overlap=False)
-        schedule = settle_overlap(spec, schedule, config)
+            schedule = schedule.replace(stages=1)
+        schedule = settle_overlap(spec, schedule, config)  # (off where the loop above cannot be pipelined)
         return _fit_shared_memory(spec, schedule, config)
 
 
