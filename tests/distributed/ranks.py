@@ -272,12 +272,9 @@ def scenario_causal_sequence_attention(rank: int, world: int) -> dict:
     }
 
 
-def scenario_zigzag_attention(rank: int, world: int) -> dict:
-    """Causal attention with the sequence split load-balanced (zigzag): rank c holds pieces c and
-    2n - 1 - c of 2n, and computes each half of its queries against the keys up to its last query.
-    Alone (left split, and gathered whole), inside a block whose next kernel reads the joined
-    halves, and with a padding mask."""
-    _, causal, _ = _kernels()  # causal grouped-query attention
+def _attention_block(causal: bool):
+    """X + attention(X, K, V, with a padding mask M) W: the attention's result read by the next
+    kernel, under a sequence split."""
 
     @ts.kernel
     def block(
@@ -287,7 +284,29 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
         M: Tensor["B", 1, 1, "S", ts.f32],
         W: Tensor["E", "E", ts.f32],
     ) -> Tensor["B", "H", "S", "E", ts.f32]:
-        return X + ops.matmul(ops.flash_attention(X, K, V, causal=True, bias=M), W)
+        return X + ops.matmul(ops.flash_attention(X, K, V, causal=causal, bias=M), W)
+
+    return block
+
+
+def _block_arrays(block, shapes, seed: int) -> list:
+    """X, K, V (from ``seed``), a padding mask with keys 3 .. 6 masked (in rank 0's first piece and
+    beyond) and W (from ``seed + 1``) for :func:`_attention_block`."""
+    x, kk, v = _arrays(np.random.default_rng(seed), block, {**shapes, 1: 1})[:3]
+    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
+    mask[..., 3:7] = -np.inf
+    w = np.random.default_rng(seed + 1).standard_normal((16, 16)).astype(np.float32) * 0.2
+    return [x, kk, v, mask, w]
+
+
+def scenario_zigzag_attention(rank: int, world: int) -> dict:
+    """Causal attention with the sequence split load-balanced (zigzag): rank c holds pieces c and
+    2n - 1 - c of 2n, and computes each half of its queries against the keys up to its last query.
+    Alone (left split, and gathered whole), inside a block whose next kernel reads the joined
+    halves, and with a padding mask."""
+    _, causal, _ = _kernels()  # causal grouped-query attention
+
+    block = _attention_block(causal=True)
 
     mesh = ts.Mesh({"cp": world})
     shapes = {"B": 1, "H": 4, "G": 2, "S": 16 * world, "E": 16}
@@ -301,10 +320,7 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     whole = ts.shard(causal, mesh, dict.fromkeys("QKV", zig))
     whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
 
-    x, kk, v = _arrays(np.random.default_rng(24), block, {**shapes, 1: 1})[:3]
-    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
-    mask[..., 3:7] = -np.inf  # keys 3 .. 6 masked: in rank 0's first piece and beyond
-    w = np.random.default_rng(25).standard_normal((16, 16)).astype(np.float32) * 0.2
+    x, kk, v, mask, w = _block_arrays(block, shapes, 24)
     sharded_block = ts.shard(block, mesh, {"X": zig, "K": zig, "V": zig, "M": zig})
     block_out = ts.compile(sharded_block, target="cpu")(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
     mesh_err = None
@@ -334,15 +350,7 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
     heads that do not divide over the ranks, refused by name."""
     _, causal, _ = _kernels()  # causal grouped-query attention
 
-    @ts.kernel
-    def block(
-        X: Tensor["B", "H", "S", "E", ts.f32],
-        K: Tensor["B", "H", "S", "E", ts.f32],
-        V: Tensor["B", "H", "S", "E", ts.f32],
-        M: Tensor["B", 1, 1, "S", ts.f32],
-        W: Tensor["E", "E", ts.f32],
-    ) -> Tensor["B", "H", "S", "E", ts.f32]:
-        return X + ops.matmul(ops.flash_attention(X, K, V, bias=M), W)
+    block = _attention_block(causal=False)
 
     mesh = ts.Mesh({"sp": world})
     seq = ts.Split("S")
@@ -355,10 +363,7 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
     whole = ts.shard(causal, mesh, dict.fromkeys("QKV", seq), attention="all_to_all")
     whole_out = ts.compile(whole, target="cpu")(*whole.local_arrays(arrays, rank))
 
-    x, kk, v = _arrays(np.random.default_rng(32), block, {**shapes, 1: 1})[:3]
-    mask = np.zeros((1, 1, 1, shapes["S"]), np.float32)
-    mask[..., 3:7] = -np.inf
-    w = np.random.default_rng(33).standard_normal((16, 16)).astype(np.float32) * 0.2
+    x, kk, v, mask, w = _block_arrays(block, shapes, 32)
     sharded_block = ts.shard(block, mesh, {"X": seq, "K": seq, "V": seq, "M": seq}, attention="all_to_all")
     block_k = ts.compile(sharded_block, target="cpu")
     block_out = block_k(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
