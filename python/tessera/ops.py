@@ -474,8 +474,8 @@ def flash_attention(
     query head ``h`` reads kv head ``h // (H // H_kv)``). ``scale`` defaults to ``1/sqrt(D)``. With
     ``causal`` query ``i`` sees keys ``j <= i`` (``causal_align="top_left"``, PyTorch's
     ``is_causal``) or ``j <= i + S_kv - S_q`` (``"bottom_right"``, flash-attn's). ``bias`` is an
-    additive float tensor ``[B, H, S_q, S_kv]`` with any dim a literal 1 where it is broadcast (torch
-    SDPA's float ``attn_mask``): a padding mask ``[B, 1, 1, S_kv]`` of 0 and -inf, ALiBi
+    additive float tensor ``[B, H, S_q, S_kv]`` with B, H or S_q a literal 1 where it is broadcast (torch
+    SDPA's float ``attn_mask``; not S_kv, which Relax's attention takes whole): a padding mask ``[B, 1, 1, S_kv]`` of 0 and -inf, ALiBi
     ``[1, H, S_q, S_kv]``. A query whose keys are all masked gets zeros. Reference:
     :func:`tessera.reference.flash_attention`.
     """
@@ -521,6 +521,14 @@ def flash_attention(
         require_float(op, bias)
         for i, what in enumerate(("the batch B", "the heads H", "the query length S_q", "the key length S_kv")):
             d = bias.dims[i]
+            if i == 3 and d.value == 1 and k.dims[2].value != 1:
+                raise ShapeError(
+                    f"{describe(bias)}, broadcast over the keys (its dim 3 is 1), but {describe(k)}; Relax's "
+                    "attention takes the bias's key dim S_kv whole. A bias constant "
+                    "over the keys does not change the softmax (a query whose keys are all masked aside): "
+                    "drop it, or give the bias the key length",
+                    op=op,
+                )
             if d.value == 1:
                 continue  # broadcast (a literal 1, or a dim bound to 1)
             check(bias, i, q if i < 3 else k, i if i < 3 else 2, f"the bias's dim {i} (1, or {what})")

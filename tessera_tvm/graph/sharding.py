@@ -535,7 +535,7 @@ class _Propagator:
         q, k, v, *rest = node.args
         if pieces < self.mesh[axis]:  # the last rank reads all of them
             k, v = (self._prefix(x, axis, 1, pieces) for x in (k, v))
-            rest = [b if _is_one(_dims(b)[3]) else self._prefix(b, axis, 3, pieces) for b in rest]  # a bias's keys
+            rest = [self._prefix(b, axis, 3, pieces) for b in rest]  # a bias's keys (never broadcast: see ops)
         call = relax.op.nn.attention(q, k, v, *rest, scale=node.attrs.get("scale"), causal_mask="BottomRight")
         return node_of(node.var, call)
 
@@ -564,7 +564,7 @@ class _Propagator:
             bias = []
             for b in rest:  # [B, H, S_q, S_kv]: its queries halved, its keys cut like the keys
                 b = b if _is_one(_dims(b)[2]) else self._cut(b, "half", axis, 2, which)
-                bias.append(b if _is_one(_dims(b)[3]) or pieces == 2 * n else self._cut(b, "prefix", axis, 3, pieces))
+                bias.append(b if pieces == 2 * n else self._cut(b, "prefix", axis, 3, pieces))
             call = relax.op.nn.attention(qh, kh, vh, *bias, scale=node.attrs.get("scale"), causal_mask="BottomRight")
             b_, s_, h_, _ = _dims(qh)
             sinfo = relax.TensorStructInfo([b_, s_, h_, _dims(vh)[3]], node.var.struct_info.dtype)
