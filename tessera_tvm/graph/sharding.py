@@ -840,13 +840,10 @@ def collective_call(
     load-balanced split; a concat joins ``value`` and ``others`` on ``dim``."""
     dims = _dims(value)
     if kind == "all_gather":
-        dims[dim] = dims[dim] * ranks
+        dims[dim] = _whole(dims[dim], ranks)
     elif kind == "all_to_all":  # ``pieces``: the dim it was split on, now whole
-        simplify = tvm.arith.Analyzer().simplify
-        dims[dim] = simplify(tvm.tirx.floordiv(dims[dim], ranks))
-        was = dims[pieces]  # H // n back to H (not H // n * n: the sharding divides it evenly)
-        whole = isinstance(was, tvm.tirx.FloorDiv) and isinstance(was.b, tvm.tirx.IntImm) and int(was.b) == ranks
-        dims[pieces] = was.a if whole else simplify(was * ranks)
+        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks))
+        dims[pieces] = _whole(dims[pieces], ranks)
     elif kind in _CUTTING:
         dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
     elif kind == "prefix":
@@ -859,6 +856,14 @@ def collective_call(
     args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
     args += [] if pieces is None else [relax.PrimValue(pieces)]
     return relax.op.call_pure_packed(f"tessera.{kind}", *args, *others, sinfo_args=[sinfo])
+
+
+def _whole(piece, ranks: int):
+    """A dim split over ``ranks`` (``piece``) whole again: ``H // n`` back to ``H``, not ``H // n * n``
+    (the sharding divides it evenly), else ``piece * n``."""
+    if isinstance(piece, tvm.tirx.FloorDiv) and isinstance(piece.b, tvm.tirx.IntImm) and int(piece.b) == ranks:
+        return piece.a
+    return tvm.arith.Analyzer().simplify(piece * ranks)
 
 
 def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
@@ -892,11 +897,37 @@ def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatF
     state = prop.run()
     nodes = list(prop.nodes)
     outputs = list(flat.outputs)
-    for c in _output_collectives(outputs, state, sharding, kernel):
-        node = collective_node(c.kind, outputs[c.output], c.axis, c.dim, sharding["mesh"][c.axis], c.from_dim)
+    wanted = _output_collectives(outputs, state, sharding, kernel)
+
+    def resplit_first(c):  # one output's collectives are over different axes: in any order, the same
+        return not (c.kind == "all_gather" and _gathered_resplit(nodes, outputs, outputs[c.output], c.axis, c.dim))
+
+    for c in sorted(wanted, key=resplit_first):
+        value, dim = outputs[c.output], c.dim
+        if c.kind == "all_gather":
+            resplit = _gathered_resplit(nodes, outputs, value, c.axis, dim)
+            if resplit is not None:  # gather what the all-to-all took in, on its dim: one collective, not two
+                nodes.remove(resplit)
+                value, dim = resplit.args[1], collective_args(resplit.call)[2]
+        node = collective_node(c.kind, value, c.axis, dim, sharding["mesh"][c.axis], c.from_dim)
         nodes.append(node)
         outputs[c.output] = node.var
     return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output)
+
+
+def _gathered_resplit(nodes: list, outputs: list, value, axis: str, dim: int):
+    """The all-to-all node over ``axis`` that split output ``value`` on ``dim``, if nothing else reads
+    it (an all-to-all attention's result re-split on the sequence, wanted whole): all-gathering its
+    input on the dim it was split on gives the same tensor (on a zigzag axis too: the all-to-all
+    and the all-gather order that dim's pieces alike), one collective instead of two. Else None."""
+    node = next((n for n in nodes if n.var.same_as(value)), None)
+    if node is None or not is_collective(node) or collective_name(node.call) != "all_to_all":
+        return None
+    a, d, _, _ = collective_args(node.call)
+    readers = [n for n in nodes if any(x.same_as(value) for x in n.args if isinstance(x, relax.Var))]
+    if a != axis or d != dim or readers or sum(o.same_as(value) for o in outputs if isinstance(o, relax.Var)) != 1:
+        return None
+    return node
 
 
 def is_collective(node) -> bool:

@@ -323,16 +323,19 @@ def scenario_zigzag_attention(rank: int, world: int) -> dict:
     x, kk, v, mask, w = _block_arrays(block, shapes, 24)
     sharded_block = ts.shard(block, mesh, {"X": zig, "K": zig, "V": zig, "M": zig})
     block_out = ts.compile(sharded_block, target="cpu")(*sharded_block.local_arrays([x, kk, v, mask, w], rank))
-    mesh_err = None
+    mesh_err = mesh_kinds = None
     if world == 4:  # a 2 x 2 mesh: the batch over "dp", the sequence zigzag over "cp"
         two = {"B": 2, "H": 4, "G": 2, "S": 32, "E": 16}
         both = _arrays(np.random.default_rng(26), causal, two)
         split = [ts.Split("B", "dp"), ts.Split("S", "cp", zigzag=True)]
         on_mesh = ts.shard(causal, ts.Mesh({"dp": 2, "cp": 2}), dict.fromkeys("QKV", split))
-        mesh_out = ts.compile(on_mesh, target="cpu")(*on_mesh.local_arrays(both, rank))
+        mesh_k = ts.compile(on_mesh, target="cpu")
+        mesh_out = mesh_k(*on_mesh.local_arrays(both, rank))
         mesh_err = float(np.abs(mesh_out - causal.reference(*both)).max())
+        mesh_kinds = [(c.kind, c.axis, c.dim) for c in mesh_k.collectives]
     return {
         "mesh_err": mesh_err,
+        "mesh_kinds": mesh_kinds,
         "err": float(np.abs(out - mine).max()),
         "shape": list(out.shape),
         "whole_err": float(np.abs(whole_out - ref).max()),
@@ -374,15 +377,20 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
     zz = ts.shard(causal, mesh, dict.fromkeys("QKV", zig), outputs=zig, attention="all_to_all")
     zz_out = ts.compile(zz, target="cpu")(*zz.local_arrays(zz_arrays, rank))
     zz_want = zigzag_piece(causal.reference(*zz_arrays), 2, world, rank, True)
+    zz_whole = ts.shard(causal, mesh, dict.fromkeys("QKV", zig), attention="all_to_all")  # heads gathered
+    zz_whole_k = ts.compile(zz_whole, target="cpu")
+    zz_whole_out = zz_whole_k(*zz_whole.local_arrays(zz_arrays, rank))
 
-    mesh_err = None
+    mesh_err = mesh_kinds = None
     if world == 4:  # a 2 x 2 mesh: the batch over "dp", the sequence over "sp", re-split on the heads
         two = {"B": 2, "H": 4, "G": 2, "S": 32, "E": 16}
         both = _arrays(np.random.default_rng(36), causal, two)
         split = [ts.Split("B", "dp"), ts.Split("S", "sp")]
         on_mesh = ts.shard(causal, ts.Mesh({"dp": 2, "sp": 2}), dict.fromkeys("QKV", split), attention="all_to_all")
-        mesh_out = ts.compile(on_mesh, target="cpu")(*on_mesh.local_arrays(both, rank))
+        mesh_k = ts.compile(on_mesh, target="cpu")
+        mesh_out = mesh_k(*on_mesh.local_arrays(both, rank))
         mesh_err = float(np.abs(mesh_out - causal.reference(*both)).max())
+        mesh_kinds = [(c.kind, c.axis, c.dim) for c in mesh_k.collectives]
     refused = None
     odd = {**shapes, "H": 3 * world, "G": 3}  # 3 key/value heads over the ranks
     try:  # the CPU binds the heads per call: the all-to-all refuses them before sending anything
@@ -395,7 +403,10 @@ def scenario_ulysses_attention(rank: int, world: int) -> dict:
         "whole_err": float(np.abs(whole_out - ref).max()),
         "block_err": float(np.abs(block_out - block.reference(x, kk, v, mask, w)).max()),
         "zigzag_err": float(np.abs(zz_out - zz_want).max()),
+        "zigzag_whole_err": float(np.abs(zz_whole_out - causal.reference(*zz_arrays)).max()),
+        "whole_kinds": [(c.kind, c.dim) for c in zz_whole_k.collectives],
         "mesh_err": mesh_err,
+        "mesh_kinds": mesh_kinds,
         "kinds": [(c.kind, c.dim, c.from_dim) for c in k.collectives],
         "block_kinds": [(c.kind, c.value_name) for c in block_k.collectives],
         "refused": refused,

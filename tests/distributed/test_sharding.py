@@ -253,6 +253,10 @@ def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
     assert 'R.call_pure_packed("tessera.all_to_all", Q, R.str("sp"), R.prim_value(1), R.prim_value(2)' in (
         sharded.inspect_ir("graph")
     )
+    # wanted whole: the heads are gathered, not all-to-all'd back onto the sequence and gathered again
+    whole = ts.shard(attend_causal, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    assert [(c.kind, c.dim, c.value_name) for c in _collectives(whole)][3:] == [("all_gather", 1, "output 0")]
+    assert 'R.str("sp"), R.prim_value(1), sinfo_args=(R.Tensor((B, H, S * 4, E)' in whole.inspect_ir("graph")
 
     @ts.kernel
     def six_heads(

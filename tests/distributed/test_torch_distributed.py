@@ -107,6 +107,11 @@ def _check_ulysses_attention(out: dict, world: int) -> None:
         assert u["block_err"] < 1e-4 and u["zigzag_err"] < 1e-4, u
         assert (u["mesh_err"] is None) == (world != 4) and (u["mesh_err"] or 0.0) < 1e-4, u  # 2 x 2 mesh
         assert u["kinds"] == [("all_to_all", 1, 2)] * 3 + [("all_to_all", 2, 1)], u
+        # wanted whole: the heads gathered (the result's all-to-all back onto the sequence left out)
+        assert u["zigzag_whole_err"] < 1e-4 and u["whole_kinds"] == [("all_to_all", 1)] * 3 + [("all_gather", 1)], u
+        if world == 4:  # the heads gathered over "sp" before the batch over "dp"
+            sp = [("all_to_all", "sp", 1)] * 3
+            assert u["mesh_kinds"] == [*sp, ("all_gather", "sp", 1), ("all_gather", "dp", 0)], u
         qkv = [("all_to_all", n) for n in ("X", "K", "V")]
         assert u["block_kinds"] == [
             *qkv,
@@ -157,7 +162,8 @@ def test_a_hung_rank_times_out_with_a_clear_error():
     assert result["error"] is not None, "rank 0 returned although rank 1 never entered the collective"
     assert "rank 0: all_reduce of output 0 of kernel mlp over mesh axis 'tp' (ranks [0, 1])" in result["error"]
     assert "did not complete within 2 s: rank 1 did not answer: hung or gone" in result["error"]
-    assert result["seconds"] < 6.0, result  # the 2 s timeout and 1 s for the ranks to check in, not gloo's 60 s
+    # the 2 s timeout and 1 s for the ranks to check in, not gloo's 60 s (slack for a loaded 2-core machine)
+    assert result["seconds"] < 15.0, result
 
 
 def test_a_dead_rank_is_detected_with_a_clear_error():
