@@ -69,7 +69,8 @@ case "${1:-}" in
     test)
         shift
         setup
-        exec "$PY" -m pytest "$@"
+        # One worker per core, at most 8 (each holds TVM and torch, ~1 GB); `-n 0` runs in this process.
+        exec "$PY" -m pytest -n auto --maxprocesses 8 "$@"
         ;;
     apache-tvm)
         shift
