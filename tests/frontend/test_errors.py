@@ -256,3 +256,272 @@ def test_an_attention_bias_broadcast_over_the_keys_is_refused_by_name():
     for kernel, dims in ((bias_per_query, "B, H, S, 1"), (bias_per_query_16, "B, H, 16, 1")):
         with pytest.raises(ts.ShapeError, match=re.escape(f"M is [{dims}]") + r".*, broadcast over the keys"):
             kernel.graph()
+
+
+@ts.kernel
+def head_dim_bad(
+    Q: Tensor["B", "H", "S", "D", ts.f16], K: Tensor["B", "H", "S", "E", ts.f16], V: Tensor["B", "H", "S", "E", ts.f16]
+) -> Tensor["B", "H", "S", "D", ts.f16]:
+    return ops.flash_attention(Q, K, V)  # headdim-line
+
+
+def test_attention_head_dims_must_match():
+    with pytest.raises(
+        ts.ShapeError,
+        match=where("headdim-line")
+        + re.escape("ops.flash_attention: Q is [B, H, S, D] but K is [B, H, S, E]; the head dim D must match: D vs E"),
+    ):
+        head_dim_bad.graph()
+
+
+# ---------------------------------------------------------------------------------------- dtypes
+
+
+@ts.kernel
+def mixed(x: Tensor["M", ts.f16], y: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+    return x * y  # mixed-line
+
+
+def test_mixed_dtypes_need_a_cast():
+    with pytest.raises(
+        ts.DTypeError,
+        match=where("mixed-line") + re.escape("ops.mul: x is f16 but y is f32; cast one of them (ops.cast(y, ts.f16))"),
+    ):
+        mixed.graph()
+
+
+@ts.kernel
+def int_exp(x: Tensor["M", ts.int32]) -> Tensor["M", ts.int32]:
+    return ops.exp(x)  # intexp-line
+
+
+def test_float_op_on_integers():
+    with pytest.raises(
+        ts.DTypeError,
+        match=where("intexp-line")
+        + re.escape("ops.exp: x is int32; ops.exp needs a floating-point tensor (cast first: ops.cast(x, ts.f32))"),
+    ):
+        int_exp.graph()
+
+
+@ts.kernel
+def fp8_scalar(x: Tensor["M", ts.fp8_e4m3]) -> Tensor["M", ts.fp8_e4m3]:
+    return x * 2.0  # fp8-line
+
+
+def test_fp8_numbers_need_a_cast():
+    with pytest.raises(
+        ts.DTypeError,
+        match=where("fp8-line") + re.escape("ops.mul: x is fp8_e4m3; fp8 tensors take no Python-number operands"),
+    ):
+        fp8_scalar.graph()
+
+
+@ts.kernel
+def bad_accumulate(a: Tensor["M", "K", ts.f16], b: Tensor["K", "N", ts.f16]) -> Tensor["M", "N", ts.f16]:
+    return ops.matmul(a, b, accumulate=ts.int32)  # acc-line
+
+
+def test_matmul_accumulate_dtype():
+    with pytest.raises(
+        ts.DTypeError,
+        match=where("acc-line") + re.escape("ops.matmul: accumulate is int32 but the operands are f16; use ts.f32"),
+    ):
+        bad_accumulate.graph()
+
+
+# ------------------------------------------------------------------------------ annotations, results
+
+
+@ts.kernel
+def wrong_dtype_result(x: Tensor["M", ts.f16]) -> Tensor["M", ts.f32]:
+    return ops.relu(x)  # result-dtype-line
+
+
+@ts.kernel
+def wrong_dim_result(a: Tensor["M", "K", ts.f32], b: Tensor["K", "N", ts.f32]) -> Tensor["M", "K", ts.f32]:
+    return ops.matmul(a, b)  # result-dim-line
+
+
+@ts.kernel
+def wrong_rank_result(x: Tensor["M", "N", ts.f32]) -> Tensor["M", "N", ts.f32]:
+    return ops.sum(x, axis=1)  # result-rank-line
+
+
+def test_return_annotation_dtype():
+    with pytest.raises(
+        ts.DTypeError,
+        match=where("result-dtype-line")
+        + re.escape(
+            "kernel wrong_dtype_result returns [M] f16 but is annotated -> Tensor['M', ts.f32]: dtype f16 vs f32 "
+            "(cast the result: ops.cast(..., ts.f32))"
+        ),
+    ):
+        wrong_dtype_result.graph()
+
+
+def test_return_annotation_dims():
+    with pytest.raises(
+        ts.ShapeError,
+        match=where("result-dim-line")
+        + re.escape(
+            "kernel wrong_dim_result returns [M, N] f32 but is annotated -> Tensor['M', 'K', ts.f32]: dim 1 is N, "
+            "annotated K"
+        ),
+    ):
+        wrong_dim_result.graph()
+
+
+def test_return_annotation_rank():
+    with pytest.raises(
+        ts.ShapeError,
+        match=where("result-rank-line")
+        + re.escape(
+            "kernel wrong_rank_result returns [M] f32 but is annotated -> Tensor['M', 'N', ts.f32]: rank 1 vs 2"
+        ),
+    ):
+        wrong_rank_result.graph()
+
+
+def test_return_must_be_a_tensor():
+    @ts.kernel
+    def returns_number(x: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+        return 1.0  # number-line
+
+    with pytest.raises(
+        ts.KernelError,
+        match=where("number-line") + re.escape("kernel returns_number returns float 1.0; a kernel returns tensors"),
+    ):
+        returns_number.graph()
+
+
+def test_unannotated_parameter():
+    with pytest.raises(
+        ts.KernelError,
+        match=r"test_errors.py:\d+: kernel f: parameter y has no annotation; "
+        r"annotate it as a tensor, e.g. y: Tensor\['M', 'N', ts.f32\]",
+    ):
+
+        @ts.kernel
+        def f(x: Tensor["M", ts.f32], y) -> Tensor["M", ts.f32]:
+            return x
+
+
+def test_traced_tensor_has_no_truth_value():
+    @ts.kernel
+    def branchy(x: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+        if x:  # branch-line
+            return x
+        return -x
+
+    with pytest.raises(ts.KernelError, match=where("branch-line") + "x is a traced tensor"):
+        branchy.graph()
+
+
+def test_shapes_names_unknown_dim():
+    with pytest.raises(
+        ts.ShapeError,
+        match=r"shapes= names 'Q', which is not a dim of kernel linear; its dims are "
+        r"M, K, N",
+    ):
+        ts.compile(linear, target="cpu", shapes={"Q": 4})
+
+
+def test_gpu_target_needs_all_shapes():
+    with pytest.raises(
+        ts.ShapeError,
+        match=r"ts.compile: target hopper compiles for fixed shapes; bind N with "
+        r"shapes=\{'N': ...\}",
+    ):
+        ts.compile(linear, target="hopper", shapes={"M": 128, "K": 64})
+
+
+def test_unknown_stage():
+    with pytest.raises(ts.KernelError, match=r"unknown stage 'ptx'; stages are graph, sched, tile, target"):
+        linear.inspect_ir("ptx")
+
+
+def test_later_stages_need_a_target():
+    with pytest.raises(ts.KernelError, match=r"stage 'sched' needs a target: ts.compile\(linear, target="):
+        linear.inspect_ir("sched")
+
+
+def test_calling_a_kernel_directly():
+    with pytest.raises(TypeError, match=r"kernel linear is not called directly: compile it"):
+        linear(np.zeros((2, 2), np.float16), np.zeros((2, 2), np.float16))
+
+
+# ---------------------------------------------------------------------------------- call arguments
+
+
+@ts.kernel
+def scale2(x: Tensor["M", 4, ts.f32]) -> Tensor["M", 4, ts.f32]:
+    return x * 2.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((), "scale2 takes 1 arrays (x), got 0"),
+        (([[1.0]],), "scale2: argument x is a list; expected a numpy array or a torch CPU tensor [M, 4] f32"),
+        (
+            (np.zeros((3, 4), np.float64),),
+            "scale2: argument x has dtype float64, expected f32 (float32); convert it: x.astype(np.float32)",
+        ),
+        ((np.zeros((3,), np.float32),), "scale2: argument x has shape (3,) (rank 1), expected [M, 4] f32 (rank 2)"),
+        (
+            (np.zeros((3, 5), np.float32),),
+            "scale2: argument x has shape (3, 5), expected [M, 4] f32: dim 1 is 5, expected 4",
+        ),
+    ],
+)
+def test_call_argument_errors(args, message):
+    with pytest.raises(ts.ArgumentError, match=re.escape(message)):
+        ts.compile(scale2, target="cpu")(*args)
+
+
+def test_call_shape_differs_from_compiled_shapes():
+    with pytest.raises(
+        ts.ArgumentError,
+        match=re.escape(
+            "scale2: argument x has shape (3, 4), expected [M, 4] f32: dim 0 (M) is 3 but it was compiled with M=8"
+        ),
+    ):
+        ts.compile(scale2, target="cpu", shapes={"M": 8})(np.zeros((3, 4), np.float32))
+
+
+def test_conflicting_dims_no_op_relates():
+    @ts.kernel
+    def two(x: Tensor["M", ts.f32], y: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+        return ops.relu(x)
+
+    with pytest.raises(
+        ts.ArgumentError, match=re.escape("two: dim M is 5 in y.shape[0] but 4 in x.shape[0]; arrays must agree on M")
+    ):
+        ts.compile(two, target="cpu")(np.zeros(4, np.float32), np.zeros(5, np.float32))
+
+
+def test_gpu_kernels_are_not_runnable_here():
+    k = ts.compile(scale2, target="ampere", shapes={"M": 8}, build=False)
+    with pytest.raises(
+        ts.NotRunnableError,
+        match=r"scale2 for ampere has no CUDA runtime library for .*: it was compiled with build=False",
+    ):
+        k(np.zeros((8, 4), np.float32))
+
+
+@pytest.mark.parametrize(
+    "lo, hi, message",
+    [
+        (None, None, "clip needs lo, hi or both"),
+        (2.0, 1.0, "lo=2.0 is above hi=1.0"),
+        ("0", None, "lo is str '0'; expected a Python number or None"),
+    ],
+)
+def test_clip_bounds_are_checked(lo, hi, message):
+    @ts.kernel
+    def clipped(x: Tensor["M", ts.f32]) -> Tensor["M", ts.f32]:
+        return ts.ops.clip(x, lo, hi)
+
+    with pytest.raises(ts.KernelError, match=re.escape(message)):
+        clipped.graph()
