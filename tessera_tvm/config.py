@@ -355,14 +355,22 @@ def _parse_schedule(value: Any, key: str, check: _Checker, families: bool = True
         elif field_name == "mma":
             if not (isinstance(item, list) and len(item) == 3 and all(_positive_int(x) for x in item)):
                 raise check.fail(where, f"expected [m, n, k], three positive ints ({allowed['mma']}), found {item!r}")
-        elif field_name == "overlap":
-            if not isinstance(item, bool):
-                raise check.fail(where, f"expected true or false ({allowed['overlap']}), found {item!r}")
         else:
-            low = SCHEDULE_KEYS[field_name][1]
-            if isinstance(item, bool) or not isinstance(item, int) or item < low:
-                raise check.fail(where, f"expected an int >= {low} ({allowed[field_name]}), found {item!r}")
+            expected = schedule_value_expected(field_name, item, yaml=True)
+            if expected is not None:
+                raise check.fail(where, f"expected {expected} ({allowed[field_name]}), found {item!r}")
     return schedule
+
+
+def schedule_value_expected(field_name: str, value: Any, *, yaml: bool = False) -> str | None:
+    """What a value of schedule field ``field_name`` (a ``SCHEDULE_KEYS`` field, or ``swizzle``)
+    must be, where ``value`` is not that; None where it is. A switch (``overlap``) takes a bool
+    (``yaml``: spelled true or false), every other field an int (not a bool) of at least its low.
+    The one rule for a config's ``schedule:`` and ``autotune:``, a kernel's overrides and a space."""
+    low = SCHEDULE_KEYS["rasterize" if field_name == "swizzle" else field_name][1]
+    if low is None:  # a switch
+        return None if isinstance(value, bool) else ("true or false" if yaml else "True or False")
+    return None if isinstance(value, int) and not isinstance(value, bool) and value >= low else f"an int >= {low}"
 
 
 def _positive_int(value: Any) -> bool:
@@ -377,15 +385,10 @@ def _parse_autotune(value: Any, check: _Checker) -> dict[str, list[int]]:
     for key, values in space.items():
         if not isinstance(values, list) or not values:
             raise check.fail(f"autotune.{key}", f"expected a non-empty list of candidate values, found {values!r}")
-        low = 0 if key in ("swizzle", "rasterize") else 1
         for i, item in enumerate(values):
-            if key == "overlap":
-                if not isinstance(item, bool):
-                    raise check.fail(f"autotune.{key}[{i}]", f"expected true or false, found {item!r}")
-            elif isinstance(item, bool) or not isinstance(item, int) or item < low:
-                raise check.fail(
-                    f"autotune.{key}[{i}]", f"expected an int >= {low} ({AUTOTUNE_KEYS[key]}), found {item!r}"
-                )
+            expected = schedule_value_expected(key, item, yaml=True)
+            if expected is not None:
+                raise check.fail(f"autotune.{key}[{i}]", f"expected {expected} ({AUTOTUNE_KEYS[key]}), found {item!r}")
         if len(set(values)) != len(values):
             raise check.fail(f"autotune.{key}", f"lists a value twice: {values}")
     return space

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera_tvm import load_config
+from tessera_tvm.config import schedule_value_expected
 from tessera_tvm.errors import ResourceError
 from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
@@ -284,16 +285,9 @@ def split_overrides(overrides: Mapping[str, Any] | None, kernel_names: list[str]
                 raise ScheduleError(
                     f"{where}: schedule[{name!r}] has unknown field {key!r}; fields: {', '.join(OVERRIDABLE)}"
                 )
-            if key in BOOL_FIELDS:
-                if not isinstance(value, bool):
-                    raise ScheduleError(
-                        f"{where}: schedule field {key} of kernel {name} is {value!r}; expected True or False"
-                    )
-            elif isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "swizzle" else 1):
-                raise ScheduleError(
-                    f"{where}: schedule field {key} of kernel {name} is {value!r}; expected "
-                    f"{'an int >= 0' if key == 'swizzle' else 'a positive int'}"
-                )
+            expected = schedule_value_expected(key, value)
+            if expected is not None:
+                raise ScheduleError(f"{where}: schedule field {key} of kernel {name} is {value!r}; expected {expected}")
     return per_kernel
 
 

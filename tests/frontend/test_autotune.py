@@ -269,10 +269,10 @@ def test_bad_autotune_sections_are_config_errors(tmp_path, autotune, words):
     [
         ({"space": {"blok_m": [32]}}, r"space key 'blok_m' is not a schedule field \(did you mean 'block_m'\?\)"),
         ({"space": {"block_m": []}}, r"space\['block_m'\] is empty"),
-        ({"space": {"block_m": [0]}}, r"space\['block_m'\] holds 0; expected ints >= 1"),
+        ({"space": {"block_m": [0]}}, r"space\['block_m'\] holds 0; expected an int >= 1"),
         ({"space": {"swizzle": [0], "rasterize": [8]}}, "names swizzle twice"),
-        ({"space": {"overlap": [0, 1]}}, r"space\['overlap'\] holds 0; expected True and/or False"),
-        ({"space": {"block_m": [True]}}, r"space\['block_m'\] holds True; expected ints >= 1"),
+        ({"space": {"overlap": [0, 1]}}, r"space\['overlap'\] holds 0; expected True or False"),
+        ({"space": {"block_m": [True]}}, r"space\['block_m'\] holds True; expected an int >= 1"),
         ({"space": {}}, "declares no autotune space"),
         ({"repeats": 0}, "repeats is 0"),
         ({"max_candidates": 0}, "max_candidates is 0"),

@@ -257,7 +257,7 @@ def test_decorator_form():
         (
             "hopper",
             {"fused_matmul_cast_add_gelu": {"stages": 0}},
-            "kernel linear: schedule field stages of kernel fused_matmul_cast_add_gelu is 0; expected a positive int",
+            "kernel linear: schedule field stages of kernel fused_matmul_cast_add_gelu is 0; expected an int >= 1",
         ),
         (
             "hopper",

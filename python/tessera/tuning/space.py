@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera_tvm.config import AUTOTUNE_KEYS
+from tessera_tvm.config import AUTOTUNE_KEYS, schedule_value_expected
 from tessera_tvm.tile import program_fields
 
 from ..errors import AutotuneError, ScheduleError
@@ -40,17 +40,12 @@ def normalize_space(space: Mapping[str, Any], where: str) -> dict[str, tuple[int
         if name in out:
             raise AutotuneError(f"{where}: space names {name} twice (swizzle and rasterize are the same field)")
         values = list(values) if isinstance(values, list | tuple) else [values]
-        low = 0 if name == "swizzle" else 1
-        expected = "True and/or False" if name in BOOL_FIELDS else f"ints >= {low}"
         if not values:
-            raise AutotuneError(f"{where}: space[{key!r}] is empty; expected a list of {expected}")
+            what = "True and/or False" if name in BOOL_FIELDS else "ints"
+            raise AutotuneError(f"{where}: space[{key!r}] is empty; expected a list of {what}")
         for v in values:
-            bad = (
-                not isinstance(v, bool)
-                if name in BOOL_FIELDS
-                else (isinstance(v, bool) or not isinstance(v, int) or v < low)
-            )
-            if bad:
+            expected = schedule_value_expected(name, v)
+            if expected is not None:
                 raise AutotuneError(f"{where}: space[{key!r}] holds {v!r}; expected {expected}")
         if len(set(values)) != len(values):
             raise AutotuneError(f"{where}: space[{key!r}] lists a value twice: {values}")
