@@ -87,6 +87,8 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
     "overlap": ("GPU attention: overlap one key block's softmax with the previous block's P V (bool)", None),
 }
+#: The schedule fields that are switches (a bool), not ints.
+SCHEDULE_SWITCHES = ("overlap",)
 #: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
 SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
 
@@ -364,12 +366,12 @@ def _parse_schedule(value: Any, key: str, check: _Checker, families: bool = True
 
 def schedule_value_expected(field_name: str, value: Any, *, yaml: bool = False) -> str | None:
     """What a value of schedule field ``field_name`` (a ``SCHEDULE_KEYS`` field, or ``swizzle``)
-    must be, where ``value`` is not that; None where it is. A switch (``overlap``) takes a bool
+    must be, where ``value`` is not that; None where it is. A switch (SCHEDULE_SWITCHES) takes a bool
     (``yaml``: spelled true or false), every other field an int (not a bool) of at least its low.
     The one rule for a config's ``schedule:`` and ``autotune:``, a kernel's overrides and a space."""
-    low = SCHEDULE_KEYS["rasterize" if field_name == "swizzle" else field_name][1]
-    if low is None:  # a switch
+    if field_name in SCHEDULE_SWITCHES:
         return None if isinstance(value, bool) else ("true or false" if yaml else "True or False")
+    low = SCHEDULE_KEYS["rasterize" if field_name == "swizzle" else field_name][1]
     return None if isinstance(value, int) and not isinstance(value, bool) and value >= low else f"an int >= {low}"
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera_tvm import load_config
-from tessera_tvm.config import schedule_value_expected
+from tessera_tvm.config import SCHEDULE_SWITCHES, schedule_value_expected
 from tessera_tvm.errors import ResourceError
 from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
@@ -76,7 +76,7 @@ OVERRIDABLE = {
 }
 
 #: Override fields that take True or False (the others take ints).
-BOOL_FIELDS = ("overlap",)
+BOOL_FIELDS = SCHEDULE_SWITCHES
 
 
 def _short(dtype: str) -> str:
