@@ -16,7 +16,8 @@ Two kernels, each as the plain kernel on 1 rank and as ``ts.shard`` of it on 2:
   c holds pieces c and 2n - 1 - c of 2n), so both ranks do half of the work;
 - ``a2a``: the same attention with ``attention="all_to_all"`` (DeepSpeed-Ulysses: Q, K and V
   all-to-all'd onto the heads, the whole sequence attended for half of the heads on each rank, the
-  result all-to-all'd back onto the sequence), also half of the work each.
+  result all-to-all'd back onto the sequence), also half of the work each;
+- ``a2aw``: the same, with the result wanted whole: its heads all-gathered (no all-to-all back).
 
 Each rank is pinned to one thread (``TESSERA_NUM_THREADS=1``), so 2 ranks have twice the compute
 of 1. The figures are medians of timed calls after a warm-up, on the slowest rank; the communication
@@ -70,7 +71,7 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
     ) -> Tensor["B", "H", "M", "E", ts.f32]:
         return ops.flash_attention(Q, K, V, causal=True)
 
-    kernel = {"mlp": mlp, "sp": sp, "cp": cp, "zz": cp, "a2a": cp}[model]
+    kernel = {"mlp": mlp, "sp": sp, "cp": cp, "zz": cp, "a2a": cp, "a2aw": cp}[model]
     shapes = _shapes(model, tokens, hidden)
     rng = np.random.default_rng(0)
     arrays = [
@@ -98,6 +99,8 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
                 cp, ts.Mesh({"sp": world}), dict.fromkeys("QKV", seq), outputs=seq, attention="all_to_all"
             )
             ref = np.split(ref, world, axis=2)[rank]
+        elif model == "a2aw":  # the result whole on every rank
+            sharded = ts.shard(cp, ts.Mesh({"sp": world}), dict.fromkeys("QKV", ts.Split("M")), attention="all_to_all")
         else:
             sharded = ts.shard(sp, ts.Mesh({"tp": world}), {**specs, "X": ts.Split("M")}, outputs=ts.Split("M"))
             ref = np.split(ref, world, axis=0)[rank]
@@ -122,14 +125,14 @@ def _rank(rank: int, world: int, port: int, model: str, tokens: int, hidden: int
 
 
 def _shapes(model: str, tokens: int, hidden: int) -> dict[str, int]:
-    if model in ("cp", "zz", "a2a"):  # a longer sequence than the MLP's tokens, heads of 64
+    if model in ("cp", "zz", "a2a", "a2aw"):  # a longer sequence than the MLP's tokens, heads of 64
         return {"B": 1, "H": hidden // 64, "M": 2 * tokens, "E": 64}
     return {"M": tokens, "D": hidden, "F": 4 * hidden}
 
 
 def _flops(model: str, tokens: int, hidden: int) -> float:
     s = _shapes(model, tokens, hidden)
-    if model in ("cp", "zz", "a2a"):  # two matmuls over the visible half of the scores
+    if model in ("cp", "zz", "a2a", "a2aw"):  # two matmuls over the visible half of the scores
         return 2 * 2 * s["B"] * s["H"] * s["M"] * s["M"] * s["E"] / 2
     return 2 * 2 * s["M"] * s["D"] * s["F"]
 
@@ -156,7 +159,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--out", default=None, help="append the table to this file (e.g. bench/RESULTS.md)")
-    parser.add_argument("--only", default="mlp,sp,cp,zz,a2a", help="kernels, comma-separated (mlp, sp, cp, zz, a2a)")
+    parser.add_argument(
+        "--only", default="mlp,sp,cp,zz,a2a,a2aw", help="kernels, comma-separated (mlp, sp, cp, zz, a2a, a2aw)"
+    )
     args = parser.parse_args()
     rows, per_rank = [], []
     models = (
@@ -165,10 +170,11 @@ def main() -> int:
         ("cp", "context-parallel attention"),
         ("zz", "context-parallel attention, zigzag"),
         ("a2a", "context-parallel attention, all-to-all (Ulysses)"),
+        ("a2aw", "all-to-all attention, result whole"),
     )
     unknown = set(args.only.split(",")) - {m for m, _ in models}
     if unknown:
-        parser.error(f"--only: unknown kernel(s) {', '.join(sorted(unknown))}; expected mlp, sp, cp, zz or a2a")
+        parser.error(f"--only: unknown kernel(s) {', '.join(sorted(unknown))}; expected mlp, sp, cp, zz, a2a or a2aw")
     for model, what in models:
         if model not in args.only.split(","):
             continue
@@ -196,7 +202,7 @@ def main() -> int:
             f"{_shapes('cp', args.tokens, args.hidden)}, Q/K/V split on M (K and V all-gathered, each rank reading "
             "them up to its last query; the result left split); zigzag: the sequence cut into 4 pieces, rank c "
             "holding pieces c and 3 - c; all-to-all (Ulysses): Q/K/V re-split on the heads, each rank attending "
-            "over the whole sequence for half of them, the result re-split on M. One thread per rank; median of "
+            "over the whole sequence for half of them, the result re-split on M (result whole: its heads all-gathered). One thread per rank; median of "
             f"{REPEATS} calls; the slowest rank's time; GFLOP/s counts the two matmuls (attention: the visible "
             "half of the scores).",
             "",
