@@ -508,6 +508,8 @@ class ShardedCompiledKernel:
                     if c.kind == "half"
                     else " (no communication: the results of its two zigzag pieces, one after the other)"
                     if c.kind == "concat"
+                    else " (no communication: key/value heads repeated up to the all-to-all's pieces)"
+                    if c.kind == "repeat"
                     else " (between the kernels, before the next one reads it)"
                     if c.output < 0
                     else " (coalesced into buckets)"
@@ -726,10 +728,17 @@ class ShardedCompiledKernel:
     def _local_part(self, dist, c: Collective, t, ranks: int, others: Sequence[Any] = ()):
         """A collective that moves nothing (``LOCAL_KINDS``) on a host array or a torch tensor: this
         rank's piece of ``c.dim`` (slice), the first ``c.pieces`` of its pieces (prefix; a zigzag
-        axis has two per rank), half ``c.pieces`` of it (half), or it joined with ``others`` (concat)."""
+        axis has two per rank), half ``c.pieces`` of it (half), it joined with ``others`` (concat), or
+        each entry of ``c.dim`` ``c.pieces`` times (repeat)."""
         zigzag = c.axis in self.sharded.zigzag
         if c.kind == "slice":
             part = zigzag_piece(t, c.dim, ranks, self.sharded.mesh.coords(dist.get_rank())[c.axis], zigzag)
+        elif c.kind == "repeat":  # each entry of the dim c.pieces times in a row (key/value heads)
+            part = (
+                t.repeat_interleave(c.pieces, c.dim)
+                if hasattr(t, "repeat_interleave")
+                else np.repeat(t, c.pieces, c.dim)
+            )
         elif c.kind == "concat":
             part = _cat([t, *others], c.dim)
         else:

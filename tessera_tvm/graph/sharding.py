@@ -57,7 +57,8 @@ An axis listed in ``sharding["attention_all_to_all"]`` (``ts.shard(..., attentio
 DeepSpeed-Ulysses) re-splits an attention whose q, k and v are split on the sequence onto the heads
 instead: q, k and v are all-to-all'd from the sequence to the heads, the attention runs split on
 the heads over the whole sequence (causal ones too: no rank's coordinates needed), and its permute
-back is all-to-all'd from the heads onto the sequence again. The heads must divide over the axis.
+back is all-to-all'd from the heads onto the sequence again. The heads must divide over the axis;
+key/value heads that are fewer than its pieces and divide them are repeated up to them first.
 
 What cannot be mended raises :class:`ShardingError`, naming the op and the remedy.
 
@@ -80,6 +81,9 @@ kernels they separate:
     zigzag queries          R.call_pure_packed("tessera.half", x, axis, d, h)           half h of this rank's
                                                                                     piece (no communication)
     zigzag results          R.call_pure_packed("tessera.concat", a, axis, d, b)         a, then b, on d (no
+                                                                                    communication)
+    too few kv heads        R.call_pure_packed("tessera.repeat", x, axis, d, r)         each entry of d r times
+                                                                                    in a row (no
                                                                                     communication)
 
 A value split on one dim that must be split on another (at an output) is all-to-all'd: each rank
@@ -117,9 +121,10 @@ COLLECTIVES = (
     "tessera.prefix",
     "tessera.half",
     "tessera.concat",
+    "tessera.repeat",
 )
 #: Kinds that move no data between the ranks (each rank keeps a part of what it holds, or joins two).
-LOCAL_KINDS = ("slice", "prefix", "half", "concat")
+LOCAL_KINDS = ("slice", "prefix", "half", "concat", "repeat")
 #: The attention bias's dim ([B, H, S_q, S_kv]) of each dim of the queries Relax splits ([B, S, H, D]).
 _BIAS_DIM = {0: 0, 1: 2, 2: 1}
 #: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
@@ -191,6 +196,8 @@ class Collective:
             kept = f", then {', '.join(str(o.name_hint) for o in self.others)}"
         elif self.kind == "all_to_all":
             kept = f" (split on dim {self.from_dim} before)"
+        elif self.kind == "repeat":
+            kept = f", each entry {self.pieces} times"
         else:
             kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
         return f"{self.kind}({name}) over {self.axis!r}{where}{kept}"
@@ -469,17 +476,23 @@ class _Propagator:
             )
         pieces = split_pieces(self.mesh[axis], axis in self.zigzag)
         args = list(node.args)
-        for name, x in zip(("q", "k", "v"), args[:3], strict=False):
+        for k, (name, x) in enumerate(zip(("q", "k", "v"), args[:3], strict=False)):
             heads = _dims(x)[2]  # symbolic until the shapes are bound: checked then
-            if isinstance(heads, tvm.tirx.IntImm | int) and int(heads) % pieces:
-                raise self.fail(
-                    node,
-                    axis,
-                    f"attention='all_to_all' splits the heads over the {pieces} pieces of {axis!r}, and {name} "
-                    f"has {_dim_text(heads)} heads",
-                    "give it a multiple of that many heads, or shard with attention='all_gather'",
-                    _Unmendable,
-                )
+            if not isinstance(heads, tvm.tirx.IntImm | int) or int(heads) % pieces == 0:
+                continue
+            if name != "q" and pieces % int(heads) == 0:  # fewer key/value heads than pieces: each repeated
+                args[k] = self._repeat(x, axis, 2, pieces // int(heads))
+                continue
+            raise self.fail(
+                node,
+                axis,
+                f"attention='all_to_all' splits the heads over the {pieces} pieces of {axis!r}, and {name} "
+                f"has {_dim_text(heads)} heads",
+                "give it a multiple of that many heads"
+                + (" (or key/value heads that divide it)" if name != "q" else "")
+                + ", or shard with attention='all_gather'",
+                _Unmendable,
+            )
         args[:3] = [self._all_to_all(x, axis, 2, 1) for x in args[:3]]
         if len(args) > 3:  # [B, H, S_q, S_kv]: its queries (or keys) whole, as the heads' attention reads them
             bias, split = args[3], self.of(args[3]).get(axis)
@@ -508,6 +521,23 @@ class _Propagator:
             "all_to_all", permuted.var, axis, axes.index(1), self.mesh[axis], axes.index(2), zigzag=axis in self.zigzag
         )
         return _with_args(again, again.args, permute.var)
+
+    def _repeat(self, value, axis: str, dim: int, times: int):
+        """``value`` with each entry of ``dim`` ``times`` times in a row (no communication): grouped-query
+        attention's key/value heads, fewer than the all-to-all's pieces, repeated up to them. Query
+        head ``h`` reads repeated head ``h // (H / (H_kv * times))``, the head ``h // (H / H_kv)`` it
+        read before, so each rank's query heads keep their key/value head."""
+        state = dict(self.of(value))
+        if self._permute_input(value) is not None:
+
+            def place(source, source_dim):
+                return self._collective("repeat", source, axis, source_dim, times)
+
+            var = self._through_permute(value, f"repeat{times}", axis, dim, place, f"{value.name_hint}_repeat")
+        else:
+            var = self._collective("repeat", value, axis, dim, times)
+        self.state[var] = state
+        return var
 
     def _all_to_all(self, value, axis: str, dim: int, from_dim: int):
         """``value``, split on ``from_dim`` over ``axis``, re-split on ``dim`` (one all-to-all); a
@@ -616,7 +646,7 @@ class _Propagator:
         key = (value, kind, axis, dim, pieces)
         if key not in self.placed:
             node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces, zigzag=axis in self.zigzag)
-            after = {x: st for x, st in self.of(value).items() if x != axis}
+            after = {x: st for x, st in self.of(value).items() if x != axis or kind == "repeat"}
             if kind in _CUTTING or kind == "all_to_all":
                 after[axis] = ("split", dim)
             self._append(node, after)
@@ -852,6 +882,8 @@ def collective_call(
         dims[dim] = tvm.tirx.floordiv(dims[dim], 2)
     elif kind == "concat":
         dims[dim] = tvm.arith.Analyzer().simplify(sum((_dims(o)[dim] for o in others), dims[dim]))
+    elif kind == "repeat":
+        dims[dim] = tvm.arith.Analyzer().simplify(dims[dim] * pieces)
     sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
     args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
     args += [] if pieces is None else [relax.PrimValue(pieces)]

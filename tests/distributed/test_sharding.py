@@ -268,6 +268,39 @@ def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
     six = ts.shard(six_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
     with pytest.raises(ShardingError, match=r"splits the heads over the 4 pieces of 'sp', and q has 6 heads"):
         six.graph()
+
+    @ts.kernel
+    def kv_heads(
+        Q: Tensor["B", 8, "S", "E", ts.f32], K: Tensor["B", 2, "S", "E", ts.f32], V: Tensor["B", 2, "S", "E", ts.f32]
+    ) -> Tensor["B", 8, "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    # 2 key/value heads over 4 pieces: each repeated twice in a row first, so each rank holds one
+    few = ts.shard(kv_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    assert [(c.kind, c.dim, c.pieces, c.value_name) for c in _collectives(few)][:2] == [
+        ("repeat", 1, 2, "K"),
+        ("repeat", 1, 2, "V"),
+    ]
+    spec = kernel_spec(few.graph({"B": 1, "S": 64, "E": 16}).groups[0], {"B": 1, "S": 16, "E": 16}).spec
+    assert (spec.H, spec.H_kv) == (2, 1), spec
+    # 2 over 8 zigzag pieces: 4 times; 2 over 3 ranks cannot be
+    zz = ts.shard(
+        kv_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", ts.Split("S", zigzag=True)), attention="all_to_all"
+    )
+    assert [c.pieces for c in _collectives(zz) if c.kind == "repeat"] == [4, 4]
+    three = ts.shard(kv_heads, ts.Mesh({"sp": 3}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    with pytest.raises(ShardingError, match=r"the 3 pieces of 'sp', and q has 8 heads"):
+        three.graph()
+
+    @ts.kernel
+    def three_kv(
+        Q: Tensor["B", 12, "S", "E", ts.f32], K: Tensor["B", 3, "S", "E", ts.f32], V: Tensor["B", 3, "S", "E", ts.f32]
+    ) -> Tensor["B", 12, "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V)
+
+    odd = ts.shard(three_kv, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    with pytest.raises(ShardingError, match=r"and k has 3 heads; give it a multiple .* \(or key/value heads that"):
+        odd.graph()
     with pytest.raises(KernelError, match=r"ts.shard: attention is 'ring'; expected one of 'all_gather', 'all_to_all'"):
         ts.shard(attend_causal, TP, dict.fromkeys("QKV", seq), attention="ring")
 

@@ -109,6 +109,12 @@ def _check_ulysses_attention(out: dict, world: int) -> None:
         assert u["kinds"] == [("all_to_all", 1, 2)] * 3 + [("all_to_all", 2, 1)], u
         # wanted whole: the heads gathered (the result's all-to-all back onto the sequence left out)
         assert u["zigzag_whole_err"] < 1e-4 and u["whole_kinds"] == [("all_to_all", 1)] * 3 + [("all_gather", 1)], u
+        for split, pieces in (("contiguous", world), ("zigzag", 2 * world)):  # 2 key/value heads, 8 query heads
+            few = u["few_kv"][split]
+            repeats = [("repeat", pieces // 2)] * 2 if pieces > 2 else []  # 2 heads over 2 pieces: no repeat
+            assert few["err"] < 1e-4, (split, few)
+            assert few["kinds"] == [*repeats, *[("all_to_all", None)] * 4], (split, few)
+            assert ("repeated up to the all-to-all's pieces" in few["sched"]) == bool(repeats), few["sched"]
         if world == 4:  # the heads gathered over "sp" before the batch over "dp"
             sp = [("all_to_all", "sp", 1)] * 3
             assert u["mesh_kinds"] == [*sp, ("all_gather", "sp", 1), ("all_gather", "dp", 0)], u
