@@ -527,16 +527,8 @@ class _Propagator:
         attention's key/value heads, fewer than the all-to-all's pieces, repeated up to them. Query
         head ``h`` reads repeated head ``h // (H / (H_kv * times))``, the head ``h // (H / H_kv)`` it
         read before, so each rank's query heads keep their key/value head."""
-        state = dict(self.of(value))
-        if self._permute_input(value) is not None:
-
-            def place(source, source_dim):
-                return self._collective("repeat", source, axis, source_dim, times)
-
-            var = self._through_permute(value, f"repeat{times}", axis, dim, place, f"{value.name_hint}_repeat")
-        else:
-            var = self._collective("repeat", value, axis, dim, times)
-        self.state[var] = state
+        var = self._cut(value, "repeat", axis, dim, times)
+        self.state[var] = dict(self.of(value))  # still split as it was (a cut through a permute drops the axis)
         return var
 
     def _all_to_all(self, value, axis: str, dim: int, from_dim: int):
@@ -625,8 +617,8 @@ class _Propagator:
         return self._cut(value, "prefix", axis, dim, pieces)
 
     def _cut(self, value, kind: str, axis: str, dim: int, pieces: int):
-        """``kind`` (a prefix, or a half of this rank's zigzag piece) of ``value``'s ``dim`` over
-        ``axis``, no communication; a permute's result as the permute of its input's cut."""
+        """``kind`` (a prefix, a half of this rank's zigzag piece, or a repeat) of ``value``'s ``dim``
+        over ``axis``, no communication; a permute's result as the permute of its input's cut."""
         if self._permute_input(value) is not None:
 
             def cut(source, source_dim):
@@ -929,18 +921,16 @@ def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatF
     state = prop.run()
     nodes = list(prop.nodes)
     outputs = list(flat.outputs)
-    wanted = _output_collectives(outputs, state, sharding, kernel)
-
-    def resplit_first(c):  # one output's collectives are over different axes: in any order, the same
-        return not (c.kind == "all_gather" and _gathered_resplit(nodes, outputs, outputs[c.output], c.axis, c.dim))
-
-    for c in sorted(wanted, key=resplit_first):
+    wanted = [
+        (c, _gathered_resplit(nodes, outputs, outputs[c.output], c.axis, c.dim) if c.kind == "all_gather" else None)
+        for c in _output_collectives(outputs, state, sharding, kernel)
+    ]
+    # one output's collectives are over different axes (in any order, the same): a resplit's gather first
+    for c, resplit in sorted(wanted, key=lambda cr: cr[1] is None):
         value, dim = outputs[c.output], c.dim
-        if c.kind == "all_gather":
-            resplit = _gathered_resplit(nodes, outputs, value, c.axis, dim)
-            if resplit is not None:  # gather what the all-to-all took in, on its dim: one collective, not two
-                nodes.remove(resplit)
-                value, dim = resplit.args[1], collective_args(resplit.call)[2]
+        if resplit is not None:  # gather what the all-to-all took in, on its dim: one collective, not two
+            nodes.remove(resplit)
+            value, dim = resplit.args[1], collective_args(resplit.call)[2]
         node = collective_node(c.kind, value, c.axis, dim, sharding["mesh"][c.axis], c.from_dim)
         nodes.append(node)
         outputs[c.output] = node.var
