@@ -231,6 +231,20 @@ def test_a_zigzag_sequence_split_balances_causal_attention_over_the_ranks():
     )
 
 
+def _attention_with_heads(heads: int, kv_heads: int):
+    """Causal grouped-query attention with literal head counts (known to the graph)."""
+
+    @ts.kernel
+    def attend(
+        Q: Tensor["B", heads, "S", "E", ts.f32],
+        K: Tensor["B", kv_heads, "S", "E", ts.f32],
+        V: Tensor["B", kv_heads, "S", "E", ts.f32],
+    ) -> Tensor["B", heads, "S", "E", ts.f32]:
+        return ops.flash_attention(Q, K, V, causal=True)
+
+    return attend
+
+
 def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
     """attention='all_to_all' (DeepSpeed-Ulysses): one all-to-all each for Q, K and V (sequence to
     heads, before the permutes the attention kernel takes in), one back after its permute back; the
@@ -258,23 +272,12 @@ def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
     assert [(c.kind, c.dim, c.value_name) for c in _collectives(whole)][3:] == [("all_gather", 1, "output 0")]
     assert 'R.str("sp"), R.prim_value(1), sinfo_args=(R.Tensor((B, H, S * 4, E)' in whole.inspect_ir("graph")
 
-    @ts.kernel
-    def six_heads(
-        Q: Tensor["B", 6, "S", "E", ts.f32], K: Tensor["B", 6, "S", "E", ts.f32], V: Tensor["B", 6, "S", "E", ts.f32]
-    ) -> Tensor["B", 6, "S", "E", ts.f32]:
-        return ops.flash_attention(Q, K, V, causal=True)
-
     # heads known in the graph are checked there (a symbolic H when the all-to-all runs: see ranks.py)
-    six = ts.shard(six_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    six = ts.shard(_attention_with_heads(6, 6), ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
     with pytest.raises(ShardingError, match=r"splits the heads over the 4 pieces of 'sp', and q has 6 heads"):
         six.graph()
 
-    @ts.kernel
-    def kv_heads(
-        Q: Tensor["B", 8, "S", "E", ts.f32], K: Tensor["B", 2, "S", "E", ts.f32], V: Tensor["B", 2, "S", "E", ts.f32]
-    ) -> Tensor["B", 8, "S", "E", ts.f32]:
-        return ops.flash_attention(Q, K, V, causal=True)
-
+    kv_heads = _attention_with_heads(8, 2)
     # 2 key/value heads over 4 pieces: each repeated twice in a row first, so each rank holds one
     few = ts.shard(kv_heads, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
     assert [(c.kind, c.dim, c.pieces, c.value_name) for c in _collectives(few)][:2] == [
@@ -292,13 +295,7 @@ def test_all_to_all_attention_resplits_the_sequence_on_the_heads():
     with pytest.raises(ShardingError, match=r"the 3 pieces of 'sp', and q has 8 heads"):
         three.graph()
 
-    @ts.kernel
-    def three_kv(
-        Q: Tensor["B", 12, "S", "E", ts.f32], K: Tensor["B", 3, "S", "E", ts.f32], V: Tensor["B", 3, "S", "E", ts.f32]
-    ) -> Tensor["B", 12, "S", "E", ts.f32]:
-        return ops.flash_attention(Q, K, V)
-
-    odd = ts.shard(three_kv, ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
+    odd = ts.shard(_attention_with_heads(12, 3), ts.Mesh({"sp": 4}), dict.fromkeys("QKV", seq), attention="all_to_all")
     with pytest.raises(ShardingError, match=r"and k has 3 heads; give it a multiple .* \(or key/value heads that"):
         odd.graph()
     with pytest.raises(KernelError, match=r"ts.shard: attention is 'ring'; expected one of 'all_gather', 'all_to_all'"):
