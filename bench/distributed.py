@@ -202,7 +202,8 @@ def main() -> int:
             f"{_shapes('cp', args.tokens, args.hidden)}, Q/K/V split on M (K and V all-gathered, each rank reading "
             "them up to its last query; the result left split); zigzag: the sequence cut into 4 pieces, rank c "
             "holding pieces c and 3 - c; all-to-all (Ulysses): Q/K/V re-split on the heads, each rank attending "
-            "over the whole sequence for half of them, the result re-split on M (result whole: its heads all-gathered). One thread per rank; median of "
+            "over the whole sequence for half of them, the result re-split on M (result whole: its heads "
+            "all-gathered). One thread per rank; median of "
             f"{REPEATS} calls; the slowest rank's time; GFLOP/s counts the two matmuls (attention: the visible "
             "half of the scores).",
             "",

@@ -474,9 +474,9 @@ def flash_attention(
     query head ``h`` reads kv head ``h // (H // H_kv)``). ``scale`` defaults to ``1/sqrt(D)``. With
     ``causal`` query ``i`` sees keys ``j <= i`` (``causal_align="top_left"``, PyTorch's
     ``is_causal``) or ``j <= i + S_kv - S_q`` (``"bottom_right"``, flash-attn's). ``bias`` is an
-    additive float tensor ``[B, H, S_q, S_kv]`` with B, H or S_q a literal 1 where it is broadcast (torch
-    SDPA's float ``attn_mask``; not S_kv, which Relax's attention takes whole): a padding mask ``[B, 1, 1, S_kv]`` of 0 and -inf, ALiBi
-    ``[1, H, S_q, S_kv]``. A query whose keys are all masked gets zeros. Reference:
+    additive float tensor ``[B, H, S_q, S_kv]`` with B, H or S_q a literal 1 where it is broadcast
+    (torch SDPA's float ``attn_mask``; not S_kv, which Relax's attention takes whole): a padding mask
+    ``[B, 1, 1, S_kv]`` of 0 and -inf, ALiBi ``[1, H, S_q, S_kv]``. A query whose keys are all masked gets zeros. Reference:
     :func:`tessera.reference.flash_attention`.
     """
     op = "ops.flash_attention"
