@@ -13,9 +13,10 @@ What is counted (all sizes in bytes):
 - shared memory of a GPU kernel = dynamic + static. Dynamic is the ``dyn_shared_memory_buf`` attr
   that ``tl.MergeSharedMemoryAllocations`` sets (the byte count passed at launch), or, before that
   pass, the sum of the ``shared.dyn`` allocations. Static is every other ``shared*`` allocation
-  (``shared``, and the mbarrier words in ``shared.barrier`` / ``shared.cluster_barrier``), which
-  the CUDA/HIP codegen declares as ``__shared__`` arrays. ``shared.tmem`` (Blackwell tensor memory)
-  is not shared memory and is not counted.
+  (``shared``, and on CUDA the mbarrier words in ``shared.barrier`` / ``shared.cluster_barrier``),
+  which the CUDA/HIP codegen declares as ``__shared__`` arrays. TileLang's HIP codegen declares the
+  barrier words as plain local arrays (``uint64_t bar[1];``), so on HIP they take no LDS and are
+  not counted. ``shared.tmem`` (Blackwell tensor memory) is not shared memory and is not counted.
 - local memory of a CPU kernel (target ``c``) = every on-chip allocation, whatever its scope: the C
   codegen declares ``local``, ``shared`` and ``shared.dyn`` buffers alike as arrays on the stack,
   so such a kernel has no shared memory. GPU kernels report 0: their ``local`` arrays are registers
@@ -37,6 +38,7 @@ _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 #: The annotation tessera.MarkParallelGrid puts on the grid loops of a CPU kernel (outermost first).
 PARALLEL_GRID = "tessera.parallel_grid"
 _NOT_SHARED_MEMORY = ("shared.dyn", "shared.tmem")
+BARRIER_SCOPES = ("shared.barrier", "shared.cluster_barrier")
 
 Extent = int | str  # a constant, or a symbolic expression as text (see the module docstring)
 Dim3 = tuple[Extent, Extent, Extent]
@@ -242,12 +244,9 @@ def shared_memory_bytes(func) -> Extent:
     """Shared memory one thread block uses: dynamic + static (see the module docstring)."""
     if is_cpu_kernel(func):
         return 0
+    not_shared = _NOT_SHARED_MEMORY + (BARRIER_SCOPES if target_kind(func) == "hip" else ())
     static = sum(
-        (
-            _bytes(b)
-            for b in allocations(func)
-            if b.scope().startswith("shared") and b.scope() not in _NOT_SHARED_MEMORY
-        ),
+        (_bytes(b) for b in allocations(func) if b.scope().startswith("shared") and b.scope() not in not_shared),
         0,
     )
     return extent(_dynamic_shared(func) + static)

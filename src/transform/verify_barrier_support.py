@@ -11,7 +11,7 @@ from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import LoweringError
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
-_BARRIER_SCOPES = ("shared.barrier", "shared.cluster_barrier")
+from .analysis import BARRIER_SCOPES
 
 
 def _barrier_buffers(func) -> list[str]:
@@ -19,7 +19,7 @@ def _barrier_buffers(func) -> list[str]:
 
     def visit(node):
         if isinstance(node, tvm.tirx.SBlock):
-            found.extend(b.name for b in node.alloc_buffers if b.scope() in _BARRIER_SCOPES)
+            found.extend(b.name for b in node.alloc_buffers if b.scope() in BARRIER_SCOPES)
 
     tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
     return found

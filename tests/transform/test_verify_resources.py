@@ -79,6 +79,52 @@ def test_shared_memory_over_the_limit():
     )
 
 
+def _on_hip(mod):
+    func = mod["main_kernel"].with_attr("target", tvm.target.Target({"kind": "hip", "mcpu": "gfx942"}))
+    return tvm.IRModule({"main_kernel": func})
+
+
+def test_hip_barrier_words_take_no_shared_memory():
+    # TileLang's HIP codegen declares the mbarrier words as plain locals, so only the 8 KiB of LDS count.
+    kernel = _on_hip(GpuKernel)["main_kernel"]
+    verify_kernel("main_kernel", kernel, with_tessera_passes("rocm", shared_memory_per_block=8192))
+    with pytest.raises(ResourceError) as info:
+        verify_kernel("main_kernel", kernel, with_tessera_passes("rocm", shared_memory_per_block=8191))
+    assert info.value.amount == 8192
+
+
+def test_hip_gemm_at_exactly_the_lds_limit_lowers():
+    import tilelang.language as TL
+
+    import tessera_tvm
+
+    size = 1024
+
+    @TL.prim_func
+    def gemm(
+        A: TL.Tensor((size, size), "float16"),
+        B: TL.Tensor((size, size), "float16"),
+        C: TL.Tensor((size, size), "float32"),
+    ):
+        with TL.Kernel(size // 128, size // 128, threads=256) as (bx, by):
+            A_s = TL.alloc_shared((128, 128), "float16")  # 32 KiB
+            B_s = TL.alloc_shared((128, 128), "float16")  # 32 KiB: 64 KiB of LDS in all, rocm's limit
+            bar = TL.alloc_barrier(1)
+            C_l = TL.alloc_fragment((128, 128), "float32")
+            TL.clear(C_l)
+            for k in TL.serial(size // 128):
+                TL.copy(A[by * 128, k * 128], A_s)
+                TL.copy(B[k * 128, bx * 128], B_s)
+                TL.barrier_arrive(bar[0])
+                TL.barrier_wait(bar[0], k % 2)
+                TL.gemm(A_s, B_s, C_l)
+            TL.copy(C_l, C[by * 128, bx * 128])
+
+    lowered = tessera_tvm.lower(gemm, "rocm")
+    assert re.search(r"^\s+uint64_t bar\[1\];", lowered.source, re.M), "the barrier is no longer a local"
+    assert lowered.metadata[0]["resources"]["smem_per_cta"] == 65536
+
+
 def test_threads_over_the_limit():
     config = with_tessera_passes("hopper", threads_per_block=64)
     with pytest.raises(ResourceError, match="needs 128 threads per block but .* at most 64; use fewer"):
