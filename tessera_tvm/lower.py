@@ -223,7 +223,11 @@ def lower(
     ``program`` is a ``@T.prim_func`` program, an IRModule of them, or a ``@tilelang.jit`` kernel:
     the decorated function (its program built from ``jit_args``/``jit_kwargs``, the arguments you
     would call it with) or a kernel it returned. A jit kernel's ``pass_configs`` are added to the
-    current ``PassContext`` for this lowering, as ``tilelang.compile`` does.
+    current ``PassContext`` for this lowering (its keys win over the caller's; the caller's other
+    config keys, opt_level, disabled and required passes and instruments stay). This differs from
+    ``tilelang.compile``, which opens a fresh ``PassContext`` and ignores the caller's: here every
+    program lowers under the caller's context, as ``tilelang.lower`` does, so an instrument or a
+    disabled pass applies to a jit kernel as to any other program.
 
     With ``build`` the config's compiler runs (cubin/PTX with nvcc, a shared library with g++).
     ``out_dir`` receives the source, metadata.json, passes.txt and the binaries; without it they

@@ -42,6 +42,23 @@ def test_the_pass_configs_join_the_callers_pass_context():
         assert ours.source == tessera_tvm.lower(_gemm(256, 256, 256), "hopper", build=False).source
 
 
+def test_the_kernels_pass_configs_win_and_the_callers_instruments_still_see_its_passes():
+    # Deliberately unlike tilelang.compile, which opens a fresh PassContext: the caller's context applies.
+    seen: list[str] = []
+
+    @tvm.instrument.pass_instrument
+    class Names:
+        def run_before_pass(self, mod, info):
+            seen.append(info.name)
+
+    outer = {"tl.disable_warp_specialized": False}
+    with tvm.transform.PassContext(config=outer, instruments=[Names()]):
+        ours = tessera_tvm.lower(matmul, "hopper", build=False, jit_args=(256, 256, 256))
+    assert "warpgroup_reg_alloc" not in ours.source  # the kernel's True beat the caller's False
+    assert ours.source == _tilelang_source(_gemm(256, 256, 256), NO_WS)
+    assert "tl.LayoutInference" in seen and "tessera.VerifyResources" in seen
+
+
 def test_a_jit_function_without_its_arguments_says_how_to_give_them():
     with pytest.raises(TesseraError, match="@tilelang.jit kernel 'gemm'.*missing a required argument: 'M'.*jit_args"):
         tessera_tvm.lower(matmul, "hopper", build=False)
