@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
 import socket
+import time
 
 import pytest
 
@@ -27,12 +29,20 @@ def _spawn(world: int, scenarios: list[str], timeout: float = 240.0, backend: st
     for p in procs:
         p.start()
     out: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
     try:
-        while len(out) < world:
+        while len(out) < world and time.monotonic() < deadline:
             try:
-                rank, data = results.get(timeout=timeout)
+                rank, data = results.get(timeout=1.0)
             except queue.Empty:
-                break
+                # every rank yet to report has exited (a killed rank): what it sent is already in the pipe
+                if all(not procs[r].is_alive() for r in range(world) if r not in out):
+                    with contextlib.suppress(queue.Empty):
+                        while len(out) < world:
+                            rank, data = results.get(timeout=0.5)
+                            out[rank] = data
+                    break
+                continue
             out[rank] = data
     finally:
         for p in procs:
