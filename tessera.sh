@@ -13,19 +13,21 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 VENV="${TESSERA_VENV:-.venv}"
 PY="$VENV/bin/python"
 
-# ensure_venv DIR WHAT INSTALL: make the venv DIR if it is missing, then run INSTALL DIR once (again
-# whenever pyproject.toml is newer than the last install).
+# ensure_venv DIR WHAT INSTALL: make the venv DIR if it is missing, then run INSTALL DIR once, and
+# again whenever its requirements change: the stamp holds a digest of pyproject.toml and of INSTALL's
+# own text (the pins it passes to pip), so an unchanged venv is reused between runs.
 ensure_venv() {
     local dir="$1" what="$2" install="$3"
     if [ ! -x "$dir/bin/python" ]; then
         echo "tessera.sh: creating $dir" >&2
         python3 -m venv "$dir"
     fi
-    local stamp="$dir/.tessera-installed"
-    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    local stamp="$dir/.tessera-installed" want
+    want="$( (cat pyproject.toml; declare -f "$install") | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         echo "tessera.sh: installing $what into $dir" >&2
         "$install" "$dir/bin/python"
-        touch "$stamp"
+        echo "$want" >"$stamp"
     fi
 }
 
