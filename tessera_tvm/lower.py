@@ -380,7 +380,7 @@ def _cache_record(lowered: LoweredModule) -> dict[str, Any]:
     entry = None
     if lowered._entry is not None:
         symbol, params, order = lowered._entry
-        entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape)] for p in params], order]
+        entry = [symbol, [[p.name, p.kind, p.dtype, list(p.shape), p.written] for p in params], order]
     return {
         "name": lowered.name,
         "source": lowered.source,
@@ -417,7 +417,7 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
     cpu_entry = None
     if record["cpu_entry"] is not None:  # the record's key from when only the CPU had an entry
         symbol, params, order = record["cpu_entry"]
-        cpu_entry = (symbol, [KernelParam(n, k, d, tuple(shape)) for n, k, d, shape in params], order)
+        cpu_entry = (symbol, [KernelParam(n, k, d, tuple(shape), *rest) for n, k, d, shape, *rest in params], order)
     lowered = LoweredModule(
         name=record["name"],
         config=config,

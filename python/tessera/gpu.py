@@ -23,7 +23,7 @@ import numpy as np
 from tessera_tvm import trace as _trace
 
 from .errors import NotRunnableError
-from .instance import Memory
+from .instance import Memory, readable
 
 __all__ = [
     "TorchMemory",
@@ -87,7 +87,7 @@ def to_torch(array: np.ndarray, tvm_dtype: str, device) -> Any:
     import torch
 
     carrier = _BIT_CARRIERS.get(tvm_dtype)
-    host = np.ascontiguousarray(array)
+    host = readable(np.ascontiguousarray(array))  # torch.from_numpy warns on a read-only array
     if carrier is not None:
         tensor = torch.from_numpy(host.view(carrier[0])).to(device).view(torch_dtype(tvm_dtype))
     else:

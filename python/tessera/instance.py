@@ -201,6 +201,7 @@ class Instance:
             for array, t in zip(arrays, plan.inputs, strict=True):
                 if not (array.dtype.name == t.dtype and array.shape == t.shape and array.flags.c_contiguous):
                     return None
+            arrays = [readable(a) for a in arrays]
             outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
         elif exact_only:  # the caller has not checked the arguments: numpy arrays only
             return None
@@ -296,7 +297,7 @@ class Memory:
 
     def hold(self, value: Any, dtype: str, shape: tuple[int, ...]) -> Any:
         """``value`` as a contiguous ``dtype`` array of ``shape``, ready to pass to a kernel."""
-        return np.ascontiguousarray(value, dtype=_numpy_dtype(dtype)).reshape(shape)
+        return readable(np.ascontiguousarray(value, dtype=_numpy_dtype(dtype)).reshape(shape))
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:
         return np.empty(shape, dtype=_numpy_dtype(dtype))
@@ -325,6 +326,30 @@ def _numpy_dtype(tvm_dtype: str):
 # ---------------------------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------------------------
+
+
+class _WritableAlias:
+    """What numpy needs to make a writable array over a read-only one's memory (see :func:`readable`)."""
+
+    __slots__ = ("__array_interface__", "base")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.base = array  # keeps the memory alive as long as the alias
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)  # (address, read-only flag)
+        self.__array_interface__ = interface
+
+
+def readable(array: np.ndarray) -> np.ndarray:
+    """An input array as a kernel can take it: itself, or for a read-only array (``np.frombuffer``,
+    a read-only memory map) a writable alias of the same memory, without a copy.
+
+    DLPack (before 1.0, which tvm-ffi asks for) cannot mark a tensor read-only, so numpy refuses to
+    export one. Kernels only read their inputs, and write their outputs into fresh arrays."""
+    if array.flags.writeable:
+        return array
+    alias = np.asarray(_WritableAlias(array))
+    return alias if alias.dtype == array.dtype else alias.view(array.dtype)  # ml_dtypes travel as void
 
 
 def _check_args(

@@ -117,12 +117,15 @@ class KernelParam:
 
     ``shape`` holds ints or symbol names (``("M", 256)``) for buffers and is empty for scalars. A
     scalar whose name is a symbol of some buffer's shape is filled in from the arrays' shapes.
+    ``written``: whether the kernel writes the buffer (None: not known, so it may); a read-only
+    array is refused for a buffer the kernel may write.
     """
 
     name: str
     kind: Literal["buffer", "scalar"]
     dtype: str
     shape: tuple[int | str, ...] = ()
+    written: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))  # accept lists, keep the dataclass hashable
@@ -291,6 +294,12 @@ class CpuKernel:
                     f"kernel {kname!r}: argument {p.name!r} is not C-contiguous (strides {arr.strides}); "
                     f"expected a C-contiguous array: pass np.ascontiguousarray({p.name}) (and copy results back "
                     "if it is an output)"
+                )
+            if not arr.flags.writeable and p.written is not False:
+                raise ArgumentError(
+                    f"kernel {kname!r}: argument {p.name!r} is a read-only array, but the kernel "
+                    f"{'writes' if p.written else 'may write'} {p.name}; expected a writable array: pass "
+                    f"{p.name}.copy() (or np.empty_like({p.name}) for an output)"
                 )
             if not arr.flags.aligned:
                 raise ArgumentError(

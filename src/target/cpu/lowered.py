@@ -24,15 +24,51 @@ def entry(device_mod, input_buffers: dict[str, Any], buffer_order: list[str]) ->
     if len(kernels) != 1:
         raise TesseraError(f"the CPU runner expects one device kernel, found {[gv.name_hint for gv, _ in kernels]}")
     gv, func = kernels[0]
+    written = written_vars(func)
     params = []
     for var in func.params:
         buf = input_buffers.get(var.name)
         if buf is not None:
             shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in buf.shape)
-            params.append(KernelParam(buf.name, "buffer", str(buf.dtype), shape))
+            params.append(KernelParam(buf.name, "buffer", str(buf.dtype), shape, written=var.name in written))
         else:
             params.append(KernelParam(var.name, "scalar", str(var.dtype), ()))
     return gv.name_hint, params, buffer_order
+
+
+def written_vars(func) -> set[str]:
+    """The names of the pointer variables ``func`` may write through: the targets of its stores, and
+    every pointer handed to a call (an extern function, ``address_of``), except ``tvm_access_ptr``s
+    whose mask says read-only. Conservative: a read-only array is refused only for these."""
+    written: set[str] = set()
+
+    def pointers(expr) -> set[str]:
+        found: set[str] = set()
+
+        def visit(node):
+            if isinstance(node, tvm.tirx.Var) and "handle" in str(node.dtype):
+                found.add(node.name)
+            elif isinstance(node, tvm.tirx.BufferLoad):
+                found.add(node.buffer.data.name)
+
+        tvm.tirx.stmt_functor.post_order_visit(expr, visit)
+        return found
+
+    def visit(node):
+        if isinstance(node, tvm.tirx.BufferStore):
+            written.add(node.buffer.data.name)
+        elif isinstance(node, tvm.tirx.Call) and isinstance(node.op, tvm.ir.Op):
+            name = node.op.name
+            if name == "tirx.tvm_access_ptr":
+                mask = node.args[4]
+                if not (isinstance(mask, tvm.tirx.IntImm) and int(mask) & 2 == 0):
+                    written.update(pointers(node.args[1]))
+            elif name.startswith("tirx.call_") or name == "tirx.address_of":
+                for arg in node.args:
+                    written.update(pointers(arg))
+
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    return written
 
 
 def build(lowered, out_dir: Path) -> None:
