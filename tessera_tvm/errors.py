@@ -69,3 +69,13 @@ class ToolchainMissingError(ToolchainError):
 class ToolchainProcessError(TesseraError):
     """Tessera's toolchain process (TileLang's TVM, serving an upstream apache-tvm process) is
     missing, failed to start, crashed, timed out or refused a request; the message says what to do."""
+
+
+class OutputFileError(TesseraError, OSError):
+    """A file Tessera was asked to write (a trace, a metrics file) cannot be written, or is not a
+    regular file it may replace or append to; the message names the file and what was found."""
+
+
+class TesseraWarning(UserWarning):
+    """Something Tessera worked around without failing (a damaged cache entry rebuilt, an unusable
+    cache or metrics file skipped); filter it with ``warnings.simplefilter(..., TesseraWarning)``."""

@@ -10,6 +10,12 @@ before the crash): ``time`` (Unix seconds at the end of the call), ``kernel``, `
 kernels, computed at compile time and kept in ``metadata.json``), ``tflops`` and ``gbps`` (from
 those over ``seconds``; ``tflops`` is null for kernels without a FLOP count) and ``grids`` (each
 device kernel's launch grid). When no metrics file is active the call path reads one module global.
+
+Metrics never break the program they watch: ``TESSERA_METRICS`` naming a file that cannot be opened
+warns once (:class:`~tessera_tvm.errors.TesseraWarning`) and leaves metrics off; a row that cannot be
+written (a full disk) warns once and stops the recording. Rows are appended only to a regular file:
+a symbolic link, a device or a FIFO at the path is refused (``metrics(path)`` raises
+:class:`~tessera_tvm.errors.OutputFileError` naming the file; the variable warns).
 """
 
 from __future__ import annotations
@@ -21,28 +27,62 @@ import io
 import json
 import math
 import os
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from .errors import OutputFileError
+from .output_files import file_kind, refuse_special, warn
 
 #: The columns of a row, in the CSV's order.
 COLUMNS = ("time", "kernel", "target", "shapes", "seconds", "flops", "bytes", "tflops", "gbps", "grids")
 
 
 class MetricsFile:
-    """Rows appended to one JSONL or CSV file (by its suffix), one line per call."""
+    """Rows appended to one JSONL or CSV file (by its suffix), one line per call.
+
+    Opening raises :class:`OutputFileError` naming the file when it cannot be appended to; a row
+    that cannot be written later warns once and stops the recording (the kernel call goes on)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if self.path.suffix not in (".jsonl", ".csv"):
             raise ValueError(f"metrics file {self.path}: expected a .jsonl or .csv path")
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not self.path.exists() or self.path.stat().st_size == 0
-        self._file = self.path.open("a", buffering=1)  # line-buffered: each row is on disk when written
-        if self.path.suffix == ".csv" and fresh:
-            self._file.write(",".join(COLUMNS) + "\n")
+        self.failed = False
+        refuse_special(self.path, "metrics file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # O_NOFOLLOW and the fstat below: a link or a FIFO put there meanwhile is refused, not
+            # followed or waited on (O_NONBLOCK).
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(self.path, flags, 0o666)
+        except OSError as exc:
+            raise OutputFileError(
+                f"metrics file {self.path}: cannot open it to append rows: {exc.strerror or exc}"
+            ) from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise OutputFileError(
+                f"metrics file {self.path}: found a {file_kind(info.st_mode)}, expected a regular file"
+            )
+        self._file = os.fdopen(fd, "a", buffering=1)  # line-buffered: each row is on disk when written
+        if self.path.suffix == ".csv" and info.st_size == 0:
+            self._write(",".join(COLUMNS) + "\n")
+
+    def _write(self, line: str) -> None:
+        if self.failed:
+            return
+        try:
+            self._file.write(line)
+        except OSError as exc:  # a full disk, a file system gone read-only: stop, never fail the call
+            self.failed = True
+            warn(
+                f"metrics file {self.path}: cannot write a row ({exc.strerror or exc}); no more rows are recorded there"
+            )
 
     def record(self, row: dict[str, Any]) -> None:
         if self.path.suffix == ".jsonl":
@@ -53,11 +93,14 @@ class MetricsFile:
             csv.writer(buffer, lineterminator="\n").writerow(["" if v is None else v for v in values])
             line = buffer.getvalue()
         with self._lock:
-            self._file.write(line)
+            self._write(line)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # the last buffered bytes could not be written: said by _write already
+                pass
 
 
 _ACTIVE: MetricsFile | None = None
@@ -190,10 +233,16 @@ def prometheus_text(summary: dict[str, dict[str, Any]]) -> str:
 
 
 def _from_environment() -> None:
+    """``TESSERA_METRICS=path``: record the whole process; a path that cannot be used warns and
+    leaves metrics off (an import never fails because of it)."""
     global _ACTIVE
     path = os.environ.get("TESSERA_METRICS", "").strip()
     if path and _ACTIVE is None:
-        _ACTIVE = MetricsFile(path)
+        try:
+            _ACTIVE = MetricsFile(path)
+        except (OutputFileError, ValueError) as exc:
+            warn(f"TESSERA_METRICS={path}: metrics are off: {exc}")
+            return
         atexit.register(_ACTIVE.close)
 
 

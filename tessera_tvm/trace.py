@@ -16,19 +16,27 @@ The file opens in Perfetto (ui.perfetto.dev) and chrome://tracing. Each span is 
 On a GPU each span is also an NVTX range (through torch's ``torch.cuda.nvtx``), so Nsight Systems
 shows the same names. When no trace is active a span costs one module-global read: the call path
 checks :func:`active` itself and takes its untraced route.
+
+A trace never breaks the program it watches: ``TESSERA_TRACE`` naming a path that cannot be
+written warns (:class:`~tessera_tvm.errors.TesseraWarning`) and the trace is off or lost, while
+``tracing(path)`` raises :class:`~tessera_tvm.errors.OutputFileError` naming the file. The file is
+written through a temporary file renamed over it, and never over a symbolic link, a device or a
+FIFO (refused).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .errors import OutputFileError
+from .output_files import check_writable, replace_regular_file, warn
 
 #: The standard phases (seed 004): the category of every span.
 PHASES = ("copy", "mma", "reduce", "comm", "host")
@@ -71,15 +79,19 @@ class Trace:
             self.events.append(event)
 
     def write(self) -> Path:
-        """Write the file (a temporary file renamed into place: never half-written)."""
+        """Write the file (a temporary file renamed into place: never half-written, never over
+        anything but a regular file); raises :class:`OutputFileError` naming it."""
         with self._lock:
             events = sorted(self.events, key=lambda e: (e["ts"], -e["dur"]))
         payload = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": "tessera"}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(payload))
-        os.replace(tmp, self.path)
-        return self.path
+        return replace_regular_file(self.path, payload, "trace file")
+
+    def write_or_warn(self) -> None:
+        """:meth:`write`, with a warning instead of an error (at exit, or when the traced block raised)."""
+        try:
+            self.write()
+        except OutputFileError as exc:
+            warn(f"the trace was not written: {exc}")
 
 
 def _plain(value: Any) -> Any:
@@ -126,24 +138,38 @@ def span(name: str, phase: str = "host", **args: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def tracing(path: str | os.PathLike[str]) -> Iterator[Trace]:
-    """Trace the block into ``path`` (written when the block ends, also when it raises)."""
+    """Trace the block into ``path`` (written when the block ends, also when it raises).
+
+    A path holding something other than a regular file is refused at once, and a file that cannot
+    be written raises :class:`OutputFileError` naming it (a warning when the block itself raised:
+    its error is the one to see)."""
     global _ACTIVE
+    check_writable(Path(path), "trace file")
     previous, _ACTIVE = _ACTIVE, Trace(path)
     trace = _ACTIVE
     try:
         yield trace
-    finally:
+    except BaseException:
         _ACTIVE = previous
-        trace.write()
+        trace.write_or_warn()
+        raise
+    _ACTIVE = previous
+    trace.write()
 
 
 def _from_environment() -> None:
-    """``TESSERA_TRACE=path``: trace the whole process, written at exit."""
+    """``TESSERA_TRACE=path``: trace the whole process, written at exit. A path that cannot be
+    written warns (now, or at exit) and never fails the program."""
     global _ACTIVE
     path = os.environ.get("TESSERA_TRACE", "").strip()
     if path and _ACTIVE is None:
+        try:
+            check_writable(Path(path), "trace file")
+        except OutputFileError as exc:
+            warn(f"TESSERA_TRACE={path}: tracing is off: {exc}")
+            return
         _ACTIVE = Trace(path)
-        atexit.register(_ACTIVE.write)
+        atexit.register(_ACTIVE.write_or_warn)
 
 
 _from_environment()
