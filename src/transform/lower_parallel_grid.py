@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from tessera_tvm._tvm import tvm
+from tessera_tvm.errors import LoweringError
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
 
 from . import analysis
@@ -74,11 +75,40 @@ def _data_vars(stmt) -> set:
     return found
 
 
-def _region(loop, private: list):
+#: Most blocks one region may have: tessera/cpu_parallel.h claims them with an int32 counter, which
+#: each of up to 1024 threads advances once past the last block.
+MAX_BLOCKS = 2**31 - 1 - 1024
+
+
+def _int32_extents(loops, kernel: str) -> list:
+    """The grid extents as int32. A grid over a dim of 2^31 or more (an int64 extent) has a constant
+    block count that fits the region's int32 counter, or the kernel cannot run as one region."""
+    extents = [lp.extent for lp in loops]
+    if all(str(e.dtype) == "int32" for e in extents):
+        return extents
+    analyzer = tvm.arith.Analyzer()
+    wide = [analyzer.simplify(tvm.tirx.Cast("int64", e) if str(e.dtype) != "int64" else e) for e in extents]
+    if not all(isinstance(e, tvm.tirx.IntImm) for e in wide):
+        shape = " x ".join(str(e) for e in wide)
+        raise LoweringError(
+            f"tessera.LowerParallelGrid: kernel {kernel!r} has a grid of {shape} blocks with a 64-bit extent "
+            "that is not a constant; the CPU parallel region counts blocks in int32: bind the dim to a value"
+        )
+    blocks = math.prod(int(e.value) for e in wide)
+    if blocks > MAX_BLOCKS:
+        shape = " x ".join(str(int(e.value)) for e in wide)
+        raise LoweringError(
+            f"tessera.LowerParallelGrid: kernel {kernel!r} has a grid of {shape} = {blocks} blocks; the CPU "
+            f"parallel region counts blocks in int32 and takes at most {MAX_BLOCKS}: use larger blocks"
+        )
+    return [tvm.tirx.IntImm("int32", int(e.value)) for e in wide]
+
+
+def _region(loop, private: list, kernel: str = "kernel"):
     """The parallel region replacing the grid nest at ``loop``; ``private`` are the arrays moved in."""
     tirx = tvm.tirx
     loops, decls, body = _nest(loop)
-    extents = [lp.extent for lp in loops]
+    extents = _int32_extents(loops, kernel)
     blocks = extents[0]
     for extent in extents[1:]:
         blocks = blocks * extent
@@ -91,6 +121,8 @@ def _region(loop, private: list):
         index = block if _is_one(stride) else tirx.truncdiv(block, stride)
         if lp is not loops[0]:
             index = tirx.truncmod(index, extent)
+        if index.dtype != lp.loop_var.dtype:  # the grid index of a 64-bit grid loop (a dim of 2^31 or more)
+            index = tirx.Cast(lp.loop_var.dtype, index)
         binds.append(tirx.Bind(lp.loop_var, index if _is_zero(lp.min) else lp.min + index))
         stride = tvm.arith.Analyzer().simplify(stride * extent)
     binds.reverse()
@@ -149,6 +181,7 @@ class _Lowering:
 
     def __init__(self, func):
         self.arrays = _allocations(func.body)
+        self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
 
     def nest(self, loop, private: list, used_elsewhere: set):
         """The region for the nest at ``loop`` (``private``: sibling arrays moved into it), or the nest
@@ -159,7 +192,7 @@ class _Lowering:
         foreign = (_data_vars(loop) & self.arrays) - _allocations(loop) - moved
         if foreign or moved & used_elsewhere:
             return _serial(loop)
-        return _region(loop, private)
+        return _region(loop, private, self.name)
 
     def seq(self, stmts: list, outside: set) -> list:
         """Lower the statement list ``stmts``; ``outside`` are the data variables used outside it."""

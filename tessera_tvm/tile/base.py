@@ -120,6 +120,31 @@ def bind_dims(spec: Any, values: dict[str, int]) -> Any:
     return dataclasses.replace(spec, **changes)
 
 
+#: Elements from which a buffer's flat offsets no longer fit int32 (TVM's default index type).
+INT32_ELEMENTS = 2**31
+
+
+def element_count_may_exceed_int32(shape: Any) -> bool:
+    """Whether a buffer of ``shape`` can hold ``INT32_ELEMENTS`` elements or more: its static element
+    count is that large, or a dim is symbolic (a dynamic dim is treated as possibly large). Static
+    dims may be ints or ``tirx.IntImm``; any other dim counts as symbolic."""
+    count = 1
+    for dim in shape:
+        value = getattr(dim, "value", dim)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return True
+        count *= value
+    return count >= INT32_ELEMENTS
+
+
+def index_dtype(shape: Any) -> str:
+    """The integer type of flat offsets into a buffer of ``shape``: ``int64`` where its element count
+    can reach 2^31 (:func:`element_count_may_exceed_int32`), else ``int32``. The one rule every tile
+    program applies to the offsets it computes itself (TileLang's tl.ConfigIndexBitwidth widens the
+    indices of buffer loads and stores, not the offsets passed to extern calls)."""
+    return "int64" if element_count_may_exceed_int32(shape) else "int32"
+
+
 def clamp(block: int, extent: Any) -> int:
     """``min(block, extent)`` for a static extent; ``block`` for a symbolic one (loops clamp at run time)."""
     return min(block, extent) if isinstance(extent, int) else block

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 
 from .._tvm import Builder, T, tvm
-from .base import TensorArg
+from .base import TensorArg, index_dtype
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -210,17 +210,52 @@ def _lane_reduce(lanes, full, tail, identity, combine, value_at):
         lanes[0] = combine(lanes[0], lanes[lane])
 
 
+_INDEX_ARITHMETIC = (
+    tvm.tirx.Add,
+    tvm.tirx.Sub,
+    tvm.tirx.Mul,
+    tvm.tirx.FloorDiv,
+    tvm.tirx.FloorMod,
+    tvm.tirx.Min,
+    tvm.tirx.Max,
+)
+
+
 def element_offset(buffer, index) -> object:
-    """Row-major element offset of ``buffer[index]``. CPU tile programs pass global operands to
-    tessera/cpu.h as (base pointer, offset): tirx.BF16ComputeLegalize retypes the address of a bf16
-    element as fp32. Static dims are folded; a symbolic one stays in the product."""
-    offset, stride = 0, 1
+    """Row-major element offset of ``buffer[index]``, an int64 expression. CPU tile programs pass
+    global operands to tessera/cpu_gemm.h as (base pointer, int64 offset): tirx.BF16ComputeLegalize
+    retypes the address of a bf16 element as fp32. The arithmetic is 64-bit where the buffer can hold
+    2^31 elements or more (base.index_dtype: a symbolic dim counts as large), else 32-bit and widened
+    once. Static dims are folded; a symbolic one stays in the product."""
     dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in buffer.shape]
+    dtype = index_dtype(dims)
+    offset, stride = None, 1
     for i, dim in reversed(list(zip(index, dims, strict=True))):
         if not (isinstance(i, int) and i == 0):
-            offset = (i if stride == 1 else i * stride) + offset
+            term = as_index(i, dtype) if _is_one(stride) else as_index(i, dtype) * as_index(stride, dtype)
+            offset = term if offset is None else term + offset
         stride *= dim
-    return offset
+    if offset is None:
+        return tvm.tirx.IntImm("int64", 0)
+    return offset if dtype == "int64" else T.cast(offset, "int64")  # widened once: it cannot overflow
+
+
+def as_index(value, dtype: str):
+    """``value`` (a Python int or an integer PrimExpr) as a ``dtype`` integer expression. Widening
+    casts the leaves, not the result: ``by * 229376`` becomes ``(int64)by * 229376``, computed in 64 bits;
+    narrowing (a count known to fit) casts the result."""
+    tirx = tvm.tirx
+    if isinstance(value, int):
+        return tirx.IntImm(dtype, value)
+    if str(value.dtype) == dtype:
+        return value
+    if isinstance(value, tirx.IntImm):
+        return tirx.IntImm(dtype, int(value.value))
+    if tvm.DataType(dtype).bits < tvm.DataType(str(value.dtype)).bits:  # narrowing: cast the result
+        return T.cast(value, dtype)
+    if isinstance(value, _INDEX_ARITHMETIC):
+        return type(value)(as_index(value.a, dtype), as_index(value.b, dtype))
+    return T.cast(value, dtype)
 
 
 def lowest(dtype: str):

@@ -19,7 +19,8 @@ clips) on the accumulator as it is stored. There is no GPU program yet.
 from __future__ import annotations
 
 from .._tvm import T, prim_func
-from .base import SpecError
+from .base import INT32_ELEMENTS, SpecError
+from .common import as_index, element_offset
 from .gemm import apply_epilogue, cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix, declare_gemm_params
 from .schedule import TileSchedule
 from .specs import Conv2dSpec
@@ -56,6 +57,7 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     if spec.depthwise:
         return _depthwise_cpu_program(spec)
     OH, OW, groups = spec.OH, spec.OW, spec.groups
+    _check_pixels(spec)
     group_in, group_out = spec.C // groups, spec.O // groups
     # One group's implicit GEMM (the pixels are a TIR expression when the batch is symbolic).
     pixels, channels, depth_total = spec.N * OH * OW, group_out, group_in * spec.R * spec.S
@@ -82,7 +84,7 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     f"tessera_cpu_pack_a_conv_{x_dtype}",
                     T.address_of(a_pack[0]),
                     io.x.data,
-                    group * group_in * spec.H * spec.W,  # the group's first input channel
+                    element_offset(io.x, (0, group * group_in, 0, 0)),  # the group's first input channel
                     by * block_m,
                     k * block_k,
                     rows,
@@ -90,9 +92,8 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     *window,
                 )
                 # B[k, o] = W[o, k] of the [O, C/g*R*S] view: k_stride 1, column stride C/g*R*S.
-                cpu_pack(
-                    "b", w_dtype, b_pack, io.w.data, first * depth_total + k * block_k, 1, depth_total, cols, depth
-                )
+                w_offset = element_offset(io.w, (first, 0, 0, 0)) + as_index(k * block_k, "int64")
+                cpu_pack("b", w_dtype, b_pack, io.w.data, w_offset, 1, depth_total, cols, depth)
                 cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth)
             # Pixel-major, as the accumulator holds them: g++ vectorises the epilogue over the
             # channels of a pixel (contiguous in acc and in the bias). Channel-major (each channel's
@@ -105,6 +106,16 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     _store(spec, io, acc[i, j], n, first + j, rest // OW, rest % OW)
 
     return main
+
+
+def _check_pixels(spec: Conv2dSpec) -> None:
+    """The packing routine numbers the implicit GEMM's rows (output pixels) in int32."""
+    pixels = spec.N * spec.OH * spec.OW
+    if isinstance(pixels, int) and pixels >= INT32_ELEMENTS:
+        raise SpecError(
+            f"Conv2dSpec: output Y has {pixels} pixels (N*OH*OW = {spec.N}*{spec.OH}*{spec.OW}); the CPU convolution "
+            f"numbers them in int32 and takes fewer than {INT32_ELEMENTS}: split the batch"
+        )
 
 
 def depthwise_planes(spec: Conv2dSpec) -> tuple[int, int]:

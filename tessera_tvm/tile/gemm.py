@@ -20,6 +20,7 @@ import math
 from .._tvm import T, prim_func
 from .common import (
     all_of,
+    as_index,
     broadcast_coords,
     declare_params,
     element_offset,
@@ -165,17 +166,18 @@ def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, in
 def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stride_k, count, depth):
     """``tessera_cpu_pack_<operand>_<dtype>`` (tessera/cpu_gemm.h): ``count`` rows (A) or columns (B)
     of ``depth`` elements, read from ``source`` + ``offset`` through the two element strides, into the
-    fp32 ``panel`` that :func:`cpu_gemm` reads."""
+    fp32 ``panel`` that :func:`cpu_gemm` reads. Offset and strides are passed as int64 (an operand may
+    hold 2^31 elements or more: :func:`~.common.element_offset`), the counts as int32 (a block's)."""
     return T.call_extern(
         "int32",
         f"tessera_cpu_pack_{operand}_{dtype}",
         T.address_of(panel[0]),
         source,
-        offset,
-        stride_outer,
-        stride_k,
-        count,
-        depth,
+        as_index(offset, "int64"),
+        as_index(stride_outer, "int64"),
+        as_index(stride_k, "int64"),
+        as_index(count, "int32"),
+        as_index(depth, "int32"),
     )
 
 
@@ -190,9 +192,9 @@ def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=Fals
         row_stride,
         T.address_of(a_panel[0]),
         T.address_of(b_panel[0]),
-        rows,
-        cols,
-        depth,
+        as_index(rows, "int32"),  # at most a block: int32 even where the matrix has 2^31 rows or more
+        as_index(cols, "int32"),
+        as_index(depth, "int32"),
     )
 
 

@@ -91,8 +91,8 @@ def test_tile_ir_and_c_source_show_the_micro_kernel():
     kernel = source[source.index("int32_t gemm_kernel(half* A, half* B, float* C) {") :]
     assert kernel.index("TESSERA_PARALLEL_BEGIN") < kernel.index("tessera_cpu_gemm_f32(")
     assert kernel.index("tessera_cpu_gemm_f32(") < kernel.index("TESSERA_PARALLEL_END")
-    # B is [N, K]: packed with k stride 1 and column stride K = 33.
-    assert re.search(r"tessera_cpu_pack_b_f16\(\(&\(b_pack\[0\]\)\), B, [^;]*, 1, 33, ", kernel)
+    # B is [N, K]: packed with k stride 1 and column stride K = 33 (strides and offsets are int64_t).
+    assert re.search(r"tessera_cpu_pack_b_f16\(\(&\(b_pack\[0\]\)\), B, [^;]*, \(int64_t\)1, \(int64_t\)33, ", kernel)
 
 
 def test_bf16_gemm_packs_k_pairs_for_the_bf16_dot_products():

@@ -58,6 +58,54 @@ def test_grid_nest_becomes_one_region_with_private_arrays():
 
 
 @T.prim_func(private=True)
+def grid_over_a_dim_of_2_to_the_31(A: T.handle("float32", "global")) -> T.int32:
+    A_1 = T.decl_buffer((T.int64(2**31),), data=A)
+    for bx in T.serial(2, annotations={"tessera.parallel_grid": 1}):
+        for by in T.serial(T.int64(2**24), annotations={"tessera.parallel_grid": 1}):
+            for i in range(T.int64(64)):
+                A_1[by * T.int64(128) + T.Cast("int64", bx) * T.int64(64) + i] = T.float32(0.0)
+    return 0
+
+
+@T.prim_func(private=True)
+def grid_over_a_dim_of_2_to_the_31_lowered(A: T.handle("float32", "global")) -> T.int32:
+    A_1 = T.decl_buffer((T.int64(2**31),), data=A)
+    T.evaluate(parallel_begin(2**25))
+    for _claim in range(2**25):
+        block: T.int32 = next_block()
+        if block >= 2**25:
+            T.evaluate(T.break_loop())
+        bx: T.int32 = T.truncdiv(block, 2**24)
+        by: T.int64 = T.Cast("int64", T.truncmod(block, 2**24))  # the int64 loop's index, widened
+        for i in range(T.int64(64)):
+            A_1[by * T.int64(128) + T.Cast("int64", bx) * T.int64(64) + i] = T.float32(0.0)
+    T.evaluate(parallel_end())
+    return 0
+
+
+def test_grid_loops_with_int64_extents_take_the_int32_block_index():
+    """A grid over a dim of 2^31 or more has int64 extents (before: a TVM dtype check failed)."""
+    lowered = lower_parallel_grid(grid_over_a_dim_of_2_to_the_31)
+    tvm.ir.assert_structural_equal(lowered, grid_over_a_dim_of_2_to_the_31_lowered, map_free_vars=True)
+
+
+@T.prim_func(private=True)
+def grid_of_2_to_the_31_blocks(A: T.handle("float32", "global")) -> T.int32:
+    A_1 = T.decl_buffer((T.int64(2**33),), data=A)
+    for bx in T.serial(T.int64(2**31), annotations={"tessera.parallel_grid": 1}):
+        for i in range(T.int64(4)):
+            A_1[bx * T.int64(4) + i] = T.float32(0.0)
+    return 0
+
+
+def test_a_grid_of_more_blocks_than_the_int32_counter_takes_is_refused():
+    with pytest.raises(
+        tessera_tvm.errors.LoweringError, match=r"2147483648 blocks; the CPU parallel region .* at most"
+    ):
+        lower_parallel_grid(grid_of_2_to_the_31_blocks.with_attr("global_symbol", "huge"))
+
+
+@T.prim_func(private=True)
 def array_shared_with_the_tail(A: T.handle("float32", "global"), B: T.handle("float32", "global")) -> T.int32:
     A_1 = T.decl_buffer((64,), data=A)
     B_1 = T.decl_buffer((64,), data=B)

@@ -217,19 +217,20 @@ static inline void tessera_gemm_strips(float *acc, int64_t acc_stride, const P *
 
 // ------------------------------------------------------------------------------------ entry points
 // Called from the tile program through T.call_extern; the codegen declares them from the call's
-// argument types (float*, half*, uint16_t* for bf16, int32_t), so these signatures must match. The
-// operand comes as (base pointer, element offset): the address of a bf16 element would be retyped
-// as fp32 by tirx.BF16ComputeLegalize.
+// argument types (float*, half*, uint16_t* for bf16, int32_t, int64_t), so these signatures must
+// match. The operand comes as (base pointer, element offset): the address of a bf16 element would be
+// retyped as fp32 by tirx.BF16ComputeLegalize. Offset and strides are int64_t: an operand may hold
+// 2^31 elements or more (tessera_tvm/tile/common.py: element_offset).
 
 #define TESSERA_DEFINE_PACK(SUFFIX, T, STORAGE)                                                             \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int32_t offset,                \
-                                                              int32_t row_stride, int32_t k_stride, int32_t rows, \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int64_t offset,                \
+                                                              int64_t row_stride, int64_t k_stride, int32_t rows, \
                                                               int32_t depth) {                                   \
     tessera_pack_strips<TESSERA_GEMM_MR>(pack, (const STORAGE *)a + offset, row_stride, k_stride, rows, depth);                       \
     return 0;                                                                                                    \
   }                                                                                                              \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int32_t offset,                \
-                                                              int32_t k_stride, int32_t col_stride, int32_t cols, \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int64_t offset,                \
+                                                              int64_t k_stride, int64_t col_stride, int32_t cols, \
                                                               int32_t depth) {                                   \
     tessera_pack_strips<TESSERA_GEMM_NR>(pack, (const STORAGE *)b + offset, col_stride, k_stride, cols, depth);                       \
     return 0;                                                                                                    \
@@ -316,7 +317,7 @@ static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict
 
 #define TESSERA_DEFINE_PACK_CONV(SUFFIX, T, STORAGE)                                                                \
   TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_conv_##SUFFIX(                                                \
-      float *pack, T *x, int32_t offset, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C,          \
+      float *pack, T *x, int64_t offset, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C,          \
       int32_t H, int32_t W, int32_t OH, int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph,       \
       int32_t pw, int32_t dh, int32_t dw) {                                                                        \
     tessera_pack_conv(pack, (const STORAGE *)x + offset, row0, k0, rows, depth, C, H, W, OH, OW, R, S, sh, sw, ph,  \
@@ -655,14 +656,14 @@ static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const 
   }
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
-                                                          int32_t k_stride, int32_t rows, int32_t depth) {
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
+                                                          int64_t k_stride, int32_t rows, int32_t depth) {
   tessera_pack_pairs<TESSERA_GEMM_MR>((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
   return 0;
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int32_t offset, int32_t k_stride,
-                                                          int32_t col_stride, int32_t cols, int32_t depth) {
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
+                                                          int64_t col_stride, int32_t cols, int32_t depth) {
   tessera_pack_pairs<TESSERA_GEMM_NR>((uint32_t *)pack, (const uint16_t *)b + offset, col_stride, k_stride, cols, depth);
   return 0;
 }
@@ -676,13 +677,13 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_
 
 #else  // no bf16 dot products: the fp32 packing and micro-kernel
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int32_t offset, int32_t row_stride,
-                                                          int32_t k_stride, int32_t rows, int32_t depth) {
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
+                                                          int64_t k_stride, int32_t rows, int32_t depth) {
   return tessera_cpu_pack_a_bf16(pack, a, offset, row_stride, k_stride, rows, depth);
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int32_t offset, int32_t k_stride,
-                                                          int32_t col_stride, int32_t cols, int32_t depth) {
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
+                                                          int64_t col_stride, int32_t cols, int32_t depth) {
   return tessera_cpu_pack_b_bf16(pack, b, offset, k_stride, col_stride, cols, depth);
 }
 
