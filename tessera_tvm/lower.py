@@ -14,6 +14,7 @@ With ``dump_dir`` the input and the IR after every pass are written as numbered 
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -249,21 +250,46 @@ def lower(
     cache = KernelCache.from_env()
     pass_ctx = tvm.transform.PassContext.current()
     key = cache_key(mod, config, build=compiles, pass_ctx=pass_ctx) if cache.enabled else None
-    if key is not None and dump_dir is None and not list(pass_ctx.instruments):  # instruments must see passes
-        entry = cache.load(key)
-        if entry is not None:
-            return _from_cache(entry, config, out)
-    recorder = PassRecorder(dump_dir=Path(dump_dir) if dump_dir is not None else None)
+    lookup = key is not None and dump_dir is None and not list(pass_ctx.instruments)  # instruments see passes
+    if lookup and (hit := _cached(cache, key, config, out)) is not None:
+        return hit
+    with cache.lock(key):  # one process compiles a key; the others wait here, then find its entry
+        if lookup and (hit := _cached(cache, key, config, out)) is not None:
+            return hit
+        recorder = PassRecorder(dump_dir=Path(dump_dir) if dump_dir is not None else None)
+        try:
+            with collecting_logs():
+                return _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key)
+        except Exception as exc:
+            _capture(exc, mod, name, config, recorder, build, pass_ctx)
+            raise
+
+
+def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredModule | None:
+    """The module the cache holds for ``key``, or None; an entry that passes its checksums but does
+    not load (a library the loader refuses, IR this TVM cannot read) is removed, with a warning."""
+    from .cache import warn_once
+
+    entry = cache.load(key)
+    if entry is None:
+        return None
     try:
-        with collecting_logs():
-            return _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key)
-    except Exception as exc:
-        _capture(exc, mod, name, config, recorder, build, pass_ctx)
+        return _from_cache(entry, config, out)
+    except OSError:  # copying into ``out_dir``: the entry is not at fault
         raise
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the compile below replaces the entry
+        warn_once(
+            f"damaged:{entry.path}",
+            f"kernel cache entry {entry.path} does not load ({type(exc).__name__}: {exc}); it is removed and rebuilt",
+        )
+        cache.discard(entry.path)
+        return None
 
 
 def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
     """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
+    from .cache import BUILD_PREFIX, held_directory
+
     lowered = _lower(mod, name, config, recorder)
     if key is None:
         if out is not None:
@@ -271,17 +297,21 @@ def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, k
         elif compiles or lowered._tt_program is not None:  # binaries / the five TT files need a home
             write_artifacts(lowered, Path(tempfile.mkdtemp(prefix=f"tessera_{name}_")), build=build)
         return lowered
-    with tempfile.TemporaryDirectory(prefix="tessera_build_") as staging:
+    with held_directory(None, BUILD_PREFIX) as staging:  # a killed compile's is removed by the next process
         if out is not None:
             _write_artifacts_atomic(lowered, out, build=build)
         else:
-            write_artifacts(lowered, Path(staging), build=build)
-        entry = cache.store(key, _cache_record(lowered), _cache_files(lowered, Path(staging)))
+            write_artifacts(lowered, staging, build=build)
+        entry = cache.store(key, _cache_record(lowered), _cache_files(lowered, staging))
         if out is None and entry is not None:  # the staging files go away: point at the cache's copies
             lowered.artifacts = {k: entry.files[k] for k in lowered.artifacts}
-            if lowered._kernel is not None:
-                lowered._kernel = None
-                _reload(lowered)
+        elif out is None:  # the cache cannot take them (read-only, full): keep them where they are
+            kept = Path(tempfile.mkdtemp(prefix=f"tessera_{name}_"))
+            os.replace(staging, kept)  # over the new empty directory, on the same file system
+            lowered.artifacts = {k: kept / Path(p).relative_to(staging) for k, p in lowered.artifacts.items()}
+        if out is None and lowered._kernel is not None:
+            lowered._kernel = None
+            _reload(lowered)
     return lowered
 
 

@@ -13,6 +13,7 @@ import tessera_tvm
 from tessera_tvm import cache as cache_mod
 from tessera_tvm._tvm import tvm
 from tessera_tvm.cache import KernelCache, cache_key
+from tessera_tvm.errors import TesseraWarning
 from tests.programs import gemm as programs
 
 
@@ -76,7 +77,8 @@ def test_corrupted_entry_is_removed_not_loaded(tmp_path):
     cache = KernelCache(tmp_path / "cache")
     entry = cache.store("ab" * 32, {"name": "k"}, _files(tmp_path))
     entry.files["source"].write_text("tampered")
-    assert cache.load("ab" * 32) is None
+    with pytest.warns(TesseraWarning, match="k.cu does not match its checksum"):
+        assert cache.load("ab" * 32) is None
     assert not entry.path.exists()
 
 
@@ -84,7 +86,8 @@ def test_truncated_manifest_is_a_miss(tmp_path):
     cache = KernelCache(tmp_path / "cache")
     entry = cache.store("ab" * 32, {"name": "k"}, _files(tmp_path))
     (entry.path / "manifest.json").write_text('{"files": ')
-    assert cache.load("ab" * 32) is None
+    with pytest.warns(TesseraWarning, match="manifest.json is not a manifest"):
+        assert cache.load("ab" * 32) is None
 
 
 def test_disabled_cache_never_stores(tmp_path, monkeypatch):
@@ -175,7 +178,8 @@ def test_corrupted_entry_is_recompiled(private_cache):
     damaged = library.with_name(library.name + ".damaged")
     damaged.write_bytes(b"not a shared library")
     os.replace(damaged, library)
-    again = tessera_tvm.lower(prog, "cpu")
+    with pytest.warns(TesseraWarning, match="damaged"):
+        again = tessera_tvm.lower(prog, "cpu")
     assert not again.from_cache  # the damaged entry failed its checksum and was rebuilt
     assert tessera_tvm.lower(prog, "cpu").from_cache
 

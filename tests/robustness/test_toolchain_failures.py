@@ -55,10 +55,11 @@ def cache_dir(tmp_path, monkeypatch):
 
 def cache_entries(root: Path) -> list[Path]:
     """Every file under the cache root (entries, staging or trash directories alike), but the crash
-    captures a failure leaves on purpose in ``repro/`` (tessera_tvm.capture)."""
+    captures a failure leaves on purpose in ``repro/`` (tessera_tvm.capture) and the empty files
+    that serialise compiles of one key across processes in ``locks/`` (tessera_tvm.cache)."""
     if not root.exists():
         return []
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "repro")
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] not in ("repro", "locks"))
 
 
 def files(out: Path) -> list[str]:

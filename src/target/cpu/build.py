@@ -158,7 +158,7 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     first and was built with the same options, and ignores it otherwise; kernels build ~4x faster. A
     damaged file would crash GCC, so its SHA-256 is checked (once per process) and a mismatch rebuilds it.
     """
-    from tessera_tvm.cache import KernelCache
+    from tessera_tvm.cache import KernelCache, cache_unusable
 
     root = KernelCache.from_env().root
     flags = tuple(flags)
@@ -173,7 +173,10 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
         with file_lock(Path(root) / "pch" / f"{identity}.lock"):  # one process builds it, the others wait
             if not _prelude_intact(gch):
                 _build_prelude(cxx, flags, gch)
-    except (OSError, TesseraError):  # an unwritable cache or flags the header rejects: build without it
+    except OSError as exc:  # a read-only or full cache: build without it
+        cache_unusable(Path(root), exc)
+        return None
+    except TesseraError:  # flags the header rejects: build without it
         return None
     return directory
 
@@ -190,13 +193,15 @@ def _prelude_intact(gch: Path) -> bool:
     """Whether ``gch`` matches the SHA-256 recorded next to it (hashed once per process per file)."""
     try:
         st = gch.stat()
-        recorded = _checksum_of(gch).read_text().strip()
+        recorded = _checksum_of(gch).read_bytes().strip()
     except OSError:
+        return False
+    if not re.fullmatch(rb"[0-9a-f]{64}", recorded):  # damaged (any bytes at all): rebuilt
         return False
     identity = (st.st_ino, st.st_mtime_ns, st.st_size)
     if _intact_preludes.get(gch) == identity:
         return True
-    if sha256_file(gch) != recorded:
+    if sha256_file(gch) != recorded.decode():
         return False
     _intact_preludes[gch] = identity
     return True

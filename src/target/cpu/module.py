@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..._tvm import tvm_ffi_paths
-from ..module import ModulePlan, dlpack_type, entry_dispatch, entry_helpers, entry_opening, module_cache_dir
+from ..module import ModulePlan, dlpack_type, entry_dispatch, entry_helpers, entry_opening
 from ..toolchain import (
     atomic_output_dir,
     require_tool,
@@ -180,22 +180,25 @@ def _link_flags() -> list[str]:
 def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], timeout: float = 300):
     """The entry of ``plan`` built alone, linked against ``libraries`` (the device kernels' own, built
     already), loaded: a tvm-ffi Function. Kept in the kernel cache under ``modules/<hash>/`` (a
-    scratch directory when the cache is off), so an instance pays the ~0.3 s of g++ once."""
+    scratch directory when the cache is off, with a manifest checked before each load), so an
+    instance pays the ~0.3 s of g++ once."""
     from ..._tvm import tvm_ffi
+    from ...cache import cached_build
 
     validate_artifact_name(plan.name)
     source = entry_source([plan])
     libraries = [str(Path(p).absolute()) for p in libraries]
-    final = module_cache_dir(source, *libraries, *tvm_ffi_paths())
-    library = final / f"{plan.name}.so"
-    if not library.is_file():
+
+    def build(directory: Path) -> None:
         cxx = require_tool("g++")
         rpaths = sorted({f"-Wl,-rpath,{Path(p).parent}" for p in libraries})
         command = [*_entry_command(cxx, plan.name, ("-O2",)), f"{plan.name}.entry.cc", *libraries, *rpaths]
-        with untouched_on_failure(final), atomic_output_dir(final) as staging:
-            (staging / f"{plan.name}.entry.cc").write_text(source, encoding="utf-8")
-            run_tool([*command, *_link_flags()], cwd=staging, timeout=timeout)
-    return tvm_ffi.load_module(str(library))[plan.name]
+        (directory / f"{plan.name}.entry.cc").write_text(source, encoding="utf-8")
+        run_tool([*command, *_link_flags()], cwd=directory, timeout=timeout)
+
+    # Verified against its manifest before it is loaded: a damaged library would crash the process.
+    final = cached_build(build, source, *libraries, *tvm_ffi_paths(), name=plan.name)
+    return tvm_ffi.load_module(str(final / f"{plan.name}.so"))[plan.name]
 
 
 def build_module(
