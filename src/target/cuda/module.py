@@ -31,7 +31,6 @@ from ..module import (
     entry_dispatch,
     entry_helpers,
     entry_opening,
-    module_cache_dir,
 )
 from ..toolchain import (
     atomic_output_dir,
@@ -490,10 +489,10 @@ def linked_module(plan: ModulePlan, binaries: Sequence[str | os.PathLike[str]] =
     instance pays the ~1 s of g++ once) and loaded: the tvm-ffi Function ts.compile's CUDA calls run.
     ``binaries`` are the cubins the plan's calls name (given for the cache key's sake)."""
     from ..._tvm import tvm_ffi, tvm_ffi_paths
+    from ...cache import cached_build
 
     cubins = [Path(call.binary).read_bytes() for call in plan.calls if call.binary is not None]
-    final = module_cache_dir(entry_source([plan]), *cubins, *tvm_ffi_paths(), str(cuda_include_dir()))
-    library = final / f"{plan.name}.so"
-    if not library.is_file():
-        build_module([plan], final, timeout=timeout)
-    return tvm_ffi.load_module(str(library))[plan.name]
+    parts = (entry_source([plan]), *cubins, *tvm_ffi_paths(), str(cuda_include_dir()))
+    # Verified against its manifest before it is loaded (a damaged library would crash the process).
+    final = cached_build(lambda directory: build_module([plan], directory, timeout=timeout), *parts, name=plan.name)
+    return tvm_ffi.load_module(str(final / f"{plan.name}.so"))[plan.name]
