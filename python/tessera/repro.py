@@ -570,8 +570,19 @@ class ReplayResult:
     error: BaseException | None = None
 
     def text(self) -> str:
+        """The result to print: text from the pack (its recorded error, names) with control characters escaped."""
         head = f"{'REPRODUCED' if self.reproduced else 'NOT REPRODUCED'} ({self.kind}): {self.summary}"
-        return "\n".join([head, *("  " + d for d in self.details)])
+        return printable("\n".join([head, *("  " + d for d in self.details)]))
+
+
+# Control characters (ANSI escapes, carriage returns, C1 controls, bidirectional overrides), kept
+# out of a terminal: a pack's recorded error message is text from elsewhere.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab written as its Python escape."""
+    return _UNPRINTABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.+@%=,-]+/)*[\w.+@%=,-]*")
@@ -664,6 +675,13 @@ def replay(
 
     capture = open_pack(path, workdir)
     kind = capture.record.get("kind")
+    # A bad config or TVM JSON refuses the pack (exit 2) before anything runs, whatever step reads it.
+    config = _capture.captured_config(capture)
+    for stem in ("graph", "program", "before_pass"):
+        if capture.file(f"{stem}.json") is not None:
+            _capture.checked_ir_json(
+                (capture.path / f"{stem}.json").read_text(errors="replace"), str(capture.path / f"{stem}.json")
+            )
     details = _environment_notes(capture) + _failing_pass_alone(capture)
     recorded = capture.record.get("error")
     if kind == "lower":
@@ -676,7 +694,6 @@ def replay(
     if kind not in ("compile", "call", "kernel"):
         raise PackError(f"{capture.path}: unknown capture kind {kind!r}; expected lower, compile, call or kernel")
     kernel, shapes, schedule, build = restore_kernel(capture)
-    config = _capture.captured_config(capture)
     with _capture.disabled():
         try:
             compiled = ts.compile(kernel, config, shapes=shapes, schedule=schedule, build=build)
@@ -740,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = replay(args.pack, run=args.run)
     except TesseraError as exc:
-        print(f"tessera replay: {exc}", file=sys.stderr)
+        print(printable(f"tessera replay: {exc}"), file=sys.stderr)
         return 2
     if args.json:
         print(

@@ -36,6 +36,7 @@ __all__ = [
     "BuildOptionError",
     "CompletedRun",
     "atomic_output_dir",
+    "check_untrusted_flags",
     "file_lock",
     "find_tool",
     "require_tool",
@@ -393,3 +394,73 @@ def _merge_into(src: Path, dst: Path) -> None:
             _merge_into(entry, target)
         else:
             os.replace(entry, target)  # atomic per file; a reader sees the old or the new file
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiler flags from a config Tessera did not install (a repro pack's): an allow-list
+# ---------------------------------------------------------------------------------------------
+
+#: Names ``-f<name>`` / ``-fno-<name>`` may take: code generation and optimisation switches only (no
+#: file paths, plugins, profiles or dumps).
+SAFE_F_NAMES = frozenset(
+    """openmp openmp-simd strict-aliasing tree-loop-if-convert tree-vectorize tree-slp-vectorize
+    tree-loop-vectorize unroll-loops unroll-all-loops peel-loops fast-math math-errno finite-math-only
+    signed-zeros trapping-math rounding-math associative-math reciprocal-math unsafe-math-optimizations
+    omit-frame-pointer inline inline-functions inline-small-functions exceptions rtti PIC pic PIE pie
+    common strict-overflow wrapv trapv vect-cost-model simd-cost-model fp-contract excess-precision
+    ipa-pta lto-partition prefetch-loop-arrays schedule-insns schedule-insns2 gcse ivopts
+    split-loops stack-protector stack-protector-strong stack-clash-protection cf-protection
+    permissive diagnostics-color visibility-inlines-hidden visibility""".split()
+)
+#: Values ``-f<name>=<value>`` may take for the names that take one.
+_F_VALUES = {
+    "vect-cost-model": r"unlimited|dynamic|cheap|very-cheap",
+    "simd-cost-model": r"unlimited|dynamic|cheap|very-cheap",
+    "fp-contract": r"off|on|fast",
+    "excess-precision": r"fast|standard|16",
+    "cf-protection": r"full|branch|return|none|check",
+    "visibility": r"default|hidden|protected|internal",
+}
+#: nvcc's own switches that change code generation only.
+_NVCC_FLAGS = re.compile(
+    r"-lineinfo|--?use_fast_math|--?extra-device-vectorization|--?expt-relaxed-constexpr|--?expt-extended-lambda"
+    r"|--?(?:ftz|prec-div|prec-sqrt|fmad)=(?:true|false)|--?maxrregcount=\d{1,4}|--?default-stream=(?:legacy|per-thread)"
+)
+_PLAIN_FLAGS = re.compile(
+    r"-O[0-3sgz]?|-Ofast|-g[0-3]?|-w|-pthread|-pedantic|-std=(?:c|gnu)(?:\+\+)?[0-9a-z]{1,3}"
+    r"|-m(?:arch|tune|cpu)=[A-Za-z0-9_.+-]{1,40}|-m(?:no-)?[a-z0-9][a-z0-9.-]{0,40}"
+    r"|-W(?:no-)?(?:error=)?[a-z][a-z0-9+-]{0,60}|-D[A-Za-z_]\w{0,60}(?:=[A-Za-z0-9_.+-]{0,60})?|-U[A-Za-z_]\w{0,60}"
+)
+
+
+def untrusted_flag_problem(flag: object) -> str | None:
+    """Why ``flag`` is not on the allow-list of compiler flags a repro pack may carry (None: it is).
+    Allowed: -O*, -g*, -w, -std=, -march=/-mtune=/-mcpu= and -m<feature> with plain values, -W
+    warnings, -D/-U with plain names and values, -f<name>/-fno-<name> of :data:`SAFE_F_NAMES`, and
+    nvcc's code-generation switches. Everything else may run code or touch files (-wrapper, -B,
+    -specs, @file, -fplugin, -Wl,/-Xlinker passthroughs, -fprofile-*, -o, -ccbin, -Xcompiler, ...)."""
+    if not isinstance(flag, str):
+        return f"{flag!r} is not a string"
+    if _PLAIN_FLAGS.fullmatch(flag) or _NVCC_FLAGS.fullmatch(flag):
+        return None
+    match = re.fullmatch(r"-f(no-)?([A-Za-z0-9-]{1,60})(?:=([A-Za-z0-9_.+-]{1,40}))?", flag)
+    if match and match[2] in SAFE_F_NAMES:
+        if match[3] is None or re.fullmatch(_F_VALUES.get(match[2], r"(?!)"), match[3]):
+            return None
+    return f"{flag!r} is not an optimisation or code-generation flag this allow-list knows"
+
+
+def check_untrusted_flags(flags: object, where: str) -> list[str]:
+    """``flags`` (a config's ``codegen.flags`` from a source Tessera did not install) when every one
+    is on the allow-list (:func:`untrusted_flag_problem`); else a :class:`BuildOptionError` naming
+    ``where`` and the flags refused."""
+    if not isinstance(flags, list | tuple):
+        raise BuildOptionError(f"{where}: codegen.flags is {flags!r}; expected a list of compiler flags")
+    problems = [p for p in map(untrusted_flag_problem, flags) if p]
+    if problems:
+        raise BuildOptionError(
+            f"{where}: codegen.flags holds flags a repro pack may not pass to the compiler: {'; '.join(problems)}. "
+            "A pack's flags are limited to optimisation and code-generation switches (-O*, -march=, -f<name>, "
+            "-D<name>, ...); replay it with the installed config's flags instead (see the README, repro packs)"
+        )
+    return list(flags)

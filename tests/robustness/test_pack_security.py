@@ -179,3 +179,98 @@ def test_saved_arrays_are_raw_bytes_checked_against_their_shape(good_pack, tmp_p
     resign(saved.path, name, b"\x80\x04\x95 a pickle stream, not 15 float32s")
     with pytest.raises(PackError, match="needs 60"):
         ts.replay(saved.path)
+
+
+# ============================================================================ issue #37, item 1
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["-wrapper", "-B/tmp/evil", "-specs=/tmp/x.specs", "@flags.txt", "-fplugin=/tmp/p.so", "-Wl,--plugin=/tmp/p.so",
+     "-Xlinker", "-fprofile-generate=/tmp/p", "-o", "-load", "-ccbin=/tmp/cc", "-Xcompiler", "-include", "-I/tmp"],
+)  # fmt: skip
+def test_pack_flags_outside_the_allow_list_are_refused(good_pack, tmp_path, capsys, flag):
+    """A pack's config.yaml (digest updated) naming a flag that can run code or read files is refused
+    with exit status 2 before g++ runs: -wrapper used to run any command and print REPRODUCED."""
+    saved = open_pack(good_pack, tmp_path / "u")
+    sentinel = tmp_path / "ran.txt"
+    text = (saved.path / "config.yaml").read_text()
+    assert "flags: [-O3," in text
+    evil = text.replace("flags: [-O3,", f"flags: [-O3, {json.dumps(flag)}, 'sh,-c,touch {sentinel}',")
+    resign(saved.path, "config.yaml", evil.encode())
+    assert main(["replay", str(saved.path)]) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml: codegen.flags holds flags a repro pack may not pass" in err and repr(flag) in err
+    assert not sentinel.exists()
+
+
+def test_installed_configs_flags_are_on_the_allow_list():
+    import tessera_tvm
+    from tessera_tvm.target.toolchain import untrusted_flag_problem
+
+    for name in tessera_tvm.available_configs():
+        for flag in tessera_tvm.load_config(name).codegen_dict["flags"]:
+            assert untrusted_flag_problem(flag) is None, (name, flag)
+    for flag in ("-O2", "-march=x86-64-v3", "-mavx2", "-fno-tree-vectorize", "-DNDEBUG", "-std=c++17", "-Wall", "-g"):
+        assert untrusted_flag_problem(flag) is None, flag
+
+
+def test_a_graph_with_a_node_removed_is_refused_not_a_crash(good_pack, tmp_path):
+    """TVM's loader segfaulted on most positions: indices past the end, references to later nodes."""
+    saved = open_pack(good_pack, tmp_path / "u")
+    graph = json.loads((saved.path / "graph.json").read_text())
+    for position in range(len(graph["nodes"])):
+        nodes = graph["nodes"][:position] + graph["nodes"][position + 1 :]
+        resign(saved.path, "graph.json", json.dumps(dict(graph, nodes=nodes)).encode())
+        with pytest.raises(capture.IRJsonError, match="graph.json: .*refused"):
+            capture.load_ir(capture.Capture.open(saved.path), "graph")
+    assert main(["replay", str(saved.path)]) == 2
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda g: g.update(root_index=len(g["nodes"])), "root_index"),
+        (lambda g: g["nodes"].append({"type": "ffi.Array", "data": [len(g["nodes"])]}) or g.update(
+            root_index=len(g["nodes"]) - 1), "refers only to nodes before it"),
+        (lambda g: g.update(nodes=[{"type": "None"}] + [{"type": "ffi.Array", "data": [i]} for i in range(5000)],
+                            root_index=5000), "deeper than"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "ffi.Map", "data": [0]}), "key and value pairs"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "ffi.Function", "data": {}}), "does not write as fields"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "ir.Attrs", "data": {}}), "does not write as fields"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "no.SuchType", "data": {}}), "not an object type"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "ffi.Tensor", "data": "AAAA"}), "ffi.Tensor"),
+        (lambda g: g["nodes"].__setitem__(1, {"type": "Device", "data": [1]}), "Device"),
+    ],
+)  # fmt: skip
+def test_hostile_tvm_json_is_refused(good_pack, tmp_path, edit, expected):
+    saved = open_pack(good_pack, tmp_path / "u")
+    graph = json.loads((saved.path / "graph.json").read_text())
+    edit(graph)
+    resign(saved.path, "graph.json", json.dumps(graph).encode())
+    with pytest.raises(capture.IRJsonError, match=expected):
+        capture.load_ir(capture.Capture.open(saved.path), "graph")
+
+
+def test_a_field_of_the_wrong_type_or_null_is_refused(good_pack, tmp_path):
+    """TVM's loader leaves a field it cannot set null and goes on; a null Call.op crashed well_formed."""
+    saved = open_pack(good_pack, tmp_path / "u")
+    graph = json.loads((saved.path / "graph.json").read_text())
+    call = next(i for i, n in enumerate(graph["nodes"]) if n["type"] == "relax.expr.Call")
+    array = next(i for i, n in enumerate(graph["nodes"]) if n["type"] == "ffi.Array" and i < call)
+    for value, expected in ((0, "field op is null"), (array, "does not hold what its type needs")):
+        graph["nodes"][call]["data"]["op"] = value
+        resign(saved.path, "graph.json", json.dumps(graph).encode())
+        with pytest.raises(capture.IRJsonError, match=expected):
+            capture.load_ir(capture.Capture.open(saved.path), "graph")
+    assert capture.load_ir(open_pack(good_pack, tmp_path / "again"), "graph") is not None  # the good one loads
+
+
+def test_text_from_a_pack_is_printed_escaped(good_pack, tmp_path, capsys):
+    saved = open_pack(good_pack, tmp_path / "u")
+    saved.record.update(kind="compile", error={"type": "Evil\x1b[2J\x1b]0;owned\x07\r\u202e", "message": "x"})
+    saved.save()
+    assert main(["replay", str(saved.path)]) == 1  # the compile succeeds: not reproduced
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
+    assert "Evil\\x1b[2J\\x1b]0;owned\\x07\\r\\u202e" in out
