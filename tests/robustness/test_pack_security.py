@@ -222,7 +222,7 @@ def test_a_graph_with_a_node_removed_is_refused_not_a_crash(good_pack, tmp_path)
     for position in range(len(graph["nodes"])):
         nodes = graph["nodes"][:position] + graph["nodes"][position + 1 :]
         resign(saved.path, "graph.json", json.dumps(dict(graph, nodes=nodes)).encode())
-        with pytest.raises(capture.IRJsonError, match="graph.json: .*refused"):
+        with pytest.raises(ts.TesseraError, match="graph.json: .*refused"):
             capture.load_ir(capture.Capture.open(saved.path), "graph")
     assert main(["replay", str(saved.path)]) == 2
 
@@ -248,7 +248,7 @@ def test_hostile_tvm_json_is_refused(good_pack, tmp_path, edit, expected):
     graph = json.loads((saved.path / "graph.json").read_text())
     edit(graph)
     resign(saved.path, "graph.json", json.dumps(graph).encode())
-    with pytest.raises(capture.IRJsonError, match=expected):
+    with pytest.raises(ts.TesseraError, match=expected):
         capture.load_ir(capture.Capture.open(saved.path), "graph")
 
 
@@ -261,7 +261,7 @@ def test_a_field_of_the_wrong_type_or_null_is_refused(good_pack, tmp_path):
     for value, expected in ((0, "field op is null"), (array, "does not hold what its type needs")):
         graph["nodes"][call]["data"]["op"] = value
         resign(saved.path, "graph.json", json.dumps(graph).encode())
-        with pytest.raises(capture.IRJsonError, match=expected):
+        with pytest.raises(ts.TesseraError, match=expected):
             capture.load_ir(capture.Capture.open(saved.path), "graph")
     assert capture.load_ir(open_pack(good_pack, tmp_path / "again"), "graph") is not None  # the good one loads
 
