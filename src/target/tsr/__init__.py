@@ -9,6 +9,7 @@ AddressSanitizer and UndefinedBehaviorSanitizer when ``sanitize``), linked again
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..cpu.build import RUNTIME_INCLUDE_DIR
 from ..module import dlpack_type, varying_dims
 from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_failure
 
-__all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_metadata", "write_image"]
+__all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_bytes", "image_metadata", "write_image"]
 
 #: The ABI version images are written for (``TSR_ABI_MAJOR`` / ``TSR_ABI_MINOR`` in tsr.h).
 ABI_MAJOR, ABI_MINOR = 2, 0
@@ -49,13 +50,17 @@ def image_metadata(plans, launches: list[dict[str, Any]]) -> str:
 
 
 def write_image(path: str | os.PathLike[str], metadata: str, library: str | os.PathLike[str]) -> Path:
-    """Write the image ``tsrLoadModule`` takes: header, ABI version, metadata text, library bytes."""
-    meta = metadata.encode()
+    """Write the image ``tsrLoadModule`` takes: header, ABI version, SHA-256, metadata text, library."""
     lib = Path(library).read_bytes()
-    blob = b"TSRB" + struct.pack("<II", ABI_MAJOR, ABI_MINOR) + struct.pack("<Q", len(meta)) + meta
-    blob += struct.pack("<Q", len(lib)) + lib
-    Path(path).write_bytes(blob)
+    Path(path).write_bytes(image_bytes(metadata.encode(), lib))
     return Path(path)
+
+
+def image_bytes(metadata: bytes, library: bytes) -> bytes:
+    """An image's bytes (tsr.cc documents the layout): its SHA-256 covers every other byte."""
+    head = b"TSRB" + struct.pack("<II", ABI_MAJOR, ABI_MINOR)
+    body = struct.pack("<Q", len(metadata)) + metadata + struct.pack("<Q", len(library)) + library
+    return head + hashlib.sha256(head + body).digest() + body
 
 
 def build_runtime(

@@ -3,17 +3,19 @@
 //
 // An image (<kernel>.tsrb, written by tessera_tvm.target.tsr.write_image) is
 //
-//   "TSRB" | u32 abi_major | u32 abi_minor | u64 n | n bytes of metadata text | u64 m | m bytes of library
+//   "TSRB" | u32 abi_major | u32 abi_minor | 32-byte SHA-256 | u64 n | n bytes of metadata text | u64 m |
+//   m bytes of library
 //
-// (little-endian). The metadata text lists the kernel, the device it runs on, its arguments and its launch:
+// (little-endian). The SHA-256 covers every byte of the image but its own 32: tsrLoadModule checks it
+// before it reads the metadata or maps the library, so a corrupt or edited image is refused, not run. The metadata text lists the kernel, the device it runs on, its arguments and its launch:
 //
 //   kernel <name> <entry symbol> <nargs>
 //   device <cpu|cuda>
 //   arg <index> <name> <input|output> <DLPack code> <bits> <ndim> <dims...>
 //   launch <gx> <gy> <gz> <bx> <by> <bz> <smem>      (or: launch none)
 //
-// The library is the tvm-ffi library `tessera export` builds; it is loaded from memory (memfd) and
-// its entry called with the DLTensor arguments as TVMFFIAny values (a CUDA library launches its own
+// The library is the tvm-ffi library `tessera export` builds; it is loaded from memory (memfd), its
+// entry looked up in that library alone (never in what it links), and called with the DLTensor arguments as TVMFFIAny values (a CUDA library launches its own
 // kernels on the stream tvm-ffi's environment names, which tsrLaunch sets). Handles are numbers
 // looked up under one lock and never reused, so a stale, foreign or mistyped handle is an error.
 #ifndef _GNU_SOURCE
@@ -23,6 +25,7 @@
 
 #include <dlfcn.h>
 #include <dlpack/dlpack.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -52,6 +55,8 @@ struct tsr_kernel {
   std::string name;
   TVMFFISafeCallType entry = nullptr;
   std::vector<std::string> arg_names;
+  std::vector<DLDataType> arg_types;  // what the image's metadata says each argument is
+  std::vector<int> arg_ndims;
   bool has_launch = false;
   tsr_launch_t launch{};
 };
@@ -139,6 +144,83 @@ struct Reader {
   }
 };
 
+// SHA-256 (FIPS 180-4), fed in pieces: the image digest needs no crypto library.
+class Sha256 {
+ public:
+  void Update(const unsigned char* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      block_[fill_++] = data[i];
+      if (fill_ == 64) {
+        Compress();
+        fill_ = 0;
+      }
+    }
+    bytes_ += size;
+  }
+  void Finish(unsigned char out[32]) {
+    uint64_t bits = bytes_ * 8;
+    unsigned char pad = 0x80;
+    Update(&pad, 1);
+    pad = 0;
+    while (fill_ != 56) Update(&pad, 1);
+    for (int i = 7; i >= 0; --i) {
+      unsigned char b = static_cast<unsigned char>(bits >> (8 * i));
+      Update(&b, 1);
+    }
+    for (int i = 0; i < 8; ++i) {
+      for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<unsigned char>(state_[i] >> (24 - 8 * j));
+    }
+  }
+
+ private:
+  static uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+  void Compress() {
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) {
+      w[i] = (uint32_t{block_[4 * i]} << 24) | (uint32_t{block_[4 * i + 1]} << 16) |
+             (uint32_t{block_[4 * i + 2]} << 8) | uint32_t{block_[4 * i + 3]};
+    }
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t v[8];
+    for (int i = 0; i < 8; ++i) v[i] = state_[i];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 = v[7] + (Rotr(v[4], 6) ^ Rotr(v[4], 11) ^ Rotr(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) + k[i] + w[i];
+      uint32_t t2 = (Rotr(v[0], 2) ^ Rotr(v[0], 13) ^ Rotr(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+      for (int j = 7; j > 0; --j) v[j] = v[j - 1];
+      v[4] += t1;
+      v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; ++i) state_[i] += v[i];
+  }
+
+  uint32_t state_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  unsigned char block_[64] = {};
+  size_t fill_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// A DLPack dtype in words ("float32", "bfloat16", "int8x4", "code 9 bits 8").
+std::string DtypeName(DLDataType t) {
+  const char* names[] = {"int", "uint", "float", nullptr, "bfloat"};
+  std::string name = t.code < 5 && names[t.code] != nullptr
+                         ? std::string(names[t.code]) + std::to_string(t.bits)
+                         : "(DLPack code " + std::to_string(t.code) + ", bits " + std::to_string(t.bits) + ")";
+  return t.lanes == 1 ? name : name + "x" + std::to_string(t.lanes);
+}
+
 // CUDA, when built in: "" on success, else why not.
 std::string CudaError() {
 #ifdef TSR_WITH_CUDA
@@ -201,9 +283,18 @@ tsr_status_t ParseMetadata(const std::string& text, tsr_module* mod) {
       if (!(words >> name >> symbol >> nargs) || nargs > kMaxArgs) {
         return Fail(TSR_EINVAL, "tsrLoadModule: image metadata has a malformed kernel line: " + line);
       }
+      if (symbol.rfind("__tvm_ffi_", 0) != 0) {
+        return Fail(TSR_EINVAL, "tsrLoadModule: image metadata names entry " + symbol +
+                                    "; expected a tvm-ffi entry (__tvm_ffi_<kernel>)");
+      }
+      // dlsym searches the library's dependencies too: the entry must be defined by the library itself.
       void* entry = dlsym(mod->library, symbol.c_str());
-      if (entry == nullptr) {
-        return Fail(TSR_EINVAL, "tsrLoadModule: the image's library has no entry " + symbol);
+      struct link_map* own = nullptr;
+      struct link_map* found = nullptr;
+      Dl_info info;
+      if (entry == nullptr || dlinfo(mod->library, RTLD_DI_LINKMAP, &own) != 0 ||
+          dladdr1(entry, &info, reinterpret_cast<void**>(&found), RTLD_DL_LINKMAP) == 0 || found != own) {
+        return Fail(TSR_EINVAL, "tsrLoadModule: the image's library defines no entry " + symbol);
       }
       mod->kernels.push_back(std::make_unique<tsr_kernel>());
       kernel = mod->kernels.back().get();
@@ -224,7 +315,12 @@ tsr_status_t ParseMetadata(const std::string& text, tsr_module* mod) {
           ndim < 0 || ndim > kMaxDims) {
         return Fail(TSR_EINVAL, "tsrLoadModule: image metadata has a malformed arg line: " + line);
       }
+      if (code < 0 || code > 255 || bits <= 0 || bits > 255) {
+        return Fail(TSR_EINVAL, "tsrLoadModule: image metadata has a malformed arg dtype: " + line);
+      }
       kernel->arg_names.push_back(name);
+      kernel->arg_types.push_back(DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1});
+      kernel->arg_ndims.push_back(ndim);
     } else if (what == "launch" && kernel != nullptr) {
       std::string first;
       if (!(words >> first)) return Fail(TSR_EINVAL, "tsrLoadModule: image metadata has an empty launch line");
@@ -343,6 +439,18 @@ tsr_status_t tsrLoadModule(tsr_context_t handle, const void* image, size_t size,
     return Fail(TSR_EABI, "tsrLoadModule: the image needs ABI " + std::to_string(major) + "." + std::to_string(minor) +
                               "; this runtime has ABI " + std::to_string(TSR_ABI_MAJOR) + "." +
                               std::to_string(TSR_ABI_MINOR));
+  }
+  const unsigned char* digest = nullptr;
+  if (!in.Take(32, &digest)) return Fail(TSR_EINVAL, "tsrLoadModule: the image is truncated (in its digest)");
+  unsigned char actual[32];
+  Sha256 sha;
+  sha.Update(in.data, 12);
+  sha.Update(in.data + in.at, size - in.at);
+  sha.Finish(actual);
+  if (std::memcmp(actual, digest, 32) != 0) {
+    return Fail(TSR_EINVAL,
+                "tsrLoadModule: the image does not match its SHA-256 (corrupt or edited); expected the bytes "
+                "`tessera export` wrote");
   }
   uint64_t meta_size = in.Uint(8);
   const unsigned char* meta = nullptr;
@@ -597,6 +705,15 @@ tsr_status_t tsrLaunch(tsr_kernel_t handle, tsr_stream_t stream_handle, tsr_laun
       return Fail(TSR_EINVAL, "tsrLaunch: argument " + std::to_string(i) + " (" + kernel->arg_names[i] + ") is NULL");
     }
     const DLTensor* tensor = static_cast<const DLTensor*>(args[i]);
+    const DLDataType want = kernel->arg_types[i];
+    if (tensor->dtype.code != want.code || tensor->dtype.bits != want.bits || tensor->dtype.lanes != want.lanes) {
+      return Fail(TSR_EINVAL, "tsrLaunch: argument " + kernel->arg_names[i] + " has dtype " +
+                                  DtypeName(tensor->dtype) + "; " + kernel->name + " expects " + DtypeName(want));
+    }
+    if (tensor->ndim != kernel->arg_ndims[i]) {
+      return Fail(TSR_EINVAL, "tsrLaunch: argument " + kernel->arg_names[i] + " has " + std::to_string(tensor->ndim) +
+                                  " dims; " + kernel->name + " expects " + std::to_string(kernel->arg_ndims[i]));
+    }
     if (cuda && tensor->device.device_type == kDLCUDA && tensor->device.device_id != ctx->device) {
       return Fail(TSR_EINVAL, "tsrLaunch: argument " + kernel->arg_names[i] + " is on CUDA device " +
                                   std::to_string(tensor->device.device_id) + "; the context runs on device " +
