@@ -64,8 +64,10 @@ def _imm(value: float, dtype: str):
     return tirx.FloatImm(dtype, float(value))
 
 
-def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False):
-    """``op(x)`` for the element-wise/epilogue unary ops, evaluated in ``dtype``.
+def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False, propagate_nan: bool = True):
+    """``op(x)`` for the element-wise/epilogue unary ops, evaluated in ``dtype``. ``relu`` keeps a NaN
+    (:func:`nan_max`) unless ``propagate_nan`` is False: Tenstorrent's tensorizer matches ``T.max(x, 0)``
+    as the SFPU's relu tile op, whose NaN behaviour is the hardware's.
 
     ``host``: a CPU tile program. Its fp32 exp, erf and tanh are tessera/cpu_math.h's inline
     functions, which g++ vectorises (libm's are opaque calls that keep the loop scalar: an erf GELU
@@ -76,7 +78,7 @@ def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False
     tanh = (lambda v: T.call_pure_extern("float32", "tessera_tanhf", v)) if fast else T.tanh
     erf = (lambda v: T.call_pure_extern("float32", "tessera_erff", v)) if fast else T.erf
     if op == "relu":
-        return T.max(x, _imm(0.0, dtype))
+        return nan_max(x, _imm(0.0, dtype)) if propagate_nan else T.max(x, _imm(0.0, dtype))
     if op == "gelu_erf":
         return _imm(0.5, dtype) * x * (one + erf(x * _imm(_SQRT_HALF, dtype)))
     if op == "gelu_tanh":
@@ -107,7 +109,11 @@ def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False
     raise ValueError(f"unknown unary op {op!r}")
 
 
-def binary(op: str, x, y):
+def binary(op: str, x, y, propagate_nan: bool = True):
+    """``op(x, y)`` for the element-wise binary ops; ``max``/``min`` keep a NaN unless ``propagate_nan``
+    is False (Tenstorrent, see :func:`unary`)."""
+    if not propagate_nan and op in ("max", "min"):
+        return T.max(x, y) if op == "max" else T.min(x, y)
     if op == "add":
         return x + y
     if op == "sub":
@@ -117,12 +123,59 @@ def binary(op: str, x, y):
     if op == "div":
         return x / y
     if op == "max":
-        return T.max(x, y)
+        return nan_max(x, y)
     if op == "min":
-        return T.min(x, y)
+        return nan_min(x, y)
     if op == "pow":
         return T.pow(x, y)
     raise ValueError(f"unknown binary op {op!r}")
+
+
+def nan_max(x, y):
+    """``max(x, y)``, NaN where either is NaN, as torch.maximum and numpy.maximum (and so relu, clamp
+    and max reductions). ``T.max`` is C's ``x > y ? x : y`` and CUDA's ``fmaxf``, which drop a NaN.
+    Against a constant one compare and select (``x < c ? c : x``, one vector max instruction on
+    x86); between two values the NaN test is ``T.isnan`` (``x != x``: TVM's simplifier folds a
+    literal ``x != x`` to false). Integers take ``T.max``."""
+    return _nan_select(x, y, lambda a, b: b < a, T.max)
+
+
+def nan_min(x, y):
+    """``min(x, y)``, NaN where either is NaN (torch.minimum); see :func:`nan_max`."""
+    return _nan_select(x, y, lambda a, b: a < b, T.min)
+
+
+def _nan_select(x, y, x_wins, integer_op):
+    tirx = tvm.tirx
+    if not str(x.dtype).startswith(("float", "bfloat")):
+        return integer_op(x, y)
+    # Each operand is read once, into a let: a select whose arms load memory is a masked load or a
+    # gather for g++'s vectoriser (a max over rows ran 5x slower).
+    if isinstance(y, tirx.FloatImm):  # a constant bound: only x can be NaN; x wins unless y does
+        return _let(x, lambda a: tirx.Select(x_wins(y, a), y, a))
+    return _let(x, lambda a: _let(y, lambda b: tirx.Select(T.isnan(a), a, tirx.Select(x_wins(a, b), a, b))))
+
+
+def _let(value, body):
+    """``body(value)``, with ``value`` bound to a variable first unless it is one (or a constant)."""
+    tirx = tvm.tirx
+    if isinstance(value, tirx.Var | tirx.FloatImm | tirx.IntImm) or _reads_bf16(value):
+        return body(value)
+    var = tirx.Var("v", value.dtype)
+    return tirx.Let(var, value, body(var))
+
+
+def _reads_bf16(value) -> bool:
+    """Whether ``value`` loads a bf16 element: let-bound, it escapes tirx.BF16StorageLegalize and the
+    C code converts its storage bits as an integer."""
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(
+        tvm.tirx.Evaluate(value),
+        lambda node: (
+            found.append(node) if isinstance(node, tvm.tirx.BufferLoad) and "bfloat" in str(node.dtype) else None
+        ),
+    )
+    return bool(found) or "bfloat" in str(value.dtype)
 
 
 def unravel(flat, shape: Sequence[int]) -> list:

@@ -22,9 +22,12 @@ from .common import (
     all_of,
     as_index,
     broadcast_coords,
+    const,
     declare_params,
     element_offset,
     guard,
+    nan_max,
+    nan_min,
     round_to,
     to_compute,
     unary,
@@ -78,9 +81,9 @@ def apply_epilogue(
         elif op.kind == "add_scalar":
             value = value + T.cast(op.value, compute)
         elif op.kind == "max_scalar":
-            value = T.max(value, T.cast(op.value, compute))
+            value = nan_max(value, const(op.value, compute))
         elif op.kind == "min_scalar":
-            value = T.min(value, T.cast(op.value, compute))
+            value = nan_min(value, const(op.value, compute))
         elif op.kind == "cast":
             value = round_to(value, op.dtype, compute)
         else:

@@ -10,7 +10,7 @@ average by its window's count (torch's: the window within the padded input, or w
 from __future__ import annotations
 
 from .._tvm import T, prim_func
-from .common import declare_params, lowest, to_compute
+from .common import declare_params, lowest, nan_max, to_compute
 from .schedule import TileSchedule
 from .specs import Pool2dSpec
 
@@ -54,7 +54,7 @@ def pool2d_cpu_program(spec: Pool2dSpec, _s: TileSchedule):
                         for ow in T.serial(OW):
                             value = padded[(oh * sh + r * dh) * cols + ow * sw + s * dw]
                             if is_max:
-                                acc[oh * OW + ow] = T.max(acc[oh * OW + ow], value)
+                                acc[oh * OW + ow] = nan_max(acc[oh * OW + ow], value)
                             else:
                                 acc[oh * OW + ow] += value
             for oh in T.serial(OH):

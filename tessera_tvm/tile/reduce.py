@@ -6,7 +6,9 @@ steps of ``block_n`` elements; statistics accumulate in fp32.
 
 GPU: a ``block_m x block_n`` fp32 fragment holds per-lane partial results across the steps, then
 ``T.reduce_sum`` / ``T.reduce_max`` combine the lanes. Reads past the row end or past the last row
-are masked with the operation's identity (0 for sums, -inf for max), writes by an ``if``.
+are masked with the operation's identity (0 for sums, -inf for max), writes by an ``if``. A NaN
+propagates as in torch: max combines with ``nan_max`` (tile/common.py), and the GPU max, whose
+``T.reduce_max`` drops NaN lanes, adds back the sum of its NaN lanes.
 Softmax keeps a per-lane running max and rescaled sum (online softmax), so it reads its input
 twice; layer_norm computes the mean, then the variance around it, then writes (three reads).
 
@@ -29,6 +31,7 @@ from .common import (
     lane_chunks,
     lane_reduce,
     lowest,
+    nan_max,
     to_compute,
     unravel,
 )
@@ -91,7 +94,7 @@ def _reduce_setup(spec: ReduceSpec, schedule: TileSchedule) -> tuple:
         return lowest(ACC) if is_max else T.cast(0, ACC)
 
     def combine(acc, value):
-        return T.max(acc, value) if is_max else acc + value
+        return nan_max(acc, value) if is_max else acc + value
 
     def finish(total):
         return total / T.cast(length, ACC) if spec.kind == "mean" else total
@@ -125,6 +128,7 @@ def reduce_gpu_program(spec: ReduceSpec, schedule: TileSchedule):
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
             lanes = T.alloc_fragment((block_m, block_n), ACC)
             total = T.alloc_fragment((block_m,), ACC)
+            nans = T.alloc_fragment((block_m,), ACC)
             T.fill(lanes, identity())
             for step in T.serial(T.ceildiv(length, block_n)):
                 for i, j in T.Parallel(block_m, block_n):
@@ -137,13 +141,18 @@ def reduce_gpu_program(spec: ReduceSpec, schedule: TileSchedule):
                         ),
                     )
             if is_max:
+                # T.reduce_max combines the lanes with fmaxf, which drops a NaN lane: the sum of the
+                # NaN lanes (0 without one) is added back, so a row with a NaN gives NaN.
                 T.reduce_max(lanes, total, dim=1)
+                for i, j in T.Parallel(block_m, block_n):
+                    lanes[i, j] = T.if_then_else(T.isnan(lanes[i, j]), lanes[i, j], T.cast(0, ACC))
+                T.reduce_sum(lanes, nans, dim=1)
             else:
                 T.reduce_sum(lanes, total, dim=1)
             for i in T.Parallel(block_m):
                 if bx * block_m + i < rows:
                     io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(
-                        finish(total[i]), spec.dtype_out
+                        finish(total[i] + nans[i] if is_max else total[i]), spec.dtype_out
                     )
 
     return main
@@ -192,8 +201,10 @@ def softmax_gpu_program(spec: SoftmaxSpec, schedule: TileSchedule):
                         view.load(io.x, bx * block_m + i, step * block_n + j),
                         lowest(ACC),
                     )
-                    lane_sum[i, j] = _rescaled(lane_sum[i, j], lane_max[i, j], T.max(lane_max[i, j], value), value)
-                    lane_max[i, j] = T.max(lane_max[i, j], value)
+                    # nan_max: a lane that saw a NaN keeps it (fmaxf would drop it, and a lane of only
+                    # NaN and padding would count as empty), so its sum and the row's are NaN.
+                    lane_sum[i, j] = _rescaled(lane_sum[i, j], lane_max[i, j], nan_max(lane_max[i, j], value), value)
+                    lane_max[i, j] = nan_max(lane_max[i, j], value)
             T.reduce_max(lane_max, row_max, dim=1)
             for i, j in T.Parallel(block_m, block_n):
                 lane_sum[i, j] = T.if_then_else(

@@ -251,7 +251,7 @@ def _epilogue_value(spec: GemmSpec, acc, operands: dict, bx, by, i, j, rows: int
         elif op.kind == "add_scalar":
             value = value + T.float32(op.value)
         else:
-            value = unary(op.kind, value, "float32", cast_to=op.dtype)
+            value = unary(op.kind, value, "float32", cast_to=op.dtype, propagate_nan=False)  # the SFPU's relu
     return value
 
 
@@ -487,8 +487,8 @@ def _evaluate(expr, values: dict):
     if isinstance(expr, Input):
         return values[expr.name]
     if isinstance(expr, Unary):
-        return unary(expr.op, _evaluate(expr.x, values), "float32", cast_to=expr.dtype)
-    return binary(expr.op, _evaluate(expr.x, values), _evaluate(expr.y, values))
+        return unary(expr.op, _evaluate(expr.x, values), "float32", cast_to=expr.dtype, propagate_nan=False)
+    return binary(expr.op, _evaluate(expr.x, values), _evaluate(expr.y, values), propagate_nan=False)
 
 
 def _elementwise_program(spec: ElementwiseSpec):

@@ -443,3 +443,120 @@ def test_softmax_of_scaled_scores():
 
     rng = np.random.default_rng(32)
     run(probs, random_array(rng, (45, 64), ts.bf16), random_array(rng, (70, 64), ts.bf16))
+
+
+# ------------------------------------------------------------------------- NaN and infinities
+
+# Issue #37, item 3: NaN and +-inf in, what torch gives out. Each row of NONFINITE holds one case:
+# a NaN, a +inf, a -inf, a NaN and a +inf, a row of -inf, a NaN past the first CPU_LANES (64)
+# elements, and a finite row.
+NONFINITE_ROWS = 7
+
+
+def nonfinite_array(n: int = 150, seed: int = 40) -> np.ndarray:
+    x = random_array(np.random.default_rng(seed), (NONFINITE_ROWS, n), ts.f32)
+    x[0, 3] = np.nan
+    x[1, n - 1] = np.inf
+    x[2, 7] = -np.inf
+    x[3, 0], x[3, 1] = np.nan, np.inf
+    x[4, :] = -np.inf
+    x[5, min(70, n - 1)] = np.nan
+    return x
+
+
+def assert_same_nonfinite(out, ref, what: str) -> None:
+    """NaN where the reference is NaN, the same infinities, the finite values within f32's tolerance."""
+    np.testing.assert_allclose(np.asarray(out, np.float64), np.asarray(ref, np.float64), 1e-4, 1e-4, True, what)
+
+
+NONFINITE_OPS = {
+    "relu": ops.relu,
+    "clip_0_6": lambda x: ops.clip(x, 0, 6),
+    "clip_below_half": lambda x: ops.clip(x, None, 0.5),
+    "max": lambda x: ops.max(x, axis=-1),
+    "sum": lambda x: ops.sum(x, axis=-1),
+    "softmax": ops.softmax,
+    "layer_norm": ops.layer_norm,
+    "gelu_silu": lambda x: ops.gelu(x) + ops.silu(x) * ops.sigmoid(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NONFINITE_OPS))
+def test_nan_and_inf_propagate_as_in_the_reference(name):
+    """Before: relu, clip and max returned finite values for a NaN (C's ``x > 0 ? x : 0``)."""
+    op = NONFINITE_OPS[name]
+
+    @ts.kernel
+    def nonfinite(x: Tensor["M", "N", ts.f32]):
+        return op(x)
+
+    x = nonfinite_array()
+    out = ts.compile(nonfinite, target="cpu")(x)
+    ref = nonfinite.reference(x)
+    assert np.isnan(ref).any(), f"{name}: the case holds no NaN"
+    assert_same_nonfinite(out, ref, name)
+
+
+@pytest.mark.parametrize("epilogue", ["relu", "clip"])
+def test_a_matmul_epilogue_keeps_nan(epilogue):
+    """Before: matmul + relu with a NaN input returned zeros where the reference has NaN."""
+
+    @ts.kernel
+    def linear(a: Tensor["M", "K", ts.f32], w: Tensor["K", "N", ts.f32]):
+        y = ops.matmul(a, w)
+        return ops.relu(y) if epilogue == "relu" else ops.clip(y, 0, 6)
+
+    rng = np.random.default_rng(41)
+    a, w = random_array(rng, (30, 40), ts.f32), random_array(rng, (40, 50), ts.f32)
+    a[3, 5], a[7, 1], w[2, 9] = np.nan, np.inf, np.nan
+    ref = linear.reference(a, w)
+    assert np.isnan(ref).any() and (np.isinf(ref).any() or epilogue == "clip")
+    assert_same_nonfinite(ts.compile(linear, target="cpu")(a, w), ref, f"matmul + {epilogue}")
+
+
+def test_attention_with_nan_and_inf_in_queries_and_keys():
+    @ts.kernel
+    def attention(q: Tensor["B", "H", "S", "D", ts.f32], k: Tensor["B", "H", "S", "D", ts.f32]):
+        return ops.flash_attention(q, k, k, causal=True)
+
+    rng = np.random.default_rng(42)
+    q, k = random_array(rng, (1, 2, 40, 16), ts.f32), random_array(rng, (1, 2, 40, 16), ts.f32)
+    q[0, 0, 5, 3], q[0, 1, 9, 0], k[0, 1, 30, 2] = np.nan, np.inf, np.nan
+    ref = attention.reference(q, k)
+    assert_same_nonfinite(ts.compile(attention, target="cpu")(q, k), ref, "attention")
+
+
+def _torch_ops():
+    import torch
+
+    F = torch.nn.functional
+    return torch, {
+        "relu": (ops.relu, torch.relu),
+        "clip_0_6": (lambda x: ops.clip(x, 0, 6), lambda t: torch.clamp(t, 0, 6)),
+        "clip_below_half": (lambda x: ops.clip(x, None, 0.5), lambda t: torch.clamp(t, max=0.5)),
+        "max": (lambda x: ops.max(x, axis=-1), lambda t: torch.amax(t, -1)),
+        "sum": (lambda x: ops.sum(x, axis=-1), lambda t: t.sum(-1)),
+        "mean": (lambda x: ops.mean(x, axis=-1), lambda t: t.mean(-1)),
+        "softmax": (ops.softmax, lambda t: torch.softmax(t, -1)),
+        "layer_norm": (ops.layer_norm, lambda t: F.layer_norm(t, t.shape[-1:], eps=1e-5)),
+        "rms_norm": (ops.rms_norm, lambda t: F.rms_norm(t, t.shape[-1:], eps=1e-6)),
+        "gelu": (ops.gelu, F.gelu),
+        "gelu_tanh": (lambda x: ops.gelu(x, approximate="tanh"), lambda t: F.gelu(t, approximate="tanh")),
+        "silu": (ops.silu, F.silu),
+        "sigmoid": (ops.sigmoid, torch.sigmoid),
+        "exp": (ops.exp, torch.exp),
+        "tanh": (ops.tanh, torch.tanh),
+        "neg": (ops.neg, torch.neg),
+        "scale": (lambda x: ops.scale(x, -0.5), lambda t: t * -0.5),
+        "matmul": (lambda x: ops.matmul(x, x, transpose_b=True), lambda t: t @ t.T),
+    }
+
+
+def test_the_reference_gives_nan_and_inf_where_torch_does():
+    """Each op's reference on NaN and +-inf against torch in float64 (torch's float32 CPU GELU gives
+    NaN for +inf, its float64 one and the limit give inf)."""
+    torch, table = _torch_ops()
+    x = nonfinite_array(n=80)
+    for name, (op, torch_op) in table.items():
+        expected = torch_op(torch.from_numpy(x.astype(np.float64))).numpy()
+        assert_same_nonfinite(op(x), expected, name)

@@ -1,0 +1,42 @@
+"""NaN through max-like operations (issue #37, item 3): relu, clamp, max/min and max reductions keep
+a NaN as torch does, on every thread-block target too. What the sources show; running them on NaN
+is tests/frontend/test_numerics.py's part (CPU)."""
+
+import shutil
+
+import pytest
+
+import tessera_tvm
+from tessera_tvm.tile import EpilogueOp, GemmSpec, ReduceSpec, SoftmaxSpec, build_tile_program
+
+
+def _source(spec, target: str, config: str) -> str:
+    return tessera_tvm.lower(build_tile_program(spec, None, target), config, build=False).source
+
+
+def test_cpu_relu_epilogue_is_a_select_that_keeps_nan():
+    """Before: ``((v) > (0.0f) ? (v) : (0.0f))``, which is 0 for a NaN."""
+    source = _source(GemmSpec(64, 64, 32, dtype_a="float32", epilogue=(EpilogueOp("relu"),)), "c", "cpu")
+    assert "((v < 0.000000e+00f) ? 0.000000e+00f : v)" in source
+
+
+@pytest.mark.parametrize("config", ["hopper", "rocm"])
+def test_gpu_max_reduction_adds_back_its_nan_lanes(config):
+    """T.reduce_max combines lanes with fmaxf, which drops NaN; the kernel adds the NaN lanes' sum."""
+    target = "hip" if config == "rocm" else "cuda"
+    source = _source(ReduceSpec((64, 300), axis=1, kind="max"), target, config)
+    assert "(v != v) ? v : ((v_1 < v) ? v : v_1)" in source  # each lane: nan_max
+    assert "+ nans[" in source
+
+
+def test_gpu_softmax_lanes_keep_nan():
+    source = _source(SoftmaxSpec((64, 300)), "cuda", "hopper")
+    assert "(v != v) ? v : " in source
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_builds_the_nan_keeping_max_reduction(tmp_path):
+    spec = ReduceSpec((64, 300), axis=1, kind="max")
+    lowered = tessera_tvm.lower(build_tile_program(spec, None, "cuda"), "hopper", out_dir=tmp_path)
+    assert lowered.artifacts["cubin"].stat().st_size > 0
