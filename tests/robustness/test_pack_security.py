@@ -274,3 +274,18 @@ def test_text_from_a_pack_is_printed_escaped(good_pack, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
     assert "Evil\\x1b[2J\\x1b]0;owned\\x07\\r\\u202e" in out
+
+
+def test_fuzz_the_pack_readers_in_a_process_of_their_own(good_pack, tmp_path):
+    """tests/robustness/pack_fuzz.py: edited, re-signed graph.json, config.yaml and kernel.json read the
+    way replay does; a crash (TVM's loader) is the child's exit status, not this run's."""
+    import os
+    import subprocess
+    import sys
+
+    saved = open_pack(good_pack, tmp_path / "u")
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "tests.robustness.pack_fuzz", str(saved.path)], cwd=repo,
+                         capture_output=True, text=True, timeout=900, env={**os.environ, "TESSERA_REPRO_DIR": "off"})  # fmt: skip
+    assert run.returncode == 0, f"exit status {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    assert run.stdout.count(": passed") == 3
