@@ -10,6 +10,11 @@
  *   tsrLaunch(k, NULL, launch, args, 4);
  *   tsrDestroyContext(ctx);                                             // frees its modules, streams, memory
  *
+ * An image is data until it is launched: tsrLoadModule checks its SHA-256 (over all its other bytes)
+ * before it reads its metadata or maps its library, and takes the entry only from that library
+ * itself. A valid image runs its library's code when loaded and launched, like a cubin: load images
+ * from builds you trust (the digest catches damage, not a forger).
+ *
  * Every call returns a status; on failure tsrGetLastError() says what was wrong (per thread).
  * Handles are numbers the runtime looks up on every call, never reused: a handle of a destroyed
  * context, module, kernel or stream, a handle of the wrong kind, or a pointer tsrAlloc did not
@@ -96,7 +101,8 @@ tsr_status_t tsrDestroyStream(tsr_stream_t stream);
 tsr_status_t tsrSynchronize(tsr_context_t ctx, tsr_stream_t stream);
 
 /* args[i] is a DLTensor* (dlpack.h) of the dtype and shape the kernel was compiled for, dense
- * row-major, in the memory its image runs on. Outputs are written in place. */
+ * row-major, in the memory its image runs on. Outputs are written in place. An argument of another
+ * dtype or rank than the image's metadata says is TSR_EINVAL, and the message names both. */
 tsr_status_t tsrLaunch(tsr_kernel_t kernel, tsr_stream_t stream, tsr_launch_t launch, void** args, size_t nargs);
 
 #ifdef __cplusplus
