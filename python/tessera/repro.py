@@ -677,6 +677,7 @@ def replay(
     kind = capture.record.get("kind")
     # A bad config or TVM JSON refuses the pack (exit 2) before anything runs, whatever step reads it.
     config = _capture.captured_config(capture)
+    _capture.captured_pass_context(capture)
     for stem in ("graph", "program", "before_pass"):
         if capture.file(f"{stem}.json") is not None:
             _capture.checked_ir_json(

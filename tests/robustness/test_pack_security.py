@@ -289,3 +289,19 @@ def test_fuzz_the_pack_readers_in_a_process_of_their_own(good_pack, tmp_path):
                          capture_output=True, text=True, timeout=900, env={**os.environ, "TESSERA_REPRO_DIR": "off"})  # fmt: skip
     assert run.returncode == 0, f"exit status {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
     assert run.stdout.count(": passed") == 3
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"config": {"tl.device_compile_flags": ["-ccbin=/tmp/evil"]}}, {"config": {"tl.dump_ir_path": "/tmp/x"}},
+     {"config": {"tl.enable_dump_ir": 1}}, {"config": {"cuda.kernels_output_dir": "/tmp/x"}},
+     {"opt_level": "3; rm"}, {"required_pass": [{"x": 1}]}],
+)  # fmt: skip
+def test_pass_context_settings_that_reach_tools_or_files_are_refused(good_pack, tmp_path, capsys, settings):
+    """capture.json's PassContext: only registered switches (numbers, bools); flags for nvcc, dump
+    paths and output directories are refused before anything compiles."""
+    saved = open_pack(good_pack, tmp_path / "u")
+    saved.record["pass_context"] = settings
+    saved.save()
+    assert main(["replay", str(saved.path)]) == 2
+    assert "capture.json: pass_context" in capsys.readouterr().err
