@@ -150,7 +150,7 @@ def test_the_bundle_holds_library_header_and_metadata(bundle):
         "library": "linear_relu.so",
         "header": "linear_relu.h",
         "image": "linear_relu.tsrb",
-        "tsr_abi": "2.0",
+        "tsr_abi": "3.0",
     }
     assert meta["shapes"] == {"M": 32, "K": 48, "N": 40}
     assert meta["arguments"] == [

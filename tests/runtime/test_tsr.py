@@ -78,7 +78,7 @@ HOST = textwrap.dedent(
       /* Bad inputs: each a status and a message. */
       unsigned char* other = malloc(size);
       memcpy(other, image, size);
-      other[4] = 3;  /* ABI major 3 */
+      other[4] = 4;  /* ABI major 4 */
       tsr_module_t bad = NULL;
       SHOW("abi", tsrLoadModule(ctx, other, size, &bad));
       SHOW("truncated", tsrLoadModule(ctx, image, size - 100, &bad));
@@ -214,7 +214,7 @@ def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_
     out = _run_host(image, tmp_path, sanitized_runtime)
     stdout = out["stdout"]
     assert out["launch"] == "0 " and "max error ok" in stdout
-    assert out["abi"] == "4 tsrLoadModule: the image needs ABI 3.0; this runtime has ABI 2.0"
+    assert out["abi"] == "4 tsrLoadModule: the image needs ABI 4.0; this runtime has ABI 3.0"
     digest = "2 tsrLoadModule: the image does not match its SHA-256 (corrupt or edited)"
     assert out["truncated"].startswith(digest)
     assert out["garbage"].startswith("2 tsrLoadModule: not a Tessera image (no TSRB header)")
@@ -241,7 +241,7 @@ def test_a_c_host_runs_the_seed_flow_and_every_bad_input_is_a_status(image, tmp_
     assert out["module after destroy"] == "2 tsrGetKernel: not a live module"
     assert out["alloc after destroy"] == "2 tsrAlloc: not a live context"
     assert out["destroy twice"].startswith("2 tsrDestroyContext: not a live context")
-    assert "abi 2000" in stdout
+    assert "abi 3000" in stdout
     assert out["num args"] == "0 " and "count 4" in stdout
     assert out["memcpy"] == "0 " and "copied same" in stdout
     assert out["memcpy past end"] == "2 tsrMemcpy: 164 bytes run past the end of a tsrAlloc block"

@@ -23,7 +23,7 @@ from ..toolchain import atomic_output_dir, require_tool, run_tool, untouched_on_
 __all__ = ["ABI_MAJOR", "ABI_MINOR", "SOURCE", "build_runtime", "image_bytes", "image_metadata", "write_image"]
 
 #: The ABI version images are written for (``TSR_ABI_MAJOR`` / ``TSR_ABI_MINOR`` in tsr.h).
-ABI_MAJOR, ABI_MINOR = 2, 0
+ABI_MAJOR, ABI_MINOR = 3, 0  # 3.0: the image carries a SHA-256 of its bytes (2.0 had none)
 
 SOURCE = Path(__file__).resolve().parent / "tsr.cc"
 

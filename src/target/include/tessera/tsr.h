@@ -38,7 +38,7 @@ extern "C" {
 
 /* The ABI this header describes. An image records the ABI it was built for; tsrLoadModule refuses
  * another major version, and a minor version newer than the runtime's. */
-#define TSR_ABI_MAJOR 2
+#define TSR_ABI_MAJOR 3
 #define TSR_ABI_MINOR 0
 
 typedef struct tsr_context* tsr_context_t;
