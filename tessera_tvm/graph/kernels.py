@@ -186,7 +186,8 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
                     "add": ("add_scalar", c),
                     "subtract": ("add_scalar", -c),
                     "multiply": ("scale", c),
-                    "divide": ("scale", 1.0 / c),
+                    # x / 0 is x * inf in IEEE (+-inf, NaN for 0 and NaN), not a ZeroDivisionError
+                    "divide": ("scale", 1.0 / c if c != 0 else math.copysign(math.inf, c)),
                 }[node.op]
                 epilogue.append(EpilogueOp(kind, value=value))
             else:

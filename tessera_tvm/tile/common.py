@@ -109,73 +109,76 @@ def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False
     raise ValueError(f"unknown unary op {op!r}")
 
 
-def binary(op: str, x, y, propagate_nan: bool = True):
+def binary(op: str, x, y, propagate_nan: bool = True, host: bool = False):
     """``op(x, y)`` for the element-wise binary ops; ``max``/``min`` keep a NaN unless ``propagate_nan``
-    is False (Tenstorrent, see :func:`unary`)."""
+    is False (Tenstorrent, see :func:`unary`); ``host``: a CPU program (:func:`nan_max`)."""
     if not propagate_nan and op in ("max", "min"):
         return T.max(x, y) if op == "max" else T.min(x, y)
     if op == "add":
         return x + y
     if op == "sub":
+        if propagate_nan and _is_float(x) and tvm.ir.structural_equal(x, y):
+            return nan_or_zero(x)  # TVM folds x - x to 0
         return x - y
     if op == "mul":
+        for a, b in ((x, y), (y, x)):
+            if propagate_nan and isinstance(b, tvm.tirx.FloatImm) and b.value == 0 and _is_float(a):
+                return nan_or_zero(a)  # TVM folds x * 0 to 0
         return x * y
     if op == "div":
+        if isinstance(y, tvm.tirx.FloatImm) and y.value == 0:  # TVM refuses to fold x / 0: x * inf in IEEE
+            return x * tvm.tirx.FloatImm(str(y.dtype), math.copysign(math.inf, y.value))
         return x / y
     if op == "max":
-        return nan_max(x, y)
+        return nan_max(x, y, host)
     if op == "min":
-        return nan_min(x, y)
+        return nan_min(x, y, host)
     if op == "pow":
         return T.pow(x, y)
     raise ValueError(f"unknown binary op {op!r}")
 
 
-def nan_max(x, y):
+def nan_or_zero(x):
+    """What ``x - x`` and ``x * 0`` are in IEEE arithmetic: 0 where ``x`` is finite, NaN where it is NaN
+    or infinite. TVM folds both to a plain 0 (its arithmetic rules are the integers'), so a kernel
+    built from them would turn a NaN or an infinity into 0 where torch gives NaN."""
+    tirx = tvm.tirx
+    return T.if_then_else(T.isfinite(x), tirx.FloatImm(str(x.dtype), 0.0), tirx.FloatImm(str(x.dtype), math.nan))
+
+
+def _is_float(x) -> bool:
+    return str(x.dtype).startswith(("float", "bfloat"))
+
+
+def nan_max(x, y, host: bool = False):
     """``max(x, y)``, NaN where either is NaN, as torch.maximum and numpy.maximum (and so relu, clamp
     and max reductions). ``T.max`` is C's ``x > y ? x : y`` and CUDA's ``fmaxf``, which drop a NaN.
-    Against a constant one compare and select (``x < c ? c : x``, one vector max instruction on
-    x86); between two values the NaN test is ``T.isnan`` (``x != x``: TVM's simplifier folds a
-    literal ``x != x`` to false). Integers take ``T.max``."""
-    return _nan_select(x, y, lambda a, b: b < a, T.max)
+
+    Against a constant: one compare and select, ``x < c ? c : x`` (one vector max on x86). Between
+    two values: ``isnan(x) ? x : (y < x ? x : y)`` (``T.isnan``: TVM's simplifier folds a literal
+    ``x != x`` to false); ``host`` (a CPU program, fp32) calls tessera/cpu_math.h's inline
+    ``tessera_nan_maxf`` instead, whose arguments are read before the selects: a select whose arms
+    load memory is a masked load or a gather for g++'s vectoriser (a max over rows ran 5x slower).
+    Integers take ``T.max``."""
+    return _nan_select(x, y, lambda a, b: b < a, T.max, "tessera_nan_maxf" if host else None)
 
 
-def nan_min(x, y):
+def nan_min(x, y, host: bool = False):
     """``min(x, y)``, NaN where either is NaN (torch.minimum); see :func:`nan_max`."""
-    return _nan_select(x, y, lambda a, b: a < b, T.min)
+    return _nan_select(x, y, lambda a, b: a < b, T.min, "tessera_nan_minf" if host else None)
 
 
-def _nan_select(x, y, x_wins, integer_op):
+def _nan_select(x, y, x_wins, integer_op, host_function):
     tirx = tvm.tirx
-    if not str(x.dtype).startswith(("float", "bfloat")):
+    if not _is_float(x):
         return integer_op(x, y)
-    # Each operand is read once, into a let: a select whose arms load memory is a masked load or a
-    # gather for g++'s vectoriser (a max over rows ran 5x slower).
+    # T.if_then_else, not tirx.Select: TVM's simplifier rewrites select(c, 0, x) - x into
+    # select(c, -x, 0), folding the NaN arm's x - x to 0 (relu(x) - x was 0 for a NaN).
     if isinstance(y, tirx.FloatImm):  # a constant bound: only x can be NaN; x wins unless y does
-        return _let(x, lambda a: tirx.Select(x_wins(y, a), y, a))
-    return _let(x, lambda a: _let(y, lambda b: tirx.Select(T.isnan(a), a, tirx.Select(x_wins(a, b), a, b))))
-
-
-def _let(value, body):
-    """``body(value)``, with ``value`` bound to a variable first unless it is one (or a constant)."""
-    tirx = tvm.tirx
-    if isinstance(value, tirx.Var | tirx.FloatImm | tirx.IntImm) or _reads_bf16(value):
-        return body(value)
-    var = tirx.Var("v", value.dtype)
-    return tirx.Let(var, value, body(var))
-
-
-def _reads_bf16(value) -> bool:
-    """Whether ``value`` loads a bf16 element: let-bound, it escapes tirx.BF16StorageLegalize and the
-    C code converts its storage bits as an integer."""
-    found = []
-    tvm.tirx.stmt_functor.post_order_visit(
-        tvm.tirx.Evaluate(value),
-        lambda node: (
-            found.append(node) if isinstance(node, tvm.tirx.BufferLoad) and "bfloat" in str(node.dtype) else None
-        ),
-    )
-    return bool(found) or "bfloat" in str(value.dtype)
+        return T.if_then_else(x_wins(y, x), y, x)
+    if host_function is not None and str(x.dtype) == "float32":
+        return T.call_pure_extern("float32", host_function, x, y)
+    return T.if_then_else(T.isnan(x), x, T.if_then_else(x_wins(x, y), x, y))
 
 
 def unravel(flat, shape: Sequence[int]) -> list:

@@ -29,7 +29,7 @@ def evaluate(expr, values: dict, dtype: str, host: bool = False):
     if isinstance(expr, Unary):
         return unary(expr.op, evaluate(expr.x, values, dtype, host), dtype, cast_to=expr.dtype, host=host)
     if isinstance(expr, Binary):
-        return binary(expr.op, evaluate(expr.x, values, dtype, host), evaluate(expr.y, values, dtype, host))
+        return binary(expr.op, evaluate(expr.x, values, dtype, host), evaluate(expr.y, values, dtype, host), host=host)
     raise TypeError(f"not an expression node: {expr!r}")
 
 

@@ -21,6 +21,7 @@ from .._tvm import T, prim_func
 from .common import (
     all_of,
     as_index,
+    binary,
     broadcast_coords,
     const,
     declare_params,
@@ -77,7 +78,7 @@ def apply_epilogue(
             res = guard(all_of(row < spec.M, col < spec.N), res, zero) if masked else res
             value = value + res if op.kind == "residual" else value * res
         elif op.kind == "scale":
-            value = value * T.cast(op.value, compute)
+            value = binary("mul", value, const(op.value, compute))  # a scale of 0 keeps NaN and inf as NaN
         elif op.kind == "add_scalar":
             value = value + T.cast(op.value, compute)
         elif op.kind == "max_scalar":

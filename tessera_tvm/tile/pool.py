@@ -54,7 +54,7 @@ def pool2d_cpu_program(spec: Pool2dSpec, _s: TileSchedule):
                         for ow in T.serial(OW):
                             value = padded[(oh * sh + r * dh) * cols + ow * sw + s * dw]
                             if is_max:
-                                acc[oh * OW + ow] = nan_max(acc[oh * OW + ow], value)
+                                acc[oh * OW + ow] = nan_max(acc[oh * OW + ow], value, host=True)
                             else:
                                 acc[oh * OW + ow] += value
             for oh in T.serial(OH):

@@ -93,8 +93,8 @@ def _reduce_setup(spec: ReduceSpec, schedule: TileSchedule) -> tuple:
     def identity():
         return lowest(ACC) if is_max else T.cast(0, ACC)
 
-    def combine(acc, value):
-        return nan_max(acc, value) if is_max else acc + value
+    def combine(acc, value, host=False):
+        return nan_max(acc, value, host) if is_max else acc + value
 
     def finish(total):
         return total / T.cast(length, ACC) if spec.kind == "mean" else total
@@ -112,7 +112,13 @@ def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
         with T.Kernel(T.ceildiv(rows, block_m)) as bx:
             lanes = T.alloc_local((CPU_LANES,), ACC)
             for i in T.serial(T.min(block_m, rows - bx * block_m)):
-                lane_reduce(lanes, length, identity(), combine, lambda r, i=i: view.load(io.x, bx * block_m + i, r))
+                lane_reduce(
+                    lanes,
+                    length,
+                    identity(),
+                    lambda acc, value: combine(acc, value, host=True),
+                    lambda r, i=i: view.load(io.x, bx * block_m + i, r),
+                )
                 io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(lanes[0]), spec.dtype_out)
 
     return main

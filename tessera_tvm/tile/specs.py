@@ -87,8 +87,10 @@ class EpilogueOp:
         elif self.operand is not None:
             raise _fail(where, f"takes no operand, found operand={self.operand!r}")
         if self.kind in SCALAR_KINDS:
-            if isinstance(self.value, bool) or not isinstance(self.value, int | float) or not math.isfinite(self.value):
-                raise _fail(where, f"needs a finite number value=..., found {self.value!r}")
+            # A scale may be +-inf: the graph's x / 0 (x * inf in IEEE: +-inf, NaN for 0 and NaN).
+            number = not isinstance(self.value, bool) and isinstance(self.value, int | float)
+            if not number or math.isnan(self.value) or (self.kind != "scale" and math.isinf(self.value)):
+                raise _fail(where, f"needs a finite number value=... (scale: or +-inf), found {self.value!r}")
         if self.kind == "cast" or (self.dtype is not None):
             _check_dtype(where, "dtype", self.dtype)
 

@@ -136,11 +136,12 @@ def test_specs_are_hashable_and_fingerprints_are_stable():
         (lambda: GemmSpec(8, 8, 8, batch=(2, 3), batch_b=(4,)), r"batch_b \(4,\) does not broadcast to batch \(2, 3\)"),
         (lambda: GemmSpec(8, 8, 8, name_out="A"), r"parameter names must be distinct, \['A'\]"),
         (lambda: EpilogueOp("bias"), r"EpilogueOp\('bias'\): operand is None; expected a C identifier"),
-        (lambda: EpilogueOp("scale"), r"needs a finite number value=\.\.\., found None"),
+        (lambda: EpilogueOp("scale"), r"needs a finite number value=\.\.\. \(scale: or \+-inf\), found None"),
         (
             lambda: EpilogueOp("min_scalar", value=float("inf")),
-            r"min_scalar'\): needs a finite number value=\.\.\., found inf",
+            r"min_scalar'\): needs a finite number value=\.\.\. \(scale: or \+-inf\), found inf",
         ),
+        (lambda: EpilogueOp("scale", value=float("nan")), r"found nan"),
         (lambda: EpilogueOp("swish"), r"kind is 'swish'; expected one of bias, residual"),
         (
             lambda: ElementwiseSpec((4, 8), (("x", (3, 8), "float32"),), Input("x")),

@@ -77,3 +77,16 @@ TESSERA_EXTERN_C inline float tessera_tanhf(float x) {
   const float result = a < 0.25f ? small : (x < 0.0f ? -large : large);
   return x != x ? x : result;
 }
+
+// max(x, y) and min(x, y) that are NaN when either is NaN, as torch.maximum / torch.minimum
+// (fmaxf and `x > y ? x : y` drop a NaN). Both operands are read before the selects, which g++
+// vectorises (tessera_tvm/tile/common.py: nan_max, for the max reductions of CPU kernels).
+TESSERA_EXTERN_C inline float tessera_nan_maxf(float x, float y) {
+  const float larger = y < x ? x : y;  // y when either is NaN
+  return x != x ? x : larger;
+}
+
+TESSERA_EXTERN_C inline float tessera_nan_minf(float x, float y) {
+  const float smaller = x < y ? x : y;  // y when either is NaN
+  return x != x ? x : smaller;
+}
