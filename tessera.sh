@@ -2,7 +2,8 @@
 # The two commands a fresh machine needs. Each sets everything up (a virtual environment in .venv
 # with Tessera, TileLang 0.1.15 and the CPU build of torch 2.13.0), then:
 #   ./tessera.sh demo [--out DIR]   lowers the example GEMM for every target and shows the stages
-#   ./tessera.sh test [PYTEST ARGS] runs the test suite (GPU tests skip without a GPU)
+#   ./tessera.sh test [PYTEST ARGS] runs the test suite (GPU tests skip without a GPU); --quick runs
+#                                   the edit-test subset (about 3 minutes)
 #   ./tessera.sh setup              only sets up (the toolchain venv an apache-tvm process uses)
 #   ./tessera.sh apache-tvm [ARGS]  runs tests/upstream/apache_tvm in a second venv, .venv-apache-tvm,
 #                                   holding upstream apache-tvm 0.27 (Tessera offloads through .venv)
@@ -71,8 +72,13 @@ case "${1:-}" in
     test)
         shift
         setup
+        # --quick: the edit-test subset (tests/conftest.py QUICK_FILES, about 3 minutes on 2 cores).
+        args=()
+        for arg in "$@"; do
+            if [ "$arg" = "--quick" ]; then args+=(-m quick); else args+=("$arg"); fi
+        done
         # One worker per core, at most 8 (each holds TVM and torch, ~1 GB); `-n 0` runs in this process.
-        exec "$PY" -m pytest -n auto --maxprocesses 8 "$@"
+        exec "$PY" -m pytest -n auto --maxprocesses 8 "${args[@]}"
         ;;
     apache-tvm)
         shift

@@ -37,7 +37,43 @@ def pytest_unconfigure(config):
         shutil.rmtree(path, ignore_errors=True)
 
 
+#: ``./tessera.sh test --quick`` (``pytest -m quick``): the edit-test loop, about 3 minutes on 2 cores.
+#: Whole files, fast ones, at least one per folder of tests/ so that every package is touched
+#: (tests/test_quick_subset.py checks that); the full suite is what CI runs.
+QUICK_FILES = (
+    "tests/config/test_load_config.py",
+    "tests/distributed/test_sharding.py",
+    "tests/frontend/test_errors.py",
+    "tests/frontend/test_types.py",
+    "tests/graph/test_fuse_epilogues.py",
+    "tests/graph/test_simplify.py",
+    "tests/pipeline/test_golden_passes.py",
+    "tests/pipeline/test_registry.py",
+    "tests/relax/test_usage_traps.py",
+    "tests/robustness/test_pack_security.py",
+    "tests/runtime/test_export.py",
+    "tests/target/test_backend.py",
+    "tests/target/test_toolchain.py",
+    "tests/test_cache.py",
+    "tests/tile/test_spec.py",
+    "tests/transform/test_parallel_grid.py",
+    "tests/transform/tt/test_verify_tt_ir.py",
+    "tests/tt/test_arch.py",
+    "tests/upstream/test_bridge.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
+    quick = pytest.mark.quick
+    for item in items:
+        path = Path(item.path).resolve()
+        if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in QUICK_FILES:
+            item.add_marker(quick)
+    _skip_without_gpu_or_nvcc(items)
+
+
+def _skip_without_gpu_or_nvcc(items):
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc on PATH")
     from tessera_tvm.target.cuda import nvcc_available
