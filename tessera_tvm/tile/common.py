@@ -117,7 +117,7 @@ def binary(op: str, x, y, propagate_nan: bool = True, host: bool = False):
     if op == "add":
         return x + y
     if op == "sub":
-        if propagate_nan and _is_float(x) and tvm.ir.structural_equal(x, y):
+        if propagate_nan and _is_float(x) and _same_value(x, y):
             return nan_or_zero(x)  # TVM folds x - x to 0
         return x - y
     if op == "mul":
@@ -144,6 +144,23 @@ def nan_or_zero(x):
     built from them would turn a NaN or an infinity into 0 where torch gives NaN."""
     tirx = tvm.tirx
     return T.if_then_else(T.isfinite(x), tirx.FloatImm(str(x.dtype), 0.0), tirx.FloatImm(str(x.dtype), math.nan))
+
+
+def _same_value(x, y) -> bool:
+    """Whether ``x`` and ``y`` are one value: structurally equal and reading the same buffers
+    (``structural_equal`` alone takes ``A[i]`` and ``B[i]`` of two like buffers for equal)."""
+    if not tvm.ir.structural_equal(x, y):
+        return False
+
+    def buffers(expr) -> list:
+        found: list = []
+        tvm.tirx.stmt_functor.post_order_visit(
+            tvm.tirx.Evaluate(expr),
+            lambda node: found.append(node.buffer) if isinstance(node, tvm.tirx.BufferLoad) else None,
+        )
+        return found
+
+    return all(a.same_as(b) for a, b in zip(buffers(x), buffers(y), strict=True))
 
 
 def _is_float(x) -> bool:

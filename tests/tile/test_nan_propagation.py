@@ -52,3 +52,14 @@ def test_nvcc_builds_the_nan_keeping_max_reduction(tmp_path):
     spec = ReduceSpec((64, 300), axis=1, kind="max")
     lowered = tessera_tvm.lower(build_tile_program(spec, None, "cuda"), "hopper", out_dir=tmp_path)
     assert lowered.artifacts["cubin"].stat().st_size > 0
+
+
+def test_x_minus_x_keeps_nan_but_a_minus_b_stays_a_subtraction():
+    from tessera_tvm._tvm import tvm
+    from tessera_tvm.tile.common import binary
+
+    a = tvm.tirx.decl_buffer((4,), "float32", name="A")
+    b = tvm.tirx.decl_buffer((4,), "float32", name="B")
+    i = tvm.tirx.Var("i", "int32")
+    assert isinstance(binary("sub", a[i], b[i]), tvm.tirx.Sub)  # like buffers, same index: not x - x
+    assert not isinstance(binary("sub", a[i], a[i]), tvm.tirx.Sub)  # x - x: NaN for NaN and inf, not 0
