@@ -32,8 +32,9 @@ export TESSERA_CACHE_DIR=/tmp/tessera-cache
     2>&1 | tee "$out/machine.txt"
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-    # In 8 workers where pytest-xdist came along: most of the time is nvcc, one compile per core.
-    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8" || true)
+    # In 12 workers (TESSERA_TEST_WORKERS) where pytest-xdist came along: most of the time is nvcc,
+    # one compile per core (16 cores there).
+    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${TESSERA_TEST_WORKERS:-12}" || true)
     # Device time is scarce (15 min a session): the whole test run and each test are capped. A run
     # cut at its cap prints no summary and writes no JUnit report, so each result and each failure's
     # traceback also go to $out/progress.txt as they happen (tests/conftest.py).
