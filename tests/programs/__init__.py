@@ -24,6 +24,8 @@ class Case:
     ``(program, run)`` for a CPU form of the kernel: ``run(lowered)`` calls the CPU build on numpy
     arrays and checks the result against numpy (dynamic-shape kernels run this way).
     ``pass_configs`` are TileLang pass configs the program needs (given to both lowerings).
+    ``fixed_on`` are the configs where a Tessera pass in ``TESSERA_FIXES`` (tests/pipeline/test_corpus.py)
+    deliberately changes TileLang's source, because TileLang's kernel is wrong there.
     ``gpu``, when set, runs the program's Hopper build on a GPU: ``gpu(kernel)`` makes torch
     inputs on ``device`` (a keyword, default ``"cuda"``), calls ``kernel(*tensors)`` (the tile
     program's buffers in order, outputs written in place) and checks the outputs against torch.
@@ -38,6 +40,7 @@ class Case:
     cpu: Callable[[], tuple[Any, Callable[[Any], None]]] | None = None
     pass_configs: dict[str, Any] = field(default_factory=dict)
     gpu: Callable[..., None] | None = None
+    fixed_on: tuple[str, ...] = ()
 
 
 def corpus() -> dict[str, Case]:

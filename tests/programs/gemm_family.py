@@ -276,6 +276,9 @@ CASES: list[Case] = [
         lambda: gemm_stream_k(512, 512, 512),
         ("stream_k", "atomic", "pipelined"),
         gpu=checks.gemm_check(512, 512, 512, out_dtype="float32", accumulates=True),
+        # TileLang's warp-specialised kernel advances the segment counter in the consumer warp group
+        # only, and hangs on the GPU: tessera.ShareWarpSpecializedState advances it in both.
+        fixed_on=("hopper",),
     ),
     Case(
         "gemm_fp8_e4m3", lambda: gemm_fp8(512, 512, 512), ("fp8", "pipelined"), gpu=checks.fp8_gemm_check(512, 512, 512)
