@@ -24,8 +24,8 @@ GEMM_SCHEDULES = [
     {"block_n": 256, "threads": 256},
     {"block_n": 256, "threads": 256, "swizzle": 10},
     {"block_n": 256, "threads": 256, "stages": 4, "swizzle": 10},
-    {"block_m": 256, "threads": 256, "swizzle": 10},
-    {"block_m": 256, "threads": 256, "stages": 4, "swizzle": 10},
+    {"block_m": 256, "block_n": 128, "threads": 256, "swizzle": 10},
+    {"block_m": 256, "block_n": 128, "threads": 256, "stages": 4, "swizzle": 10},
     {"threads": 256, "stages": 4, "swizzle": 10},
 ]
 ATTN_SCHEDULES = [
