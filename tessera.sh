@@ -78,7 +78,8 @@ case "${1:-}" in
             if [ "$arg" = "--quick" ]; then args+=(-m quick); else args+=("$arg"); fi
         done
         # One worker per core, at most 8 (each holds TVM and torch, ~1 GB); `-n 0` runs in this process.
-        exec "$PY" -m pytest -n auto --maxprocesses 8 "${args[@]}"
+        # loadgroup: tests marked with one xdist_group share a worker (the corpus lowers a pair once).
+        exec "$PY" -m pytest -n auto --maxprocesses 8 --dist loadgroup "${args[@]}"
         ;;
     apache-tvm)
         shift

@@ -34,7 +34,7 @@ rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     # In 12 workers (TESSERA_TEST_WORKERS) where pytest-xdist came along: most of the time is nvcc,
     # one compile per core (16 cores there).
-    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${TESSERA_TEST_WORKERS:-12}" || true)
+    workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${TESSERA_TEST_WORKERS:-12} --dist loadgroup" || true)
     # Device time is scarce (15 min a session): the whole test run and each test are capped. A run
     # cut at its cap prints no summary and writes no JUnit report, so each result and each failure's
     # traceback also go to $out/progress.txt as they happen (tests/conftest.py).
