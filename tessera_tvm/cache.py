@@ -305,14 +305,23 @@ def clean_stale(root: Path | None) -> None:
                 if sub.name in ("pch", "locks", "repro") or not sub.is_dir() or sub.is_symlink():
                     continue
                 candidates += [p for p in sub.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")]
+        pch = prelude_dir(Path(root))
         with contextlib.suppress(OSError):
-            for lock in Path(root, "pch").glob("*.lock"):  # the prelude's builder holds pch/<identity>.lock
-                partial = list(Path(root, "pch", lock.stem).rglob(".*.gch.*.tmp"))
+            for lock in pch.glob("*.lock"):  # the prelude's builder holds pch/<identity>.lock
+                partial = list((pch / lock.stem).rglob(".*.gch.*.tmp"))
                 if partial and _abandoned(lock, now, min_age=0):
                     dead += partial
     dead += [path for path in candidates if _abandoned(path, now)]
     for path in dead:
         _remove(path)
+
+
+def prelude_dir(root: Path) -> Path:
+    """Where the precompiled C preludes of the cache at ``root`` live: ``$TESSERA_PCH_DIR`` where set
+    (several caches then share one, ~70 MB per flag set: the test suite builds it once per run),
+    else ``<root>/pch``."""
+    shared = os.environ.get("TESSERA_PCH_DIR", "").strip()
+    return Path(shared) if shared else Path(root) / "pch"
 
 
 #: The prefix of the directories compiles build in (in the temporary directory).

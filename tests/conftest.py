@@ -26,9 +26,14 @@ _OWN_CACHE: list[str] = []
 
 def pytest_configure(config):
     # Tests start from an empty kernel cache of their own, never the user's ~/.cache.
+    # The xdist workers inherit this environment, so a run's workers share one cache (safe under
+    # concurrency: one compile per key, tessera_tvm/cache.py) and reuse each other's kernels.
     if "TESSERA_CACHE_DIR" not in os.environ:
         os.environ["TESSERA_CACHE_DIR"] = tempfile.mkdtemp(prefix="tessera_test_cache_")
         _OWN_CACHE.append(os.environ["TESSERA_CACHE_DIR"])
+    # Tests that need a cache of their own (an empty one, a damaged one) still share the run's
+    # precompiled C prelude (~5 s of g++ each time otherwise); the prelude's own tests unset this.
+    os.environ.setdefault("TESSERA_PCH_DIR", os.path.join(os.environ["TESSERA_CACHE_DIR"], "pch"))
 
 
 def pytest_unconfigure(config):

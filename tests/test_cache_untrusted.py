@@ -154,6 +154,7 @@ def test_files_left_by_dead_processes_are_cleaned_at_the_next_start(tmp_path, mo
         for fd in held:
             fcntl.flock(fd, fcntl.LOCK_EX)
         monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+        monkeypatch.delenv("TESSERA_PCH_DIR", raising=False)  # the preludes under root/pch
         monkeypatch.setenv("TESSERA_CACHE_DIR", str(root))
         cache_mod.KernelCache.from_env()
     finally:

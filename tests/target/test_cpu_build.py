@@ -355,6 +355,7 @@ def small_gemm_source() -> str:
 def fresh_cache(monkeypatch, tmp_path) -> Path:
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+    monkeypatch.delenv("TESSERA_PCH_DIR", raising=False)  # the prelude in this cache, as users have it
     return tmp_path / "cache"
 
 
@@ -410,6 +411,7 @@ def test_sources_without_the_prelude_do_not_build_it(fresh_cache, tmp_path):
 def _prelude_worker(cache_dir: str) -> str:
     os.environ["TESSERA_CACHE_DIR"] = cache_dir
     os.environ.pop("TESSERA_DISABLE_CACHE", None)
+    os.environ.pop("TESSERA_PCH_DIR", None)
     return str(precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS))
 
 
@@ -423,6 +425,22 @@ def test_two_processes_share_one_prelude(tmp_path):
     assert str(gch).startswith(first)
     leftovers = [p.name for p in gch.parent.iterdir() if p.name not in (gch.name, gch.name + ".sha256")]
     assert leftovers == [], f"staging files left behind: {leftovers}"
+
+
+def test_caches_share_one_prelude_through_tessera_pch_dir(tmp_path, monkeypatch, small_gemm_source):
+    """TESSERA_PCH_DIR: caches of their own (the test suite's) build the prelude once between them."""
+    monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+    monkeypatch.setenv("TESSERA_PCH_DIR", str(tmp_path / "shared_pch"))
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "first"))
+    first = precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS)
+    (gch,) = (tmp_path / "shared_pch").glob(f"*/{PRELUDE}.gch")
+    built = gch.stat().st_mtime_ns
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "second"))
+    assert precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS) == first == gch.parent.parent.parent
+    assert gch.stat().st_mtime_ns == built  # used, not built again
+    lib = compile_cpu(small_gemm_source, out_dir=tmp_path / "out", name="gemm")
+    assert lib.stat().st_size > 0
+    assert not (tmp_path / "first" / "pch").exists() and not (tmp_path / "second" / "pch").exists()
 
 
 def test_prelude_identity_follows_the_machine(tmp_path, monkeypatch):

@@ -151,30 +151,32 @@ PRELUDE_INCLUDE = f"#include <{PRELUDE}>"
 
 def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     """A directory holding :data:`PRELUDE` precompiled by GCC for ``flags`` (``<dir>/<PRELUDE>.gch``),
-    built once and kept in the kernel cache (``$TESSERA_CACHE_DIR/pch/``, ~70 MB per flag set); None
-    when the cache is off, the compiler is not GCC or the header does not build.
+    built once and kept in the kernel cache (``$TESSERA_CACHE_DIR/pch/``, or ``$TESSERA_PCH_DIR`` where
+    set, ~70 MB per flag set); None when the cache is off, the compiler is not GCC or the header does
+    not build.
 
     GCC reads ``common.h.gch`` in place of ``common.h`` when it sits in an include directory searched
     first and was built with the same options, and ignores it otherwise; kernels build ~4x faster. A
     damaged file would crash GCC, so its SHA-256 is checked (once per process) and a mismatch rebuilds it.
     """
-    from tessera_tvm.cache import KernelCache, cache_unusable
+    from tessera_tvm.cache import KernelCache, cache_unusable, prelude_dir
 
     root = KernelCache.from_env().root
     flags = tuple(flags)
     identity = _prelude_identity(cxx, flags)
     if root is None or identity is None:
         return None
-    directory = Path(root) / "pch" / identity
+    pch = prelude_dir(Path(root))
+    directory = pch / identity
     gch = directory / f"{PRELUDE}.gch"
     if _prelude_intact(gch):
         return directory
     try:
-        with file_lock(Path(root) / "pch" / f"{identity}.lock"):  # one process builds it, the others wait
+        with file_lock(pch / f"{identity}.lock"):  # one process builds it, the others wait
             if not _prelude_intact(gch):
                 _build_prelude(cxx, flags, gch)
     except OSError as exc:  # a read-only or full cache: build without it
-        cache_unusable(Path(root), exc)
+        cache_unusable(pch, exc)
         return None
     except TesseraError:  # flags the header rejects: build without it
         return None
