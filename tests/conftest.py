@@ -34,6 +34,8 @@ def pytest_configure(config):
     # Tests that need a cache of their own (an empty one, a damaged one) still share the run's
     # precompiled C prelude (~5 s of g++ each time otherwise); the prelude's own tests unset this.
     os.environ.setdefault("TESSERA_PCH_DIR", os.path.join(os.environ["TESSERA_CACHE_DIR"], "pch"))
+    # The Tenstorrent emulator's runner and kernels likewise: built once per run, not per test.
+    os.environ.setdefault("TESSERA_TT_EMU_CACHE", os.path.join(os.environ["TESSERA_CACHE_DIR"], "tt_emu"))
 
 
 def pytest_unconfigure(config):
@@ -102,6 +104,11 @@ def _skip_without_gpu_or_nvcc(items):
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def emu_cache() -> Path:
+    """The run's Tenstorrent emulator cache (runner and kernels, shared by the xdist workers)."""
+    return Path(os.environ["TESSERA_TT_EMU_CACHE"])
 
 
 def pytest_runtest_logreport(report):

@@ -32,6 +32,7 @@ from tessera_tvm.tile import (
     build_tile_program,
 )
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tests.conftest import emu_cache
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -161,7 +162,7 @@ def test_linear_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_pat
     M, N, K = LINEAR_SHAPES["M"], LINEAR_SHAPES["N"], LINEAR_SHAPES["K"]
     bf16 = ts.bf16.numpy
     a, w, b = (rng.standard_normal(s).astype(bf16) for s in ((M, K), (K, N), (N,)))
-    out = _emulate(k, {"A": a, "W": w, "b": b}, tmp_path_factory.mktemp("emu"))
+    out = _emulate(k, {"A": a, "W": w, "b": b}, emu_cache())
     ref = linear.reference(a, w, b).astype(np.float64)
     pre = np.abs(a.astype(np.float64) @ w.astype(np.float64)) + np.abs(b.astype(np.float64))
     # bf16 tolerance: the reference rounds to bf16 after matmul, + and gelu; the kernel rounds A@B when
@@ -179,7 +180,7 @@ def test_eltwise_runs_in_the_emulator_and_matches_the_reference(compiled, tmp_pa
     rng = np.random.default_rng(1)
     shape = (ELTWISE_SHAPES["M"], ELTWISE_SHAPES["N"])
     x, y = (rng.standard_normal(shape).astype(ts.bf16.numpy) for _ in range(2))
-    out = _emulate(k, {"x": x, "y": y}, tmp_path_factory.mktemp("emu"))
+    out = _emulate(k, {"x": x, "y": y}, emu_cache())
     ref = eltwise.reference(x, y).astype(np.float64)
     xf, yf = x.astype(np.float64), y.astype(np.float64)
     # bf16 tolerance: both sides round exp(x), exp(x)*y and the result to bf16 (the kernel when it packs
@@ -228,7 +229,7 @@ def test_float16_linear_runs_in_the_emulator(M, N, K, tmp_path):
     k = ts.compile(linear_f16, target="tenstorrent", shapes={"M": M, "N": N, "K": K})
     rng = np.random.default_rng(20)
     a, w, b = (rng.standard_normal(s).astype(np.float16) for s in ((M, K), (K, N), (N,)))
-    out = k.emulate(a, w, b, cache_dir=tmp_path / "emu")
+    out = k.emulate(a, w, b, cache_dir=emu_cache())
     ref = linear_f16.reference(a, w, b)
     assert out.shape == ref.shape == (M, N) and out.dtype == ref.dtype == np.float16
     out, ref = out.astype(np.float64), ref.astype(np.float64)
@@ -245,7 +246,7 @@ def test_float16_eltwise_runs_in_the_emulator(tmp_path):
     k = ts.compile(eltwise_f16, target="tenstorrent", shapes=ELTWISE_SHAPES)
     rng = np.random.default_rng(21)
     x, y = (rng.standard_normal((ELTWISE_SHAPES["M"], ELTWISE_SHAPES["N"])).astype(np.float16) for _ in range(2))
-    out = k.emulate(x, y, cache_dir=tmp_path / "emu").astype(np.float64)
+    out = k.emulate(x, y, cache_dir=emu_cache()).astype(np.float64)
     ref = eltwise_f16.reference(x, y).astype(np.float64)
     xf, yf = x.astype(np.float64), y.astype(np.float64)
     # as the bf16 element-wise test: 3 half roundings of each intermediate, 2 of the largest
@@ -267,7 +268,7 @@ def test_float16_softmax_and_layer_norm_run_in_the_emulator(kernel, make, tmp_pa
     is an IEEE half 1.0), against the f16 reference."""
     arrays = [a.astype(np.float16) for a in make(np.random.default_rng(22))]
     k = ts.compile(kernel, target="tenstorrent", shapes={"M": arrays[0].shape[0], "N": arrays[0].shape[1]})
-    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    out = k.emulate(*arrays, cache_dir=emu_cache())
     ref = kernel.reference(*arrays)
     assert out.shape == ref.shape and out.dtype == ref.dtype == np.float16
     ref = ref.astype(np.float64)
@@ -301,7 +302,7 @@ def test_a_kernel_that_changes_the_format_reads_one_and_packs_the_other(kernel, 
         rng.standard_normal([40 if d == "M" else 70 for d in t.dims]).astype(t.dtype.numpy) for _, t in kernel.params
     ]
     k = ts.compile(kernel, target="tenstorrent", shapes={"M": 40, "N": 70})
-    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    out = k.emulate(*arrays, cache_dir=emu_cache())
     ref = kernel.reference(*arrays)
     assert out.dtype == ref.dtype and out.shape == ref.shape
     ref = ref.astype(np.float64)
@@ -326,7 +327,7 @@ def test_a_bf16_layer_norm_of_rows_far_from_zero_keeps_its_precision(tmp_path):
     k = ts.compile(layer_norm_bf16, target="tenstorrent", shapes={"M": 64, "N": 96})
     families = [dk.binding.spec.family for dk in k.device_kernels]
     assert families == ["reduce", "elementwise", "reduce", "elementwise", "elementwise", "reduce", "elementwise"]
-    out = k.emulate(x, w, b, cache_dir=tmp_path / "emu").astype(np.float64)
+    out = k.emulate(x, w, b, cache_dir=emu_cache()).astype(np.float64)
     ref = layer_norm_bf16.reference(x, w, b).astype(np.float64)
     assert np.abs(out - ref).max() <= 4 * U_BF16 * np.abs(ref).max()
 
@@ -376,7 +377,7 @@ def test_softmax_and_norms_run_in_the_emulator(kernel, make, families, rtol, tmp
     arrays = make(np.random.default_rng(14))
     k = ts.compile(kernel, target="tenstorrent", shapes={"M": arrays[0].shape[0], "N": arrays[0].shape[1]})
     assert [dk.binding.spec.family for dk in k.device_kernels] == families
-    out = k.emulate(*arrays, cache_dir=tmp_path / "emu")
+    out = k.emulate(*arrays, cache_dir=emu_cache())
     ref = kernel.reference(*arrays)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     ref = ref.astype(np.float64)
@@ -429,7 +430,7 @@ def test_float32_gemm_with_transposed_b_and_gelu_tanh_in_the_emulator(tmp_path):
         lowered.artifacts["plan"],
         tmp_path / "k",
         {"A": a.astype(np.float32), "B": b.astype(np.float32)},
-        cache_dir=tmp_path / "emu",
+        cache_dir=emu_cache(),
     )
     mm = a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64).T
     ref = 0.5 * mm * (1 + np.tanh(np.sqrt(2 / np.pi) * (mm + 0.044715 * mm**3)))
@@ -485,7 +486,7 @@ def test_float32_gemm_with_residual_relu_gate_in_the_emulator(tmp_path):
         lowered.artifacts["plan"],
         tmp_path / "k",
         {n: v.astype(np.float32) for n, v in inputs.items()},
-        cache_dir=tmp_path / "emu",
+        cache_dir=emu_cache(),
     )
     ref = np.maximum(a @ b + r, 0) * g
     # float32 buffers, DST in bf16 without fp32_dest_acc_en: 4 bf16 roundings of the pre-activation
@@ -512,7 +513,7 @@ def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
     assert "binop_with_scalar_tile_init();" in lowered.source
     a, b = rng.standard_normal((50, 45)), rng.standard_normal((45, 70))
     inputs = {"A": a.astype(np.float32), "B": b.astype(np.float32)}
-    out = run_plan(lowered.artifacts["plan"], tmp_path / "g", inputs, cache_dir=tmp_path / "emu")["C"]
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "g", inputs, cache_dir=emu_cache())["C"]
     ref = np.maximum(a @ b * 0.25 + 1.5, 0)
     tol = 4 * U_BF16 * (np.abs(a) @ np.abs(b) * 0.25 + 1.5) + 1e-6
     assert np.all(np.abs(out - ref) <= tol), np.abs(out - ref).max()
@@ -522,7 +523,7 @@ def test_scalar_operands_run_on_the_sfpu_in_the_emulator(tmp_path):
     lowered = tessera_tvm.lower(build_tile_program(elt, None, "tt"), "tenstorrent", out_dir=tmp_path / "e")
     assert "rsub_unary_tile(0, 0x40000000u);  // 2.0 - x" in lowered.source
     x = rng.standard_normal((33, 40)).astype(np.float32)
-    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "e", {"x": x}, cache_dir=tmp_path / "emu").values()
+    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "e", {"x": x}, cache_dir=emu_cache()).values()
     ref = 2.0 - np.exp(x.astype(np.float64)) / 4
     assert np.all(np.abs(out - ref) <= 2 * U_BF16 * (np.abs(ref) + 1) + 1e-6), np.abs(out - ref).max()
 
@@ -550,7 +551,7 @@ def test_reciprocal_and_sqrt_ops_run_in_the_emulator(expr, ref, positive, tmp_pa
     x, y = (rng.standard_normal((33, 40)).astype(np.float32) for _ in range(2))
     if positive:
         x, y = np.abs(x) + 0.5, np.abs(y) + 0.5
-    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "k", {"x": x, "y": y}, cache_dir=tmp_path / "emu").values()
+    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "k", {"x": x, "y": y}, cache_dir=emu_cache()).values()
     want = ref(x.astype(np.float64), y.astype(np.float64))
     assert np.all(np.abs(out - want) <= 4 * U_BF16 * np.abs(want) + 1e-6), np.abs(out - want).max()
 
@@ -565,7 +566,7 @@ def test_an_activation_of_a_scaled_accumulator_runs_in_the_emulator(act, tmp_pat
     rng = np.random.default_rng(11)
     a, b = rng.standard_normal((40, 64)), rng.standard_normal((64, 64))
     inputs = {"A": a.astype(np.float32), "B": b.astype(np.float32)}
-    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", inputs, cache_dir=tmp_path / "emu")["C"]
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", inputs, cache_dir=emu_cache())["C"]
     y = 0.5 * (a @ b)
     ref = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2))) if act == "gelu_erf" else y / (1 + np.exp(-y))
     tol = 4 * 1.13 * U_BF16 * 0.5 * (np.abs(a) @ np.abs(b)) + 1e-6
@@ -594,7 +595,7 @@ def test_row_reductions_run_in_the_emulator(kind, shape, dtype, tmp_path):
     x = (rng.standard_normal(shape) - (6 if kind == "max" else 2)).astype(ts.dtype(dtype).numpy)
     rows = math.prod(shape[:-1])
     inputs = {"x": x.astype(np.float32).reshape(rows, shape[-1])}
-    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "k", inputs, cache_dir=tmp_path / "emu").values()
+    (out,) = run_plan(lowered.artifacts["plan"], tmp_path / "k", inputs, cache_dir=emu_cache()).values()
     xf = x.astype(np.float64)
     ref = {"sum": np.sum, "max": np.max, "mean": np.mean}[kind](xf, axis=-1)
     assert out.shape == (rows, 1)
@@ -617,7 +618,7 @@ def test_a_row_mean_from_the_frontend_runs_in_the_emulator(tmp_path):
     (files,) = k.artifacts.values()
     plan = json.loads(files["plan"].read_text())
     x = np.random.default_rng(13).standard_normal((40, 96)).astype(np.float32)
-    (out,) = run_plan(plan, files["plan"].parent, {"x": x}, cache_dir=tmp_path / "emu").values()
+    (out,) = run_plan(plan, files["plan"].parent, {"x": x}, cache_dir=emu_cache()).values()
     ref = row_stats.reference(x).astype(np.float64)
     assert np.abs(out.reshape(ref.shape) - ref).max() < 1e-5
 
@@ -652,7 +653,7 @@ def test_subtracting_a_column_runs_in_the_emulator(tmp_path):
     x = rng.standard_normal((40, 70)).astype(ts.bf16.numpy)
     m = x.astype(np.float32).max(axis=1, keepdims=True).astype(ts.bf16.numpy)
     ins = {"x": x.astype(np.float32), "m": m.astype(np.float32)}
-    (out,) = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu").values()
+    (out,) = run_plan(plan, files["plan"].parent, ins, cache_dir=emu_cache()).values()
     ref = center_rows.reference(x, m).astype(np.float64)
     assert np.all(out <= 1 + 4 * U_BF16)  # every row's max maps to exp(0)
     # bf16 rounds x - m (and the reference rounds it again): exp's relative error grows with |x - m|
@@ -690,7 +691,7 @@ def test_row_and_column_broadcasts_run_in_the_emulator(tmp_path):
     x, sc, b = (rng.standard_normal(s).astype(bf16) for s in ((50, 70), (50, 1), (70,)))
     arrays = {"x": x, "s": sc, "b": b}
     ins = {buf["name"]: arrays[buf["name"]].astype(np.float32) for buf in plan["buffers"] if buf["role"] == "input"}
-    result = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu")
+    result = run_plan(plan, files["plan"].parent, ins, cache_dir=emu_cache())
     (out,) = [result[buf["name"]] for buf in plan["buffers"] if buf["role"] == "output"]
     ref = scale_rows_add_bias.reference(x, sc, b).astype(np.float64)
     xf, sf, bf = (a.astype(np.float64) for a in (x, sc, b))
@@ -718,7 +719,7 @@ def test_batched_gemms_run_in_the_emulator(spec, tmp_path):
     rng = np.random.default_rng(6)
     ins = {p.name: rng.standard_normal(p.shape).astype(np.float32) for p in spec.inputs()}
     views = {n: v if v.ndim == 1 else v.reshape(-1, v.shape[-1]) for n, v in ins.items()}  # the 2-D views
-    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", views, cache_dir=tmp_path / "emu")["C"]
+    out = run_plan(lowered.artifacts["plan"], tmp_path / "k", views, cache_dir=emu_cache())["C"]
     b = np.swapaxes(ins["B"], -1, -2) if spec.transpose_b else ins["B"]
     ref = (ins["A"].astype(np.float64) @ b) + (ins["bias"] if "bias" in ins else 0) + (ins["r"] if "r" in ins else 0)
     assert out.shape == (math.prod(spec.batch) * spec.M, spec.N)
@@ -745,7 +746,7 @@ def test_a_batched_linear_from_the_frontend_runs_in_the_emulator(tmp_path):
     x, w, b = (rng.standard_normal(s).astype(bf16) for s in ((2, 40, 64), (64, 48), (48,)))
     arrays = {"X": x.reshape(80, 64), "W": w, "b": b}
     ins = {n: arrays[n].astype(np.float32) for n in (buf["name"] for buf in plan["buffers"] if buf["role"] == "input")}
-    result = run_plan(plan, files["plan"].parent, ins, cache_dir=tmp_path / "emu")
+    result = run_plan(plan, files["plan"].parent, ins, cache_dir=emu_cache())
     (out,) = [result[buf["name"]] for buf in plan["buffers"] if buf["role"] == "output"]
     ref = batched_linear.reference(x, w, b).astype(np.float64)
     pre = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + np.abs(b.astype(np.float64))

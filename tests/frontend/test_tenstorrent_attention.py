@@ -12,6 +12,7 @@ import tessera as ts
 from tessera import Tensor, ops
 from tessera_tvm.tile import AttentionSpec, build_tile_program
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tests.conftest import emu_cache
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -51,7 +52,7 @@ def test_flash_attention_runs_in_the_emulator(case, tmp_path):
     q = (2 * rng.standard_normal((B, H, S_q, D))).astype(ts.bf16.numpy)
     k = rng.standard_normal((B, H_kv, S_kv, D)).astype(ts.bf16.numpy)
     v = rng.standard_normal((B, H_kv, S_kv, D)).astype(ts.bf16.numpy)
-    out = compiled.emulate(q, k, v, cache_dir=tmp_path / "emu")
+    out = compiled.emulate(q, k, v, cache_dir=emu_cache())
     ref = kernel.reference(q, k, v).astype(np.float64)
     err = np.abs(out.astype(np.float64) - ref)
     # P is rounded to bf16 before P V, and each rescaled partial sum is packed to bf16

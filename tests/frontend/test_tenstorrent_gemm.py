@@ -12,6 +12,7 @@ import tessera as ts
 from tessera import Tensor, ops
 from tessera_tvm.tile import GemmSpec, build_tile_program
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tests.conftest import emu_cache
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 U_BF16 = 2.0**-8
@@ -55,7 +56,7 @@ def test_transposed_a_runs_in_the_emulator(kernel, shapes, tmp_path):
     for _, annotation in kernel.params:
         shape = tuple(shapes[d] for d in annotation.dims)
         arrays.append(rng.standard_normal(shape).astype(annotation.dtype.numpy))
-    out = compiled.emulate(*arrays, cache_dir=tmp_path / "emu").astype(np.float64)
+    out = compiled.emulate(*arrays, cache_dir=emu_cache()).astype(np.float64)
     ref = kernel.reference(*arrays).astype(np.float64)
     u = U_BF16 if arrays[0].dtype != np.float32 else 2.0**-20
     # each K step's product is packed (rounded) once and added to the carried sum (rounded again)
@@ -134,7 +135,7 @@ def test_gemm_blocks_of_several_tiles_run_in_the_emulator(kernel, shapes, block,
         rng.standard_normal(tuple(shapes[d] for d in annotation.dims)).astype(annotation.dtype.numpy)
         for _, annotation in kernel.params
     ]
-    out = compiled.emulate(*arrays, cache_dir=tmp_path / "emu").astype(np.float64)
+    out = compiled.emulate(*arrays, cache_dir=emu_cache()).astype(np.float64)
     ref = kernel.reference(*arrays).astype(np.float64)
     u = 2.0**-20 if arrays[0].dtype == np.float32 else U_BF16
     assert np.all(np.abs(out - ref) <= u * np.abs(ref) + 4 * u * np.abs(ref).max() + 1e-6), np.abs(out - ref).max()
@@ -184,7 +185,7 @@ def test_a_16_bit_dst_accumulates_a_long_k_loop_in_bf16(tmp_path):
         assert f'"fp32_dest_acc_en": {"true" if fp32 == "auto" else "false"}' in lowered.artifacts["plan"].read_text()
         names = [p.name for p in spec.params()]
         inputs = {names[0]: a.astype(np.float32), names[1]: b.astype(np.float32)}
-        (got,) = run_plan(lowered.artifacts["plan"], out, inputs, cache_dir=tmp_path / "emu").values()
+        (got,) = run_plan(lowered.artifacts["plan"], out, inputs, cache_dir=emu_cache()).values()
         errors[fp32] = np.abs(got - ref).max() / np.abs(ref).max()
     assert errors["auto"] <= U_BF16  # one rounding, at the pack
     assert errors[False] > 2 * errors["auto"], errors  # 32 K steps, each rounded to bf16 in DST

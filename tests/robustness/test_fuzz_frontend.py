@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import Tensor, ops
+from tests.conftest import emu_cache
 from tests.frontend.helpers import TOLERANCE, assert_close, random_array
 
 from .fuzz import count, fuzz_settings
@@ -367,7 +368,7 @@ TT_CASES = st.one_of(
 @pytest.fixture(scope="module")
 def tt_dirs():
     root = Path(tempfile.mkdtemp(prefix="tessera_fuzz_tt_"))
-    yield root / "out", root / "emu"
+    yield root / "out", emu_cache()  # the run's emulator cache: its runner is built once per run
     shutil.rmtree(root, ignore_errors=True)
 
 

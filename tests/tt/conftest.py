@@ -1,7 +1,8 @@
 """Fixtures for the Tenstorrent tests: kernel/plan directories and one emulator cache per session.
 
-Set ``TESSERA_TT_EMU_CACHE`` to reuse compiled emulator objects across sessions; by default the
-session compiles the emulator runner once into a temporary directory and every kernel once.
+``TESSERA_TT_EMU_CACHE`` is where compiled emulator objects go: tests/conftest.py points it into the
+run's cache, so the runner and each kernel are built once per run, shared by the xdist workers; set
+it yourself to reuse them across runs.
 """
 
 from __future__ import annotations
