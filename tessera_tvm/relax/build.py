@@ -69,10 +69,26 @@ C_CONSTANTS = ("-Dinff=__builtin_inff()", "-Dhalf=_Float16")
 
 
 def export_library(executable, path: str | Path, config: TargetConfig | str) -> Path:
-    """Write ``executable`` as a shared library at ``path``, compiled with the config's flags."""
+    """Write ``executable`` as a shared library at ``path``, compiled with the config's flags.
+
+    On a CPU config each C source (TVM's host code, each kernel) becomes an object of its own, in
+    parallel, the kernels with the precompiled C prelude, and the objects are kept in the kernel
+    cache (``tessera_tvm.target.cpu.host_library``): a model built again links in about a second."""
+    from ..target.cpu.host_library import build_host_library
+
+    config = load_config(config)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    executable.export_library(str(path), options=export_options(config))
+    options = export_options(config)
+    if backend_for(config).kernels_in_host and config.codegen_dict.get("compiler") in ("g++", "gcc", None):
+        flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
+
+        def fcompile(output, files, options=None, **_):
+            build_host_library(output, files, options or [], flags)
+
+        executable.export_library(str(path), fcompile=fcompile, options=options)
+    else:
+        executable.export_library(str(path), options=options)
     return path
 
 

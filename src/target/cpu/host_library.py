@@ -1,0 +1,143 @@
+"""The compile step of ``export_library`` for a CPU config: TVM's host C and TileLang's kernels, one
+object each, then one link.
+
+TVM's default (``tvm.contrib.cc.create_shared``) hands every C source of a Relax executable to one g++
+call: the host code (``lib0.c``, often 0.5 MB), one source per Tessera kernel and the packed imports
+(``devc.c``). Each kernel source parses TileLang's C prelude again (~90% of its compile), nothing is
+reused between builds of the same model, and one g++ process works alone. :func:`build_host_library`
+instead compiles each source into an object of its own, in parallel; kernel sources get the
+precompiled prelude (:func:`.build.precompiled_prelude`, their absolute include of it spelt as the
+``<tl_templates/...>`` include g++ looks up next to the ``.gch``); each object is kept in the kernel
+cache (``objects/``) under the SHA-256 of its source, its command line and the toolchain (GCC, flags,
+this CPU's macros, TileLang's and Tessera's headers), with its own SHA-256 checked before it is
+linked; a damaged or missing object is compiled again. Without a cache (TESSERA_DISABLE_CACHE) the
+objects are compiled in the export's workspace.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..toolchain import require_tool, run_tool, sha256_file, write_text_atomic
+from .build import (
+    PRELUDE,
+    PRELUDE_INCLUDE,
+    RUNTIME_INCLUDE_DIR,
+    _prelude_identity,
+    cpu_build_command,
+    precompiled_prelude,
+)
+
+__all__ = ["build_host_library"]
+
+#: TileLang's C codegen includes the prelude by absolute path; g++ only finds a precompiled header
+#: for an include searched through -I, so kernel sources are compiled with this line rewritten.
+_ABSOLUTE_PRELUDE = re.compile(rf'^#include "[^"\n]*/{re.escape(PRELUDE)}"$', re.M)
+_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx")
+#: Macros for TVM's host C only: they rename words TileLang's prelude uses (``half``), so a kernel
+#: source compiled with them could not use the precompiled prelude (GCC rejects it when a macro
+#: it saw is defined differently).
+_HOST_ONLY_MACROS = ("-Dhalf=",)
+
+
+def build_host_library(output: str, files: Sequence[str], options: Sequence[str], flags: Sequence[str]) -> None:
+    """Compile ``files`` (C/C++ sources and objects from ``export_library``) into the shared library
+    ``output``. ``options`` are export_library's (the config's flags, TVM's include paths, the host
+    macros), ``flags`` the config's compiler flags without ``-D`` (what the kernels are built with)."""
+    from tessera_tvm.cache import KernelCache, _damaged
+
+    cxx = require_tool("g++")
+    options, flags = list(options), tuple(flags)
+    root = KernelCache.from_env().root
+    workspace = Path(output).parent if root is None else None
+    jobs = []
+    objects = []
+    for name in files:
+        path = Path(name)
+        if path.suffix not in _SOURCE_SUFFIXES:
+            objects.append(str(path))
+            continue
+        source = path.read_text(encoding="utf-8", errors="surrogateescape")
+        if _ABSOLUTE_PRELUDE.search(source):
+            source = _ABSOLUTE_PRELUDE.sub(PRELUDE_INCLUDE, source)
+            kernel_options = [o for o in options if not o.startswith(_HOST_ONLY_MACROS)]
+            command = _kernel_command(cxx, flags, kernel_options)
+        else:
+            command = [cxx, "-fPIC", *options]
+        language = ["-x", "c++"]  # g++ reads .c as C++ too; say so, the source may move to a .cc file
+        key = _object_key(cxx, flags, [*command, *language], source)
+        cached = None if root is None else Path(root) / "objects" / key[:2] / f"{key}.o"
+        target = cached if cached is not None else (workspace / f"{path.stem}.{key[:12]}.o")
+        objects.append(str(target))
+        if cached is not None and cached.exists() and not _intact(cached):
+            _damaged(cached, "its SHA-256 does not match")
+        if cached is None or not _intact(cached):
+            jobs.append((command, language, source, path.suffix, target))
+    if jobs:
+        workers = min(len(jobs), os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(_compile, *job) for job in jobs]:
+                future.result()  # the first failure raises (a ToolchainError naming the command)
+    run_tool([cxx, "-shared", "-fPIC", "-o", output, *objects, *options], timeout=600)
+
+
+def _kernel_command(cxx: str, flags: tuple[str, ...], options: list[str]) -> list[str]:
+    """How compile_cpu builds a kernel (its options, the precompiled prelude's directory first),
+    with export_library's extra options after them."""
+    command = cpu_build_command(cxx, flags, "", "", precompiled_prelude(cxx, flags))[:-3]  # no -o/file
+    extra = [o for o in options if o not in command]
+    return [*command, *extra]
+
+
+def _object_key(cxx: str, flags: tuple[str, ...], command: list[str], source: str) -> str:
+    digest = hashlib.sha256()
+    for part in (_toolchain_identity(cxx, flags), *command, source):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()[:32]
+
+
+@functools.cache
+def _toolchain_identity(cxx: str, flags: tuple[str, ...]) -> str:
+    """GCC, the flags, this CPU's macros and TileLang's headers (the prelude's identity), Tessera's
+    runtime headers and TVM's version (its headers, which the host code includes)."""
+    from tessera_tvm._tvm import tvm
+
+    digest = hashlib.sha256(f"{_prelude_identity(cxx, flags)}\0{cxx}\0{tvm.__version__}".encode())
+    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _checksum(obj: Path) -> Path:
+    return obj.with_name(obj.name + ".sha256")
+
+
+def _intact(obj: Path) -> bool:
+    try:
+        recorded = _checksum(obj).read_bytes().strip()
+    except OSError:
+        return False
+    return re.fullmatch(rb"[0-9a-f]{64}", recorded) is not None and sha256_file(obj) == recorded.decode()
+
+
+def _compile(command: list[str], language: list[str], source: str, suffix: str, target: Path) -> None:
+    """Compile ``source`` into ``target`` (written whole or not at all, its SHA-256 beside it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stem = f".{target.stem}.{os.getpid()}.{os.urandom(4).hex()}"
+    src = target.with_name(stem + suffix)
+    tmp = target.with_name(stem + ".o")
+    try:
+        src.write_text(source, encoding="utf-8", errors="surrogateescape")
+        run_tool([*command, *language, "-c", "-o", str(tmp), str(src)], timeout=600)
+        digest = sha256_file(tmp)
+        os.replace(tmp, target)
+        write_text_atomic(_checksum(target), digest + "\n")
+    finally:
+        src.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)

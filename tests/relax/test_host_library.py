@@ -1,0 +1,84 @@
+"""export_library on the CPU (tessera_tvm.target.cpu.host_library): one object per C source, kernels
+with the precompiled prelude, objects kept in the kernel cache and checked before they are linked."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tessera_tvm.errors import TesseraWarning
+from tessera_tvm.relax.build import export_library
+from tessera_tvm.target import toolchain
+from tessera_tvm.target.cpu import host_library
+
+from .models import block_inputs, block_reference
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The g++ command lines the export runs (still run)."""
+    seen: list[list[str]] = []
+    real = host_library.run_tool
+
+    def counting(command, **kwargs):
+        seen.append([str(c) for c in command])
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(host_library, "run_tool", counting)
+    return seen
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TESSERA_DISABLE_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def _run(path, params):
+    from tessera_tvm import tvm
+
+    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    arrays = block_inputs(params)
+    out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
+
+
+def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_cache, compiles, tmp_path):
+    built, params = cpu_block
+    _run(export_library(built.executable, tmp_path / "a" / "m.so", "cpu"), params)
+    objects = [c for c in compiles if "-c" in c]
+    kernels = [c for c in objects if any(a.endswith(".gch") or "/pch/" in a for a in c)]
+    # TVM's host code, the packed imports and one source per Tessera kernel, each compiled on its own;
+    # the kernels find the precompiled prelude first on their include path.
+    assert len(objects) == len(set(built.report.kernels)) + 2, [c[-1] for c in objects]
+    assert len(kernels) == len(set(built.report.kernels))
+    assert all(not any(a.startswith("-Dhalf=") for a in c) for c in kernels)  # it would void the prelude
+    assert len(list(own_cache.glob("objects/*/*.o"))) == len(objects)
+    compiles.clear()
+    _run(export_library(built.executable, tmp_path / "b" / "m.so", "cpu"), params)
+    assert [c for c in compiles if "-c" in c] == [] and len(compiles) == 1  # the link alone
+
+
+def test_a_damaged_object_is_compiled_again_with_a_warning(cpu_block, own_cache, compiles, tmp_path):
+    built, params = cpu_block
+    export_library(built.executable, tmp_path / "a" / "m.so", "cpu")
+    damaged = sorted(own_cache.glob("objects/*/*.o"), key=lambda p: p.stat().st_size)[-1]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    compiles.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(export_library(built.executable, tmp_path / "b" / "m.so", "cpu"), params)
+    assert len([c for c in compiles if "-c" in c]) == 1
+    assert any(issubclass(w.category, TesseraWarning) and str(damaged) in str(w.message) for w in caught)
+    assert toolchain.sha256_file(damaged) == host_library._checksum(damaged).read_text().strip()
+
+
+def test_without_a_cache_the_objects_stay_in_the_workspace(cpu_block, monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    built, params = cpu_block
+    _run(export_library(built.executable, tmp_path / "m.so", "cpu"), params)
