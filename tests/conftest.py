@@ -86,6 +86,9 @@ def pytest_collection_modifyitems(config, items):
         if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in QUICK_FILES:
             item.add_marker(quick)
     _skip_without_gpu_or_nvcc(items)
+    # The slowest tests (marked slow: a minute or more alone) start first, so that the xdist workers
+    # do not end with one of them running while the others wait (the order of the rest is kept).
+    items[:] = [i for i in items if "slow" in i.keywords] + [i for i in items if "slow" not in i.keywords]
 
 
 def _skip_without_gpu_or_nvcc(items):

@@ -139,6 +139,7 @@ def _check_ulysses_attention(out: dict, world: int) -> None:
         assert f"rank {rank}: all_to_all of K over 'sp' cuts its dim 1 (3) into {world} equal pieces" in u["refused"]
 
 
+@pytest.mark.slow
 def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
     scenarios = ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"]
     out = _spawn(2, [*scenarios, "zigzag_attention", "ulysses_attention", "resplit"])
@@ -153,6 +154,7 @@ def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
         assert twice["kinds"] == [("all_reduce", -1), ("all_reduce", 0)] and twice["err"] < 1e-4, twice
 
 
+@pytest.mark.slow
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
     scenarios = ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "ulysses_attention", "resplit"]
     out = _spawn(4, [*scenarios, "hung_last"])

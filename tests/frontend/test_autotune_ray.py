@@ -107,6 +107,7 @@ def test_ray_workers_must_be_at_least_one(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_ray_search_matches_the_local_one_and_fills_the_tuning_cache(tmp_path, monkeypatch, capfd):
     import ray
@@ -158,6 +159,7 @@ class _HangingCompiler:
         return (subprocess.run, (["sh", "-c", f"sh -c 'echo $$ > {self.path}; exec sleep 600'; true"],))
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_compile_past_the_time_limit_on_ray_fails_and_the_search_goes_on(local_ray, tmp_path, monkeypatch):
     # One actor: #0 compiles, #1 hangs in a grandchild process and its actor's process group is killed

@@ -59,6 +59,7 @@ def test_a_resnet_basic_block_runs_as_two_convolution_kernels_with_the_norms_fol
     _check(built, model, x)
 
 
+@pytest.mark.slow
 def test_resnet18_offloads_every_convolution_with_its_norm_folded_and_matches_torch():
     torch.manual_seed(5)
     model, x = torch_models().ResNet18(width=8, classes=10).eval(), torch.randn(2, 3, 40, 40)
