@@ -164,10 +164,9 @@ _HALF_MATH = tuple(
 
 
 def _attr(op, name: str):
-    try:
-        return op.get_attr(name)
-    except tvm.error.InternalError:  # no op has the attribute yet
-        return None
+    # has_attr first: get_attr raises where no op has the attribute yet, and the first error a
+    # process raises from TVM's C++ costs ~1 s (its backtrace support loads), at every import.
+    return op.get_attr(name) if op.has_attr(name) else None
 
 
 def _register_c_rule(name: str, rule) -> None:
