@@ -13,6 +13,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +25,7 @@ import tessera_tvm
 from tessera_tvm import TesseraError
 from tessera_tvm._tvm import jit_program, tilelang, tvm
 from tessera_tvm.lower import write_artifacts
+from tests.conftest import REPO
 from tests.programs import corpus
 
 CORPUS = corpus()
@@ -68,6 +74,34 @@ def _program_and_configs(name: str):
     return built, built, dict(case.pass_configs)
 
 
+#: TileLang's result for every (program, config): the SHA-256 of its device source, or its error,
+#: recorded with the pinned TileLang by `python -m tests.pipeline.test_corpus --update` (a pair that
+#: is missing, or a file from another TileLang version, is lowered by TileLang live instead).
+GOLDEN = Path(__file__).with_name("tilelang_sources.json")
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+@functools.cache
+def _golden() -> dict:
+    try:
+        data = json.loads(GOLDEN.read_text())
+    except FileNotFoundError:
+        return {}
+    return data["pairs"] if data.get("tilelang") == tilelang.__version__ else {}
+
+
+def _theirs(name: str, config: str) -> tuple[str | None, str]:
+    """TileLang's result for a pair: its source's SHA-256 (or None) and its error (or "")."""
+    entry = _golden().get(f"{name}/{config}")
+    if entry is not None:
+        return entry["sha256"], entry["error"]
+    source, why = _tilelang(name, config)
+    return (None if source is None else _sha(source)), why
+
+
 @functools.cache
 def _tilelang(name: str, config: str) -> tuple[str | None, str]:
     """TileLang's device source (or None and its error) for one program and config, once per session."""
@@ -99,6 +133,23 @@ def _pairs(configs=("hopper", "ampere", "rocm")) -> list:
     return [pytest.param(n, c, marks=pytest.mark.xdist_group(f"corpus-{n}-{c}")) for n, c in PAIRS if c in configs]
 
 
+def test_tilelangs_recorded_results_cover_the_corpus():
+    # Every pair's TileLang result is recorded for the pinned TileLang (else the corpus tests lower
+    # it with TileLang live, ~1 s each).
+    pinned = re.search(r'"tilelang==([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert tilelang.__version__ == pinned and json.loads(GOLDEN.read_text())["tilelang"] == pinned
+    missing = sorted({f"{n}/{c}" for n, c in PAIRS} ^ set(_golden()))
+    assert not missing, f"run `python -m tests.pipeline.test_corpus --update`: {missing}"
+
+
+@pytest.mark.parametrize("config", sorted(TARGETS))
+def test_a_recorded_result_is_what_tilelang_gives(config):
+    # A pair per config, lowered by TileLang live: the recording matches what TileLang gives here.
+    name = min((n for n, c in PAIRS if c == config), key=lambda n: _sha(n + config))
+    source, why = _tilelang(name, config)
+    assert _golden()[f"{name}/{config}"] == {"sha256": None if source is None else _sha(source), "error": why}
+
+
 def test_the_corpus_covers_the_families_and_features():
     assert len(CORPUS) >= 20
     features = {feature for case in CORPUS.values() for feature in case.features}
@@ -108,8 +159,8 @@ def test_the_corpus_covers_the_families_and_features():
 
 @pytest.mark.parametrize(("name", "config"), _pairs())
 def test_lowers_as_tilelang_does(name, config):
-    theirs, why = _tilelang(name, config)
-    if theirs is None:
+    digest, _ = _theirs(name, config)
+    if digest is None:
         with pytest.raises(TesseraError) as info:
             _lower(name, config, build=False)
         message = str(info.value)
@@ -118,8 +169,11 @@ def test_lowers_as_tilelang_does(name, config):
         return
     ours = _lowered(name, config).source
     if config in CORPUS[name].fixed_on:  # TileLang's kernel is wrong here; without the fix, the same
-        assert ours != theirs, f"{name} on {config}: listed as fixed, but the fix changed nothing"
+        assert _sha(ours) != digest, f"{name} on {config}: listed as fixed, but the fix changed nothing"
         ours = _lower(name, config, disabled=TESSERA_FIXES, build=False).source
+    if _sha(ours) == digest:
+        return
+    theirs = _tilelang(name, config)[0] or ""  # TileLang live: for the diff, or another of its outputs
     if ours != theirs and _only_workspaces_differ(ours, theirs):
         theirs = _tilelang_again_until(ours, name, config)
     if ours != theirs:
@@ -153,8 +207,8 @@ def _tilelang_again_until(ours: str, name: str, config: str, tries: int = 30) ->
 @pytest.mark.nvcc
 @pytest.mark.parametrize(("name", "config"), _pairs(("hopper", "ampere")))
 def test_builds_a_cubin(name, config, tmp_path):
-    if _tilelang(name, config)[0] is None:
-        pytest.skip(f"tilelang.lower fails on {config}: {_tilelang(name, config)[1]}")
+    if _theirs(name, config)[0] is None:
+        pytest.skip(f"tilelang.lower fails on {config}: {_theirs(name, config)[1]}")
     lowered = _lowered(name, config)  # the passes ran once for this pair; here nvcc builds their source
     files = write_artifacts(lowered, tmp_path, build=True)
     assert files["cubin"].stat().st_size > 0 and lowered.metadata
@@ -173,8 +227,8 @@ def test_runs_on_the_gpu_and_matches_torch(name, tmp_path):
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Hopper builds (sm_90a) run on an H100 or H200")
-    if _tilelang(name, "hopper")[0] is None:
-        pytest.skip(f"tilelang.lower fails on hopper: {_tilelang(name, 'hopper')[1]}")
+    if _theirs(name, "hopper")[0] is None:
+        pytest.skip(f"tilelang.lower fails on hopper: {_theirs(name, 'hopper')[1]}")
     CORPUS[name].gpu(_lower(name, "hopper", out_dir=tmp_path))
 
 
@@ -190,3 +244,16 @@ def test_most_programs_have_a_gpu_check():
     # Each program is checked for numbers on a GPU where one is lent; a new one should bring its check.
     hopper = [name for name, case in CORPUS.items() if "hopper" in case.targets]
     assert len(GPU_CASES) >= 0.8 * len(hopper), sorted(set(hopper) - set(GPU_CASES))
+
+
+def _update_golden() -> None:
+    pairs = {}
+    for name, config in PAIRS:
+        source, why = _tilelang(name, config)
+        pairs[f"{name}/{config}"] = {"sha256": None if source is None else _sha(source), "error": why}
+        print(f"{name}/{config}: {'error' if source is None else 'source'}", flush=True)
+    GOLDEN.write_text(json.dumps({"tilelang": tilelang.__version__, "pairs": pairs}, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--update"]:
+    _update_golden()
