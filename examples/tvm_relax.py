@@ -98,7 +98,7 @@ def main() -> None:
         return  # GPU: the executable holds the cubins; run it with relax.VirtualMachine(lib, tvm.cuda())
 
     library = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "block.so"
-    ex.export_library(str(library), options=tessera_tvm.relax.export_options(target))
+    tessera_tvm.relax.export_library(ex, library, target)  # one object per source, kept in the cache
     check(library, params)
 
 
@@ -131,7 +131,7 @@ def main_upstream(target: str) -> None:
     print(report, end="\n\n")
     ex = tvm.compile(mod, "llvm")
     library = Path(tempfile.mkdtemp(prefix="tessera_relax_")) / "block.so"
-    ex.export_library(str(library), options=tessera_tvm.export_options(target))  # kernels linked in
+    tessera_tvm.export_library(ex, library, target)  # kernels linked in, one object per source, cached
     check(library, params)
 
 

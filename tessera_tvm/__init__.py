@@ -21,7 +21,7 @@ def _upstream_mode() -> bool:
 
 if _upstream_mode():
     from .errors import ConfigError, TesseraError, ToolchainProcessError  # noqa: F401
-    from .upstream import OffloadReport, export_options, partition_for_tessera  # noqa: F401
+    from .upstream import OffloadReport, export_library, export_options, partition_for_tessera  # noqa: F401
 
     UPSTREAM = True
 else:

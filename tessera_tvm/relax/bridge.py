@@ -274,7 +274,28 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         )
     if op == "export_options":
         return {"options": export_options(request.get("config", "cpu"))}
-    raise TesseraError(f"unknown request {op!r}; expected 'hello', 'offload' or 'export_options'")
+    if op == "build_library":
+        return build_library_for_upstream(request)
+    raise TesseraError(f"unknown request {op!r}; expected 'hello', 'offload', 'export_options' or 'build_library'")
+
+
+def build_library_for_upstream(request: dict[str, Any]) -> dict[str, Any]:
+    """The compile step of an upstream ``export_library`` on a CPU config (its sources and objects
+    already written by upstream TVM): one object per source, cached, the kernels with the precompiled
+    prelude (tessera_tvm.target.cpu.host_library). ``{"built": False}`` for other configs: upstream
+    then compiles as it does by default."""
+    from ..target.backend import backend_for
+    from ..target.cpu.host_library import build_host_library
+
+    config = load_config(request.get("config", "cpu"))
+    if not backend_for(config).kernels_in_host or config.codegen_dict.get("compiler") not in ("g++", "gcc"):
+        return {"built": False}
+    files, options = request.get("files"), request.get("options", [])
+    if not isinstance(request.get("output"), str) or not isinstance(files, list) or not isinstance(options, list):
+        raise TesseraError("build_library takes 'output' (a path), 'files' and 'options' (lists of strings)")
+    flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
+    build_host_library(request["output"], [str(f) for f in files], [str(o) for o in options], flags)
+    return {"built": True}
 
 
 def serve(stdin=None, stdout=None) -> None:

@@ -5,7 +5,7 @@ whose ``tvm`` is upstream apache-tvm (and where tilelang is not installed) gives
     mod, report = tessera_tvm.partition_for_tessera(mod, "cpu")   # the same patterns and report
     ex = tvm.compile(mod, "llvm")                                  # upstream's LLVM for the rest
     vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
-    ex.export_library("model.so", options=tessera_tvm.export_options("cpu"))   # kernels linked in
+    tessera_tvm.export_library(ex, "model.so", "cpu")               # kernels linked in, objects cached
 
 The module travels as TVMScript text to Tessera's toolchain process (tessera_tvm/upstream/
 toolchain.py), which partitions it and compiles the kernels in TileLang's TVM
@@ -134,3 +134,27 @@ def export_options(config: str = "cpu") -> list[str]:
     there). Without them the kernels still get the config's optimisation (pragmas in their source)
     but run on one thread."""
     return list(shared_toolchain().request({"op": "export_options", "config": config})["options"])
+
+
+def export_library(executable, path: str | os.PathLike[str], config: str = "cpu") -> str:
+    """``executable.export_library(path)`` with the config's options (:func:`export_options`); on a
+    CPU config the toolchain compiles each source into an object of its own, in parallel, the kernels
+    with the precompiled C prelude, keeps the objects in the kernel cache (a model exported again
+    links in about a second) and links the library. Returns ``path``."""
+    path = os.fspath(path)
+
+    def fcompile(output, files, options=None, **kwargs):
+        request = {
+            "op": "build_library",
+            "config": config,
+            "output": os.fspath(output),
+            "files": [os.fspath(f) for f in files],
+            "options": list(options or []),
+        }
+        if not shared_toolchain().request(request).get("built"):
+            from tvm.contrib import cc
+
+            cc.create_shared(output, files, options=options, **kwargs)
+
+    executable.export_library(path, fcompile=fcompile, options=export_options(config))
+    return path

@@ -71,10 +71,17 @@ def test_the_server_answers_each_line_and_turns_errors_into_answers():
         {"op": "offload", "text": "this is not TVMScript", "config": "cpu"},
         {"op": "no such op"},
         {"op": "export_options", "config": "cpu"},
+        {"op": "build_library", "config": "hopper", "output": "x.so", "files": [], "options": []},
+        {"op": "build_library", "config": "cpu", "output": "x.so", "files": "a.c", "options": []},
     ]
     out = io.StringIO()
     serve(io.StringIO("\n".join(json.dumps(r) for r in requests) + "\n"), out)
-    hello, gpu, garbage, unknown, options = (json.loads(line) for line in out.getvalue().splitlines())
+    hello, gpu, garbage, unknown, options, cuda_build, bad_build = (
+        json.loads(line) for line in out.getvalue().splitlines()
+    )
+    # A GPU config's library is upstream's own default compile; bad fields are an error answer.
+    assert cuda_build["ok"] and cuda_build["built"] is False
+    assert not bad_build["ok"] and "'files' and 'options' (lists of strings)" in bad_build["error"]
     assert hello["ok"] and hello["protocol"] == PROTOCOL
     assert not gpu["ok"] and "symbolic dims (A ['n', 64], C ['n', 32])" in gpu["error"]  # a GPU kernel: static shapes
     assert not garbage["ok"] and "could not parse" in garbage["error"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -67,10 +68,20 @@ def test_the_relax_examples_block_offloads_builds_with_llvm_exports_and_matches_
     expected = example.reference(arrays[0], {name: a for (name, _), a in zip(params, arrays[1:], strict=True)})
     got = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_allclose(got, expected, atol=1e-4)
-    # Deployed: one library with the kernels linked in, loaded on its own.
+    # Deployed: one library with the kernels linked in, loaded on its own. The toolchain compiles one
+    # object per source into the kernel cache: a second export compiles nothing and links the same.
+    objects = Path(os.environ.get("TESSERA_CACHE_DIR") or Path.home() / ".cache/tessera/kernels") / "objects"
     library = tmp_path / "block.so"
-    executable.export_library(str(library), options=tessera_tvm.export_options("cpu"))
+    assert tessera_tvm.export_library(executable, library, "cpu") == str(library)
     assert example.check(library, params) < 1e-4
+    made = sorted(objects.glob("*/*.o"))
+    assert made, "no objects in the kernel cache"
+    again = tmp_path / "again.so"
+    tessera_tvm.export_library(executable, again, "cpu")
+    assert sorted(objects.glob("*/*.o")) == made and [p.stat().st_mtime_ns for p in made] == [
+        p.stat().st_mtime_ns for p in sorted(objects.glob("*/*.o"))
+    ]
+    assert example.check(again, params) < 1e-4
 
 
 @pytest.mark.parametrize("which", ["gpt2", "llama", "mlp"])
