@@ -40,4 +40,4 @@ else:
     from .lower import LoweredModule, lower  # noqa: F401
     from .pipeline import CodegenPrep, LowerAndLegalize, OptimizeForTarget, format_pass_list, pass_names  # noqa: F401
     from .registry import BuildContext, Param, get_pass, list_passes, register_pass  # noqa: F401
-    from .relax import partition_for_tessera  # noqa: F401  (registers the tessera.<config> TIR pipelines)
+    from .relax import export_library, export_options, partition_for_tessera  # noqa: F401  (as upstream's names)

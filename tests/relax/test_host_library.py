@@ -82,3 +82,11 @@ def test_without_a_cache_the_objects_stay_in_the_workspace(cpu_block, monkeypatc
     monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     built, params = cpu_block
     _run(export_library(built.executable, tmp_path / "m.so", "cpu"), params)
+
+
+def test_export_library_and_export_options_have_the_upstream_set_ups_names():
+    import tessera_tvm
+
+    assert tessera_tvm.export_library is export_library
+    assert tessera_tvm.export_options("cpu") == tessera_tvm.relax.export_options("cpu")
+    assert "-fopenmp" in tessera_tvm.export_options("cpu")
