@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import LoweringError
-from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.registry import BuildContext, prim_func_pass, register_pass
 
 tirx = tvm.tirx
 
@@ -40,16 +40,15 @@ def _visit(node, fn) -> None:
 
 
 class _Uses:
-    """The per-thread buffers a statement writes and reads, and the variables it binds."""
+    """The per-thread buffers a statement writes, and the variables it binds."""
 
     def __init__(self, node):
         self.stores: dict = {}  # data var -> buffer
-        self.loads: dict = {}
         self.bound: list = []
 
         def visit(n):
-            if isinstance(n, (tirx.BufferStore, tirx.BufferLoad)) and n.buffer.scope() in PER_THREAD:
-                (self.stores if isinstance(n, tirx.BufferStore) else self.loads).setdefault(n.buffer.data, n.buffer)
+            if isinstance(n, tirx.BufferStore) and n.buffer.scope() in PER_THREAD:
+                self.stores.setdefault(n.buffer.data, n.buffer)
             elif isinstance(n, tirx.For):
                 self.bound.append(n.loop_var)
             elif isinstance(n, tirx.Bind):
@@ -60,22 +59,15 @@ class _Uses:
     def writes(self, data) -> bool:
         return any(data.same_as(d) for d in self.stores)
 
-    def reads(self, data) -> bool:
-        return any(data.same_as(d) for d in self.loads)
-
     def binds(self, var) -> bool:
         return any(var.same_as(v) for v in self.bound)
 
 
-def _load_count(node, data) -> int:
-    count = [0]
-
-    def visit(n):
-        if isinstance(n, tirx.BufferLoad) and n.buffer.data.same_as(data):
-            count[0] += 1
-
-    _visit(node, visit)
-    return count[0]
+def _accesses(node, data, kind) -> list:
+    """The ``kind`` nodes (BufferLoad or BufferStore) in ``node`` of the buffer whose data is ``data``."""
+    found: list = []
+    _visit(node, lambda n: found.append(n) if isinstance(n, kind) and n.buffer.data.same_as(data) else None)
+    return found
 
 
 def _top_level(branch) -> list:
@@ -114,8 +106,8 @@ def _share(kernel: str, split, total_loads) -> tirx.Stmt | None:
                 buffers[data] = buffer
     added: list[list] = [[], []]
     for data, buffer in buffers.items():
-        stores = [_stores(b, data) for b in branches]
-        loads = [_load_count(b, data) for b in branches]
+        stores = [_accesses(b, data, tirx.BufferStore) for b in branches]
+        loads = [len(_accesses(b, data, tirx.BufferLoad)) for b in branches]
         outside = total_loads(data) - sum(loads)
         where = f"kernel {kernel!r}: tl.ProducerConsumerWarpSpecialized splits the updates of the per-thread variable {buffer.name!r}"
         if stores[0] and stores[1]:
@@ -155,17 +147,6 @@ def _share(kernel: str, split, total_loads) -> tirx.Stmt | None:
     return tirx.AttrStmt(split.node, split.attr_key, split.value, body)
 
 
-def _stores(node, data) -> list:
-    found: list = []
-
-    def visit(n):
-        if isinstance(n, tirx.BufferStore) and n.buffer.data.same_as(data):
-            found.append(n)
-
-    _visit(node, visit)
-    return found
-
-
 def share_state(kernel: str, func):
     """``func`` with its warp-specialised splits' shared per-thread state written in both branches
     (the same object when there is none)."""
@@ -185,7 +166,7 @@ def share_state(kernel: str, func):
         return func
     replaced: list = []
     for split in splits:
-        new = _share(kernel, split, lambda data: _load_count(func.body, data))
+        new = _share(kernel, split, lambda data: len(_accesses(func.body, data, tirx.BufferLoad)))
         if new is not None:
             replaced.append((split, new))
     if not replaced:
@@ -206,15 +187,4 @@ def share_state(kernel: str, func):
 )
 def share_warp_specialized_state(ctx: BuildContext):
     del ctx
-
-    def run(mod, _pass_ctx):
-        out = None
-        for gv, func in mod.functions.items():
-            if isinstance(func, tirx.PrimFunc):
-                new = share_state(gv.name_hint, func)
-                if new is not func:
-                    out = out if out is not None else mod.clone()
-                    out[gv] = new
-        return out if out is not None else mod
-
-    return tessera_module_pass(run, name="tessera.ShareWarpSpecializedState")
+    return prim_func_pass(lambda gv, func: share_state(gv.name_hint, func), name="tessera.ShareWarpSpecializedState")
