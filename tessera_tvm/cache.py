@@ -302,9 +302,6 @@ def clean_stale(root: Path | None) -> None:
     if root is not None:
         with contextlib.suppress(OSError):
             for sub in Path(root).iterdir():
-                if sub.name == "objects" and sub.is_dir() and not sub.is_symlink():
-                    dead += _dead_object_temps(sub, now)
-                    continue
                 if sub.name in ("pch", "locks", "repro") or not sub.is_dir() or sub.is_symlink():
                     continue
                 candidates += [p for p in sub.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")]
@@ -325,29 +322,6 @@ def prelude_dir(root: Path) -> Path:
     else ``<root>/pch``."""
     shared = os.environ.get("TESSERA_PCH_DIR", "").strip()
     return Path(shared) if shared else Path(root) / "pch"
-
-
-#: A source or object that tessera_tvm.target.cpu.host_library is compiling: ``.<key>.<pid>.<hex>.<ext>``.
-_OBJECT_TEMP = re.compile(r"\.[0-9a-f]+\.(\d+)\.[0-9a-f]{8}\.(?:c|cc|cpp|cxx|o)")
-
-
-def _dead_object_temps(objects: Path, now: float) -> list[Path]:
-    """The files of ``objects/<xx>/`` that a compile which died left behind (its process is gone)."""
-    found = []
-    for sub in objects.iterdir():
-        if not sub.is_dir() or sub.is_symlink():
-            continue
-        for path in sub.iterdir():
-            match = _OBJECT_TEMP.fullmatch(path.name)
-            if match is None or now - path.lstat().st_mtime < _STALE_AFTER_S:
-                continue
-            try:
-                os.kill(int(match.group(1)), 0)
-            except ProcessLookupError:
-                found.append(path)
-            except OSError:  # alive (another user's): kept
-                pass
-    return found
 
 
 #: The prefix of the directories compiles build in (in the temporary directory).

@@ -9,7 +9,6 @@ import fcntl
 import json
 import multiprocessing
 import os
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -136,12 +135,9 @@ def test_files_left_by_dead_processes_are_cleaned_at_the_next_start(tmp_path, mo
         os.utime(path, (age, age))
         return path
 
-    gone = subprocess.Popen(["true"])  # a process that has exited: its pid names a dead compile
-    gone.wait()
     key = "0123456789abcdef0123456789abcdef"
     dead = [
-        made(root / "objects" / "01" / f".{key}.{gone.pid}.deadbeef.cc", directory=False),  # host_library
-        made(root / "objects" / "01" / f".{key}.{gone.pid}.deadbeef.o", directory=False),
+        made(root / "objects" / ".0123456789ab.4242.dead1234"),  # a killed object compile (host_library)
         made(temp / "tessera_build_4242.abcd1234"),  # a killed compile's build directory
         made(root / "ab" / ".abababababab.4242.k2j3h4g5"),  # a killed store's staging directory
         made(root / "modules" / ".0123456789ab.4242.zz99yy88"),
@@ -149,7 +145,7 @@ def test_files_left_by_dead_processes_are_cleaned_at_the_next_start(tmp_path, mo
     ]
     made(root / "pch" / "aaaa.lock", directory=False)
     live = [
-        made(root / "objects" / "01" / f".{key}.{os.getpid()}.cafef00d.o", directory=False),  # compiling now
+        made(root / "objects" / ".0123456789ab.4243.live1234"),  # an object compiling now (its flock)
         made(root / "objects" / "01" / f"{key}.o", directory=False),  # an object
         made(temp / "tessera_build_4243.live1234"),  # held by a live compile (its flock)
         made(temp / "tessera_build_4244.young123", age=time.time()),  # just made, not locked yet
@@ -157,7 +153,8 @@ def test_files_left_by_dead_processes_are_cleaned_at_the_next_start(tmp_path, mo
         made(root / "pch" / "bbbb" / "tl_templates" / "cpp" / ".common.h.gch.4243.tmp", directory=False),
         made(temp / "tessera_relu_k3j4h5g6"),  # a compile's files outside the cache: in use by its process
     ]
-    held = [os.open(live[2], os.O_RDONLY), os.open(made(root / "pch" / "bbbb.lock", directory=False), os.O_RDONLY)]
+    held = [os.open(live[0], os.O_RDONLY), os.open(live[2], os.O_RDONLY)]
+    held.append(os.open(made(root / "pch" / "bbbb.lock", directory=False), os.O_RDONLY))
     try:
         for fd in held:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -34,7 +34,7 @@ from typing import Any
 from .._tvm import tvm
 from ..config import load_config
 from ..errors import TesseraError
-from .build import compile_module, export_options
+from .build import compile_module, export_options, host_library_flags
 from .offload import partition_for_tessera
 from .pipeline import is_tessera_kernel
 
@@ -284,16 +284,14 @@ def build_library_for_upstream(request: dict[str, Any]) -> dict[str, Any]:
     already written by upstream TVM): one object per source, cached, the kernels with the precompiled
     prelude (tessera_tvm.target.cpu.host_library). ``{"built": False}`` for other configs: upstream
     then compiles as it does by default."""
-    from ..target.backend import backend_for
     from ..target.cpu.host_library import build_host_library
 
-    config = load_config(request.get("config", "cpu"))
-    if not backend_for(config).kernels_in_host or config.codegen_dict.get("compiler") not in ("g++", "gcc"):
+    flags = host_library_flags(load_config(request.get("config", "cpu")))
+    if flags is None:
         return {"built": False}
     files, options = request.get("files"), request.get("options", [])
     if not isinstance(request.get("output"), str) or not isinstance(files, list) or not isinstance(options, list):
         raise TesseraError("build_library takes 'output' (a path), 'files' and 'options' (lists of strings)")
-    flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
     build_host_library(request["output"], [str(f) for f in files], [str(o) for o in options], flags)
     return {"built": True}
 

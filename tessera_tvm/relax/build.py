@@ -58,8 +58,20 @@ def export_options(config: TargetConfig | str) -> list[str]:
     # Kernels compiled into the host library (CPU) take the config's flags; a GPU's host code needs few.
     if not backend_for(config).kernels_in_host:
         return ["-std=c++17", "-O2", *C_CONSTANTS]
-    flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
-    return ["-std=c++17", *flags, *C_CONSTANTS]
+    return ["-std=c++17", *_flags_without_defines(config), *C_CONSTANTS]
+
+
+def _flags_without_defines(config: TargetConfig) -> list[str]:
+    return [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
+
+
+def host_library_flags(config: TargetConfig) -> list[str] | None:
+    """The flags ``tessera_tvm.target.cpu.host_library`` compiles an export's sources with (the
+    config's, without ``-D``), or None where the kernels are not C in the host library built by GCC
+    (TVM's own one-call compile is used there)."""
+    if not backend_for(config).kernels_in_host or config.codegen_dict["compiler"] not in ("g++", "gcc"):
+        return None
+    return _flags_without_defines(config)
 
 
 #: TVM's C codegen prints a float32 infinity as ``inff`` (``-inff`` in the masks torch's decomposed
@@ -80,8 +92,8 @@ def export_library(executable, path: str | Path, config: TargetConfig | str) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     options = export_options(config)
-    if backend_for(config).kernels_in_host and config.codegen_dict.get("compiler") in ("g++", "gcc", None):
-        flags = [f for f in config.codegen_dict["flags"] if not f.startswith("-D")]
+    flags = host_library_flags(config)
+    if flags is not None:
 
         def fcompile(output, files, options=None, **_):
             build_host_library(output, files, options or [], flags)

@@ -4,6 +4,7 @@ with the precompiled prelude, objects kept in the kernel cache and checked befor
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from tessera_tvm.errors import TesseraWarning
 from tessera_tvm.relax.build import export_library
 from tessera_tvm.target import toolchain
 from tessera_tvm.target.cpu import host_library
+from tessera_tvm.target.cpu.build import _checksum_of
 
 from .models import block_inputs, block_reference
 
@@ -57,6 +59,11 @@ def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_
     assert len(kernels) == len(set(built.report.kernels))
     assert all(not any(a.startswith("-Dhalf=") for a in c) for c in kernels)  # it would void the prelude
     assert len(list(own_cache.glob("objects/*/*.o"))) == len(objects)
+    # Each compiles in a directory of its own under objects/, held while it runs: the cache's start-up
+    # cleanup removes one whose process died (tests/test_cache_untrusted.py).
+    staging = {Path(c[c.index("-o") + 1]).parent for c in objects}
+    assert len(staging) == len(objects) and all(d.parent == own_cache / "objects" for d in staging)
+    assert all(d.name.startswith(".") and not d.exists() for d in staging)
     compiles.clear()
     _run(export_library(built.executable, tmp_path / "b" / "m.so", "cpu"), params)
     assert [c for c in compiles if "-c" in c] == [] and len(compiles) == 1  # the link alone
@@ -75,7 +82,7 @@ def test_a_damaged_object_is_compiled_again_with_a_warning(cpu_block, own_cache,
         _run(export_library(built.executable, tmp_path / "b" / "m.so", "cpu"), params)
     assert len([c for c in compiles if "-c" in c]) == 1
     assert any(issubclass(w.category, TesseraWarning) and str(damaged) in str(w.message) for w in caught)
-    assert toolchain.sha256_file(damaged) == host_library._checksum(damaged).read_text().strip()
+    assert toolchain.sha256_file(damaged) == _checksum_of(damaged).read_text().strip()
 
 
 def test_without_a_cache_the_objects_stay_in_the_workspace(cpu_block, monkeypatch, tmp_path):

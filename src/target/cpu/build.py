@@ -186,24 +186,34 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
 _intact_preludes: dict[Path, tuple[int, int, int]] = {}
 
 
-def _checksum_of(gch: Path) -> Path:
-    """The file holding ``gch``'s SHA-256, next to it."""
-    return gch.with_name(gch.name + ".sha256")
+def _checksum_of(path: Path) -> Path:
+    """The file holding ``path``'s SHA-256, next to it."""
+    return path.with_name(path.name + ".sha256")
+
+
+def recorded_sha256(path: Path) -> str | None:
+    """The SHA-256 recorded next to ``path`` (:func:`_checksum_of`), or None when it is missing or is
+    not one (damaged: any bytes at all)."""
+    try:
+        recorded = _checksum_of(path).read_bytes().strip()
+    except OSError:
+        return None
+    return recorded.decode() if re.fullmatch(rb"[0-9a-f]{64}", recorded) else None
 
 
 def _prelude_intact(gch: Path) -> bool:
     """Whether ``gch`` matches the SHA-256 recorded next to it (hashed once per process per file)."""
     try:
         st = gch.stat()
-        recorded = _checksum_of(gch).read_bytes().strip()
     except OSError:
         return False
-    if not re.fullmatch(rb"[0-9a-f]{64}", recorded):  # damaged (any bytes at all): rebuilt
+    recorded = recorded_sha256(gch)
+    if recorded is None:  # missing or damaged: rebuilt
         return False
     identity = (st.st_ino, st.st_mtime_ns, st.st_size)
     if _intact_preludes.get(gch) == identity:
         return True
-    if sha256_file(gch) != recorded.decode():
+    if sha256_file(gch) != recorded:
         return False
     _intact_preludes[gch] = identity
     return True

@@ -29,9 +29,11 @@ from .build import (
     PRELUDE,
     PRELUDE_INCLUDE,
     RUNTIME_INCLUDE_DIR,
+    _checksum_of,
     _prelude_identity,
     cpu_build_command,
     precompiled_prelude,
+    recorded_sha256,
 )
 
 __all__ = ["build_host_library"]
@@ -72,13 +74,16 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             command = [cxx, "-fPIC", *options]
         language = ["-x", "c++"]  # g++ reads .c as C++ too; say so, the source may move to a .cc file
         key = _object_key(cxx, flags, [*command, *language], source)
-        cached = None if root is None else Path(root) / "objects" / key[:2] / f"{key}.o"
-        target = cached if cached is not None else (workspace / f"{path.stem}.{key[:12]}.o")
+        if root is None:
+            target, staging = workspace / f"{path.stem}.{key[:12]}.o", workspace
+        else:
+            target, staging = Path(root) / "objects" / key[:2] / f"{key}.o", Path(root) / "objects"
         objects.append(str(target))
-        if cached is not None and cached.exists() and not _intact(cached):
-            _damaged(cached, "its SHA-256 does not match")
-        if cached is None or not _intact(cached):
-            jobs.append((command, language, source, path.suffix, target))
+        if root is not None and _intact(target):
+            continue
+        if root is not None and target.exists():
+            _damaged(target, "its SHA-256 does not match")
+        jobs.append((command, language, source, path.suffix, target, staging))
     if jobs:
         workers = min(len(jobs), os.cpu_count() or 1)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -114,30 +119,23 @@ def _toolchain_identity(cxx: str, flags: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def _checksum(obj: Path) -> Path:
-    return obj.with_name(obj.name + ".sha256")
-
-
 def _intact(obj: Path) -> bool:
-    try:
-        recorded = _checksum(obj).read_bytes().strip()
-    except OSError:
-        return False
-    return re.fullmatch(rb"[0-9a-f]{64}", recorded) is not None and sha256_file(obj) == recorded.decode()
+    recorded = recorded_sha256(obj)
+    return recorded is not None and sha256_file(obj) == recorded
 
 
-def _compile(command: list[str], language: list[str], source: str, suffix: str, target: Path) -> None:
-    """Compile ``source`` into ``target`` (written whole or not at all, its SHA-256 beside it)."""
+def _compile(command: list[str], language: list[str], source: str, suffix: str, target: Path, staging: Path) -> None:
+    """Compile ``source`` into ``target`` (written whole or not at all, its SHA-256 beside it), in a
+    directory under ``staging`` that this process holds: the cache's stale-file cleanup removes it
+    if the process dies mid-compile."""
+    from tessera_tvm.cache import held_directory
+
+    staging.mkdir(parents=True, exist_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    stem = f".{target.stem}.{os.getpid()}.{os.urandom(4).hex()}"
-    src = target.with_name(stem + suffix)
-    tmp = target.with_name(stem + ".o")
-    try:
+    with held_directory(staging, f".{target.stem[:12]}.") as work:
+        src, obj = work / f"source{suffix}", work / "object.o"
         src.write_text(source, encoding="utf-8", errors="surrogateescape")
-        run_tool([*command, *language, "-c", "-o", str(tmp), str(src)], timeout=600)
-        digest = sha256_file(tmp)
-        os.replace(tmp, target)
-        write_text_atomic(_checksum(target), digest + "\n")
-    finally:
-        src.unlink(missing_ok=True)
-        tmp.unlink(missing_ok=True)
+        run_tool([*command, *language, "-c", "-o", str(obj), str(src)], timeout=600)
+        digest = sha256_file(obj)
+        os.replace(obj, target)
+    write_text_atomic(_checksum_of(target), digest + "\n")
