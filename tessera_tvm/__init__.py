@@ -22,7 +22,9 @@ def _upstream_mode() -> bool:
 if _upstream_mode():
     from .errors import ConfigError, TesseraError, ToolchainProcessError  # noqa: F401
     from .upstream import OffloadReport, export_library, export_options, partition_for_tessera  # noqa: F401
+    from .upstream import patch_torch_frontend as _patch_torch_frontend
 
+    _patch_torch_frontend()
     UPSTREAM = True
 else:
     UPSTREAM = False

@@ -19,6 +19,8 @@ what TileLang's torch frontend imports wrong (``torch_frontend.py`` lists each c
 
 from __future__ import annotations
 
+from .._tvm import tvm
+from ..frontend_fixes import patch_exported_program_importer
 from .autodiff import Backward, grad  # noqa: F401
 from .build import (  # noqa: F401
     RelaxBuild,
@@ -38,3 +40,4 @@ from .torch_frontend import patch_torch_frontend
 
 ensure_registered()
 patch_torch_frontend()
+patch_exported_program_importer(tvm)

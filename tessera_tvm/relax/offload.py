@@ -371,11 +371,24 @@ class _Offloader(relax.PyExprMutator):
                 {str(v.name_hint): _NCW_REASON for v in [*views, result] if isinstance(v, relax.Var)}
             )
         else:
-            result = relax.call_tir(gv, inputs, sinfo)
+            result = self._as_declared(relax.call_tir(gv, inputs, sinfo), sinfo, call.struct_info, binding)
         self.report.offloaded.append(
             Offloaded(self.current, binding, str(gv.name_hint), plan.name, plan.spec, dict(plan.hints))
         )
         return result
+
+    def _as_declared(self, result, sinfo, declared, binding: str):
+        """``result`` reshaped to the rank the replaced call had: a kernel's output has at least one
+        dim, so a reduction to a scalar (``x.sum()``) comes back [1] and is given back its shape ()."""
+        shape = getattr(declared, "shape", None)
+        if not isinstance(declared, relax.TensorStructInfo) or not isinstance(shape, relax.ShapeExpr):
+            return result
+        if len(shape.values) == len(sinfo.shape.values):
+            return result
+        kernel = self.builder_.emit(result, name_hint=f"{binding}_kernel")
+        view = self.builder_.emit(relax.op.reshape(kernel, shape), name_hint=f"{binding}_scalar")
+        self.layout_bindings[str(view.name_hint)] = _SCALAR_REASON
+        return view
 
     def _elementwise(self, nodes):
         """The call of one element-wise kernel computing ``nodes`` (None: TVM keeps them)."""
@@ -390,7 +403,7 @@ class _Offloader(relax.PyExprMutator):
         self.report.offloaded.append(
             Offloaded(self.current, self.binding, str(gv.name_hint), plan.name, plan.spec, dict(plan.hints))
         )
-        return relax.call_tir(gv, inputs, sinfo)
+        return self._as_declared(relax.call_tir(gv, inputs, sinfo), sinfo, nodes[-1].var.struct_info, self.binding)
 
     def _planned(self, family: str, nodes) -> tuple[Any, KernelPlan]:
         """The kernel PrimFunc of ``nodes`` (one per spec and schedule) and its plan; raises
@@ -461,6 +474,7 @@ class _Offloader(relax.PyExprMutator):
 
 
 _BSHD_REASON = "layout change [B, S, H, D] <-> [B, H, S, D] around a Tessera attention kernel"
+_SCALAR_REASON = "view [1] -> () of a Tessera kernel's result (a kernel's output has at least one dim)"
 _NCW_REASON = "view [N, C, W] <-> [N, C, 1, W] around a Tessera conv1d kernel (a conv2d of height 1)"
 
 

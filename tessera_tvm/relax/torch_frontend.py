@@ -4,6 +4,10 @@ A model imported with ``from_exported_program`` at its defaults must compute wha
 These mistakes were found by importing ordinary PyTorch code and comparing with torch: some gave a
 silently wrong answer, others stopped the import.
 
+What both TVMs' importers get wrong (dtypes, ``alpha``, integer clamps, ``aten.batch_norm``,
+``diff``, a bool SDPA mask, ...) is put right in tessera_tvm/frontend_fixes.py, which works in
+either. This module holds what only TileLang's needs.
+
 In the frontend of TileLang's TVM (``import tessera_tvm`` patches it, see :func:`patch_torch_frontend`;
 apache-tvm 0.27 gets the first two right):
 

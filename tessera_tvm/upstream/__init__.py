@@ -158,3 +158,13 @@ def export_library(executable, path: str | os.PathLike[str], config: str = "cpu"
 
     executable.export_library(path, fcompile=fcompile, options=export_options(config))
     return path
+
+
+def patch_torch_frontend() -> bool:
+    """Give apache-tvm's torch importer the converters it lacks or gets wrong
+    (tessera_tvm/frontend_fixes.py); run by ``import tessera_tvm``. False without a torch frontend."""
+    import tvm
+
+    from ..frontend_fixes import patch_exported_program_importer
+
+    return patch_exported_program_importer(tvm)

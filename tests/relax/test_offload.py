@@ -170,8 +170,10 @@ def test_sum_mean_and_max_of_floats_run_as_tessera_kernels_and_integer_sums_stay
     mod = _module("main", {"x": ((2, 5, 7, 9), "float32"), "counts": ((3, 4), "int32")}, body)
     built = build(mod, "cpu")
     assert sorted(o.ops for o in built.report.offloaded) == ["max + cast", "mean", "sum"], built.report
-    (left,) = built.report.not_offloaded
+    view, left = built.report.not_offloaded
     assert left.op == "R.sum" and "sum of int32: Tessera's reductions take float tensors" in left.reason
+    # the sum to a scalar: the kernel's [1] given back the shape () the module declares
+    assert view.op == "R.reshape" and view.reason.startswith("view [1] -> ()"), built.report
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 5, 7, 9)).astype(np.float32)
     counts = rng.integers(-1000, 1000, (3, 4)).astype(np.int32)
@@ -179,6 +181,7 @@ def test_sum_mean_and_max_of_floats_run_as_tessera_kernels_and_integer_sums_stay
     np.testing.assert_allclose(pooled, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
     assert peak.dtype == np.float16
     np.testing.assert_array_equal(peak, x.max(axis=-1).astype(np.float16))
+    assert total.shape == ()
     np.testing.assert_allclose(total, x.sum(), rtol=1e-5)
     np.testing.assert_array_equal(ints, counts.sum(axis=1))
 

@@ -258,3 +258,38 @@ def test_a_gpu_config_builds_for_cuda_and_exports_one_library_whose_vm_calls_the
         ValueError, match="tessera_matmul_add_gelu: argument A is on device type 1; this library runs on"
     ):
         vm["main"](*arrays)
+
+
+@pytest.mark.parametrize("decompose", [True, False], ids=["decomposed", "not decomposed"])
+def test_apache_tvms_torch_import_gives_torchs_dtypes_and_values(decompose):
+    # The same mistakes as TileLang's frontend (tessera_tvm/frontend_fixes.py), put right by
+    # `import tessera_tvm` here too; built with upstream's LLVM alone, so only the import is checked.
+    pytest.importorskip("torch")
+    from tests.torch_import_cases import exported_cases, wrong_types, wrong_values
+    from tvm.relax.frontend.torch import from_exported_program
+
+    program, (x, i), expected = exported_cases()
+    mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=decompose)
+    func = mod["main"]
+    types = (getattr(func, "ret_struct_info", None) or func.ret_ty).fields
+    assert not wrong_types(types, expected)
+    main = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())["main"]
+    got = [t.numpy() for t in main(tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(i.numpy()))]
+    assert not wrong_values(got, expected)
+
+
+def test_a_resnet_block_imported_without_decomposition_folds_its_norms_and_matches_torch():
+    # apache-tvm read aten.batch_norm's arguments as _native_batch_norm_legit's: every norm ran in
+    # training mode with eps 0.1 (a silently wrong ResNet).
+    torch = pytest.importorskip("torch")
+    models = _example("torch_models")
+    torch.manual_seed(0)
+    model, x = models.BasicBlock(8).eval(), torch.randn(2, 8, 10, 10)
+    with torch.no_grad():
+        for norm in (model.bn1, model.bn2):
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+    mod = models.import_model(model, x, run_ep_decomposition=False)
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert report.folded == {"batch_norm": 2}, report
+    _check_against_torch(_main(partitioned), model, x)

@@ -1,0 +1,105 @@
+"""Torch expressions that TVM's torch importer got wrong in both TVMs (a dtype torch does not give,
+or a wrong value, with no error), for tests/relax/test_frontend_fixes.py (TileLang's TVM) and
+tests/upstream/apache_tvm (apache-tvm 0.27). No TVM here: the upstream venv imports it too."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# (x float32 [2, 3], i int64 [2, 3] in [-3, 4]) -> a tensor
+CASES = {
+    "zeros_like(dtype=int32)": lambda x, i: torch.zeros_like(x, dtype=torch.int32),
+    "ones_like(dtype=bool)": lambda x, i: torch.ones_like(x, dtype=torch.bool),
+    "full_like(dtype=int64)": lambda x, i: torch.full_like(x, 2, dtype=torch.int64),
+    "full of True": lambda x, i: torch.full((2, 2), True),
+    "full of an int": lambda x, i: torch.full((2,), 7),
+    "new_ones(dtype=bool) & mask": lambda x, i: i.new_ones((), dtype=torch.bool) & (i[:, :, None] <= i[:, None, :]),
+    "new_zeros(dtype=int32)": lambda x, i: x.new_zeros((2,), dtype=torch.int32) + 1,
+    "new_full(dtype=int8)": lambda x, i: x.new_full((2,), 3, dtype=torch.int8),
+    "new_full": lambda x, i: x.new_full((3,), 2.5),
+    "bool cumsum counts in int64": lambda x, i: (x > 0).cumsum(-1),
+    "int32 cumsum counts in int64": lambda x, i: i.int().cumsum(-1),
+    "int / 2 is float": lambda x, i: i / 2,
+    "int / int is float": lambda x, i: i / i.clamp(min=1),
+    "bool * 1.5 is float": lambda x, i: (x > 0) * 1.5,
+    "int + 0.5 is float": lambda x, i: i + 0.5,
+    "1 - long(bool)": lambda x, i: 1 - (x > 0).long(),
+    "int < 1.5 compares as float": lambda x, i: i < 1.5,
+    "int // 2": lambda x, i: i // 2,
+    "trunc division of ints": lambda x, i: torch.div(i * 3 - 2, -2, rounding_mode="trunc"),
+    "trunc division by a tensor": lambda x, i: torch.div(i - 5, i.clamp(min=1) + 1, rounding_mode="trunc"),
+    "floor division of ints": lambda x, i: torch.div(i - 5, 2, rounding_mode="floor"),
+    "trunc division of floats": lambda x, i: torch.div(x * 5, 2, rounding_mode="trunc"),
+    "int clamp(min=1)": lambda x, i: i.clamp(min=1),
+    "int clamp(max=1)": lambda x, i: i.clamp(max=1),
+    "int clamp by tensors": lambda x, i: i.clamp(i * 0, i * 0 + 2),
+    "add with alpha": lambda x, i: torch.add(x, x * 2, alpha=3),
+    "sub with alpha": lambda x, i: torch.sub(x, 1.0, alpha=2),
+    "int add with alpha": lambda x, i: torch.add(i, i, alpha=2),
+    "rsub with alpha": lambda x, i: torch.rsub(x, 2.0, alpha=3),
+    "sort indices are int64": lambda x, i: x.sort(-1)[1],
+    "softmax(dtype=float64)": lambda x, i: F.softmax(x, -1, dtype=torch.float64),
+    "logical_and of ints": lambda x, i: torch.logical_and(x > 0, i),
+    "logical_or, logical_xor": lambda x, i: torch.logical_or(i, x > 1) ^ torch.logical_xor(i, x > 0),
+    "logical_not of an int": lambda x, i: torch.logical_not(i),
+    "any of ints": lambda x, i: (i - 4).any(-1),
+    "all": lambda x, i: (x > -5).all(),
+    "zeros_like(i) float + 1": lambda x, i: torch.zeros_like(i, dtype=torch.float32) + 1,
+    "where with a number": lambda x, i: torch.where(x > 0, x, 0.0),
+    "where with an int": lambda x, i: torch.where(x > 0, i, 0),
+    "prod over a dim": lambda x, i: (i + 5).prod(-1),
+    "diff, n=2, prepend and append": lambda x, i: torch.diff(x, n=2, dim=-1, prepend=x[..., :1] - 1, append=x),
+    "diff of bools": lambda x, i: torch.diff(x > 0),
+    "diff of position ids": lambda x, i: torch.diff(i, prepend=i[..., :1] - 1),
+    "std over a dim": lambda x, i: x.std(-1),
+    "biased var over a dim": lambda x, i: x.var(0, unbiased=False),
+    "sum to a scalar": lambda x, i: x[..., 0:2].sum(),
+    "mean to a scalar": lambda x, i: (x * 2).mean(),
+}
+
+
+class Cases(nn.Module):
+    def __init__(self, names):
+        super().__init__()
+        self.names = names
+
+    def forward(self, x, i):
+        return tuple(CASES[name](x, i) for name in self.names)
+
+
+def _inputs():
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(2, 3, generator=gen), torch.randint(-3, 5, (2, 3), generator=gen)
+
+
+def exported_cases():
+    """The cases as one exported program of (x, i), its inputs and torch's outputs."""
+    x, i = _inputs()
+    model = Cases(list(CASES))
+    with torch.no_grad():
+        expected = model(x, i)
+    return torch.export.export(model, (x, i)), (x, i), expected
+
+
+def wrong_types(types, expected) -> dict:
+    """{case: (dtype, shape, torch's dtype, torch's shape)} where the imported result types differ."""
+    wrong = {}
+    for name, t, e in zip(CASES, types, expected, strict=True):
+        shape = [int(d) for d in t.shape.values]
+        if str(t.dtype) != str(e.dtype).removeprefix("torch.") or shape != list(e.shape):
+            wrong[name] = (str(t.dtype), shape, str(e.dtype), list(e.shape))
+    return wrong
+
+
+def wrong_values(got, expected) -> dict:
+    """{case: (dtype, values, torch's dtype, torch's values)} where the numpy results differ."""
+    import numpy as np
+
+    wrong = {}
+    for name, g, e in zip(CASES, got, expected, strict=True):
+        e = e.numpy()
+        if g.shape != e.shape or g.dtype != e.dtype or not np.allclose(g, e, atol=1e-5, equal_nan=True):
+            wrong[name] = (g.dtype, g.ravel()[:6], e.dtype, e.ravel()[:6])
+    return wrong
