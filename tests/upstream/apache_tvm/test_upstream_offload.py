@@ -265,8 +265,9 @@ def test_apache_tvms_torch_import_gives_torchs_dtypes_and_values(decompose):
     # The same mistakes as TileLang's frontend (tessera_tvm/frontend_fixes.py), put right by
     # `import tessera_tvm` here too; built with upstream's LLVM alone, so only the import is checked.
     pytest.importorskip("torch")
-    from tests.torch_import_cases import exported_cases, wrong_types, wrong_values
     from tvm.relax.frontend.torch import from_exported_program
+
+    from tests.torch_import_cases import exported_cases, wrong_types, wrong_values
 
     program, (x, i), expected = exported_cases()
     mod = from_exported_program(program, keep_params_as_input=False, run_ep_decomposition=decompose)
