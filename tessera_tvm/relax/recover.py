@@ -612,6 +612,8 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             return None
         if x_shape[-1] != out_shape[-1]:
             return None  # the reshape must keep the last dim (a linear's output features)
+        if _shape(inner) != out_shape:
+            return None  # the reshaped operand is broadcast (BERT's [1, S, D] position embeddings)
         if len(orig.args) == 1:
             new = relax.Call(orig.op, [x], orig.attrs)
         else:
