@@ -40,8 +40,20 @@ install_tessera() {
 
 # A user's own TVM environment: upstream apache-tvm, torch (CPU), and Tessera without its
 # dependencies (tilelang cannot share a venv with apache-tvm; DESIGN.md §3.1).
+# torch is the main venv's own install (the same pinned 2.13.0 CPU build, set up first), linked in
+# rather than unpacked a second time (750 MB, ~20 s); its small dependencies are installed here.
 install_apache_tvm() {
-    "$1" -m pip install --quiet "apache-tvm==0.27.*" "torch==2.13.0" "numpy>=1.26,<3" "pytest>=8,<10"
+    local deps main_site site
+    deps="$("$PY" -c 'from importlib.metadata import requires; print(" ".join(r.split(";")[0].replace(" ", "") for r in requires("torch") if "extra ==" not in r))')"
+    # shellcheck disable=SC2086
+    "$1" -m pip install --quiet "apache-tvm==0.27.*" "numpy>=1.26,<3" "pytest>=8,<10" $deps
+    main_site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    site="$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    for pkg in torch torchgen functorch "torch-2.13.0+cpu.dist-info"; do
+        rm -rf "${site:?}/$pkg"
+        ln -s "$main_site/$pkg" "$site/$pkg"
+    done
+    "$1" -c 'import torch; assert torch.__version__ == "2.13.0+cpu", torch.__version__'
     "$1" -m pip install --quiet --no-deps PyYAML -e .
 }
 

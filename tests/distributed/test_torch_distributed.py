@@ -21,7 +21,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(world: int, scenarios: list[str], timeout: float = 240.0, backend: str = "gloo") -> dict[int, dict]:
+def _spawn(
+    world: int, scenarios: list[str], timeout: float = 240.0, backend: str = "gloo", check: bool = True
+) -> dict[int, dict]:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
@@ -49,14 +51,39 @@ def _spawn(world: int, scenarios: list[str], timeout: float = 240.0, backend: st
             p.join(timeout=20)
             if p.is_alive():
                 p.kill()
+    return _checked(out, scenarios) if check else out
+
+
+def _checked(out: dict[int, dict], scenarios: list[str]) -> dict[int, dict]:
+    """``out`` cut to ``scenarios``, none of which raised on any rank."""
     for rank, data in out.items():
-        for name, d in data.items():
+        for name in scenarios:
+            d = data.get(name, {})
             assert "exception" not in d, f"rank {rank}, {name}:\n{d['exception']}"
-    return out
+    return {rank: {name: data[name] for name in scenarios if name in data} for rank, data in out.items()}
 
 
-def test_two_ranks_tensor_parallel_mlp_residual_attention_buckets_and_overlap():
-    out = _spawn(2, ["mlp", "residual", "attention", "buckets", "overlap"])
+TENSOR_PARALLEL = ["mlp", "residual", "attention", "buckets", "overlap"]
+SEQUENCE_PARALLEL = [
+    *["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"],
+    *["zigzag_attention", "ulysses_attention", "resplit"],
+]
+EVERY_SPLIT = ["every_split"]
+
+# The tests of two ranks that leave the process group usable share one: each rank is a process that
+# imports torch and Tessera (seconds per rank), so one start instead of three. One worker runs them.
+two_rank_group = pytest.mark.xdist_group("two_gloo_ranks")
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[int, dict]:
+    # 600 s: every_split compiles 15 kernels per rank, cold in CI
+    return _spawn(2, TENSOR_PARALLEL + SEQUENCE_PARALLEL + EVERY_SPLIT, timeout=600.0, check=False)
+
+
+@two_rank_group
+def test_two_ranks_tensor_parallel_mlp_residual_attention_buckets_and_overlap(two_ranks):
+    out = _checked(two_ranks, TENSOR_PARALLEL)
     assert sorted(out) == [0, 1]
     for rank in (0, 1):
         residual = out[rank]["residual"]  # summed between the matmul kernel and the add + relu kernel
@@ -140,9 +167,9 @@ def _check_ulysses_attention(out: dict, world: int) -> None:
 
 
 @pytest.mark.slow
-def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels():
-    scenarios = ["sequence_parallel", "sequence_attention", "causal_sequence_attention", "sum_read_twice"]
-    out = _spawn(2, [*scenarios, "zigzag_attention", "ulysses_attention", "resplit"])
+@two_rank_group
+def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels(two_ranks):
+    out = _checked(two_ranks, SEQUENCE_PARALLEL)
     _check_sequence_parallel(out, 2)
     _check_zigzag_attention(out, 2)
     _check_ulysses_attention(out, 2)
@@ -213,8 +240,9 @@ def test_sequence_parallel_on_the_gpu_with_nccl():
         assert result["whole_err"] < 5e-2 and result["whole_shape"] == [128 * world, 128] and result["other"], result
 
 
-def test_every_sharding_of_a_block_runs_right_or_is_refused_by_name():
-    out = _spawn(2, ["every_split"], timeout=600.0)  # 15 compiles per rank, cold in CI
+@two_rank_group
+def test_every_sharding_of_a_block_runs_right_or_is_refused_by_name(two_ranks):
+    out = _checked(two_ranks, EVERY_SPLIT)
     for rank in (0, 1):
         results = out[rank]["every_split"]["results"]
         assert len(results) == 15
