@@ -692,6 +692,63 @@ def bench_models(quick: bool) -> None:
         )
 
 
+def bench_hf(quick: bool) -> None:
+    """Hugging Face transformers models built from configs (random weights, examples/hf_model.py),
+    imported at the frontend's defaults and offloaded, vs torch eager and torch.compile (inductor,
+    default mode) on the same inputs and threads; with Tessera's build time (import to first result,
+    kernel cache empty for this run's new kernels) and torch.compile's first call."""
+    try:
+        import transformers as hf
+    except ImportError:
+        row("hf", "transformers models", "skipped", "transformers is not installed (pip install -e .[test])", "-")
+        return
+    import hf_model
+
+    from tessera_tvm import tvm
+
+    small = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8, vocab_size=1024)
+    makers = {
+        "GPT-2 (2 layers, D=256, gelu_new)": lambda: hf.GPT2LMHeadModel(
+            hf.GPT2Config(n_embd=256, n_layer=2, n_head=8, vocab_size=1024, n_positions=256, use_cache=False)
+        ),
+        "LLaMA (2 layers, D=256, GQA 8/4)": lambda: hf.LlamaForCausalLM(
+            hf.LlamaConfig(num_key_value_heads=4, max_position_embeddings=256, use_cache=False, **small)
+        ),
+        "Qwen2 (2 layers, D=256, GQA 8/4)": lambda: hf.Qwen2ForCausalLM(
+            hf.Qwen2Config(num_key_value_heads=4, max_position_embeddings=256, use_cache=False, **small)
+        ),
+        "BERT (2 layers, D=256)": lambda: hf.BertModel(hf.BertConfig(max_position_embeddings=256, **small)),
+    }
+    for name, make in makers.items():
+        torch.manual_seed(0)
+        model = hf_model.FirstOutput(make()).eval()
+        ids = (torch.randint(0, 1024, (1, 128)),)
+        try:
+            built, got, expected, seconds = hf_model.build_and_compare(model, ids)
+        except Exception as exc:  # noqa: BLE001 - a row that says why
+            row("hf", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
+            continue
+        vm, arg = built.vm()["main"], tvm.runtime.tensor(ids[0].numpy())
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            start = time.perf_counter()
+            compiled(*ids)
+            compile_seconds = time.perf_counter() - start
+            times = interleaved_medians(
+                {"tessera": lambda: vm(arg), "eager": lambda: model(*ids), "compile": lambda: compiled(*ids)},
+                5 if quick else 11,
+            )
+        error = float(np.abs(got - expected).max())
+        for peer in ("eager", "compile"):
+            row(
+                "hf",
+                f"{name} vs torch {peer} (err {error:.0e}; built in {seconds:.0f} s, torch.compile {compile_seconds:.0f} s)",
+                f"{times['tessera'] * 1e3:.2f} ms",
+                f"{times[peer] * 1e3:.2f} ms",
+                f"{times[peer] / times['tessera']:.2f}x",
+            )
+
+
 def bench_upstream(quick: bool) -> None:
     """The models on upstream apache-tvm (bench/upstream_models.py in the apache-tvm venv that
     ``./tessera.sh apache-tvm-run`` makes): with Tessera offload vs upstream alone (LLVM, its
@@ -756,7 +813,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
-    parser.add_argument("--only", default="cpu,models,upstream,compile,gpu", help="sections, comma-separated")
+    parser.add_argument("--only", default="cpu,models,hf,upstream,compile,gpu", help="sections, comma-separated")
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
     threads = numpy_threads()
@@ -770,6 +827,8 @@ def main(argv=None) -> int:
         bench_cpu(args.quick)
     if "models" in sections:
         bench_models(args.quick)
+    if "hf" in sections:
+        bench_hf(args.quick)
     if "upstream" in sections:
         bench_upstream(args.quick)
     if "compile" in sections:

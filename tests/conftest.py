@@ -86,9 +86,27 @@ def pytest_collection_modifyitems(config, items):
         if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in QUICK_FILES:
             item.add_marker(quick)
     _skip_without_gpu_or_nvcc(items)
-    # The slowest tests (marked slow: a minute or more alone) start first, so that the xdist workers
-    # do not end with one of them running while the others wait (the order of the rest is kept).
-    items[:] = [i for i in items if "slow" in i.keywords] + [i for i in items if "slow" not in i.keywords]
+    for item in items:
+        path = Path(item.path).resolve()
+        if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(path.relative_to(REPO).as_posix()))
+    # The files with the slowest tests (marked slow: a minute or more alone) start first, so that the
+    # xdist workers do not end with one of them running while the others wait. Whole files move, in
+    # their order: a worker that left a file midway would build its module fixtures again.
+    slow_files = {i.path for i in items if "slow" in i.keywords}
+    items[:] = [i for i in items if i.path in slow_files] + [i for i in items if i.path not in slow_files]
+
+
+#: Files whose module fixtures cost seconds (a Ray cluster, a runtime built with the sanitizers, a
+#: lowered module or CUDA library): one xdist worker runs each, so they are built once, not per worker.
+ONE_WORKER_FILES = (
+    "tests/frontend/test_autotune_ray.py",
+    "tests/pipeline/test_lower.py",
+    "tests/runtime/test_cuda_module.py",
+    "tests/runtime/test_tsr.py",
+    "tests/runtime/test_tvm_ffi_module.py",
+    "tests/target/test_cuda_build.py",
+)
 
 
 def _skip_without_gpu_or_nvcc(items):

@@ -39,3 +39,32 @@ def test_tessera_sh_quick_selects_exactly_those_files():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     collected = {line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("tests/")}
     assert collected == {name for name in QUICK_FILES if name.startswith(tuple(folders))}, done.stdout
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path):
+    # ./tessera.sh test runs --dist loadgroup so that tests sharing an expensive result (a corpus pair's
+    # lowering, a gloo process group, a Ray cluster) run in one worker. With pytest 9.2, pytest-xdist
+    # 3.8's grouping was silently a no-op (it renames item._nodeid, which pytest 9.2 no longer reads).
+    import sys
+
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.xdist_group('one')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_grouped(i):\n"
+        "    with open('workers.txt', 'a') as f:\n"
+        "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_free(i):\n"
+        "    pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    workers = (tmp_path / "workers.txt").read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, workers

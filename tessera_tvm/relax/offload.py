@@ -37,7 +37,14 @@ from .pipeline import (
     is_tessera_kernel,
     pipeline_name,
 )
-from .recover import fold_batch_norms, recover_attention, recover_rms_norm, recover_silu, sink_reshapes
+from .recover import (
+    fold_batch_norms,
+    recover_attention,
+    recover_gelu_tanh,
+    recover_rms_norm,
+    recover_silu,
+    sink_reshapes,
+)
 from .torch_frontend import fix_imported
 
 relax = tvm.relax
@@ -195,7 +202,13 @@ def partition_for_tessera(
     mod, folded_norms = fold_batch_norms(mod)
     rebuilt = {}
     attention = functools.partial(recover_attention, takes=_plans_kernel(config, dim_hints))
-    for op, rebuild in (("silu", recover_silu), ("rms_norm", recover_rms_norm), ("attention", attention)):
+    steps = (
+        ("silu", recover_silu),
+        ("gelu_tanh", recover_gelu_tanh),
+        ("rms_norm", recover_rms_norm),
+        ("attention", attention),
+    )
+    for op, rebuild in steps:
         mod, rebuilt[op] = rebuild(mod)
     mod, _ = sink_reshapes(mod)
     log = MatchLog()

@@ -34,6 +34,7 @@ attention written by hand gives NaN.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -679,6 +680,37 @@ def recover_silu(mod) -> tuple[Any, int]:
     x = dpl.wildcard()
     pattern = _either("relax.multiply", x, dpl.is_op("relax.sigmoid")(x))
     return rewrite_functions(mod, pattern, lambda orig, m, bindings: relax.op.nn.silu(m[x]))
+
+
+def recover_gelu_tanh(mod) -> tuple[Any, int]:
+    """``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`` (GPT-2's ``gelu_new``, and
+    transformers' ``NewGELUActivation`` and ``gelu_pytorch_tanh`` written out) -> ``R.nn.gelu_tanh(x)``,
+    so that a GEMM takes it as its epilogue instead of TVM computing ``power`` and Tessera two
+    element-wise kernels. ``x**3`` as ``power(x, 3)`` or ``x * x * x``; each product and sum in
+    either order; the constants within 1e-6 of their values."""
+    x = dpl.wildcard()
+    three, a, s, one, half = (dpl.is_const() for _ in range(5))
+    square = _either("relax.multiply", x, x)
+    cube = dpl.is_op("relax.power")(x, three) | _either("relax.multiply", square, x)
+    inner = _either("relax.add", x, _either("relax.multiply", cube, a))
+    t = dpl.is_op("relax.tanh")(_either("relax.multiply", inner, s))
+    one_plus = _either("relax.add", t, one)
+    pattern = _either("relax.multiply", _either("relax.multiply", x, half), one_plus) | _either(
+        "relax.multiply", x, _either("relax.multiply", one_plus, half)
+    )
+    want = {three: 3.0, a: 0.044715, s: math.sqrt(2.0 / math.pi), one: 1.0, half: 0.5}
+
+    def rewrite(orig, m, bindings):
+        for const, value in want.items():
+            if const in m and not (
+                _scalar(m[const]) is not None and abs(_scalar(m[const]) - value) <= 1e-6 * max(1.0, value)
+            ):
+                return None
+        if str(m[x].struct_info.dtype) != str(orig.struct_info.dtype):
+            return None
+        return relax.op.nn.gelu_tanh(m[x])
+
+    return rewrite_functions(mod, pattern, rewrite)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,11 +71,13 @@ SEQUENCE_PARALLEL = [
 EVERY_SPLIT = ["every_split"]
 
 # The tests of two ranks that leave the process group usable share one: each rank is a process that
-# imports torch and Tessera (seconds per rank), so one start instead of three. One worker runs them.
+# imports torch and Tessera (seconds per rank), so one start instead of three. One worker runs them,
+# and the fixture lives for the session: a module fixture is torn down whenever the worker runs a
+# test of another file in between.
 two_rank_group = pytest.mark.xdist_group("two_gloo_ranks")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_ranks() -> dict[int, dict]:
     # 600 s: every_split compiles 15 kernels per rank, cold in CI
     return _spawn(2, TENSOR_PARALLEL + SEQUENCE_PARALLEL + EVERY_SPLIT, timeout=600.0, check=False)

@@ -59,3 +59,6 @@ def test_a_transformers_model_imports_builds_and_matches_torch(name, decompose, 
     assert families.count("gemm") >= 8, built.report  # every projection of both layers
     if not decompose:  # SDPA imported whole: one attention kernel per layer
         assert families.count("attention") == 2, built.report
+    if name == "gpt2":  # its default activation, gelu_new, written out: each fc GEMM's epilogue
+        assert built.report.rebuilt["gelu_tanh"] == 2, built.report
+        assert not {row.op for row in built.report.not_offloaded} & {"R.power", "R.tanh"}, built.report

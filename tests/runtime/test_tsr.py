@@ -168,11 +168,6 @@ def _driver_present() -> bool:
     return True
 
 
-# One worker runs the module: its fixtures (an exported image, a runtime built with the sanitizers,
-# ~12 s) are built once, not once per xdist worker that gets one of its tests.
-pytestmark = pytest.mark.xdist_group("tsr")
-
-
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
     root = tmp_path_factory.mktemp("tsr")
