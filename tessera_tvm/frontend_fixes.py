@@ -3,26 +3,37 @@ TileLang's and the user's apache-tvm 0.27. ``import tessera_tvm`` installs them 
 process has (:func:`patch_exported_program_importer`); tessera_tvm/relax/torch_frontend.py holds
 the fixes only TileLang's TVM needs.
 
-All four were found by importing Hugging Face transformers models (GPT-2, LLaMA, Qwen2, BERT, ViT)
-and a ResNet-18 with ``run_ep_decomposition=False``, the route the README offers beside the default:
+Found by importing Hugging Face transformers models (GPT-2, LLaMA, Qwen2, BERT, ViT) and a
+ResNet-18 on both import routes, then by comparing ~50 ordinary torch expressions with torch
+(tests/torch_import_cases.py). On both routes (``run_ep_decomposition`` True and False):
 
-- ``aten.batch_norm`` (what an eval-mode ``nn.BatchNorm2d`` exports as without the decomposition)
-  was read with the argument list of ``_native_batch_norm_legit``: ``training`` taken for the
-  momentum and the momentum (0.1) for eps, and training mode always. Every batch norm normalised
-  with the batch's own statistics: ResNet-18 came out wrong with no error (relative L2 error 0.7).
-- ``aten.diff`` had no converter. Transformers' mask code calls ``torch.diff`` on the position ids
-  (to find packed sequences), so no GPT-2, LLaMA or Qwen2 imported.
-- ``Tensor.new_ones`` and ``new_zeros`` ignored ``dtype=``: the tensor came in the dtype of the
-  tensor they were called on. Transformers' causal mask starts from ``position.new_ones((),
-  dtype=torch.bool)``; the int64 that came instead turned the whole bool mask int64 (no error, and
-  SDPA then refused a "float mask"). ``new_full`` and ``new_empty`` had no converter.
-- ``aten.to.device`` had no converter. LLaMA's and Qwen2's rotary embedding move their frequencies
-  with ``.to(x.device, torch.float32)``.
+- **Every result in torch's dtype.** torch.export records each node's dtype (``node.meta["val"]``);
+  every converter is wrapped (:func:`_in_torchs_dtype`) so that its result has it. Ops that compute
+  in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first, and
+  comparisons compare in torch's promoted dtype. Before, with no error: ``int / 2`` divided as
+  integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed bool, ``mask.cumsum(-1)`` counted in
+  bool, ``int < 1.5`` compared with 1, ``logical_and(bool, int)`` and ``any`` of ints worked bitwise,
+  ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
+  (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
+  out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
+- ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
+  an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
+  ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
+  refused.
+
+Without the decomposition (``run_ep_decomposition=False``):
+
+- ``aten.batch_norm`` (an eval-mode ``nn.BatchNorm2d``) was read with the argument list of
+  ``_native_batch_norm_legit``: ``training`` taken for the momentum and the momentum (0.1) for eps,
+  and training mode always. ResNet-18 came out wrong with no error (relative L2 error 0.7).
 - ``scaled_dot_product_attention`` refused a bool ``attn_mask`` ("Only a float mask is supported"):
   BERT and ViT pass one. Torch's meaning: True takes part, False is left out, and a query whose
   keys are all left out gets zeros (not NaN). The mask becomes an additive one (0 and the dtype's
   lowest finite number, so that a row left out entirely stays finite) and the result is multiplied
   by whether the row has any key, which is what torch's own decomposition of SDPA does.
+- No converter for ``diff`` (transformers' mask code, on the position ids), ``to.device`` (LLaMA's
+  rotary embedding), ``new_full``, ``new_empty``, ``where`` with a number, ``all``, ``prod`` over a
+  dim, ``var``/``std`` over a dim, ``logical_or``/``logical_xor``, ``_assert_async`` (``one_hot``).
 
 The module imports no TVM itself: the caller passes its ``tvm`` (as tessera_tvm/relax_rewrites.py).
 """
@@ -33,21 +44,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FIXED_OPS", "patch_exported_program_importer"]
+__all__ = ["patch_exported_program_importer"]
 
 _PATCHED = "_tessera_shared_fixes"
-
-#: the torch ops whose conversion this module gives or puts right
-FIXED_OPS = (
-    "batch_norm.default",
-    "diff.default",
-    "to.device",
-    "new_ones.default",
-    "new_zeros.default",
-    "new_full.default",
-    "new_empty.default",
-    "scaled_dot_product_attention.default",
-)
 
 
 def patch_exported_program_importer(tvm) -> bool:
