@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,8 +15,14 @@ from tests.conftest import REPO
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    # Built from a copy of the source tree: setuptools writes build/ and tessera.egg-info where it
+    # builds, and another test may be installing the tree at the same time (the apache-tvm venv's
+    # `pip install -e .`), which made this build fail now and then.
+    source = tmp_path_factory.mktemp("source") / "tessera"
+    skip = shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "out")
+    shutil.copytree(REPO, source, ignore=skip, symlinks=True)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -26,12 +33,13 @@ def wheel(tmp_path_factory):
             "--no-build-isolation",
             "-w",
             str(out),
-            str(REPO),
+            str(source),
         ],
-        check=True,
         timeout=300,
         capture_output=True,
+        text=True,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     (path,) = out.glob("tessera-*.whl")
     return path
 
