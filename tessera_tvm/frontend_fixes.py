@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from .relax_rewrites import _type
+
 __all__ = ["patch_exported_program_importer"]
 
 _PATCHED = "_tessera_shared_fixes"
@@ -199,11 +201,6 @@ def _cast_to(importer, out, want, relax):
     )
 
 
-def _type(expr):
-    """An expression's type (TileLang's TVM: ``.struct_info``; apache-tvm 0.27: ``.ty``)."""
-    return expr.struct_info if hasattr(expr, "struct_info") else expr.ty
-
-
 def _dtype(expr) -> str:
     return str(_type(expr).dtype)
 
@@ -215,6 +212,12 @@ def _rank(expr) -> int:
 def _arg(node, index: int, name: str, default: Any) -> Any:
     """Argument ``index`` (keyword ``name``) of an aten call, or ``default``."""
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _given(importer, node, index: int, name: str, default: Any = None) -> Any:
+    """:func:`_arg` with the graph's nodes in it replaced by their Relax values (a number stays a
+    number), as the importer's own ``retrieve_args`` does for the positional ones."""
+    return importer._retrieve_args(_arg(node, index, name, default))
 
 
 def _batch_norm(importer, node, relax):
@@ -257,12 +260,7 @@ def _diff(importer, node, relax):
     n = int(_arg(node, 1, "n", 1))
     rank = _rank(x)
     dim = int(_arg(node, 2, "dim", -1)) % rank
-    prepend, append = _arg(node, 3, "prepend", None), _arg(node, 4, "append", None)
-    parts = (
-        [importer.env[p] for p in (prepend,) if p is not None]
-        + [x]
-        + [importer.env[a] for a in (append,) if a is not None]
-    )
+    parts = [p for p in (_given(importer, node, 3, "prepend"), x, _given(importer, node, 4, "append")) if p is not None]
     if len(parts) > 1:
         x = bb.emit(relax.op.concat(parts, axis=dim))
     step = relax.op.logical_xor if _dtype(x) == "bool" else relax.op.subtract  # (LLVM cannot != bools)
@@ -291,9 +289,8 @@ def _new_filled(importer, node, fill, relax):
     ``aten.new_full`` ``(x, size, fill_value, *, dtype=None, ...)`` (``fill`` None): a tensor of
     ``size`` in ``dtype``, or in ``x``'s dtype when none is given (new_empty's is zeros)."""
     x = importer.env[node.args[0]]
-    size = node.args[1]
+    size = _given(importer, node, 1, "size")
     size = list(size) if isinstance(size, (list, tuple)) else [size]
-    size = [importer.env[d] if not isinstance(d, int) and d in importer.env else d for d in size]
     dtype = node.kwargs.get("dtype")
     dtype = _dtype(x) if dtype is None else importer._convert_data_type(dtype, importer.env)
     value = _arg(node, 2, "fill_value", None) if fill is None else fill
@@ -303,8 +300,7 @@ def _new_filled(importer, node, fill, relax):
 def _where_scalar(importer, node, relax):
     """``aten.where.ScalarOther`` / ``ScalarSelf`` / ``Scalar`` ``(condition, x, y)`` with a Python number
     for ``y``, ``x`` or both, in the result's dtype (:func:`_in_torchs_dtype` casts it to torch's)."""
-    cond = importer.env[node.args[0]]
-    sides = [importer.env[a] if a in importer.env else a for a in node.args[1:3]]
+    cond, *sides = importer.retrieve_args(node)[:3]
     tensors = [v for v in sides if _is_tensor(v, relax)]
     dtype = _dtype(tensors[0]) if tensors else ("float32" if any(isinstance(v, float) for v in sides) else "int64")
     x, y = (v if _is_tensor(v, relax) else relax.const(v, dtype) for v in sides)
@@ -319,7 +315,7 @@ def _operand(importer, value, like, relax):
 
 def _divide(importer, node, relax):
     """``aten.div.Tensor_mode`` ``(x, y, *, rounding_mode)``: None, ``"floor"`` or ``"trunc"``."""
-    x, y = (importer.env[a] if a in importer.env else a for a in node.args[:2])
+    x, y = importer.retrieve_args(node)[:2]
     like = x if _is_tensor(x, relax) else y
     x, y = _operand(importer, x, like, relax), _operand(importer, y, like, relax)
     mode = _arg(node, 2, "rounding_mode", None)
@@ -348,9 +344,7 @@ def _divide(importer, node, relax):
 
 def _rsub(importer, node, relax):
     """``aten.rsub`` ``(x, other, alpha=1)``: ``other - alpha * x``."""
-    x = importer.env[node.args[0]]
-    other = node.args[1]
-    other = importer.env[other] if other in importer.env else other
+    x, other = importer.retrieve_args(node)[:2]
     alpha = _arg(node, 2, "alpha", 1)
     bb = importer.block_builder
     if alpha != 1:
@@ -364,7 +358,7 @@ def _scaled_add(importer, node, name: str, plain, relax):
     alpha = _arg(node, 2, "alpha", 1)
     if alpha == 1:
         return plain(node)
-    x, y = (importer.env[a] if not isinstance(a, (int, float, bool)) else a for a in node.args[:2])
+    x, y = importer.retrieve_args(node)[:2]
     like = x if _is_tensor(x, relax) else y
     bb = importer.block_builder
     y = bb.emit(relax.op.multiply(_operand(importer, y, like, relax), _operand(importer, alpha, like, relax)))
@@ -381,16 +375,15 @@ def _clamp(importer, node, name: str, plain, relax):
     if not _dtype(x).startswith(("int", "uint")):
         return plain(node)
     if name.startswith("clamp_min"):
-        low, high = _arg(node, 1, "min", None), None
+        low, high = _given(importer, node, 1, "min"), None
     elif name.startswith("clamp_max"):
-        low, high = None, _arg(node, 1, "max", None)
+        low, high = None, _given(importer, node, 1, "max")
     else:
-        low, high = _arg(node, 1, "min", None), _arg(node, 2, "max", None)
+        low, high = _given(importer, node, 1, "min"), _given(importer, node, 2, "max")
     bb = importer.block_builder
-    for bound, op in ((low, relax.op.maximum), (high, relax.op.minimum)):
-        if bound is None:
+    for value, op in ((low, relax.op.maximum), (high, relax.op.minimum)):
+        if value is None:
             continue
-        value = importer.env[bound] if not isinstance(bound, (int, float)) else bound
         if _is_tensor(value, relax) and _dtype(value) != _dtype(x):
             value = bb.emit(relax.op.astype(value, _dtype(x)))
         x = bb.emit(op(x, _operand(importer, value, x, relax)))
@@ -426,22 +419,35 @@ def _prod_dim(importer, node, relax):
 def _unbiased_variance(importer, node, root: bool, relax):
     """``aten.var.dim`` / ``std.dim`` ``(x, dim, unbiased=True, keepdim=False)``: Bessel-corrected
     unless ``unbiased`` is False."""
-    bb = importer.block_builder
     x = importer.env[node.args[0]]
-    shape = _type(x).shape.values
-    axes = _reduced_axes(node, len(shape))
-    unbiased = bool(_arg(node, 2, "unbiased", True))
-    out = bb.emit(relax.op.variance(x, axes, keepdims=bool(_arg(node, 3, "keepdim", False))))
-    if unbiased:
-        sizes = [shape[a] for a in (axes if axes is not None else range(len(shape)))]
+    correction = 1 if bool(_arg(node, 2, "unbiased", True)) else 0
+    keepdim = bool(_arg(node, 3, "keepdim", False))
+    return corrected_variance(importer, node, x, _reduced_axes(node, _rank(x)), keepdim, correction, root, relax)
+
+
+def corrected_variance(importer, node, x, axes, keepdim: bool, correction, root: bool, relax, hint: str = ""):
+    """torch's ``x.var(axes, correction=c)`` (``x.std`` when ``root``): the population variance times
+    n / (n - c) (inf where n == c, as torch), n the number of elements reduced (``axes`` an int, a
+    list, or None for all). A correction over a symbolic dim is refused, ``hint`` saying what to do."""
+    bb = importer.block_builder
+    out = bb.emit(relax.op.variance(x, axes, keepdims=keepdim))
+    if correction != 0:
+        shape = _type(x).shape.values
+        reduced = range(len(shape)) if axes is None else [axes] if isinstance(axes, int) else axes
+        sizes = [shape[int(a) % len(shape)] for a in reduced]
         if not all(hasattr(d, "value") for d in sizes):
             from .errors import TesseraError
 
             raise TesseraError(
-                f"{node.target}: an unbiased variance over a symbolic dim cannot be imported; use unbiased=False"
+                f"{node.target}: a variance with correction={correction} over a symbolic dim cannot be imported"
+                + (
+                    f" {hint}"
+                    if hint
+                    else "; use correction=0 (unbiased=False), or a static shape for the reduced dims"
+                )
             )
         count = int(np.prod([int(d.value) for d in sizes]))
-        scale = count / (count - 1) if count > 1 else float("inf")
+        scale = count / (count - correction) if count != correction else float("inf")
         out = bb.emit(relax.op.multiply(out, relax.const(scale, _dtype(out))))
     return bb.emit(relax.op.sqrt(out)) if root else out
 

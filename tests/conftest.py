@@ -80,16 +80,14 @@ QUICK_FILES = (
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
-    quick = pytest.mark.quick
     for item in items:
         path = Path(item.path).resolve()
-        if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in QUICK_FILES:
-            item.add_marker(quick)
+        name = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else None
+        if name in QUICK_FILES:
+            item.add_marker(pytest.mark.quick)
+        if name in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(name))
     _skip_without_gpu_or_nvcc(items)
-    for item in items:
-        path = Path(item.path).resolve()
-        if path.is_relative_to(REPO) and path.relative_to(REPO).as_posix() in ONE_WORKER_FILES:
-            item.add_marker(pytest.mark.xdist_group(path.relative_to(REPO).as_posix()))
     # The files with the slowest tests (marked slow: a minute or more alone) start first, so that the
     # xdist workers do not end with one of them running while the others wait. Whole files move, in
     # their order: a worker that left a file midway would build its module fixtures again.

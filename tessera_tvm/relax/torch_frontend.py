@@ -49,13 +49,13 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from .._tvm import tilelang, tvm
 from ..errors import TesseraError
+from ..frontend_fixes import corrected_variance
 
 relax = tvm.relax
 
@@ -220,46 +220,17 @@ def _variance(importer, node, *, root: bool):
     """``aten.var.correction`` / ``aten.std.correction``: ``(x, dim=None, *, correction=None,
     keepdim=False)``, correction None meaning 1."""
     args = importer.retrieve_args(node)
-    x = args[0]
     dim = _axes(args[1] if len(args) > 1 else node.kwargs.get("dim"))
-    keepdim = bool(node.kwargs.get("keepdim", False))
     correction = node.kwargs.get("correction")
     correction = 1 if correction is None else correction
-    bb = importer.block_builder
-    result = bb.emit(relax.op.variance(x, dim, keepdims=keepdim))
-    if correction != 0:
-        count = _reduced_count(x, dim)
-        if count is None:
-            raise TesseraError(
-                f"{node.target}: a variance with correction={correction} over a symbolic dim cannot be "
-                "imported (TileLang's TVM computes only the population variance); use correction=0, "
-                "or a static shape for the reduced dims"
-            )
-        # n / (n - c); torch gives inf (nan for 0/0) when n <= c, and so does this.
-        scale = count / (count - correction) if count != correction else math.inf
-        dtype = str(result.struct_info.dtype)
-        result = bb.emit(relax.op.multiply(result, relax.const(scale, dtype)))
-    return bb.emit(relax.op.sqrt(result)) if root else result
+    hint = "(TileLang's TVM computes only the population variance); use correction=0, or a static shape for the reduced dims"
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    return corrected_variance(importer, node, args[0], dim, keepdim, correction, root, relax, hint)
 
 
 def _axes(dim):
     """A reduction's ``dim`` argument as Relax takes it: None (every axis) for torch's None or ``[]``."""
     return None if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else dim
-
-
-def _reduced_count(x, dim) -> int | None:
-    """How many elements a reduction of ``x`` over ``dim`` (from :func:`_axes`) sums; None if symbolic."""
-    shape = x.struct_info.shape
-    if shape is None:
-        return None
-    sizes = list(shape)
-    axes = range(len(sizes)) if dim is None else [int(d) % len(sizes) for d in ([dim] if isinstance(dim, int) else dim)]
-    count = 1
-    for axis in axes:
-        if not isinstance(sizes[axis], tvm.tirx.IntImm):
-            return None
-        count *= int(sizes[axis])
-    return count
 
 
 def _sum(importer, node):

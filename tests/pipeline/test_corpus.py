@@ -86,13 +86,18 @@ def _sha(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-@functools.cache
-def _golden() -> dict:
+def _recorded_pairs(path: Path, key: str, value: str) -> dict:
+    """The "pairs" of the record at ``path`` if it was made under ``value`` (its ``key``), else {}."""
     try:
-        data = json.loads(GOLDEN.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
-    return data["pairs"] if data.get("tilelang") == tilelang.__version__ else {}
+    return data["pairs"] if data.get(key) == value else {}
+
+
+@functools.cache
+def _golden() -> dict:
+    return _recorded_pairs(GOLDEN, "tilelang", tilelang.__version__)
 
 
 def _theirs(name: str, config: str) -> tuple[str | None, str]:
@@ -230,11 +235,7 @@ def _nvcc_identity() -> str:
 
 @functools.cache
 def _nvcc_record() -> dict:
-    try:
-        data = json.loads(NVCC_RECORD.read_text())
-    except FileNotFoundError:
-        return {}
-    return data["pairs"] if data.get("identity") == _nvcc_identity() else {}
+    return _recorded_pairs(NVCC_RECORD, "identity", _nvcc_identity())
 
 
 def _build_input(lowered) -> str:
