@@ -698,7 +698,7 @@ def bench_hf(quick: bool) -> None:
     default mode) on the same inputs and threads; with Tessera's build time (import to first result,
     kernel cache empty for this run's new kernels) and torch.compile's first call."""
     try:
-        import transformers as hf
+        import transformers  # noqa: F401
     except ImportError:
         row("hf", "transformers models", "skipped", "transformers is not installed (pip install -e .[test])", "-")
         return
@@ -706,22 +706,15 @@ def bench_hf(quick: bool) -> None:
 
     from tessera_tvm import tvm
 
-    small = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8, vocab_size=1024)
-    makers = {
-        "GPT-2 (2 layers, D=256, gelu_new)": lambda: hf.GPT2LMHeadModel(
-            hf.GPT2Config(n_embd=256, n_layer=2, n_head=8, vocab_size=1024, n_positions=256, use_cache=False)
-        ),
-        "LLaMA (2 layers, D=256, GQA 8/4)": lambda: hf.LlamaForCausalLM(
-            hf.LlamaConfig(num_key_value_heads=4, max_position_embeddings=256, use_cache=False, **small)
-        ),
-        "Qwen2 (2 layers, D=256, GQA 8/4)": lambda: hf.Qwen2ForCausalLM(
-            hf.Qwen2Config(num_key_value_heads=4, max_position_embeddings=256, use_cache=False, **small)
-        ),
-        "BERT (2 layers, D=256)": lambda: hf.BertModel(hf.BertConfig(max_position_embeddings=256, **small)),
+    sizes = dict(hidden=256, ffn=688, layers=2, heads=8, vocab=1024, positions=256)
+    models = {
+        "GPT-2 (2 layers, D=256, gelu_new)": "gpt2",
+        "LLaMA (2 layers, D=256, GQA 8/4)": "llama",
+        "Qwen2 (2 layers, D=256, GQA 8/4)": "qwen2",
+        "BERT (2 layers, D=256)": "bert",
     }
-    for name, make in makers.items():
-        torch.manual_seed(0)
-        model = hf_model.FirstOutput(make()).eval()
+    for name, kind in models.items():
+        model = hf_model.make_model(kind, **sizes)
         ids = (torch.randint(0, 1024, (1, 128)),)
         try:
             built, got, expected, seconds = hf_model.build_and_compare(model, ids)

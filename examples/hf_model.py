@@ -21,29 +21,44 @@ import numpy as np
 import torch
 from torch import nn
 
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=256)
 
-
-def make_model(name: str) -> nn.Module:
-    """A small ``name`` (llama, qwen2, bert, gpt2) with random weights, in eval mode. Decoders get
+def make_model(
+    name: str,
+    *,
+    hidden: int = 64,
+    ffn: int | None = None,
+    layers: int = 2,
+    heads: int = 4,
+    vocab: int = 256,
+    positions: int = 64,
+):
+    """A ``name`` (llama, qwen2, bert, gpt2) of the given sizes with random weights, in eval mode, its
+    first output a plain tensor. LLaMA and Qwen2 get half as many KV heads (grouped-query attention);
+    the feed-forward width is ``ffn`` (default twice ``hidden``; GPT-2's is its own 4x). Decoders get
     ``use_cache=False``: the KV cache is for generation, and torch.export wants plain tensors out."""
     import transformers as hf
 
     torch.manual_seed(0)
+    common = dict(
+        hidden_size=hidden,
+        intermediate_size=ffn or 2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        max_position_embeddings=positions,
+    )
+    decoder = dict(num_key_value_heads=heads // 2, use_cache=False)
     if name == "llama":
-        model = hf.LlamaForCausalLM(
-            hf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, use_cache=False, **SMALL)
-        )
+        model = hf.LlamaForCausalLM(hf.LlamaConfig(**common, **decoder))
     elif name == "qwen2":
-        model = hf.Qwen2ForCausalLM(
-            hf.Qwen2Config(num_key_value_heads=2, max_position_embeddings=64, use_cache=False, **SMALL)
-        )
+        model = hf.Qwen2ForCausalLM(hf.Qwen2Config(**common, **decoder))
     elif name == "bert":
-        model = hf.BertModel(hf.BertConfig(max_position_embeddings=64, **SMALL))
+        model = hf.BertModel(hf.BertConfig(**common))
     elif name == "gpt2":
-        model = hf.GPT2LMHeadModel(
-            hf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64, use_cache=False)
+        config = hf.GPT2Config(
+            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=positions, use_cache=False
         )
+        model = hf.GPT2LMHeadModel(config)
     else:
         raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, bert, gpt2")
     return FirstOutput(model).eval()
@@ -63,9 +78,10 @@ class FirstOutput(nn.Module):
 def build_and_compare(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, decompose: bool = True):
     """``model`` exported, imported (``run_ep_decomposition=decompose``), built for the CPU and run;
     returns (the build, its output, torch's output, seconds from import to first result)."""
-    from tvm.relax.frontend.torch import from_exported_program
+    from tessera_tvm.relax import build  # first: it makes TileLang's TVM the process's `tvm`
 
-    from tessera_tvm.relax import build
+    # isort: split
+    from tvm.relax.frontend.torch import from_exported_program
 
     with torch.no_grad():
         expected = model(*inputs).numpy()
@@ -79,7 +95,7 @@ def build_and_compare(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, dec
 def main(names: list[str]) -> None:
     for name in names or ["llama"]:
         model = make_model(name)
-        ids = torch.randint(0, SMALL["vocab_size"], (2, 12))
+        ids = torch.randint(0, 256, (2, 12))
         mask = torch.ones(2, 12, dtype=torch.int64)
         mask[1, :3] = 0  # the second sequence padded
         inputs = (ids, mask) if name != "gpt2" else (ids[:1],)  # torch 2.13 cannot decompose batched GPT-2

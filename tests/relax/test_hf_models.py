@@ -11,6 +11,7 @@ bool ``attn_mask`` to SDPA.
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -62,3 +63,24 @@ def test_a_transformers_model_imports_builds_and_matches_torch(name, decompose, 
     if name == "gpt2":  # its default activation, gelu_new, written out: each fc GEMM's epilogue
         assert built.report.rebuilt["gelu_tanh"] == 2, built.report
         assert not {row.op for row in built.report.not_offloaded} & {"R.power", "R.tanh"}, built.report
+
+
+def test_the_example_runs_as_the_readme_says():
+    # A process of its own, in a user's environment: `python examples/hf_model.py` must set up
+    # TileLang's TVM itself (TileLang puts its TVM on PYTHONPATH in the environment of this process,
+    # which a user's shell does not have).
+    import os
+    import subprocess
+    import sys
+
+    tilelangs = ("PYTHONPATH", "TVM_LIBRARY_PATH", "TL_CUTLASS_PATH", "TL_TEMPLATE_PATH")
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parents[2] / "examples" / "hf_model.py"), "bert"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k not in tilelangs},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = [float(e) for e in re.findall(r"^== bert, .*\| = ([0-9.e+-]+), built", done.stdout, re.MULTILINE)]
+    assert len(errors) == 2 and max(errors) < 1e-4, done.stdout  # both import routes
