@@ -76,6 +76,8 @@ def _to_packed_calls(mod, kernels: dict[str, Any]):
 _UPSTREAM_RENAMES = (
     (re.compile(r', out_dtype="void"'), ""),  # upstream's well-formed check rejects a void dtype
     (re.compile(r"\bout_sinfo="), "out_ty="),  # call_tir / call_dps_packed keyword
+    # a PrimFunc with blocks (Tessera's index checks) is parsed as the s_tir dialect there
+    (re.compile(r"@T\.prim_func\(private=True\)"), "@T.prim_func(private=True, s_tir=True)"),
 )
 
 

@@ -27,6 +27,7 @@ from ..graph.nodes import call_with, flatten, kernel_dim_name, node_of
 from ..lower import lower
 from ..tile import KernelSpec, build_tile_program
 from .elementwise import elementwise_trees
+from .index_checks import check_indices
 from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
 from .pipeline import (
     CONFIG_ATTR,
@@ -113,6 +114,8 @@ class OffloadReport:
     fixed: dict[str, int] = field(default_factory=dict)
     # Ops folded into the kernel before them (relax.recover.fold_batch_norms): op -> count.
     folded: dict[str, int] = field(default_factory=dict)
+    # Calls whose indices are checked at run time (relax.index_checks): op -> count.
+    checked: dict[str, int] = field(default_factory=dict)
 
     @property
     def recovered_attention(self) -> int:
@@ -147,6 +150,7 @@ class OffloadReport:
             "rebuilt": dict(self.rebuilt),
             "fixed": dict(self.fixed),
             "folded": dict(self.folded),
+            "checked": dict(self.checked),
         }
 
     def __str__(self) -> str:
@@ -164,6 +168,9 @@ class OffloadReport:
         folded = ", ".join(f"{n} {op}" for op, n in self.folded.items() if n)
         if folded:
             lines.append(f"  folded into the convolution before them: {folded}")
+        checked = ", ".join(f"{n} {op}" for op, n in self.checked.items() if n)
+        if checked:
+            lines.append(f"  indices checked at run time: {checked}")
         width = max([len(f"{r.function}.{r.binding}") for r in [*self.offloaded, *self.not_offloaded]] + [8])
         for o in self.offloaded:
             dynamic = ", ".join(f"{d} ~ {v}" for d, v in o.dynamic.items())
@@ -240,6 +247,7 @@ def partition_for_tessera(
         attrs=out.attrs,
     )
     _list_left_to_tvm(out, report, log, rewriter.layout_bindings, functions)
+    out, report.checked = check_indices(out, gpu=config.target_kind != "c")
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
     return out, report

@@ -47,6 +47,7 @@ class OffloadReport:
     text: str = ""
     fixed: dict[str, int] = field(default_factory=dict)
     folded: dict[str, int] = field(default_factory=dict)
+    checked: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[str]:
@@ -106,6 +107,7 @@ def partition_for_tessera(
         answer["report_text"],
         dict(data.get("fixed", {})),
         dict(data.get("folded", {})),
+        dict(data.get("checked", {})),
     )
     return out, report
 

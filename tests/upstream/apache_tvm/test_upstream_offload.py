@@ -175,6 +175,39 @@ def test_the_last_step_of_a_gru_read_with_a_negative_index_matches_torch():
     _check_against_torch(_main(partitioned), model, x)
 
 
+def test_an_out_of_range_token_id_raises_index_error_in_upstreams_build():
+    # apache-tvm 0.27 imports nn.Embedding as R.take(..., mode="fast") after casting the ids to int32:
+    # id 10**8 crashed the process, 2**32 + 1 read row 1. The partition adds a check (IndexError).
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Lookup(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 4)
+
+        def forward(self, ids, x, where):
+            return self.embed(ids), x.gather(1, where)
+
+    torch.manual_seed(0)
+    model = Lookup().eval()
+    ids, x, where = torch.tensor([[1, 15, -1]]), torch.randn(4, 8), torch.tensor([[1], [7], [0], [3]])
+    mod = from_exported_program(torch.export.export(model, (ids, x, where)), keep_params_as_input=False)
+    partitioned, report = tessera_tvm.partition_for_tessera(mod, "cpu")
+    assert report.checked == {"take": 1, "gather_elements": 1}, report
+    main = _main(partitioned)
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(torch.tensor([[1, 15, 0]]), x, where)]
+    got = main(*(tvm.runtime.tensor(t) for t in (np.array([[1, 15, 0]]), x.numpy(), where.numpy())))
+    for out, want in zip(got, expected, strict=True):
+        np.testing.assert_allclose(out.numpy(), want, atol=1e-6)
+    for bad in (16, 2**32 + 1, 10**8):
+        with pytest.raises(IndexError, match=r"R\.take of a tensor of shape \(16, 4\) along axis 0"):
+            main(*(tvm.runtime.tensor(t) for t in (np.array([[1, 2, bad]]), x.numpy(), where.numpy())))
+    with pytest.raises(IndexError, match=r"R\.gather_elements .* every index must be in \[0, 8\)"):
+        main(*(tvm.runtime.tensor(t) for t in (np.array([[1, 2, 3]]), x.numpy(), where.numpy() + 5)))
+
+
 def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
     from tessera_tvm.upstream import Toolchain
 
