@@ -461,6 +461,6 @@ def check_untrusted_flags(flags: object, where: str) -> list[str]:
         raise BuildOptionError(
             f"{where}: codegen.flags holds flags a repro pack may not pass to the compiler: {'; '.join(problems)}. "
             "A pack's flags are limited to optimisation and code-generation switches (-O*, -march=, -f<name>, "
-            "-D<name>, ...); replay it with the installed config's flags instead (see the README, repro packs)"
+            "-D<name>, ...); replay it with the installed config's flags instead (see docs/observability.md, repro packs)"
         )
     return list(flags)

@@ -1,4 +1,4 @@
-"""Reports how many fuzz cases each property test tried (the figure the README quotes)."""
+"""Reports how many fuzz cases each property test tried (the figure docs/testing.md quotes)."""
 
 from __future__ import annotations
 
