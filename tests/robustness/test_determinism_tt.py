@@ -138,5 +138,7 @@ def test_tt_artifacts_and_compile_sources_are_deterministic(monkeypatch):
     monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     first = fingerprints()
     _compare(fingerprints(), first, "a second compile in the same process")
+    # This process and the fresh one hash strings with different random seeds (PYTHONHASHSEED is
+    # unset here and "random" there), so set-order or hash-order output shows up as a difference. A
+    # second fresh process (a third seed) cost 13 s of the suite and found nothing the first did not.
     _compare(_fresh_process(), first, "a fresh process")
-    _compare(_fresh_process(), first, "a second fresh process")
