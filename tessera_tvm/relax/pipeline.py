@@ -250,6 +250,8 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         _check_target(target, config, name)
         for gv, func in kernels.items():
             _check_kernel_config(gv, func, config, name)
+        if rest.functions and target.kind.name in ("cuda", "rocm"):
+            rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         _check_tvm_codegen(out, config)
         for gv, func in kernels.items():
@@ -259,6 +261,55 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         return out
 
     return tessera_module_pass(run, name=f"{name}.TIRPipeline")
+
+
+def _bind_unscheduled(mod):
+    """``mod`` with thread bindings for the GPU functions TVM's default schedules (dlight) left
+    without, which stopped the build with "Variable ... is directly accessed by host memory. Did you
+    forget to bind?": a scalar (the final division of a mean, as in ``cross_entropy``) gets TVM's
+    ``DefaultGPUSchedule``; what that cannot schedule (``scatter_elements``, which TVM writes as CPU
+    loops) runs on one GPU thread (correct, not fast). Bound functions are left alone."""
+    out = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or _binds_threads(func):
+            out[gv] = func
+            continue
+        unmarked = func.without_attr("tirx.is_scheduled")  # dlight marks what its fallback gave up on
+        try:
+            out[gv] = tvm.s_tir.transform.DefaultGPUSchedule()(tvm.IRModule({gv: unmarked}))[gv]
+        except (tvm.error.TVMError, ValueError):  # "Cannot add loops on top of the root block"
+            out[gv] = _on_one_thread(func)
+    return tvm.IRModule(out, attrs=mod.attrs)
+
+
+def _binds_threads(func) -> bool:
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, tvm.tirx.For) and stmt.kind == tvm.tirx.ForKind.THREAD_BINDING:
+            found.append(stmt)
+        elif isinstance(stmt, tvm.tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+            found.append(stmt)
+
+    tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+    return bool(found)
+
+
+def _on_one_thread(func):
+    """``func`` with its parallel loops serial and its body inside a launch of one thread."""
+    tirx = tvm.tirx
+
+    def serial(stmt):
+        if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL:
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, stmt.body)
+        return None
+
+    body = tirx.stmt_functor.ir_transform(func.body, None, serial, ["tirx.For"])
+    for tag in ("threadIdx.x", "blockIdx.x"):
+        var = tirx.Var(tag, "int32")
+        binding = tirx.IterVar(tvm.ir.Range(0, 1), var, tirx.IterVar.ThreadIndex, tag)
+        body = tirx.For(var, 0, 1, tirx.ForKind.THREAD_BINDING, body, thread_binding=binding)
+    return func.with_body(body)
 
 
 def _bound_target(mod, config: TargetConfig):

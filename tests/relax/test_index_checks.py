@@ -11,6 +11,7 @@ fails the test instead of killing the worker.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,25 +165,61 @@ def test_a_take_that_clips_or_wraps_cannot_read_out_of_range_and_is_left_alone()
     assert counts == {"take": 1}
 
 
-@pytest.mark.nvcc
-def test_on_a_gpu_config_the_check_prints_and_traps_in_the_kernel():
-    """CUDA kernels cannot raise: the check prints its message and traps (run: tests/gpu)."""
+@pytest.fixture(scope="module")
+def built_for_hopper():
+    """The lookups built for Hopper. Before, its scatter_elements (written by TVM as CPU loops) and the
+    loss's scalar division (which TVM's GPU schedules leave unbound) stopped the build with "Variable
+    ... is directly accessed by host memory. Did you forget to bind?"."""
     model = Lookups().eval()
-    inputs = _inputs()[:-1]  # no targets
+    return model, build(from_exported_program(torch.export.export(model, _inputs())), "hopper")
 
-    class Gathers(nn.Module):  # TVM's default GPU schedule builds neither scatter_elements nor a scalar mean
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
 
-        def forward(self, ids, x, picked, rows, cols, where):
-            return self.inner.embed(ids), x.index_select(0, picked), x[rows], x[:, cols], x.gather(1, where)
-
-    module = build(from_exported_program(torch.export.export(Gathers().eval(), inputs)), "hopper")
-    assert module.report.checked == {"take": 4, "gather_elements": 1}
+@pytest.mark.nvcc
+def test_on_a_gpu_config_the_check_prints_and_traps_in_the_kernel(built_for_hopper):
+    """CUDA kernels cannot raise: the check prints its message and traps."""
+    _, module = built_for_hopper
+    assert module.report.checked == {"take": 4, "gather_elements": 2, "scatter_elements": 1}
     source = "\n".join(_sources(module.executable.mod))
     assert len(re.findall(r'printf\("Tessera: index out of range: R\.take', source)) == 3  # one per distinct check
     assert "__trap();" in source
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_valid_indices_give_torchs_values(built_for_hopper):
+    model, module = built_for_hopper
+    tvm = tessera_tvm._tvm.tvm
+    inputs = _inputs()
+    with torch.no_grad():
+        expected = model(*inputs)
+    got = module.vm(tvm.cuda())["main"](*(tvm.runtime.from_dlpack(t.cuda()) for t in inputs))
+    for i, (out, want) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+_TRAPPED = """
+import sys, torch, tessera_tvm
+from tests.relax.test_index_checks import Lookups, _inputs, from_exported_program
+from tessera_tvm.relax import build
+tvm = tessera_tvm._tvm.tvm
+module = build(from_exported_program(torch.export.export(Lookups().eval(), _inputs())), "hopper")
+inputs = list(_inputs())
+inputs[0] = torch.tensor([[1, 2, 16]])
+out = module.vm(tvm.cuda())["main"](*(tvm.runtime.from_dlpack(t.cuda()) for t in inputs))
+torch.cuda.synchronize()
+print("NO ERROR", out[0].numpy())
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_an_out_of_range_token_id_stops_the_launch_with_the_message():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", _TRAPPED], capture_output=True, text=True, timeout=300, cwd=root)
+    output = result.stdout + result.stderr
+    assert "NO ERROR" not in output and result.returncode != 0, output[-3000:]
+    assert "Tessera: index out of range: R.take of a tensor of shape (16, 4)" in output, output[-3000:]
 
 
 def _sources(module) -> list[str]:
