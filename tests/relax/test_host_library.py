@@ -3,6 +3,7 @@ with the precompiled prelude, objects kept in the kernel cache and checked befor
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -48,15 +49,21 @@ def _run(path, params):
     np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
 
 
-def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_cache, compiles, tmp_path):
+def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_cache, compiles, tmp_path, capfd):
     built, params = cpu_block
+    capfd.readouterr()
     _run(export_library(built.executable, tmp_path / "a" / "m.so", "cpu"), params)
+    err = capfd.readouterr().err  # progress of the build, on stderr
+    started = re.search(r"tessera: compiling (\d+) object\(s\) of m\.so with g\+\+, \d+ at a time\n", err)
+    finished = re.search(r"tessera: (\d+) object\(s\) compiled in [\d.]+ s\n", err)
+    assert started and finished, err
     objects = [c for c in compiles if "-c" in c]
     kernels = [c for c in objects if any(a.endswith(".gch") or "/pch/" in a for a in c)]
     # TVM's host code, the packed imports and one source per Tessera kernel, each compiled on its own;
     # the kernels find the precompiled prelude first on their include path.
     assert len(objects) == len(set(built.report.kernels)) + 2, [c[-1] for c in objects]
     assert len(kernels) == len(set(built.report.kernels))
+    assert int(started[1]) == int(finished[1]) == len(objects)
     assert all(not any(a.startswith("-Dhalf=") for a in c) for c in kernels)  # it would void the prelude
     assert len(list(own_cache.glob("objects/*/*.o"))) == len(objects)
     # Each compiles in a directory of its own under objects/, held while it runs: the cache's start-up
@@ -67,6 +74,7 @@ def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_
     compiles.clear()
     _run(export_library(built.executable, tmp_path / "b" / "m.so", "cpu"), params)
     assert [c for c in compiles if "-c" in c] == [] and len(compiles) == 1  # the link alone
+    assert "tessera: compiling" not in capfd.readouterr().err  # nothing to compile, nothing said
 
 
 def test_a_damaged_object_is_compiled_again_with_a_warning(cpu_block, own_cache, compiles, tmp_path):

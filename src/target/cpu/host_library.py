@@ -21,6 +21,8 @@ import functools
 import hashlib
 import os
 import re
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,10 +88,41 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
         jobs.append((command, language, source, path.suffix, target, staging))
     if jobs:
         workers = min(len(jobs), os.cpu_count() or 1)
+        progress = _Progress(Path(output).name, len(jobs), len(objects) - len(jobs), workers)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for future in [pool.submit(_compile, *job) for job in jobs]:
+            futures = [pool.submit(_compile, *job) for job in jobs]
+            for future in concurrent.futures.as_completed(futures):
                 future.result()  # the first failure raises (a ToolchainError naming the command)
+                progress.step()
+        progress.finish()
     run_tool([cxx, "-shared", "-fPIC", "-o", output, *objects, *options], timeout=600)
+
+
+class _Progress:
+    """What a build is compiling, on stderr (TESSERA_PROGRESS=0: nothing): a line when it starts and
+    one when it is done; on a terminal, a count rewritten in place between them."""
+
+    def __init__(self, library: str, total: int, reused: int, workers: int) -> None:
+        self.enabled = os.environ.get("TESSERA_PROGRESS", "1") != "0"
+        self.stream = sys.stderr
+        self.tty = self.enabled and self.stream.isatty()
+        self.total, self.done, self.began = total, 0, time.perf_counter()
+        reuse = f"; {reused} reused from the kernel cache" if reused else ""
+        self._write(f"tessera: compiling {total} object(s) of {library} with g++, {workers} at a time{reuse}\n")
+
+    def step(self) -> None:
+        self.done += 1
+        if self.tty:
+            self._write(f"\rtessera: {self.done}/{self.total} compiled")
+
+    def finish(self) -> None:
+        took = time.perf_counter() - self.began
+        self._write(f"{chr(13) if self.tty else ''}tessera: {self.total} object(s) compiled in {took:.1f} s\n")
+
+    def _write(self, text: str) -> None:
+        if self.enabled:
+            self.stream.write(text)
+            self.stream.flush()
 
 
 def _kernel_command(cxx: str, flags: tuple[str, ...], options: list[str]) -> list[str]:
