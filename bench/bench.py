@@ -638,11 +638,11 @@ def bench_gpu(quick: bool, target: str) -> None:
 
 def bench_models(quick: bool) -> None:
     """Whole PyTorch models (examples/torch_models.py) imported with TVM's frontend at its defaults,
-    offloaded to Tessera and run in the Relax VM (exported with export_options), vs torch eager on
-    the same inputs and threads. The case names carry the offload report's counts."""
+    offloaded to Tessera and run in the Relax VM (exported with export_options), vs torch eager and
+    torch.compile on the same inputs and threads, with the build's seconds. The case names carry the
+    offload report's counts."""
     import torch_models
 
-    from tessera_tvm import tvm
     from tessera_tvm.relax import build
 
     torch.manual_seed(0)
@@ -668,27 +668,44 @@ def bench_models(quick: bool) -> None:
     for name, (model, x, axis) in cases.items():
         model = model.eval()
         try:
+            start = time.perf_counter()
             built = build(torch_models.import_model(model, x, dynamic_axis=axis), "cpu")
-            vm, arg = built.vm()["main"], tvm.runtime.tensor(x.numpy())
             (got,) = built.run("main", x.numpy())
+            seconds = time.perf_counter() - start
         except Exception as exc:  # noqa: BLE001 - a row that says why
             row("models", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
             continue
         with torch.no_grad():
-            error = float(np.abs(got - model(x).numpy()).max())
-
-            def eager():
-                return model(x)
-
-            times = interleaved_medians({"tessera": lambda: vm(arg), "torch": eager}, 5 if quick else 11)
+            expected = model(x).numpy()
         report = built.report
         counts = f"{len(report.offloaded)} offloaded, {len(report.not_offloaded)} left"
+        _versus_torch("models", f"{name} ({counts})", model, (x,), built, seconds, got, expected, quick)
+
+
+def _versus_torch(section, name, model, inputs, built, seconds, got, expected, quick: bool) -> None:
+    """Rows of ``built`` (its VM's ``main``) against torch eager and torch.compile (inductor, default
+    mode) on ``inputs``, timed interleaved; with the build's seconds (import to first result) and
+    torch.compile's first call."""
+    from tessera_tvm import tvm
+
+    vm, args = built.vm()["main"], [tvm.runtime.tensor(t.numpy()) for t in inputs]
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        start = time.perf_counter()
+        compiled(*inputs)
+        compile_seconds = time.perf_counter() - start
+        times = interleaved_medians(
+            {"tessera": lambda: vm(*args), "eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)},
+            5 if quick else 11,
+        )
+    error = float(np.abs(got - expected).max())
+    for peer in ("eager", "compile"):
         row(
-            "models",
-            f"{name} vs torch eager ({counts}; err {error:.0e})",
+            section,
+            f"{name} vs torch {peer} (err {error:.0e}; built in {seconds:.0f} s, torch.compile {compile_seconds:.0f} s)",
             f"{times['tessera'] * 1e3:.2f} ms",
-            f"{times['torch'] * 1e3:.2f} ms",
-            f"{times['torch'] / times['tessera']:.2f}x",
+            f"{times[peer] * 1e3:.2f} ms",
+            f"{times[peer] / times['tessera']:.2f}x",
         )
 
 
@@ -703,8 +720,6 @@ def bench_hf(quick: bool) -> None:
         row("hf", "transformers models", "skipped", "transformers is not installed (pip install -e .[test])", "-")
         return
     import hf_model
-
-    from tessera_tvm import tvm
 
     sizes = dict(hidden=256, ffn=688, layers=2, heads=8, vocab=1024, positions=256)
     models = {
@@ -721,25 +736,7 @@ def bench_hf(quick: bool) -> None:
         except Exception as exc:  # noqa: BLE001 - a row that says why
             row("hf", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
             continue
-        vm, arg = built.vm()["main"], tvm.runtime.tensor(ids[0].numpy())
-        compiled = torch.compile(model)
-        with torch.no_grad():
-            start = time.perf_counter()
-            compiled(*ids)
-            compile_seconds = time.perf_counter() - start
-            times = interleaved_medians(
-                {"tessera": lambda: vm(arg), "eager": lambda: model(*ids), "compile": lambda: compiled(*ids)},
-                5 if quick else 11,
-            )
-        error = float(np.abs(got - expected).max())
-        for peer in ("eager", "compile"):
-            row(
-                "hf",
-                f"{name} vs torch {peer} (err {error:.0e}; built in {seconds:.0f} s, torch.compile {compile_seconds:.0f} s)",
-                f"{times['tessera'] * 1e3:.2f} ms",
-                f"{times[peer] * 1e3:.2f} ms",
-                f"{times[peer] / times['tessera']:.2f}x",
-            )
+        _versus_torch("hf", name, model, ids, built, seconds, got, expected, quick)
 
 
 def bench_upstream(quick: bool) -> None:

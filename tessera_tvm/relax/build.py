@@ -86,7 +86,7 @@ def export_library(executable, path: str | Path, config: TargetConfig | str) -> 
     On a CPU config each C source (TVM's host code, each kernel) becomes an object of its own, in
     parallel, the kernels with the precompiled C prelude, and the objects are kept in the kernel
     cache (``tessera_tvm.target.cpu.host_library``): a model built again links in about a second."""
-    from ..target.cpu.host_library import build_host_library
+    from ..target.cpu.host_library import build_host_library, pack_imports
 
     config = load_config(config)
     path = Path(path)
@@ -98,7 +98,7 @@ def export_library(executable, path: str | Path, config: TargetConfig | str) -> 
         def fcompile(output, files, options=None, **_):
             build_host_library(output, files, options or [], flags)
 
-        executable.export_library(str(path), fcompile=fcompile, options=options)
+        executable.export_library(str(path), fcompile=fcompile, fpack_imports=pack_imports, options=options)
     else:
         executable.export_library(str(path), options=options)
     return path
