@@ -32,12 +32,19 @@ ensure_venv() {
     fi
 }
 
-# --no-compile: pip byte-compiles every module it installs (torch's ~10k included), 40 of a 70 s set-up
-# on 2 cores; Python compiles the few hundred a run imports on first use instead (well under a second).
+# byte_compile PYTHON: compile the venv's installed modules on every core. pip does it on one (40 of a
+# 70 s set-up on 2 cores), so it installs with --no-compile and this follows. The .pyc files must be
+# there: where PYTHONDONTWRITEBYTECODE=1 (CI's environment has it) Python never writes them, and every
+# process would compile torch's modules again (the suite took 2.5 minutes longer).
+byte_compile() {
+    "$1" -m compileall -q -j 0 "$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+}
+
 install_tessera() {
     # torch first and pinned: 2.13.0 resolves to the small CPU build that tilelang needs at import.
     "$1" -m pip install --quiet --no-compile "torch==2.13.0"
     "$1" -m pip install --quiet --no-compile -e ".[test]"
+    byte_compile "$1"
 }
 
 # A user's own TVM environment: upstream apache-tvm, torch (CPU), and Tessera without its
@@ -57,6 +64,7 @@ install_apache_tvm() {
     done
     "$1" -c 'import torch; assert torch.__version__ == "2.13.0+cpu", torch.__version__'
     "$1" -m pip install --quiet --no-compile --no-deps PyYAML -e .
+    byte_compile "$1"
 }
 
 setup() {
