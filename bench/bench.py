@@ -82,6 +82,10 @@ def of_peak(gflops: float, kind: str = "f32") -> str:
 
 
 def numpy_threads() -> int:
+    """The threads numpy and torch get: OMP_NUM_THREADS where set (as for Tessera's kernels), else
+    what BLAS runs on, else every core."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return int(os.environ["OMP_NUM_THREADS"])
     try:
         from threadpoolctl import threadpool_info
 

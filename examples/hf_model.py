@@ -7,7 +7,7 @@ to Tessera kernels, built, run and compared with torch.
     TESSERA_NUM_THREADS=2 python examples/hf_model.py
 
 Needs ``transformers`` (in the test extras: ``pip install -e .[test]``). Threads: Tessera's CPU
-kernels use ``TESSERA_NUM_THREADS`` (else ``OMP_NUM_THREADS``, else one); torch's
+kernels use ``TESSERA_NUM_THREADS`` (else ``OMP_NUM_THREADS``, else one per core); torch's
 ``torch.set_num_threads``. A first build compiles each new kernel (g++, cached in the kernel
 cache); a second build of the same model reuses them.
 """

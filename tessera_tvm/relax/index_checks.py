@@ -61,8 +61,9 @@ def check_indices(mod, *, gpu: bool = False) -> tuple[Any, dict[str, int]]:
 
 
 def _rule(call):
-    """``(op, data, indices position, axis size, kind, ignore_index)`` for a call whose indices need
-    a check, or None. ``kind``: "wrap" (negative from the end) or "strict"."""
+    """``(op, position of the indices among the arguments, size of the axis they index, kind,
+    ignore_index)`` for a call whose indices need a check, or None. ``kind``: "wrap" (negative indices
+    count from the end) or "strict" (``[0, n)``)."""
     if not isinstance(call.op, tvm.ir.Op):
         return None
     name = call.op.name
