@@ -417,6 +417,44 @@ COMPILE_TARGETS = {
 }
 
 
+def bench_threads(quick: bool) -> None:
+    """Issue #39 item 4: a Tessera GEMM (f32 1024^3) called right after numpy or torch work in the same
+    process, against the same call alone. numpy's BLAS and torch's pool may keep their threads spinning
+    on the cores Tessera's OpenMP threads need. Goal: within 10% of the call alone."""
+    rng = np.random.default_rng(0)
+    n = 1024
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    k = ts.compile(matmul, target="cpu", shapes={"M": n, "N": n, "K": n})
+    k(a, b)
+    small = rng.standard_normal((256, 256), dtype=np.float32)
+    ts_small = torch.from_numpy(small)
+    before = {
+        "alone": lambda: None,
+        "after numpy matmuls": lambda: [small @ small for _ in range(4)],
+        "after torch matmuls": lambda: [torch.matmul(ts_small, ts_small) for _ in range(4)],
+    }
+    samples = 9 if quick else 25
+    times: dict[str, list[float]] = {name: [] for name in before}
+    for _ in range(samples):  # interleaved: each round times the kernel once after each kind of work
+        for name, work in before.items():
+            work()
+            start = time.perf_counter()
+            k(a, b)
+            times[name].append(time.perf_counter() - start)
+    alone = float(np.median(times["alone"]))
+    flops = 2 * n**3
+    for name in before:
+        t = float(np.median(times[name]))
+        row(
+            "threads",
+            f"gemm f32 {n}^3 {name} (median of {samples})",
+            f"{t * 1e3:.2f} ms",
+            f"{alone * 1e3:.2f} ms alone",
+            f"{alone / t:.2f}x",
+            of_peak(flops / t / 1e9),
+        )
+
+
 def bench_compile(quick: bool) -> None:
     """Cold compiles are kernel-cache misses in a cache whose precompiled C prelude is built (what a
     user's second kernel meets); the prelude's one-off build is its own row."""
@@ -807,7 +845,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
-    parser.add_argument("--only", default="cpu,models,hf,upstream,compile,gpu", help="sections, comma-separated")
+    parser.add_argument(
+        "--only", default="cpu,threads,models,hf,upstream,compile,gpu", help="sections, comma-separated"
+    )
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
     threads = numpy_threads()
@@ -819,6 +859,8 @@ def main(argv=None) -> int:
         measure_peak(threads)
     if "cpu" in sections:
         bench_cpu(args.quick)
+    if "threads" in sections:
+        bench_threads(args.quick)
     if "models" in sections:
         bench_models(args.quick)
     if "hf" in sections:
