@@ -92,6 +92,8 @@ def patch_exported_program_importer(tvm) -> bool:
             if name in table:
                 table[name] = lambda node, name=name, plain=table[name]: _clamp(self, node, name, plain, relax)
         table.setdefault("prod.dim_int", lambda node: _prod_dim(self, node, relax))
+        if "index.Tensor" in table:
+            table["index.Tensor"] = lambda node, plain=table["index.Tensor"]: _index(self, node, plain, relax)
         for name, root in (("var.dim", False), ("std.dim", True)):
             table.setdefault(name, lambda node, root=root: _unbiased_variance(self, node, root, relax))
         attention = table.get("scaled_dot_product_attention.default")
@@ -218,6 +220,29 @@ def _given(importer, node, index: int, name: str, default: Any = None) -> Any:
     """:func:`_arg` with the graph's nodes in it replaced by their Relax values (a number stays a
     number), as the importer's own ``retrieve_args`` does for the positional ones."""
     return importer._retrieve_args(_arg(node, index, name, default))
+
+
+def _index(importer, node, plain, relax):
+    """``x[i, j]``: index tensors for the leading axes and no slice between them broadcast together
+    and pick one element per position (NumPy's and torch's advanced indexing), which is
+    ``R.index_tensor``. TileLang's TVM took them one after the other, an outer product: ``x[i, j]``
+    with two 1-D indices of length 3 came out [3, 3] instead of [3], with no error (apache-tvm 0.27
+    already does this). A negative index on an axis of static size counts from the end (both TVMs
+    read before the axis). Everything else stays with the importer's own converter."""
+    indices = list(node.args[1])
+    if len(indices) < 2 or any(index is None for index in indices):
+        return plain(node)
+    data = importer.env[node.args[0]]
+    bb = importer.block_builder
+    normalised = []
+    for axis, index in enumerate(indices):
+        index = importer.env[index]
+        size = _type(data).shape.values[axis]
+        if isinstance(size, int) or hasattr(size, "value"):  # a negative index counts from the end, as in torch
+            size = relax.const(int(size), _dtype(index))
+            index = bb.emit(relax.op.where(relax.op.less(index, relax.const(0, _dtype(index))), index + size, index))
+        normalised.append(index)
+    return bb.emit(relax.op.index_tensor(data, normalised))
 
 
 def _batch_norm(importer, node, relax):

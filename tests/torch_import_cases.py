@@ -57,6 +57,9 @@ CASES = {
     "biased var over a dim": lambda x, i: x.var(0, unbiased=False),
     "sum to a scalar": lambda x, i: x[..., 0:2].sum(),
     "mean to a scalar": lambda x, i: (x * 2).mean(),
+    # TileLang's TVM took the two indices one after the other: [3, 3] for [3]
+    "x[rows, cols] pairs them": lambda x, i: x[i[0].clamp(-2, 1), i[1].clamp(-3, 2)],
+    "x[rows[:, None], cols] broadcasts": lambda x, i: x[i[0, :2].clamp(-2, 1)[:, None], i[1].clamp(-3, 2)],
 }
 
 

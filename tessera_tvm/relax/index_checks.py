@@ -123,26 +123,59 @@ class _Checker(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.index_tensor":
+            return self._index_tensor(call)
         rule = _rule(call)
         if rule is None:
             return call
         op, position, size, kind, ignore = rule
-        indices = call.args[position]
-        where = _describe(call, op, self.function)
+        checked = self._checked(call.args[position], op, size, kind, ignore, _describe(call, op, self.function))
+        if checked is None:
+            return call
+        args = list(call.args)
+        args[position] = checked
+        return relax.Call(call.op, args, call.attrs, call.sinfo_args, call.span)
+
+    def _index_tensor(self, call):
+        """``x[i, j, ...]`` (index tensors for the leading axes, broadcast together): each index checked
+        against its own axis, ``[0, n)``."""
+        data, indices = call.args
+        shape = _static_or_symbolic_shape(data)
+        if isinstance(indices, relax.Var):
+            indices = self.lookup_binding(indices)
+        if shape is None or not isinstance(indices, relax.Tuple):
+            return call
+        fields, changed = [], False
+        for axis, index in enumerate(indices.fields):
+            where = (
+                f"R.index_tensor of a tensor of shape {_shape_text(shape)}, the index for axis {axis}, "
+                f"in function {self.function!r} (x[i, j])"
+            )
+            # strict: the import already counted negative indices from the end (frontend_fixes._index),
+            # so one still negative was below -n
+            checked = self._checked(index, "index_tensor", shape[axis], "strict", None, where)
+            fields.append(index if checked is None else checked)
+            changed |= checked is not None
+        if not changed:
+            return call
+        return relax.Call(call.op, [data, relax.Tuple(fields)], call.attrs, call.sinfo_args, call.span)
+
+    def _checked(self, indices, op, size, kind, ignore, where):
+        """``indices`` through a check (a new expression), or None where none is added."""
         if isinstance(indices, relax.Constant):
             error = _constant_out_of_range(indices, size, kind, ignore, where)
             if error:  # raised by check_indices: an exception inside the mutator reaches Python as a RuntimeError
                 self.errors.append(error)
-            return call
+            return None
         source, chain = self._origin(indices)
         if self._already_checked(source):
-            return call
+            return None
         info = source.struct_info
         if not isinstance(info, relax.TensorStructInfo) or not isinstance(info.shape, relax.ShapeExpr):
-            return call  # no shape to give the check's output (an import never makes one)
+            return None  # no shape to give the check's output (an import never makes one)
         dtype = str(info.dtype)
         if not dtype.startswith(("int", "uint")):
-            return call
+            return None
         static = isinstance(size, tvm.tirx.IntImm)
         text = _check_source(
             op, where, len(info.shape.values), dtype, kind, int(size) if static else None, ignore, self.gpu
@@ -156,9 +189,7 @@ class _Checker(relax.PyExprMutator):
         for step in chain:  # the casts and reshapes between the indices' origin and the op, again
             checked = self.builder_.emit(relax.Call(step.op, [checked, *step.args[1:]], step.attrs, step.sinfo_args))
         self.counts[op] = self.counts.get(op, 0) + 1
-        args = list(call.args)
-        args[position] = checked
-        return relax.Call(call.op, args, call.attrs, call.sinfo_args, call.span)
+        return checked
 
     def _origin(self, indices):
         """The tensor the indices come from through integer casts and reshapes (TVM's embedding
@@ -199,8 +230,12 @@ _WRITTEN_AS = {
 }
 
 
+def _shape_text(dims) -> str:
+    return str(tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in dims))
+
+
 def _describe(call, op: str, function: str) -> str:
-    shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in _static_or_symbolic_shape(call.args[0]))
+    shape = _shape_text(_static_or_symbolic_shape(call.args[0]))
     axis = getattr(call.attrs, "axis", None)
     along = "" if op == "nll_loss" else (" flattened" if axis is None else f" along axis {int(axis)}")
     return f"R.{'nn.' if op == 'nll_loss' else ''}{op} of a tensor of shape {shape}{along} in function {function!r} ({_WRITTEN_AS[op]})"

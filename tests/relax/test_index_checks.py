@@ -134,6 +134,21 @@ def test_an_axis_of_symbolic_size_is_checked_against_its_size_at_run_time():
         module.run("main", torch.randn(4, 3).numpy(), i.numpy())  # 4 is past 4 rows
 
 
+def test_x_at_two_index_tensors_picks_pairs_and_checks_each_against_its_axis():
+    class Pairs(nn.Module):
+        def forward(self, x, i, j):
+            return x[i, j]
+
+    x, i, j = torch.randn(ROWS, COLS), torch.tensor([1, -1, 3]), torch.tensor([0, 7, -8])
+    module = build(from_exported_program(torch.export.export(Pairs(), (x, i, j))), "cpu")
+    assert module.report.checked == {"index_tensor": 2}
+    (got,) = module.run("main", x.numpy(), i.numpy(), j.numpy())
+    np.testing.assert_array_equal(got, x[i, j].numpy())  # [3], the pairs (was [3, 3], an outer product)
+    for bad_i, bad_j, axis in (([1, 4, 0], [0, 1, 2], 0), ([1, 2, 0], [0, 8, 2], 1), ([0, 0, 0], [-9, 0, 0], 1)):
+        with pytest.raises(IndexError, match=rf"R\.index_tensor .* the index for axis {axis}"):
+            module.run("main", x.numpy(), np.array(bad_i), np.array(bad_j))
+
+
 def _take_module(indices, mode: str = "fast"):
     relax = tessera_tvm._tvm.tvm.relax
     bb = relax.BlockBuilder()
