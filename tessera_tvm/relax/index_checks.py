@@ -120,6 +120,12 @@ class _Checker(relax.PyExprMutator):
         self.function = ""
         self.errors: list[str] = []
         self.checks: dict[str, Any] = {}  # PrimFunc text -> its GlobalVar (one function per distinct check)
+        # the check functions' names: those added here and those of an earlier partition
+        self.check_names = {
+            str(gv.name_hint)
+            for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and CHECK_ATTR in f.attrs
+        }
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -184,6 +190,7 @@ class _Checker(relax.PyExprMutator):
         if gv is None:
             gv = self.builder_.add_func(_parse(text), f"tessera_check_{op}_indices")
             self.checks[text] = gv
+            self.check_names.add(str(gv.name_hint))
         tir_vars = None if static else relax.ShapeExpr([size])
         checked = self.builder_.emit(relax.call_tir(gv, [source], info, tir_vars=tir_vars), name_hint="checked")
         for step in chain:  # the casts and reshapes between the indices' origin and the op, again
@@ -217,8 +224,7 @@ class _Checker(relax.PyExprMutator):
             return False
         if bound.op.name != "relax.call_tir" or not isinstance(bound.args[0], relax.GlobalVar):
             return False
-        func = self.builder_.get()[bound.args[0]]
-        return isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and CHECK_ATTR in func.attrs
+        return str(bound.args[0].name_hint) in self.check_names
 
 
 #: What users write that becomes each op (named in the error).

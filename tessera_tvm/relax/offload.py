@@ -25,6 +25,7 @@ from ..config import TargetConfig, load_config
 from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten, kernel_dim_name, node_of
 from ..lower import lower
+from ..target.backend import backend_for
 from ..tile import KernelSpec, build_tile_program
 from .elementwise import elementwise_trees
 from .index_checks import check_indices
@@ -247,7 +248,7 @@ def partition_for_tessera(
         attrs=out.attrs,
     )
     _list_left_to_tvm(out, report, log, rewriter.layout_bindings, functions)
-    out, report.checked = check_indices(out, gpu=config.target_kind != "c")
+    out, report.checked = check_indices(out, gpu=not backend_for(config).kernels_in_host)
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")
     return out, report

@@ -250,7 +250,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         _check_target(target, config, name)
         for gv, func in kernels.items():
             _check_kernel_config(gv, func, config, name)
-        if rest.functions and target.kind.name in ("cuda", "rocm"):
+        if rest.functions and "gpu" in target.keys:
             rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         _check_tvm_codegen(out, config)
