@@ -102,7 +102,9 @@ def replay_elsewhere(tmp_path, pack: Path, *args: str, env: dict | None = None, 
     home = tmp_path / f"home{len(list(tmp_path.glob('home*')))}"
     work = home / "work"
     work.mkdir(parents=True)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    # The run's precompiled C prelude stays (a compiler artifact keyed by g++ and its flags, not state
+    # of the capture: another machine builds its own in the same way, 2-3 s of g++ per replay here).
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_") or k == "TESSERA_PCH_DIR"}
     environ.update(HOME=str(home), TESSERA_CACHE_DIR=str(home / "cache"), **(env or {}))
     if script:  # the pack's own replay.py, unpacked by tar
         subprocess.run(["tar", "xzf", str(pack)], cwd=work, check=True)

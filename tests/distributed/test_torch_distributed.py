@@ -69,18 +69,20 @@ SEQUENCE_PARALLEL = [
     *["zigzag_attention", "ulysses_attention", "resplit"],
 ]
 EVERY_SPLIT = ["every_split"]
+#: Last in the shared ranks' list: a collective that times out leaves the process group unusable.
+HUNG = ["timeout"]
 
-# The tests of two ranks that leave the process group usable share one: each rank is a process that
-# imports torch and Tessera (seconds per rank), so one start instead of three. One worker runs them,
-# and the fixture lives for the session: a module fixture is torn down whenever the worker runs a
-# test of another file in between.
+# The tests of two ranks share one pair of ranks: each rank is a process that imports torch and
+# Tessera (seconds per rank), so one start instead of four; the hung-rank scenario runs last. One
+# worker runs them, and the fixture lives for the session: a module fixture is torn down whenever
+# the worker runs a test of another file in between. (The dead-rank test starts its own.)
 two_rank_group = pytest.mark.xdist_group("two_gloo_ranks")
 
 
 @pytest.fixture(scope="session")
 def two_ranks() -> dict[int, dict]:
     # 600 s: every_split compiles 15 kernels per rank, cold in CI
-    return _spawn(2, TENSOR_PARALLEL + SEQUENCE_PARALLEL + EVERY_SPLIT, timeout=600.0, check=False)
+    return _spawn(2, TENSOR_PARALLEL + SEQUENCE_PARALLEL + EVERY_SPLIT + HUNG, timeout=600.0, check=False)
 
 
 @two_rank_group
@@ -203,8 +205,9 @@ def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
         assert mesh["err"] < 1e-4 and mesh["shape"] == [8, 32] and mesh["collectives"] == 1  # all-reduce over tp only
 
 
-def test_a_hung_rank_times_out_with_a_clear_error():
-    out = _spawn(2, ["timeout"])
+@two_rank_group
+def test_a_hung_rank_times_out_with_a_clear_error(two_ranks):
+    out = _checked(two_ranks, HUNG)
     result = out[0]["timeout"]
     assert result["error"] is not None, "rank 0 returned although rank 1 never entered the collective"
     assert "rank 0: all_reduce of output 0 of kernel mlp over mesh axis 'tp' (ranks [0, 1])" in result["error"]

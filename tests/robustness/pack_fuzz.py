@@ -13,6 +13,7 @@ passed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import sys
@@ -89,9 +90,11 @@ def _graph_edit(graph: dict, data) -> dict:
 
 def main(pack: Path) -> int:
     good = pack
+    scratch = Path(tempfile.mkdtemp(prefix="tessera_pack_fuzz_"))  # every damaged copy, removed at the end
+    atexit.register(shutil.rmtree, scratch, True)
 
     def fresh() -> Path:
-        root = Path(tempfile.mkdtemp(prefix="tessera_pack_fuzz_")) / good.name
+        root = Path(tempfile.mkdtemp(dir=scratch)) / good.name
         shutil.copytree(good, root)
         return root
 

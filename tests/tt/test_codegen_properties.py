@@ -7,6 +7,7 @@ others check the plans the compiler emits for many more shapes.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -39,8 +40,12 @@ def _program(kind: str, m: int, n: int, k: int):
     return programs.unary(m, n, "exp")
 
 
+_ROOT = Path(tempfile.mkdtemp(prefix="tessera_tt_prop_"))  # one per process, removed at its exit
+atexit.register(shutil.rmtree, _ROOT, True)
+
+
 def _lower(kind, m, n, k, cfg=None):
-    out = Path(tempfile.mkdtemp(prefix="tessera_tt_prop_"))
+    out = Path(tempfile.mkdtemp(dir=_ROOT))
     return tessera_tvm.lower(_program(kind, m, n, k), cfg or config(), out_dir=out), out
 
 
