@@ -14,9 +14,12 @@ pipeline and a pipeline naming unknown passes are tested instead.
 # No `from __future__ import annotations`: the kernels annotate with closure variables.
 
 import os
+import queue
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -63,30 +66,77 @@ def raises_clean(fn, *words, types=(tessera_tvm.TesseraError,)):
     pytest.fail(f"no error raised (expected one naming {words})")
 
 
-# In a fresh interpreter: load the config at argv[1], print OK or the error's class and message.
+# In an interpreter of its own: load each config path read from stdin, print OK or the error's class and
+# message. Any other exception ends the process (its traceback on stderr), as a crash or leak does.
 _LOAD_SCRIPT = textwrap.dedent("""
     import sys, tessera_tvm
-    try:
-        tessera_tvm.load_config(sys.argv[1])
-        print("RESULT OK")
-    except tessera_tvm.TesseraError as exc:
-        print("RESULT TesseraError", type(exc).__name__, " ".join(str(exc).split()))
+    print("READY", flush=True)
+    for line in sys.stdin:
+        try:
+            tessera_tvm.load_config(line.rstrip("\\n"))
+            print("RESULT OK", flush=True)
+        except tessera_tvm.TesseraError as exc:
+            print("RESULT TesseraError", type(exc).__name__, " ".join(str(exc).split()), flush=True)
 """)
 
 
-def load_isolated(path, timeout: float = 60) -> str:
-    """load_config in a subprocess: returns its RESULT line; a crash, leak or hang fails the test."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _LOAD_SCRIPT, str(path)], capture_output=True, text=True, timeout=timeout, cwd=REPO
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"load_config({path}) hung for more than {timeout} s")
-    assert proc.returncode == 0, f"load_config crashed or leaked (rc {proc.returncode}): {proc.stderr[-3000:]}"
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    for bad in INTERNAL:
-        assert bad not in line, line
-    return line
+class IsolatedLoader:
+    """load_config in a process of its own (one per module: each start imports Tessera, ~3 s), so that a
+    config that crashes, leaks an exception or hangs the loader fails its test and nothing else: the
+    process is killed and the next case starts a fresh one."""
+
+    def __init__(self):
+        self.proc = None
+
+    def _start(self):
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _LOAD_SCRIPT],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=REPO,
+        )  # fmt: skip
+        self.lines = queue.Queue()
+        threading.Thread(target=lambda out, q: [q.put(ln) for ln in out] + [q.put(None)],
+                         args=(self.proc.stdout, self.lines), daemon=True).start()  # fmt: skip
+        self._read(120, "start")
+
+    def _read(self, timeout: float, what: str) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            pytest.fail(f"load_config({what}) hung for more than {timeout} s")
+        if line is None:  # the process ended
+            code = self.proc.wait()
+            self.stderr.seek(0)
+            err = self.stderr.read().decode(errors="replace")
+            self.proc = None
+            pytest.fail(f"load_config({what}) crashed or leaked (rc {code}): {err[-3000:]}")
+        return line.rstrip("\n")
+
+    def __call__(self, path, timeout: float = 60) -> str:
+        """The RESULT line for ``path``."""
+        if self.proc is None:
+            self._start()
+        self.proc.stdin.write(f"{path}\n")
+        self.proc.stdin.flush()
+        line = self._read(timeout, str(path))
+        assert line.startswith("RESULT "), line
+        for bad in INTERNAL:
+            assert bad not in line, line
+        return line
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def load_isolated():
+    loader = IsolatedLoader()
+    yield loader
+    loader.stop()
 
 
 # ============================================================================ configs
@@ -200,7 +250,7 @@ TEXT_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(TEXT_CASES))
-def test_garbage_config_text_is_a_config_error(tmp_path, case):
+def test_garbage_config_text_is_a_config_error(tmp_path, case, load_isolated):
     data, word = TEXT_CASES[case]
     path = tmp_path / "garbage.yaml"
     path.write_bytes(data)
