@@ -316,12 +316,12 @@ def clean_stale(root: Path | None) -> None:
         _remove(path)
 
 
-def prelude_dir(root: Path) -> Path:
+def prelude_dir(root: Path | None) -> Path | None:
     """Where the precompiled C preludes of the cache at ``root`` live: ``$TESSERA_PCH_DIR`` where set
-    (several caches then share one, ~70 MB per flag set: the test suite builds it once per run),
-    else ``<root>/pch``."""
+    (several caches then share one, ~70 MB per flag set: the test suite builds it once per run; it
+    serves with the kernel cache off too), else ``<root>/pch`` (None: the cache is off)."""
     shared = os.environ.get("TESSERA_PCH_DIR", "").strip()
-    return Path(shared) if shared else Path(root) / "pch"
+    return Path(shared) if shared else Path(root) / "pch" if root is not None else None
 
 
 #: The prefix of the directories compiles build in (in the temporary directory).

@@ -441,6 +441,9 @@ def test_caches_share_one_prelude_through_tessera_pch_dir(tmp_path, monkeypatch,
     lib = compile_cpu(small_gemm_source, out_dir=tmp_path / "out", name="gemm")
     assert lib.stat().st_size > 0
     assert not (tmp_path / "first" / "pch").exists() and not (tmp_path / "second" / "pch").exists()
+    # With the kernel cache off, an explicit TESSERA_PCH_DIR still serves (the prelude is the compiler's)
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    assert precompiled_prelude(find_tool("g++"), DEFAULT_CPU_FLAGS) == first
 
 
 def test_prelude_identity_follows_the_machine(tmp_path, monkeypatch):

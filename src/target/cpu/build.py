@@ -152,8 +152,8 @@ PRELUDE_INCLUDE = f"#include <{PRELUDE}>"
 def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     """A directory holding :data:`PRELUDE` precompiled by GCC for ``flags`` (``<dir>/<PRELUDE>.gch``),
     built once and kept in the kernel cache (``$TESSERA_CACHE_DIR/pch/``, or ``$TESSERA_PCH_DIR`` where
-    set, ~70 MB per flag set); None when the cache is off, the compiler is not GCC or the header does
-    not build.
+    set, ~70 MB per flag set, also with the kernel cache off); None when the cache is off and no
+    ``TESSERA_PCH_DIR`` is set, the compiler is not GCC or the header does not build.
 
     GCC reads ``common.h.gch`` in place of ``common.h`` when it sits in an include directory searched
     first and was built with the same options, and ignores it otherwise; kernels build ~4x faster. A
@@ -161,12 +161,11 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     """
     from tessera_tvm.cache import KernelCache, cache_unusable, prelude_dir
 
-    root = KernelCache.from_env().root
+    pch = prelude_dir(KernelCache.from_env().root)
     flags = tuple(flags)
     identity = _prelude_identity(cxx, flags)
-    if root is None or identity is None:
+    if pch is None or identity is None:
         return None
-    pch = prelude_dir(Path(root))
     directory = pch / identity
     gch = directory / f"{PRELUDE}.gch"
     if _prelude_intact(gch):
