@@ -37,7 +37,8 @@ from .errors import (  # noqa: E402
     TesseraError,
 )
 from .kernel import Kernel  # noqa: E402
-from .repro import pack_repro, replay  # noqa: E402
+from .repro import pack_repro  # noqa: E402
+from .repro_replay import replay  # noqa: E402
 from .schedule import Schedule  # noqa: E402
 from .tuning import AutotuneResult, autotune  # noqa: E402
 from .types import DTYPES, DType, Tensor, TensorType, bf16, dtype, f16, f32, fp8_e4m3, fp8_e5m2, int8, int32  # noqa: E402

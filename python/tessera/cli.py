@@ -317,7 +317,7 @@ def _cmd_pack_repro(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     """tessera replay PACK [--run] [--json]"""
-    from .repro import main as replay_main
+    from .repro_replay import main as replay_main
 
     return replay_main([args.pack, *(["--run"] if args.run_binaries else []), *(["--json"] if args.json else [])])
 

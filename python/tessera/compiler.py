@@ -471,7 +471,8 @@ def compile(
     :class:`~tessera.tuning.AutotuneResult` of an earlier run) compiles with the tuned schedules, which
     come from the tuning cache when this kernel, shapes and config were tuned before.
     """
-    from .distributed import ShardedCompiledKernel, ShardedKernel, _process_rank
+    from .distributed import ShardedKernel, _process_rank
+    from .sharded_runtime import ShardedCompiledKernel
 
     if isinstance(kernel, ShardedKernel):  # each rank: the kernel for its local shapes, then the collectives
         local_shapes = kernel.local_shapes(shapes) if shapes else None

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._tvm import tvm
+from .collectives import is_collective
 from .nodes import FlatFunction, GraphIRError, Node, clip_bounds, constant_value
-from .sharding import is_collective
 
 relax = tvm.relax
 

@@ -104,7 +104,7 @@ class FlatFunction:
     nodes: list[Node]
     outputs: list[Any]  # relax exprs (Vars, or params)
     tuple_output: bool = False
-    # a sharded kernel's collectives between its kernels (sharding.Collective, in program order):
+    # a sharded kernel's collectives between its kernels (collectives.Collective, in program order):
     # values the nodes read that no node computes (read_kernels)
     collectives: list[Any] = field(default_factory=list)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from .._tvm import tvm
 from ..registry import BuildContext, register_pass, tessera_module_pass
+from .collectives import Collective, collective_name, function_collectives, is_collective
 from .fusion import GROUPS_ATTR, KernelGroup, read_groups
 from .nodes import FlatFunction, GraphIRError, Node, call_with, flatten, kernel_functions, keyed, rebuild
-from .sharding import Collective, collective_name, function_collectives, is_collective
 
 relax = tvm.relax
 

@@ -6,7 +6,7 @@ entry in its own file:
     relax.CanonicalizeBindings   drop aliases (``y = x``)
     tessera.Simplify             algebraic simplification (simplify.py)
     relax.DeadCodeElimination    drop unused bindings
-    tessera.InsertCollectives    a sharded kernel's collectives, as bindings fusion does not cross (sharding.py)
+    tessera.InsertCollectives    a sharded kernel's collectives, as bindings fusion does not cross (insert_collectives.py)
     tessera.FuseEpilogues        matmul + transposes + epilogue, attention + its layout permutes
     tessera.FuseKernels          softmax / norms / reductions (+ trailing cast), element-wise trees
     tessera.OutlineKernels       one private Relax function per kernel; the kernel calls them in order
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..pipeline import PassRecord, PassRecorder, recording, run_phase
-from . import decompose, fuse_epilogues, fuse_kernels, sharding, simplify  # noqa: F401  (register the passes)
+from . import decompose, fuse_epilogues, fuse_kernels, insert_collectives, simplify  # noqa: F401  (register the passes)
 from .fusion import KernelGroup
 from .nodes import FlatFunction
 from .outline_kernels import read_kernels

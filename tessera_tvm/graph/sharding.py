@@ -1,8 +1,8 @@
-"""Sharding: what a kernel's sharded arguments imply for its values, and the collectives that follows.
+"""Sharding: what a kernel's sharded arguments imply for its values, and where collectives go.
 
 A sharded kernel's function carries ``tessera.sharding`` (set by ``tessera.shard``): the device mesh
 (``{axis: size}``, 1-D or 2-D), each parameter's split (``{param: {mesh axis: dim index}}``; absent:
-replicated) and the sharding each output must have. :class:`_Propagator` follows it through the flat
+replicated) and the sharding each output must have. :class:`Propagator` follows it through the flat
 graph, one mesh axis at a time. Each value is then one of the following:
 
     replicated              every rank holds all of it
@@ -23,7 +23,7 @@ It uses these rules:
                             split on the sequence over an all-to-all axis -> re-split on the heads
     softmax, norms, sums    a split on a dim they do not reduce passes through
 
-Where an op's inputs break its rule, a collective makes them fit (:meth:`_Propagator.mend`):
+Where an op's inputs break its rule, a collective makes them fit (:meth:`Propagator.mend`):
 
     a partial sum           reduce-scattered on the dim another operand is split on (a residual
                             split on the rows), else all-reduced
@@ -63,72 +63,27 @@ key/value heads that are fewer than its pieces and divide them are repeated up t
 What cannot be mended raises :class:`ShardingError`, naming the op and the remedy.
 
 ``tessera.InsertCollectives`` (a graph pass before fusion) adds these collectives, and at each
-output what brings it to the sharding it must have, as bindings of the kernel function. The fusion
-passes never fuse across them, and OutlineKernels keeps them in the kernel function between the
-kernels they separate:
-
-    partial -> replicated   R.call_pure_packed("tessera.all_reduce", x, axis)           sum over the axis
-    partial -> split d      R.call_pure_packed("tessera.reduce_scatter", x, axis, d)    sum, then cut d
-    split d -> replicated   R.call_pure_packed("tessera.all_gather", x, axis, d)        concatenate on d
-    split e -> split d      R.call_pure_packed("tessera.all_to_all", x, axis, d, e)     rank j gets piece j of d
-                                                                                    from each, joined on e
-    replicated -> split d   R.call_pure_packed("tessera.slice", x, axis, d)             this rank's piece of d
-                                                                                    (no communication)
-    keys of rank c          R.call_pure_packed("tessera.prefix", x, axis, d, c + 1)     the first c + 1 of the
-                                                                                    n pieces of d (2n on a
-                                                                                    zigzag axis; no
-                                                                                    communication)
-    zigzag queries          R.call_pure_packed("tessera.half", x, axis, d, h)           half h of this rank's
-                                                                                    piece (no communication)
-    zigzag results          R.call_pure_packed("tessera.concat", a, axis, d, b)         a, then b, on d (no
-                                                                                    communication)
-    too few kv heads        R.call_pure_packed("tessera.repeat", x, axis, d, r)         each entry of d r times
-                                                                                    in a row (no
-                                                                                    communication)
-
-A value split on one dim that must be split on another (at an output) is all-to-all'd: each rank
-sends piece ``j`` of the new dim to rank ``j``, which joins what it receives on the old dim.
-
-A collective that a kernel reads runs between the kernels (``read_kernels`` keeps its value, of its
-own shape, and lists it in ``FlatFunction.collectives``; ``Instance.run`` calls the runtime's hook
-for it when a kernel first needs it). The collectives at the outputs run after the kernels, where
-they are bucketed and may overlap other work. ``read_collectives`` returns both kinds for the
-runtime (``tessera.distributed``), which runs them on torch.distributed.
+output what brings it to the sharding it must have, as bindings of the kernel function: their forms,
+and how the runtime reads them, are :mod:`tessera_tvm.graph.collectives`'s.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from .._tvm import tvm
 from ..errors import TesseraError
-from ..pipeline import report_status
-from ..registry import BuildContext, register_pass, tessera_module_pass
-from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_functions
+from .collectives import CUTTING_KINDS, collective_call, collective_node, split_pieces
+from .collectives import value_dims as _dims
+from .nodes import FlatFunction
 
 relax = tvm.relax
 
 SHARDING_ATTR = "tessera.sharding"
-COLLECTIVES = (
-    "tessera.all_reduce",
-    "tessera.reduce_scatter",
-    "tessera.all_gather",
-    "tessera.all_to_all",
-    "tessera.slice",
-    "tessera.prefix",
-    "tessera.half",
-    "tessera.concat",
-    "tessera.repeat",
-)
-#: Kinds that move no data between the ranks (each rank keeps a part of what it holds, or joins two).
-LOCAL_KINDS = ("slice", "prefix", "half", "concat", "repeat")
 #: The attention bias's dim ([B, H, S_q, S_kv]) of each dim of the queries Relax splits ([B, S, H, D]).
 _BIAS_DIM = {0: 0, 1: 2, 2: 1}
-#: Kinds that cut a dim into the ranks' pieces (the result's dim is the input's divided by the ranks).
-_CUTTING = ("reduce_scatter", "slice")
 
 _LINEAR_UNARY = {"negative", "astype"}
 _UNARY = {
@@ -150,11 +105,6 @@ _UNARY = {
 _BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}
 
 
-def split_pieces(ranks: int, zigzag: bool) -> int:
-    """How many pieces a dim split over ``ranks`` is cut into: one per rank, or two (zigzag)."""
-    return ranks * (2 if zigzag else 1)
-
-
 def dim_size(value, dim: int, env: Mapping[str, int]) -> int | None:
     """The size of ``value``'s ``dim`` with the symbolic dims bound to ``env`` (name -> int), or None
     where it stays symbolic or the value's shape is not known (a kernel's result after outlining)."""
@@ -172,44 +122,6 @@ class ShardingError(TesseraError):
     """A sharding the kernel's ops cannot follow, or one that needs a collective Tessera does not place."""
 
 
-@dataclass(frozen=True)
-class Collective:
-    """One collective: ``kind`` over mesh axis ``axis`` (``dim`` for gather/scatter), at kernel output
-    ``output``, or between the kernels (``output`` -1) on the value ``source`` (read_collectives)."""
-
-    kind: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all" | LOCAL_KINDS (no communication)
-    output: int  # index of the kernel output, or -1 between the kernels
-    axis: str
-    dim: int | None = None
-    after: str = ""  # between the kernels: the fused kernel whose output it acts on ("" for a parameter)
-    var: Any = field(default=None, compare=False, repr=False)  # its value (the binding's var)
-    source: Any = field(default=None, compare=False, repr=False)  # the value it acts on
-    pieces: int | None = None  # a prefix: how many of the axis's pieces of ``dim`` it keeps; a half: which
-    others: tuple = field(default=(), compare=False, repr=False)  # a concat: the values after ``source``
-    from_dim: int | None = None  # an all-to-all: the dim its value is split on (it leaves it split on ``dim``)
-
-    def text(self, name: str) -> str:
-        where = "" if self.dim is None else f", dim {self.dim}"
-        if self.kind == "half":
-            kept = f", its {('first', 'second')[self.pieces]} half"
-        elif self.kind == "concat":
-            kept = f", then {', '.join(str(o.name_hint) for o in self.others)}"
-        elif self.kind == "all_to_all":
-            kept = f" (split on dim {self.from_dim} before)"
-        elif self.kind == "repeat":
-            kept = f", each entry {self.pieces} times"
-        else:
-            kept = "" if self.pieces is None else f", its first {self.pieces} piece{'s' if self.pieces != 1 else ''}"
-        return f"{self.kind}({name}) over {self.axis!r}{where}{kept}"
-
-    @property
-    def value_name(self) -> str:
-        """What it acts on, in words: ``output 0``, ``matmul's output``, ``parameter X``."""
-        if self.output >= 0:
-            return f"output {self.output}"
-        return f"{self.after}'s output" if self.after else str(self.source.name_hint)
-
-
 class _Unmendable(ShardingError):
     """A rule's refusal that no collective on the inputs can mend."""
 
@@ -221,10 +133,6 @@ class RankDependent(_Unmendable):
 
 def _rank(value) -> int:
     return len(value.struct_info.shape.values)
-
-
-def _dims(value) -> list:
-    return list(value.struct_info.shape.values)
 
 
 def _dim_text(d) -> str:
@@ -242,7 +150,10 @@ def _tensor(value) -> bool:
     return isinstance(getattr(value, "struct_info", None), relax.TensorStructInfo) and _rank(value) > 0
 
 
-class _Propagator:
+class Propagator:
+    """Follows one kernel's sharding through its flat graph (the rules above), mending the inputs of
+    each op that breaks its rule with collectives (:meth:`mend`); ``run()`` gives each value's state."""
+
     def __init__(self, flat: FlatFunction, sharding: dict, kernel: str):
         self.flat = flat
         self.kernel = kernel
@@ -639,7 +550,7 @@ class _Propagator:
         if key not in self.placed:
             node = collective_node(kind, value, axis, dim, self.mesh[axis], pieces, zigzag=axis in self.zigzag)
             after = {x: st for x, st in self.of(value).items() if x != axis or kind == "repeat"}
-            if kind in _CUTTING or kind == "all_to_all":
+            if kind in CUTTING_KINDS or kind == "all_to_all":
                 after[axis] = ("split", dim)
             self._append(node, after)
             self.placed[key] = node.var
@@ -831,247 +742,3 @@ def _with_args(node, args: list, var=None):
     from .nodes import Node
 
     return Node(node.var if var is None else var, node.op, args, node.call, node.attrs)
-
-
-def collective_node(
-    kind: str, value, axis: str, dim: int | None, ranks: int, pieces: int | None = None, *, zigzag: bool = False
-):
-    """The binding ``value_kind = R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]])``,
-    its shape that of ``value`` with ``dim`` multiplied (all-gather) or divided (reduce-scatter, slice)
-    by the ``ranks`` on ``axis``, or ``pieces`` of its ``ranks`` pieces (prefix), or halved (half)."""
-    from .nodes import node_of
-
-    call = collective_call(kind, value, axis, dim, ranks, pieces, zigzag=zigzag)
-    name = f"{value.name_hint}_{kind}{pieces if kind == 'half' else ''}"
-    return node_of(relax.Var(name, call.sinfo_args[0]), call)
-
-
-def collective_call(
-    kind: str,
-    value,
-    axis: str,
-    dim: int | None,
-    ranks: int,
-    pieces: int | None = None,
-    *,
-    zigzag: bool = False,
-    others: list | tuple = (),
-):
-    """``R.call_pure_packed("tessera.<kind>", value, axis[, dim[, pieces]][, *others])`` with its
-    result's struct info. On a ``zigzag`` axis a prefix counts the ``2 * ranks`` pieces of the
-    load-balanced split; a concat joins ``value`` and ``others`` on ``dim``."""
-    dims = _dims(value)
-    if kind == "all_gather":
-        dims[dim] = _whole(dims[dim], ranks)
-    elif kind == "all_to_all":  # ``pieces``: the dim it was split on, now whole
-        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], ranks))
-        dims[pieces] = _whole(dims[pieces], ranks)
-    elif kind in _CUTTING:
-        dims[dim] = tvm.tirx.floordiv(dims[dim], ranks)
-    elif kind == "prefix":
-        dims[dim] = tvm.arith.Analyzer().simplify(tvm.tirx.floordiv(dims[dim], split_pieces(ranks, zigzag)) * pieces)
-    elif kind == "half":
-        dims[dim] = tvm.tirx.floordiv(dims[dim], 2)
-    elif kind == "concat":
-        dims[dim] = tvm.arith.Analyzer().simplify(sum((_dims(o)[dim] for o in others), dims[dim]))
-    elif kind == "repeat":
-        dims[dim] = tvm.arith.Analyzer().simplify(dims[dim] * pieces)
-    sinfo = relax.TensorStructInfo(dims, value.struct_info.dtype)
-    args = [value, relax.StringImm(axis)] + ([] if dim is None else [relax.PrimValue(dim)])
-    args += [] if pieces is None else [relax.PrimValue(pieces)]
-    return relax.op.call_pure_packed(f"tessera.{kind}", *args, *others, sinfo_args=[sinfo])
-
-
-def _whole(piece, ranks: int):
-    """A dim split over ``ranks`` (``piece``) whole again: ``H // n`` back to ``H``, not ``H // n * n``
-    (the sharding divides it evenly), else ``piece * n``."""
-    if isinstance(piece, tvm.tirx.FloorDiv) and isinstance(piece.b, tvm.tirx.IntImm) and int(piece.b) == ranks:
-        return piece.a
-    return tvm.arith.Analyzer().simplify(piece * ranks)
-
-
-def _output_collectives(outputs, state, sharding: dict, kernel: str) -> list[Collective]:
-    wanted = sharding.get("outputs", [])
-    out = []
-    for k, value in enumerate(outputs):
-        have = state.get(value, {}) if isinstance(value, relax.Var) else {}
-        want = wanted[k] if k < len(wanted) else {}
-        for axis in sharding["mesh"]:
-            h, w = have.get(axis), want.get(axis)
-            w = None if w is None else ("split", int(w))
-            if h == w:
-                continue
-            if h == ("partial",):
-                out.append(
-                    Collective("all_reduce" if w is None else "reduce_scatter", k, axis, None if w is None else w[1])
-                )
-            elif h is not None and w is not None:  # split on another dim: each rank sends each its piece
-                out.append(Collective("all_to_all", k, axis, w[1], from_dim=h[1]))
-            elif h is not None:
-                out.append(Collective("all_gather", k, axis, h[1]))
-            else:  # whole: cut to this rank's piece
-                out.append(Collective("slice", k, axis, w[1]))
-    return out
-
-
-def insert_collectives(flat: FlatFunction, sharding: dict, kernel: str) -> FlatFunction:
-    """``flat`` with its collectives as nodes: those that let each op's inputs fit its rule (see
-    :meth:`_Propagator.mend`), then what each output needs."""
-    prop = _Propagator(flat, sharding, kernel)
-    state = prop.run()
-    nodes = list(prop.nodes)
-    outputs = list(flat.outputs)
-    wanted = [
-        (c, _gathered_resplit(nodes, outputs, outputs[c.output], c.axis, c.dim) if c.kind == "all_gather" else None)
-        for c in _output_collectives(outputs, state, sharding, kernel)
-    ]
-    # one output's collectives are over different axes (in any order, the same): a resplit's gather first
-    for c, resplit in sorted(wanted, key=lambda cr: cr[1] is None):
-        value, dim = outputs[c.output], c.dim
-        if resplit is not None:  # gather what the all-to-all took in, on its dim: one collective, not two
-            nodes.remove(resplit)
-            value, dim = resplit.args[1], collective_args(resplit.call)[2]
-        node = collective_node(c.kind, value, c.axis, dim, sharding["mesh"][c.axis], c.from_dim)
-        nodes.append(node)
-        outputs[c.output] = node.var
-    return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output)
-
-
-def _gathered_resplit(nodes: list, outputs: list, value, axis: str, dim: int):
-    """The all-to-all node over ``axis`` that split output ``value`` on ``dim``, if nothing else reads
-    it (an all-to-all attention's result re-split on the sequence, wanted whole): all-gathering its
-    input on the dim it was split on gives the same tensor (on a zigzag axis too: the all-to-all
-    and the all-gather order that dim's pieces alike), one collective instead of two. Else None."""
-    node = next((n for n in nodes if n.var.same_as(value)), None)
-    if node is None or not is_collective(node) or collective_name(node.call) != "all_to_all":
-        return None
-    a, d, _, _ = collective_args(node.call)
-    readers = [n for n in nodes if any(x.same_as(value) for x in n.args if isinstance(x, relax.Var))]
-    if a != axis or d != dim or readers or sum(o.same_as(value) for o in outputs if isinstance(o, relax.Var)) != 1:
-        return None
-    return node
-
-
-def is_collective(node) -> bool:
-    return node.op == "call_pure_packed" and collective_name(node.call) is not None
-
-
-def read_collectives(mod, name: str) -> list[Collective]:
-    """The collectives ``tessera.InsertCollectives`` placed in kernel ``name``, in program order."""
-    return function_collectives(mod[name])
-
-
-def function_collectives(func) -> list[Collective]:
-    """The collectives among ``func``'s bindings. One is at an output (``output`` >= 0: it runs after
-    the kernels) when its value, through later collectives of it (a 2-D mesh), is returned and no
-    kernel reads it; the others run between the kernels (``output`` -1)."""
-    result = func.body.body
-    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
-    bindings = list(func.body.blocks[0].bindings) if func.body.blocks else []
-    producers = {b.var: b.value for b in bindings}
-    kinds = {b.var: collective_name(b.value) for b in bindings}
-    read_by_kernel = set()
-    for b in bindings:
-        if kinds[b.var] is None and isinstance(b.value, relax.Call):
-            read_by_kernel.update(a for a in b.value.args if isinstance(a, relax.Var))
-    found = []
-    for b in bindings:
-        kind = kinds[b.var]
-        if kind is None:
-            continue
-        chain, inner = b.var, b.var in read_by_kernel
-        later = [x.var for x in bindings if kinds[x.var] and x.value.args[1].same_as(chain)]
-        while later:  # a second collective on the same value (a 2-D mesh) consumes this one
-            chain = later[0]
-            inner = inner or chain in read_by_kernel
-            later = [x.var for x in bindings if kinds[x.var] and x.value.args[1].same_as(chain)]
-        index = next((k for k, o in enumerate(outputs) if o.same_as(chain)), -1)
-        axis, dim, pieces, others = collective_args(b.value)
-        source = producers.get(b.value.args[1])
-        after = str(source.op.name_hint) if isinstance(source, relax.Call) and hasattr(source.op, "name_hint") else ""
-        if inner or kind == "concat":  # a concat joins values on this rank: it runs where it is read
-            index = -1
-        from_dim = pieces if kind == "all_to_all" else None  # its call's last argument
-        pieces = None if kind == "all_to_all" else pieces
-        found.append(
-            Collective(
-                kind, index, axis, dim, after if index < 0 else "", b.var, b.value.args[1], pieces, others, from_dim
-            )
-        )
-    return found
-
-
-def collective_args(call) -> tuple[str, int | None, int | None, tuple]:
-    """A collective's ``(axis, dim, pieces, others)`` from its call ``(callee, x, axis[, dim[, pieces]][, *others])``."""
-    args = list(call.args)
-    values = [int(a.value) for a in args[3:] if isinstance(a, relax.PrimValue)]
-    others = tuple(a for a in args[3:] if not isinstance(a, relax.PrimValue))
-    return str(args[2].value), (values[0] if values else None), (values[1] if len(values) > 1 else None), others
-
-
-def collective_name(value) -> str | None:
-    """A collective's kind (``all_reduce``, ``all_gather``, ``slice``, ...: COLLECTIVES) for its call, else None."""
-    if not isinstance(value, relax.Call) or str(getattr(value.op, "name", "")) != "relax.call_pure_packed":
-        return None
-    callee = str(value.args[0].global_symbol) if hasattr(value.args[0], "global_symbol") else str(value.args[0])
-    for c in COLLECTIVES:
-        if callee == c:
-            return c.removeprefix("tessera.")
-    return None
-
-
-@register_pass(
-    "tessera.InsertCollectives",
-    ir="relax",
-    doc="a sharded kernel (ts.shard): its collectives as bindings (all-reduce, reduce-scatter, all-gather)",
-)
-def _insert_collectives(ctx: BuildContext):
-    def run(mod, _pass_ctx):
-        funcs = {}
-        placed = 0
-        for gv, func in kernel_functions(mod):
-            if func.attrs is None or SHARDING_ATTR not in func.attrs:
-                continue
-            name = str(gv.name_hint)
-            flat = flatten(func, name)
-            if any(is_collective(n) for n in flat.nodes):
-                continue  # placed already
-            sharding = _plain(func.attrs[SHARDING_ATTR])
-            sharded = insert_collectives(flat, sharding, name)
-            placed += sum(1 for n in sharded.nodes if is_collective(n))
-
-            zigzag = frozenset(sharding.get("zigzag", ()))
-
-            def remake(node, args, mesh=sharding["mesh"], zigzag=zigzag):
-                """A collective's result on its input as rebuilt (a gather upstream changes its shape)."""
-                kind = collective_name(node.call)
-                if kind in (None, "concat"):  # a concat keeps the shape it was declared with
-                    return None
-                axis, dim, pieces, _ = collective_args(node.call)
-                others = [a for a in args[3:] if not isinstance(a, relax.PrimValue)]
-                if any(getattr(a.struct_info, "shape", None) is None for a in [args[1], *others]):
-                    return None  # its input's shape is not re-inferred (an attention with a bias): as declared
-                return collective_call(
-                    kind, args[1], axis, dim, mesh[axis], pieces, zigzag=axis in zigzag, others=others
-                )
-
-            funcs[gv] = rebuild(sharded, dict(func.attrs), remake=remake)
-        report_status(f"{placed} collective{'s' if placed != 1 else ''}" if funcs else "not sharded")
-        return replace_functions(mod, funcs) if funcs else mod
-
-    return tessera_module_pass(run, name="tessera.InsertCollectives")
-
-
-def _plain(value):
-    """A TVM attribute (Map/Array/str/int) as plain Python."""
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, int | float | bool):
-        return value
-    if hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "__len__"):
-        return [_plain(v) for v in value]
-    if hasattr(value, "value"):
-        return value.value
-    return value

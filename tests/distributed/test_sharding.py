@@ -9,8 +9,9 @@ import pytest
 import tessera as ts
 from tessera import Tensor, ops
 from tessera.errors import KernelError
+from tessera_tvm.graph.collectives import Collective
 from tessera_tvm.graph.kernels import kernel_spec
-from tessera_tvm.graph.sharding import Collective, RankDependent, ShardingError
+from tessera_tvm.graph.sharding import RankDependent, ShardingError
 
 TP = ts.Mesh({"tp": 2})
 
