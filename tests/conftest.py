@@ -66,6 +66,7 @@ QUICK_FILES = (
     "tests/target/test_toolchain.py",
     "tests/test_cache.py",
     "tests/test_read_only_arrays.py",
+    "tests/test_source_layout.py",
     "tests/tile/test_elementwise.py",
     "tests/tile/test_spec.py",
     "tests/transform/test_parallel_grid.py",
