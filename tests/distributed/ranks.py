@@ -662,8 +662,10 @@ def scenario_killed(rank: int, world: int) -> dict:
     return {"error": None}
 
 
-def run(rank: int, world: int, port: int, scenarios: list[str], results, backend: str = "gloo") -> None:
-    """A rank: join the process group, run the scenarios, report {scenario: data or an exception}."""
+def run(rank: int, world: int, port: int, scenarios: list[str], results, backend: str = "gloo", released=None) -> None:
+    """A rank: join the process group, run the scenarios, report {scenario: data or an exception}, and
+    stay until ``released`` is set (rank 0 holds the process group's store: a rank that is still
+    naming the hung ranks of a failed collective reads it)."""
     import torch.distributed as dist
 
     os.environ.setdefault("TESSERA_REPRO_DIR", "off")
@@ -685,5 +687,7 @@ def run(rank: int, world: int, port: int, scenarios: list[str], results, backend
         except Exception:  # reported to the test process
             out[name] = {"exception": traceback.format_exc()}
     results.put((rank, out))
+    if released is not None:
+        released.wait(120)
     if not any(n in ("timeout", "killed", "hung_last") for n in scenarios):
         dist.destroy_process_group()
