@@ -127,3 +127,9 @@ def test_a_vm_loaded_from_a_scratch_library_leaves_no_file_behind(cpu_block, mon
     arrays = block_inputs(params)
     out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
+    # A library given a path stays where it was asked to be.
+    kept = tmp_path / "kept" / "m.so"
+    vm = load_vm(built.executable, "cpu", path=kept)
+    assert kept.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
