@@ -321,7 +321,9 @@ def prelude_dir(root: Path | None) -> Path | None:
     (several caches then share one, ~70 MB per flag set: the test suite builds it once per run; it
     serves with the kernel cache off too), else ``<root>/pch`` (None: the cache is off)."""
     shared = os.environ.get("TESSERA_PCH_DIR", "").strip()
-    return Path(shared) if shared else Path(root) / "pch" if root is not None else None
+    if shared:
+        return Path(shared)
+    return None if root is None else Path(root) / "pch"
 
 
 #: The prefix of the directories compiles build in (in the temporary directory).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,11 +111,9 @@ def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | 
     ``device`` defaults to the CPU for CPU configs and to GPU 0 otherwise (a GPU must be present).
     """
     config = load_config(config)
-    if path is None:  # a scratch library, removed once loaded (the loaded copy stays mapped)
-        with tempfile.TemporaryDirectory(prefix="tessera_relax_") as scratch:
-            library = tvm.runtime.load_module(str(export_library(executable, Path(scratch) / "module.so", config)))
-    else:
-        library = tvm.runtime.load_module(str(export_library(executable, path, config)))
+    # Without a path: a scratch library, removed once loaded (the loaded copy stays mapped).
+    with tempfile.TemporaryDirectory(prefix="tessera_relax_") if path is None else nullcontext() as scratch:
+        library = tvm.runtime.load_module(str(export_library(executable, path or Path(scratch) / "module.so", config)))
     if device is None:  # kernels in the host library run on the host CPU, others on the target's device 0
         device = tvm.cpu() if backend_for(config).kernels_in_host else tvm.device(config.target_kind, 0)
     return relax.VirtualMachine(library, device)

@@ -33,3 +33,15 @@ def assert_close(out: np.ndarray, ref: np.ndarray, dtype: ts.DType, what: str = 
         f"{what}: {bad.sum()} of {bad.size} elements off (rtol={rtol}, atol={atol}); "
         f"max |diff| {np.abs(o - r).max():.3g} at {np.unravel_index(np.abs(o - r).argmax(), o.shape)}"
     )
+
+
+def hang_block_m_16(jobs: list, hang) -> list:
+    """A search's compile jobs with the block_m=16 candidate carrying ``hang`` (unpickled by the worker,
+    so while its compile limit runs). The others are compiled here first: the workers find them in the
+    kernel cache, and a short limit catches only the hang."""
+    from tessera import tuning
+
+    for _, job in jobs:
+        if job["schedule"].block_m != 16:
+            assert tuning.workers.compile_candidate(job)["ok"]
+    return [(tag, {**job, "hang": hang} if job["schedule"].block_m == 16 else job) for tag, job in jobs]

@@ -37,7 +37,7 @@ from tessera_tvm.tile import (
     program_fields,
 )
 
-from .helpers import assert_close, random_array
+from .helpers import assert_close, hang_block_m_16, random_array
 
 SHAPES = {"M": 40, "N": 48, "K": 24}  # not multiples of the blocks: edges are masked
 SPACE = {"block_m": [16, 32]}
@@ -406,12 +406,7 @@ def test_a_compile_past_the_time_limit_fails_and_the_search_goes_on(tmp_path, mo
 
     def run_with_a_hang(self, jobs, done):
         assert self.timeout == LIMIT_S
-        hang = {"hang": _HangingCompiler(pid_file)}  # unpickled by the worker while its compile limit runs
-        for _, job in jobs:
-            if job["schedule"].block_m != 16:
-                assert tuning.workers.compile_candidate(job)["ok"]
-        jobs = [(tag, {**job, **hang} if job["schedule"].block_m == 16 else job) for tag, job in jobs]
-        return real_run(self, jobs, done)
+        return real_run(self, hang_block_m_16(jobs, _HangingCompiler(pid_file)), done)
 
     monkeypatch.setattr(tuning.WorkerPool, "run", run_with_a_hang)
     start = time.perf_counter()

@@ -22,7 +22,7 @@ import tessera_tvm
 from tessera import Tensor, ops, tuning
 from tessera.tuning import ray_executor
 
-from .helpers import assert_close, random_array
+from .helpers import assert_close, hang_block_m_16, random_array
 
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="needs Ray (pip install -e '.[ray]'; the test extra has it)"
@@ -174,12 +174,7 @@ def test_a_compile_past_the_time_limit_on_ray_fails_and_the_search_goes_on(local
 
     def run_with_a_hang(self, jobs, done):
         assert self.timeout == LIMIT_S
-        hang = {"hang": _HangingCompiler(pid_file)}  # unpickled by the actor while its compile limit runs
-        for _, job in jobs:
-            if job["schedule"].block_m != 16:
-                assert tuning.workers.compile_candidate(job)["ok"]
-        jobs = [(tag, {**job, **hang} if job["schedule"].block_m == 16 else job) for tag, job in jobs]
-        return real_run(self, jobs, done)
+        return real_run(self, hang_block_m_16(jobs, _HangingCompiler(pid_file)), done)
 
     monkeypatch.setattr(ray_executor.RayPool, "run", run_with_a_hang)
     start = time.perf_counter()

@@ -80,6 +80,13 @@ _LOAD_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _forward_lines(stream, lines: queue.Queue) -> None:
+    """Each line of ``stream`` into ``lines``, then None when it ends (the process is gone)."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
 class IsolatedLoader:
     """load_config in a process of its own (one per module: each start imports Tessera, ~3 s), so that a
     config that crashes, leaks an exception or hangs the loader fails its test and nothing else: the
@@ -95,8 +102,7 @@ class IsolatedLoader:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=REPO,
         )  # fmt: skip
         self.lines = queue.Queue()
-        threading.Thread(target=lambda out, q: [q.put(ln) for ln in out] + [q.put(None)],
-                         args=(self.proc.stdout, self.lines), daemon=True).start()  # fmt: skip
+        threading.Thread(target=_forward_lines, args=(self.proc.stdout, self.lines), daemon=True).start()
         self._read(120, "start")
 
     def _read(self, timeout: float, what: str) -> str:
