@@ -18,6 +18,8 @@ import builtins
 import math
 from typing import Any
 
+from tessera_tvm import op_table
+
 from . import reference
 from .errors import DTypeError, KernelError, ShapeError
 from .reference import wrap
@@ -86,11 +88,9 @@ def _label(op: str, *args: Any) -> str:
 # Element-wise
 # ---------------------------------------------------------------------------------------------
 
+#: ``"ops.add"`` -> (graph op, reference), from the op table.
 _BINARY = {
-    "ops.add": ("add", reference.add),
-    "ops.sub": ("subtract", reference.sub),
-    "ops.mul": ("multiply", reference.mul),
-    "ops.div": ("divide", reference.div),
+    f"ops.{op.frontend}": (op.graph_op, getattr(reference, op.reference)) for op in op_table.BINARY if op.frontend
 }
 
 

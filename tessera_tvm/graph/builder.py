@@ -14,9 +14,11 @@ four back into one kernel.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..errors import TesseraError
 
@@ -76,23 +78,16 @@ def _swap_last_two(rank: int) -> list[int]:
 
 _BHSD_TO_BSHD = [0, 2, 1, 3]
 
+
 # Relax constructors of the ops the frontend emits. Each takes relax expressions and attributes.
-_UNARY = {
-    "relu": lambda x: relax.op.nn.relu(x),
-    "gelu": lambda x: relax.op.nn.gelu(x),
-    "gelu_tanh": lambda x: relax.op.nn.gelu_tanh(x),
-    "silu": lambda x: relax.op.nn.silu(x),
-    "sigmoid": lambda x: relax.op.sigmoid(x),
-    "exp": lambda x: relax.op.exp(x),
-    "tanh": lambda x: relax.op.tanh(x),
-    "negative": lambda x: relax.op.negative(x),
-}
-_BINARY = {
-    "add": lambda a, b: relax.op.add(a, b),
-    "subtract": lambda a, b: relax.op.subtract(a, b),
-    "multiply": lambda a, b: relax.op.multiply(a, b),
-    "divide": lambda a, b: relax.op.divide(a, b),
-}
+# The element-wise ones come from the op table (``nn.silu`` -> ``relax.op.nn.silu``); those with
+# attributes (astype, clip) are built below.
+def _relax_op(name: str):
+    return functools.reduce(getattr, name.split("."), relax.op)
+
+
+_UNARY = {op.graph_op: _relax_op(op.relax) for op in op_table.UNARY if op.graph_op and not op.attrs}
+_BINARY = {op.graph_op: _relax_op(op.relax) for op in op_table.BINARY if op.graph_op}
 _REDUCE = {
     "sum": lambda x, axis, keepdims: relax.op.sum(x, axis, keepdims),
     "max": lambda x, axis, keepdims: relax.op.max(x, axis, keepdims),

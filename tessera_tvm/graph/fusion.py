@@ -23,28 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from .collectives import is_collective
 from .nodes import FlatFunction, GraphIRError, Node, clip_bounds, constant_value
 
 relax = tvm.relax
 
-#: Element-wise Relax ops and their names in tile expressions / GEMM epilogues.
-UNARY = {
-    "nn.relu": "relu",
-    "nn.gelu": "gelu_erf",
-    "nn.gelu_tanh": "gelu_tanh",
-    "nn.silu": "silu",
-    "sigmoid": "sigmoid",
-    "exp": "exp",
-    "tanh": "tanh",
-    "negative": "neg",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "astype": "cast",
-}
-BINARY = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div"}
-EPILOGUE_ACTIVATIONS = ("nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "sigmoid", "exp", "tanh")
+#: Element-wise Relax ops and their names in tile expressions / GEMM epilogues (the op table's).
+UNARY = op_table.relax_to_tile(op_table.UNARY)
+BINARY = op_table.relax_to_tile(op_table.BINARY)
+EPILOGUE_ACTIVATIONS = tuple(op.relax for op in op_table.epilogue_activations())
 REDUCTIONS = ("sum", "max", "mean")
 ANCHORS = (
     "matmul",
@@ -68,9 +57,7 @@ _SHORT = {
     "nn.softmax": "softmax",
     "nn.layer_norm": "layer_norm",
     "nn.rms_norm": "rms_norm",
-    **{k: v for k, v in UNARY.items() if k != "nn.gelu"},
-    "nn.gelu": "gelu",
-    **BINARY,
+    **op_table.short_names(),
 }
 
 

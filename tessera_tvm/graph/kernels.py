@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..tile import (
     AttentionSpec,
@@ -34,15 +35,8 @@ from .nodes import GraphIRError, Node, clip_bounds, constant_value, static_shape
 
 relax = tvm.relax
 
-_EPILOGUE_UNARY = {
-    "nn.relu": "relu",
-    "nn.gelu": "gelu_erf",
-    "nn.gelu_tanh": "gelu_tanh",
-    "nn.silu": "silu",
-    "sigmoid": "sigmoid",
-    "exp": "exp",
-    "tanh": "tanh",
-}
+#: Relax activation -> its EpilogueOp kind.
+_EPILOGUE_UNARY = {op.relax: op.name for op in op_table.epilogue_activations()}
 
 
 @dataclass(frozen=True)

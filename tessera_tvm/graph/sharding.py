@@ -73,6 +73,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..errors import TesseraError
 from .collectives import CUTTING_KINDS, collective_call, collective_node, split_pieces
@@ -85,24 +86,10 @@ SHARDING_ATTR = "tessera.sharding"
 #: The attention bias's dim ([B, H, S_q, S_kv]) of each dim of the queries Relax splits ([B, S, H, D]).
 _BIAS_DIM = {0: 0, 1: 2, 2: 1}
 
-_LINEAR_UNARY = {"negative", "astype"}
-_UNARY = {
-    "nn.gelu",
-    "nn.gelu_tanh",
-    "nn.relu",
-    "nn.silu",
-    "clip",
-    "exp",
-    "tanh",
-    "sigmoid",
-    "sqrt",
-    "rsqrt",
-    "abs",
-    "log",
-    "negative",
-    "astype",
-}
-_BINARY = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}
+#: Element-wise ops (the op table's) a split passes through; a partial sum passes the linear ones too.
+_LINEAR_UNARY = {op.relax for op in op_table.UNARY if op.sharding == "linear"}
+_UNARY = {op.relax for op in (*op_table.UNARY, op_table.CLIP)}
+_BINARY = {op.relax for op in op_table.BINARY}
 
 
 def dim_size(value, dim: int, env: Mapping[str, int]) -> int | None:

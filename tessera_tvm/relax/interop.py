@@ -14,11 +14,13 @@ error naming it and the op set.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..errors import TesseraError
 from ..graph.nodes import Node, clip_bounds, flatten, rebuild
@@ -73,9 +75,10 @@ def add_kernel(mod, kernel, *, shapes: dict[str, int] | None = None, name: str |
 #: Relax operators with a Tessera op, for the error message (permute_dims: as a matmul operand
 #: transpose or around attention; ones/zeros: as a norm's absent weight/bias).
 OP_SET = (
-    "matmul", "add", "subtract", "multiply", "divide", "negative", "nn.relu", "nn.gelu", "nn.gelu_tanh",
-    "nn.silu", "sigmoid", "exp", "tanh", "astype", "clip", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum",
-    "max", "mean", "nn.attention", "permute_dims", "ones", "zeros",
+    "matmul",
+    *(op.relax for op in op_table.OPS if op.frontend),
+    "clip", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum", "max", "mean", "nn.attention",
+    "permute_dims", "ones", "zeros",
 )  # fmt: skip
 
 
@@ -123,17 +126,12 @@ def _interpret(func, name: str):
     from tessera import ops
 
     flat = flatten(func, name)
-    unary = {
-        "nn.relu": ops.relu,
-        "nn.gelu": ops.gelu,
-        "nn.gelu_tanh": lambda x: ops.gelu(x, approximate="tanh"),
-        "nn.silu": ops.silu,
-        "sigmoid": ops.sigmoid,
-        "exp": ops.exp,
-        "tanh": ops.tanh,
-        "negative": ops.neg,
-    }
-    binary = {"add": ops.add, "subtract": ops.sub, "multiply": ops.mul, "divide": ops.div}
+
+    def frontend(op):  # the tessera.ops function (and keywords) of an op-table entry
+        return functools.partial(getattr(ops, op.frontend), **dict(op.frontend_kwargs))
+
+    unary = {op.relax: frontend(op) for op in op_table.UNARY if op.frontend and not op.attrs}
+    binary = {op.relax: frontend(op) for op in op_table.BINARY if op.frontend}
     reduce = {"sum": ops.sum, "max": ops.max, "mean": ops.mean}
 
     def body(*tensors):

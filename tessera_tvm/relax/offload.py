@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..config import TargetConfig, load_config
 from ..errors import TesseraError
@@ -61,9 +62,7 @@ _KINDS = {
         "take", "broadcast_to", "repeat", "tile", "flip", "layout_transform",
     },
     "element-wise, not in a GEMM epilogue: left to TVM (which fuses it)": {
-        "add", "subtract", "multiply", "divide", "negative", "exp", "tanh", "sigmoid", "sqrt", "rsqrt", "astype",
-        "nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "power", "maximum", "minimum", "erf", "log", "abs",
-        "where", "clip", "equal", "less", "greater",
+        *op_table.BY_RELAX, "erf", "where", "equal", "less", "greater",
     },
     "reduction: left to TVM (Tessera offloads sum, mean and max, softmax and norms)": {
         "min", "prod", "variance", "std", "argmax", "argmin", "collapse_sum_to",

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import relax_rewrites
+from .. import op_table, relax_rewrites
 from .._tvm import tvm
 
 relax = tvm.relax
@@ -586,7 +586,7 @@ def _shape_value(expr) -> tuple[int, ...] | None:
 # ---------------------------------------------------------------------------------------------
 
 #: Element-wise ops a GEMM epilogue can take, which commute with any reshape.
-_UNARY = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh")
+_UNARY = tuple(f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape)
 _BINARY_EPILOGUE = ("relax.add", "relax.multiply")
 
 

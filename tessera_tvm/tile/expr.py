@@ -10,24 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .. import op_table
 from .base import SpecError, _check_dtype
 
-UNARY_OPS = (
-    "exp",
-    "tanh",
-    "relu",
-    "gelu_erf",
-    "gelu_tanh",
-    "silu",
-    "sigmoid",
-    "neg",
-    "sqrt",
-    "rsqrt",
-    "abs",
-    "log",
-    "cast",
-)
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
+#: The tile names of the op table's unary and binary ops, in its order.
+UNARY_OPS = tuple(op.name for op in op_table.UNARY)
+BINARY_OPS = tuple(op.name for op in op_table.BINARY)
 
 
 @dataclass(frozen=True)

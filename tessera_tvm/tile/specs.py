@@ -20,6 +20,7 @@ import math
 from dataclasses import KW_ONLY, dataclass
 from typing import ClassVar
 
+from .. import op_table
 from .base import (
     SpecError,
     TensorArg,
@@ -44,13 +45,7 @@ EPILOGUE_KINDS = (
     "add_scalar",
     "max_scalar",
     "min_scalar",
-    "relu",
-    "gelu_erf",
-    "gelu_tanh",
-    "silu",
-    "tanh",
-    "exp",
-    "sigmoid",
+    *(op.name for op in op_table.epilogue_activations()),
     "cast",
 )
 

@@ -1,0 +1,134 @@
+"""The element-wise op table: one definition per op, in every spelling the compiler uses.
+
+An op has six names, and each layer keys on its own: the frontend function (``tessera.ops.gelu``),
+the graph builder's op (``"gelu"``), the Relax op (``nn.gelu``, as ``Node.op`` spells it), the tile
+name (``gelu_erf``: ``Unary.op``, ``EpilogueOp.kind``, the emitter in ``tile/common.py``), the
+fragment of kernel names (``gelu``) and the reference (``tessera.reference.gelu``). The tables
+that used to spell them one by one (graph fusion, kernel specs, sharding, tile expressions, the
+Relax op set, offload reasons and recovery) are derived from :data:`OPS` here.
+
+Adding an element-wise op: an :class:`OpDef` below, its tile math (``tile/common.py`` ``unary`` or
+``binary``), its reference and frontend function (``python/tessera/{reference,ops}.py``) when it has
+one, and its tests. ``tests/test_op_table.py`` checks that every op has a reference, a tile
+emitter, and on every backend a program or a refusal that names it.
+
+This module imports nothing but the standard library, so every layer may read it (the frontend's
+functions are named by string, as backend manifests name their hooks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "OpDef",
+    "OPS",
+    "UNARY",
+    "BINARY",
+    "CLIP",
+    "BY_NAME",
+    "BY_RELAX",
+    "relax_to_tile",
+    "epilogue_activations",
+    "short_names",
+]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One element-wise op."""
+
+    #: Tile name: ``Unary``/``Binary`` op, ``EpilogueOp`` kind, ``tile.common`` emitter.
+    name: str
+    #: 1 (``Unary``) or 2 (``Binary``).
+    arity: int
+    #: The Relax op as ``Node.op`` spells it (``nn.silu``, ``negative``); patterns add ``relax.``.
+    relax: str
+    #: :meth:`GraphBuilder.emit`'s op, None when the frontend cannot emit it.
+    graph_op: str | None = None
+    #: The ``tessera.ops`` function and the keyword arguments that select this op (``gelu`` with
+    #: ``approximate="tanh"``); None when the frontend has no such op.
+    frontend: str | None = None
+    frontend_kwargs: tuple[tuple[str, str], ...] = ()
+    #: The ``tessera.reference`` function (called with ``frontend_kwargs``).
+    reference: str | None = None
+    #: The fragment of kernel names and offload reports, when it is not ``name``.
+    short: str | None = None
+    #: Relax attributes the op carries (built and read by code, not by a table constructor).
+    attrs: tuple[str, ...] = ()
+    #: Tessera computes it in element-wise kernels and their fusions (``is_elementwise``); False for
+    #: tile ops that nothing in a graph produces yet (abs, log, max, min, pow).
+    fuses: bool = True
+    #: A GEMM or convolution epilogue activation (Fuser, kernel specs, the Relax patterns).
+    epilogue: bool = False
+    #: ``sink_reshapes`` moves it in front of a reshape, so that it meets its GEMM.
+    sinks_reshape: bool = False
+    #: Sharding: ``pointwise`` (a split passes through) or ``linear`` (a partial sum passes too).
+    sharding: Literal["pointwise", "linear"] = "pointwise"
+
+    @property
+    def kernel_name(self) -> str:
+        return self.short or self.name
+
+
+#: Unary ops, in the order the tile layer lists them (``Unary``'s error message).
+UNARY: tuple[OpDef, ...] = (
+    OpDef("exp", 1, "exp", "exp", "exp", reference="exp", epilogue=True),
+    OpDef("tanh", 1, "tanh", "tanh", "tanh", reference="tanh", epilogue=True, sinks_reshape=True),
+    OpDef("relu", 1, "nn.relu", "relu", "relu", reference="relu", epilogue=True, sinks_reshape=True),
+    OpDef("gelu_erf", 1, "nn.gelu", "gelu", "gelu", reference="gelu", short="gelu", epilogue=True, sinks_reshape=True),
+    OpDef(
+        "gelu_tanh",
+        1,
+        "nn.gelu_tanh",
+        "gelu_tanh",
+        "gelu",
+        frontend_kwargs=(("approximate", "tanh"),),
+        reference="gelu",
+        epilogue=True,
+        sinks_reshape=True,
+    ),
+    OpDef("silu", 1, "nn.silu", "silu", "silu", reference="silu", epilogue=True, sinks_reshape=True),
+    OpDef("sigmoid", 1, "sigmoid", "sigmoid", "sigmoid", reference="sigmoid", epilogue=True, sinks_reshape=True),
+    OpDef("neg", 1, "negative", "negative", "neg", reference="neg", sharding="linear"),
+    OpDef("sqrt", 1, "sqrt"),
+    OpDef("rsqrt", 1, "rsqrt"),
+    OpDef("abs", 1, "abs", fuses=False),
+    OpDef("log", 1, "log", fuses=False),
+    OpDef("cast", 1, "astype", "astype", "cast", reference="cast", attrs=("dtype",), sharding="linear"),
+)
+
+#: Binary ops, in the order the tile layer lists them (``Binary``'s error message).
+BINARY: tuple[OpDef, ...] = (
+    OpDef("add", 2, "add", "add", "add", reference="add"),
+    OpDef("sub", 2, "subtract", "subtract", "sub", reference="sub"),
+    OpDef("mul", 2, "multiply", "multiply", "mul", reference="mul"),
+    OpDef("div", 2, "divide", "divide", "div", reference="div"),
+    OpDef("max", 2, "maximum", fuses=False),
+    OpDef("min", 2, "minimum", fuses=False),
+    OpDef("pow", 2, "power", fuses=False),
+)
+
+#: ``clip(x, lo, hi)``: element-wise with constant bounds (attributes); a kernel computes it with
+#: ``max``/``min`` (``max_scalar``/``min_scalar`` in an epilogue), so it has no tile name of its own.
+CLIP = OpDef("clip", 1, "clip", "clip", "clip", reference="clip", attrs=("min", "max"))
+
+OPS: tuple[OpDef, ...] = (*UNARY, *BINARY)
+BY_NAME: dict[str, OpDef] = {op.name: op for op in OPS}
+BY_RELAX: dict[str, OpDef] = {op.relax: op for op in (*OPS, CLIP)}
+
+
+def relax_to_tile(ops: tuple[OpDef, ...]) -> dict[str, str]:
+    """Relax op -> tile name, for the ops Tessera computes (``fuses``)."""
+    return {op.relax: op.name for op in ops if op.fuses}
+
+
+def epilogue_activations() -> tuple[OpDef, ...]:
+    """The activations a GEMM or convolution epilogue takes, in table order."""
+    return tuple(op for op in UNARY if op.epilogue)
+
+
+def short_names() -> dict[str, str]:
+    """Relax op -> its fragment of kernel names, for the ops Tessera computes."""
+    return {op.relax: op.kernel_name for op in OPS if op.fuses}

@@ -1,0 +1,136 @@
+"""The element-wise op table (tessera_tvm/op_table.py): every op has its reference, frontend function,
+tile emitter, Relax constructor and, on every backend, a program or a refusal that names it; the
+tables derived from it say what the table says."""
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera import Tensor, ops, reference
+from tessera_tvm import op_table
+from tessera_tvm._tvm import tvm
+from tessera_tvm.graph import fusion, kernels, sharding
+from tessera_tvm.graph.builder import OPS as GRAPH_OPS
+from tessera_tvm.relax import interop, offload, recover
+from tessera_tvm.target.backend import known_kinds
+from tessera_tvm.tile import (
+    Binary,
+    ElementwiseSpec,
+    EpilogueOp,
+    GemmSpec,
+    Input,
+    Unary,
+    build_tile_program,
+)
+from tessera_tvm.tile.common import binary, unary
+from tessera_tvm.tile.expr import BINARY_OPS, UNARY_OPS
+from tessera_tvm.tile.specs import EPILOGUE_KINDS
+from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+
+FRONTEND = [op for op in (*op_table.OPS, op_table.CLIP) if op.frontend]
+
+
+def test_names_are_unique_in_every_vocabulary():
+    everything = (*op_table.OPS, op_table.CLIP)
+    for field in ("name", "relax"):
+        names = [getattr(op, field) for op in everything]
+        assert len(names) == len(set(names)), field
+    graph_ops = [op.graph_op for op in everything if op.graph_op]
+    assert len(graph_ops) == len(set(graph_ops))
+    assert all(op.arity == 1 for op in op_table.UNARY) and all(op.arity == 2 for op in op_table.BINARY)
+    assert all(op.frontend and op.reference for op in everything if op.graph_op), (
+        "an op the graph takes but no user can write"
+    )
+
+
+@pytest.mark.parametrize("op", FRONTEND, ids=lambda op: op.name)
+def test_every_frontend_op_computes_its_reference_eagerly(op):
+    # On numpy arrays the frontend function evaluates eagerly: it must be the table's reference.
+    kwargs = dict(op.frontend_kwargs)
+    if op.name == "cast":
+        kwargs["dtype"] = ts.f16
+    elif op.name == "clip":
+        kwargs.update(lo=-0.5, hi=0.75)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(op.arity)]
+    got = np.asarray(getattr(ops, op.frontend)(*args, **kwargs))
+    want = np.asarray(getattr(reference, op.reference)(*args, **kwargs))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", op_table.OPS, ids=lambda op: op.name)
+def test_every_op_has_a_tile_emitter(op):
+    x, y = (tvm.tirx.Var(n, "float32") for n in "xy")
+    expr = unary(op.name, x, "float32", cast_to="float16") if op.arity == 1 else binary(op.name, x, y)
+    assert isinstance(expr, tvm.tirx.PrimExpr)
+    # and not silently something else: the expression reads x (and y)
+    names = set()
+    tvm.tirx.stmt_functor.post_order_visit(expr, lambda e: names.add(e.name) if isinstance(e, tvm.tirx.Var) else None)
+    assert names == ({"x"} if op.arity == 1 else {"x", "y"})
+
+
+@pytest.mark.parametrize("kind", known_kinds())
+@pytest.mark.parametrize("op", op_table.OPS, ids=lambda op: op.name)
+def test_every_backend_builds_each_op_or_refuses_it_by_name(op, kind):
+    operands = (("x", (32, 32), "float32"), ("y", (32, 32), "float32"))[: op.arity]
+    inputs = [Input(name) for name, _, _ in operands]
+    expr = (
+        Unary(op.name, *inputs, dtype="float16" if op.name == "cast" else None)
+        if op.arity == 1
+        else Binary(op.name, *inputs)
+    )
+    spec = ElementwiseSpec((32, 32), operands, expr)
+    try:
+        program = build_tile_program(spec, None, kind)
+    except UnsupportedTTOperationError as exc:
+        assert str(exc).startswith(op.name), str(exc)  # a refusal naming the op
+        return
+    assert isinstance(program, tvm.tirx.PrimFunc)
+
+
+@pytest.mark.parametrize("kind", known_kinds())
+@pytest.mark.parametrize("op", op_table.epilogue_activations(), ids=lambda op: op.name)
+def test_every_backend_takes_each_epilogue_activation_or_refuses_it_by_name(op, kind):
+    spec = GemmSpec(64, 64, 64, dtype_a="bfloat16", epilogue=(EpilogueOp(op.name),))
+    try:
+        program = build_tile_program(spec, None, kind)
+    except UnsupportedTTOperationError as exc:
+        assert op.name in str(exc), str(exc)
+        return
+    assert isinstance(program, tvm.tirx.PrimFunc)
+
+
+@pytest.mark.parametrize("op", [op for op in op_table.OPS if op.graph_op and not op.attrs], ids=lambda op: op.name)
+def test_the_graph_builder_emits_each_op_as_its_relax_op(op):
+    @ts.kernel
+    def one(x: Tensor["N", ts.f32], y: Tensor["N", ts.f32]) -> Tensor["N", ts.f32]:
+        function = getattr(ops, op.frontend)
+        return function(x, **dict(op.frontend_kwargs)) if op.arity == 1 else function(x, y)
+
+    assert op.graph_op in GRAPH_OPS
+    text = one.inspect_ir("graph", shapes={"N": 8}, traced=True)
+    assert f"R.{op.relax}(" in text, text
+
+
+def test_the_derived_tables_say_what_the_table_says():
+    fused = [op for op in op_table.OPS if op.fuses]
+    assert fusion.UNARY == {op.relax: op.name for op in fused if op.arity == 1}
+    assert fusion.BINARY == {op.relax: op.name for op in fused if op.arity == 2}
+    activations = {op.relax for op in op_table.UNARY if op.epilogue}
+    assert set(fusion.EPILOGUE_ACTIVATIONS) == activations == set(kernels._EPILOGUE_UNARY)
+    assert all(fusion._SHORT[op.relax] == (op.short or op.name) for op in fused)
+    assert fusion._SHORT["nn.gelu"] == "gelu"  # kernel names say gelu, the tile name is gelu_erf
+    assert UNARY_OPS == tuple(op.name for op in op_table.UNARY) and BINARY_OPS == tuple(
+        op.name for op in op_table.BINARY
+    )
+    assert {k for k in EPILOGUE_KINDS if k in op_table.BY_NAME} == {op.name for op in op_table.UNARY if op.epilogue} | {
+        "cast"
+    }
+    assert sharding._UNARY | sharding._BINARY == set(op_table.BY_RELAX)
+    assert sharding._LINEAR_UNARY == {"negative", "astype"}
+    assert set(interop.OP_SET) >= {op.relax for op in FRONTEND}
+    elementwise = offload._KINDS["element-wise, not in a GEMM epilogue: left to TVM (which fuses it)"]
+    assert set(op_table.BY_RELAX) <= elementwise
+    assert set(recover._UNARY) == {f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape}
+    assert "relax.exp" not in recover._UNARY  # an activation, not moved in front of reshapes (yet)
+    assert ops._BINARY["ops.sub"] == ("subtract", reference.sub)
