@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 import tessera as ts
+import tessera_tvm
 from tessera import Tensor, ops, reference
 from tessera_tvm import op_table
 from tessera_tvm._tvm import tvm
+from tessera_tvm.errors import TesseraError
 from tessera_tvm.graph import fusion, kernels, sharding
 from tessera_tvm.graph.builder import OPS as GRAPH_OPS
 from tessera_tvm.relax import interop, offload, recover
-from tessera_tvm.target.backend import known_kinds
+from tessera_tvm.target.backend import backend_for, known_kinds
 from tessera_tvm.tile import (
     Binary,
     ElementwiseSpec,
@@ -25,7 +27,6 @@ from tessera_tvm.tile import (
 from tessera_tvm.tile.common import binary, unary
 from tessera_tvm.tile.expr import BINARY_OPS, UNARY_OPS
 from tessera_tvm.tile.specs import EPILOGUE_KINDS
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
 FRONTEND = [op for op in (*op_table.OPS, op_table.CLIP) if op.frontend]
 
@@ -69,35 +70,50 @@ def test_every_op_has_a_tile_emitter(op):
     assert names == ({"x"} if op.arity == 1 else {"x", "y"})
 
 
+def _build_or_refusal(spec, kind: str, takes: bool, name: str):
+    """Build and lower ``spec`` on ``kind``'s default config (no toolchain): a lowered module where
+    the backend's manifest says it takes the op, else a refusal naming it."""
+    backend = backend_for(kind)
+    if takes:
+        program = build_tile_program(spec, None, kind)
+        lowered = tessera_tvm.lower(program, backend.default_config, build=False)
+        assert lowered.source, (name, kind)  # e.g. Tenstorrent's tensorizer found an SFPU op for it
+        return
+    with pytest.raises(TesseraError) as info:
+        build_tile_program(spec, None, kind)
+    assert str(info.value).startswith(name) and "does not support" in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("kind", known_kinds())
 @pytest.mark.parametrize("op", op_table.OPS, ids=lambda op: op.name)
 def test_every_backend_builds_each_op_or_refuses_it_by_name(op, kind):
     operands = (("x", (32, 32), "float32"), ("y", (32, 32), "float32"))[: op.arity]
     inputs = [Input(name) for name, _, _ in operands]
-    expr = (
-        Unary(op.name, *inputs, dtype="float16" if op.name == "cast" else None)
-        if op.arity == 1
-        else Binary(op.name, *inputs)
-    )
+    if op.arity == 1:
+        expr, takes = (
+            Unary(op.name, *inputs, dtype="float16" if op.name == "cast" else None),
+            backend_for(kind).unary_ops,
+        )
+    else:
+        expr, takes = Binary(op.name, *inputs), backend_for(kind).binary_ops
     spec = ElementwiseSpec((32, 32), operands, expr)
-    try:
-        program = build_tile_program(spec, None, kind)
-    except UnsupportedTTOperationError as exc:
-        assert str(exc).startswith(op.name), str(exc)  # a refusal naming the op
-        return
-    assert isinstance(program, tvm.tirx.PrimFunc)
+    _build_or_refusal(spec, kind, takes is None or op.name in takes, op.name)
 
 
 @pytest.mark.parametrize("kind", known_kinds())
 @pytest.mark.parametrize("op", op_table.epilogue_activations(), ids=lambda op: op.name)
 def test_every_backend_takes_each_epilogue_activation_or_refuses_it_by_name(op, kind):
     spec = GemmSpec(64, 64, 64, dtype_a="bfloat16", epilogue=(EpilogueOp(op.name),))
-    try:
-        program = build_tile_program(spec, None, kind)
-    except UnsupportedTTOperationError as exc:
-        assert op.name in str(exc), str(exc)
-        return
-    assert isinstance(program, tvm.tirx.PrimFunc)
+    takes = backend_for(kind).epilogue_ops
+    _build_or_refusal(spec, kind, takes is None or op.name in takes, f"epilogue {op.name}")
+
+
+def test_a_backends_op_lists_name_only_ops_of_the_table():
+    for kind in known_kinds():
+        manifest = backend_for(kind)
+        assert set(manifest.unary_ops or ()) <= {op.name for op in op_table.UNARY}, kind
+        assert set(manifest.binary_ops or ()) <= {op.name for op in op_table.BINARY}, kind
+        assert set(manifest.epilogue_ops or ()) <= set(EPILOGUE_KINDS), kind
 
 
 @pytest.mark.parametrize("op", [op for op in op_table.OPS if op.graph_op and not op.attrs], ids=lambda op: op.name)

@@ -113,6 +113,12 @@ class Backend:
     kernels_in_host: bool = False
     # Relax: dtypes its device code cannot take from a Relax graph (the C codegen has no such type).
     relax_unsupported_dtypes: tuple[str, ...] = ()
+    # The op table's element-wise ops (tessera_tvm/op_table.py tile names) its element-wise programs
+    # take, and the EpilogueOp kinds its GEMM programs take, in the order its refusals list them;
+    # None: every one. An op left out is refused by name when a program would need it.
+    unary_ops: tuple[str, ...] | None = None
+    binary_ops: tuple[str, ...] | None = None
+    epilogue_ops: tuple[str, ...] | None = None
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The hook field ``name`` imported (None when the backend has none)."""

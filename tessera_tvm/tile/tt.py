@@ -38,6 +38,7 @@ import math
 from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 
 from .._tvm import T, named, prim_func
+from ..target.backend import backend_for
 from .base import SpecError
 from .common import binary, declare_params, unary
 from .expr import Binary, Const, Input, Unary, expr_nodes
@@ -52,24 +53,12 @@ TILE = 32
 TT_SCHEDULE = TileSchedule(block_m=TILE, block_n=TILE, block_k=TILE, stages=1, threads=1)
 
 TT_DTYPES = ("bfloat16", "float16", "float32")
-TT_EPILOGUE = (
-    "bias",
-    "residual",
-    "gate",
-    "scale",
-    "add_scalar",
-    "relu",
-    "gelu_erf",
-    "gelu_tanh",
-    "exp",
-    "sigmoid",
-    "silu",
-    "cast",
-)
-# sqrt and 1/x run on the SFPU; rsqrt, sigmoid (1 / (1 + exp(-x))) and silu (x * sigmoid) compose them.
-TT_UNARY = ("exp", "relu", "gelu_erf", "gelu_tanh", "sqrt", "rsqrt", "sigmoid", "silu", "neg", "cast")
-TT_BINARY = ("add", "sub", "mul", "div")
-TT_SCALAR_BINARY = ("add", "sub", "mul", "div")  # with a scalar operand: binop_with_scalar on the SFPU
+# What the SFPU/FPU programs take: the Tenstorrent manifest's (src/target/tt/backend.py).
+_MANIFEST = backend_for("tt")
+TT_EPILOGUE = _MANIFEST.epilogue_ops
+TT_UNARY = _MANIFEST.unary_ops
+TT_BINARY = _MANIFEST.binary_ops
+TT_SCALAR_BINARY = _MANIFEST.binary_ops  # with a scalar operand: binop_with_scalar on the SFPU
 
 _NOT_YET = "the Tenstorrent target does not support {what} yet"
 

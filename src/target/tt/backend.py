@@ -34,6 +34,14 @@ TT = register_backend(
             "are the result (.artifacts; tessera_tvm.target.tt.emulate.run_plan runs a plan)"
         ),
         tuning_refused="Tenstorrent kernels have fixed 32x32 tiles; there is no schedule to tune",
+        # sqrt and 1/x run on the SFPU; rsqrt, sigmoid (1 / (1 + exp(-x))) and silu (x * sigmoid) compose
+        # them. No tanh, abs, log, max, min or pow (no clip: max_scalar/min_scalar) yet.
+        unary_ops=("exp", "relu", "gelu_erf", "gelu_tanh", "sqrt", "rsqrt", "sigmoid", "silu", "neg", "cast"),
+        binary_ops=("add", "sub", "mul", "div"),  # of tiles, and with a scalar (binop_with_scalar on the SFPU)
+        epilogue_ops=(
+            *("bias", "residual", "gate", "scale", "add_scalar"),
+            *("relu", "gelu_erf", "gelu_tanh", "exp", "sigmoid", "silu", "cast"),
+        ),
         relax_refused=(
             "(Tenstorrent) cannot be used from Relax: its kernels are tt-metal programs (reader/compute/writer "
             "+ host), not TVM runtime modules. Use tessera_tvm.lower(program, 'tenstorrent') for them."
