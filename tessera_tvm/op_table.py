@@ -32,6 +32,7 @@ __all__ = [
     "relax_to_tile",
     "epilogue_activations",
     "short_names",
+    "swish_motifs",
 ]
 
 
@@ -44,7 +45,8 @@ class OpDef:
     #: 1 (``Unary``) or 2 (``Binary``).
     arity: int
     #: The Relax op as ``Node.op`` spells it (``nn.silu``, ``negative``); patterns add ``relax.``.
-    relax: str
+    #: None: Relax has no op for it (see ``swish_beta``).
+    relax: str | None
     #: :meth:`GraphBuilder.emit`'s op, None when the frontend cannot emit it.
     graph_op: str | None = None
     #: The ``tessera.ops`` function and the keyword arguments that select this op (``gelu`` with
@@ -66,6 +68,9 @@ class OpDef:
     sinks_reshape: bool = False
     #: Sharding: ``pointwise`` (a split passes through) or ``linear`` (a partial sum passes too).
     sharding: Literal["pointwise", "linear"] = "pointwise"
+    #: The op is ``x * sigmoid(beta * x)`` with this beta, and Relax spells it that way (three
+    #: bindings, ``x`` read twice): the epilogue patterns match that motif (quick GELU, beta 1.702).
+    swish_beta: float | None = None
 
     @property
     def kernel_name(self) -> str:
@@ -89,6 +94,8 @@ UNARY: tuple[OpDef, ...] = (
         epilogue=True,
         sinks_reshape=True,
     ),
+    # x * sigmoid(1.702 x) (CLIP's and some ViTs' activation, written by hand: Relax has no op)
+    OpDef("gelu_quick", 1, None, epilogue=True, sinks_reshape=True, swish_beta=1.702),
     OpDef("silu", 1, "nn.silu", "silu", "silu", reference="silu", epilogue=True, sinks_reshape=True),
     OpDef("sigmoid", 1, "sigmoid", "sigmoid", "sigmoid", reference="sigmoid", epilogue=True, sinks_reshape=True),
     OpDef("neg", 1, "negative", "negative", "neg", reference="neg", sharding="linear"),
@@ -116,19 +123,25 @@ CLIP = OpDef("clip", 1, "clip", "clip", "clip", reference="clip", attrs=("min", 
 
 OPS: tuple[OpDef, ...] = (*UNARY, *BINARY)
 BY_NAME: dict[str, OpDef] = {op.name: op for op in OPS}
-BY_RELAX: dict[str, OpDef] = {op.relax: op for op in (*OPS, CLIP)}
+BY_RELAX: dict[str, OpDef] = {op.relax: op for op in (*OPS, CLIP) if op.relax}
 
 
 def relax_to_tile(ops: tuple[OpDef, ...]) -> dict[str, str]:
-    """Relax op -> tile name, for the ops Tessera computes (``fuses``)."""
-    return {op.relax: op.name for op in ops if op.fuses}
+    """Relax op -> tile name, for the ops Tessera computes (``fuses``) that Relax has an op for."""
+    return {op.relax: op.name for op in ops if op.fuses and op.relax}
 
 
 def epilogue_activations() -> tuple[OpDef, ...]:
-    """The activations a GEMM or convolution epilogue takes, in table order."""
+    """The activations a GEMM or convolution epilogue takes, in table order (with those Relax
+    spells as a motif: ``relax`` None)."""
     return tuple(op for op in UNARY if op.epilogue)
 
 
 def short_names() -> dict[str, str]:
     """Relax op -> its fragment of kernel names, for the ops Tessera computes."""
-    return {op.relax: op.kernel_name for op in OPS if op.fuses}
+    return {op.relax: op.kernel_name for op in OPS if op.fuses and op.relax}
+
+
+def swish_motifs() -> tuple[OpDef, ...]:
+    """The epilogue activations Relax spells as ``x * sigmoid(beta * x)``."""
+    return tuple(op for op in UNARY if op.swish_beta is not None)

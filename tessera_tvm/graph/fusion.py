@@ -20,6 +20,7 @@ attribute lists each group's family, name and bindings (:func:`groups_attr`, :fu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ relax = tvm.relax
 #: Element-wise Relax ops and their names in tile expressions / GEMM epilogues (the op table's).
 UNARY = op_table.relax_to_tile(op_table.UNARY)
 BINARY = op_table.relax_to_tile(op_table.BINARY)
-EPILOGUE_ACTIVATIONS = tuple(op.relax for op in op_table.epilogue_activations())
+EPILOGUE_ACTIVATIONS = tuple(op.relax for op in op_table.epilogue_activations() if op.relax)
 REDUCTIONS = ("sum", "max", "mean")
 ANCHORS = (
     "matmul",
@@ -59,6 +60,31 @@ _SHORT = {
     "nn.rms_norm": "rms_norm",
     **op_table.short_names(),
 }
+
+
+def swish_shape(nodes: list[Node], x) -> float | None:
+    """``beta`` when ``nodes`` are ``x * beta``, ``sigmoid`` of it and ``x * sigmoid(...)`` (in either
+    operand order, ``beta`` a scalar constant): how Relax spells an activation it has no op for."""
+    if len(nodes) != 3:
+        return None
+    scaled, gate, out = nodes
+    if (scaled.op, gate.op, out.op) != ("multiply", "sigmoid", "multiply") or not gate.args[0].same_as(scaled.var):
+        return None
+    a, b = scaled.args
+    if not (a.same_as(x) or b.same_as(x)):
+        return None
+    c, d = out.args
+    if not ((c.same_as(x) and d.same_as(gate.var)) or (d.same_as(x) and c.same_as(gate.var))):
+        return None
+    return constant_value(b if a.same_as(x) else a)
+
+
+def swish_motif(nodes: list[Node], x) -> op_table.OpDef | None:
+    """The op-table activation that ``nodes`` compute from ``x`` as ``x * sigmoid(beta * x)``."""
+    beta = swish_shape(nodes, x)
+    if beta is None:
+        return None
+    return next((op for op in op_table.swish_motifs() if math.isclose(beta, op.swish_beta, rel_tol=1e-6)), None)
 
 
 def is_elementwise(node: Node) -> bool:
@@ -97,7 +123,14 @@ class KernelGroup:
         return seen
 
     def describe(self) -> str:
-        ops = [_SHORT.get(n.op, n.op) for n in self.nodes if n.op not in ("permute_dims", "ones", "zeros")]
+        nodes = [n for n in self.nodes if n.op not in ("permute_dims", "ones", "zeros")]
+        ops, i = [], 0
+        while i < len(nodes):
+            scaled = nodes[i]
+            x = next((a for a in scaled.args if constant_value(a) is None), None) if scaled.op == "multiply" else None
+            motif = swish_motif(nodes[i : i + 3], x) if x is not None else None
+            ops.append(motif.kernel_name if motif else _SHORT.get(scaled.op, scaled.op))
+            i += 3 if motif else 1
         return " + ".join(ops)
 
 

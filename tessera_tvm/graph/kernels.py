@@ -30,13 +30,13 @@ from ..tile import (
     SoftmaxSpec,
     Unary,
 )
-from .fusion import BINARY, UNARY, KernelGroup
+from .fusion import BINARY, UNARY, KernelGroup, swish_motif
 from .nodes import GraphIRError, Node, clip_bounds, constant_value, static_shape
 
 relax = tvm.relax
 
 #: Relax activation -> its EpilogueOp kind.
-_EPILOGUE_UNARY = {op.relax: op.name for op in op_table.epilogue_activations()}
+_EPILOGUE_UNARY = {op.relax: op.name for op in op_table.epilogue_activations() if op.relax}
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,16 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
     anchor = group.anchor
     steps = group.nodes[group.nodes.index(anchor) + 1 :]
     cur = anchor.var
-    for i, node in enumerate(steps):
+    i = 0
+    while i < len(steps):
+        node = steps[i]
         last = i == len(steps) - 1
+        motif = swish_motif(steps[i : i + 3], cur)
+        if motif is not None:  # x * sigmoid(beta x): one activation
+            epilogue.append(EpilogueOp(motif.name))
+            cur = steps[i + 2].var
+            i += 3
+            continue
         if node.op == "astype":
             if not last:
                 epilogue.append(EpilogueOp("cast", dtype=node.attrs["dtype"]))
@@ -195,6 +203,7 @@ def _epilogue(group: KernelGroup, names: _Names, is_bias) -> tuple[list[Epilogue
                     raise GraphIRError(f"{node.op} with a tensor cannot be a GEMM epilogue step (add or multiply can)")
                 epilogue.append(EpilogueOp(kind, operand=operand_names[other], dtype=_dtype(other)))
         cur = node.var
+        i += 1
     return epilogue, operand_names
 
 

@@ -88,7 +88,7 @@ _BIAS_DIM = {0: 0, 1: 2, 2: 1}
 
 #: Element-wise ops (the op table's) a split passes through; a partial sum passes the linear ones too.
 _LINEAR_UNARY = {op.relax for op in op_table.UNARY if op.sharding == "linear"}
-_UNARY = {op.relax for op in (*op_table.UNARY, op_table.CLIP)}
+_UNARY = {op.relax for op in (*op_table.UNARY, op_table.CLIP) if op.relax}
 _BINARY = {op.relax for op in op_table.BINARY}
 
 

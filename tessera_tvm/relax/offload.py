@@ -313,6 +313,16 @@ def _refuse_legalized(mod) -> None:
         )
 
 
+def _with_scalar_constants(func, args):
+    """``func`` (a composite function) with the scalar constants its call passes bound in: FuseOpsByPattern
+    (bind_constants=False) makes every constant a parameter, and an epilogue's scale or a quick GELU's
+    1.702 must be a number when the kernel is planned."""
+    scalars = {
+        p: a for p, a in zip(func.params, args, strict=True) if isinstance(a, relax.Constant) and not a.data.shape
+    }
+    return func.bind_params(scalars) if scalars else func
+
+
 def _is_composite(func) -> bool:
     return (
         func.attrs is not None
@@ -360,7 +370,7 @@ class _Offloader(relax.PyExprMutator):
         func = self.mod_[call.op] if call.op in self.mod_.get_global_vars() else None
         if func is None or not isinstance(func, relax.Function) or not _is_composite(func):
             return call
-        kernel = self._kernel(call.op, func)
+        kernel = self._kernel(call.op, _with_scalar_constants(func, call.args))
         if isinstance(kernel, OffloadRejected):
             return self._inline(func, call.args)
         gv, plan = kernel

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..config import TargetConfig
 from ..errors import TesseraError
-from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup
+from ..graph.fusion import EPILOGUE_ACTIVATIONS, KernelGroup, swish_motif, swish_shape
 from ..graph.kernels import KernelBinding, kernel_spec
 from ..graph.nodes import Node, clip_bounds, kernel_dim_name, node_of
 from ..target.backend import backend_for
@@ -117,6 +118,10 @@ def _with_epilogue(out, steps: tuple[str, ...]):
         else:  # an activation, or a clip (its bounds are checked: constants)
             acts = [_is(f"relax.{name}")(out) for name in EPILOGUE_ACTIVATIONS]
             acts.append(_is("relax.clip")(out, wildcard(), wildcard()))
+            if op_table.swish_motifs():  # x * sigmoid(beta x), x read twice (its beta is checked)
+                multiply = _is("relax.multiply")
+                gate = _is("relax.sigmoid")(multiply(out, wildcard()) | multiply(wildcard(), out))
+                acts.append(multiply(out, gate) | multiply(gate, out))
             out = acts[0]
             for alternative in acts[1:]:
                 out = out | alternative
@@ -359,7 +364,10 @@ def _check_epilogue_operands(nodes, by_var, anchor: Node, bias: list, whose: str
     tensor of the ``bias`` dims (a GEMM's [N], a convolution's [1, O, 1, 1]) or of the output's."""
     out_dims = _dims(anchor.var)
     out = _dim_keys(out_dims)
+    in_motifs = _swish_motif_nodes(nodes, by_var)
     for n in nodes:
+        if n.var in in_motifs:
+            continue
         if n.op == "clip" and clip_bounds(n) is None:
             raise OffloadRejected(f"{n.name}: clip with bounds that are not constants")
         if n.op == "multiply":
@@ -375,6 +383,27 @@ def _check_epilogue_operands(nodes, by_var, anchor: Node, bias: list, whose: str
                 f"{n.name}: adds {_name(others[0])} of shape {tuple(dims)}; {whose} epilogue adds a bias "
                 f"{bias_text} or a residual {tuple(out)}"
             )
+
+
+def _swish_motif_nodes(nodes, by_var) -> set:
+    """The bound Vars of ``x * sigmoid(beta * x)`` activations in ``nodes``; one whose beta is not an
+    op-table activation's is refused."""
+    found = set()
+    for gate in nodes:
+        scaled = by_var.get(gate.args[0]) if gate.op == "sigmoid" else None
+        outs = [n for n in nodes if n.op == "multiply" and any(a.same_as(gate.var) for a in n.args)]
+        if scaled is None or len(outs) != 1:
+            continue
+        triple = [scaled, gate, outs[0]]
+        x = next((a for a in scaled.args if isinstance(a, relax.Var) and a in by_var), None)
+        beta = swish_shape(triple, x)
+        if beta is None:
+            continue
+        if swish_motif(triple, x) is None:
+            known = ", ".join(f"{op.name}: x * sigmoid({op.swish_beta:g} x)" for op in op_table.swish_motifs())
+            raise OffloadRejected(f"{outs[0].name}: x * sigmoid({beta:g} x) is not an epilogue activation ({known})")
+        found.update(n.var for n in triple)
+    return found
 
 
 def _check_gate(node: Node, by_var, out_dims) -> None:

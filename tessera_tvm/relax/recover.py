@@ -586,7 +586,7 @@ def _shape_value(expr) -> tuple[int, ...] | None:
 # ---------------------------------------------------------------------------------------------
 
 #: Element-wise ops a GEMM epilogue can take, which commute with any reshape.
-_UNARY = tuple(f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape)
+_UNARY = tuple(f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape and op.relax)
 _BINARY_EPILOGUE = ("relax.add", "relax.multiply")
 
 
@@ -604,6 +604,10 @@ def sink_reshapes(mod) -> tuple[Any, int]:
     for name in _BINARY_EPILOGUE:
         for pattern in (dpl.is_op(name)(reshape, other), dpl.is_op(name)(other, reshape)):
             binary = pattern if binary is None else binary | pattern
+    # x * sigmoid(beta x) (quick GELU), x read twice: moved whole
+    beta = dpl.is_const()
+    gate = dpl.is_op("relax.sigmoid")(_either("relax.multiply", reshape, beta))
+    swish = _either("relax.multiply", reshape, gate)
 
     def rewrite(orig, matched, bindings):
         inner = matched[reshape]
@@ -615,7 +619,14 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             return None  # the reshape must keep the last dim (a linear's output features)
         if _shape(inner) != out_shape:
             return None  # the reshaped operand is broadcast (BERT's [1, S, D] position embeddings)
-        if len(orig.args) == 1:
+        if gate in matched:
+            c = _scalar(matched[beta])
+            if c is None or not any(
+                op.sinks_reshape and math.isclose(c, op.swish_beta, rel_tol=1e-6) for op in op_table.swish_motifs()
+            ):
+                return None
+            new = relax.op.multiply(x, relax.op.sigmoid(relax.op.multiply(x, matched[beta])))
+        elif len(orig.args) == 1:
             new = relax.Call(orig.op, [x], orig.attrs)
         else:
             r = matched[other]
@@ -633,7 +644,7 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             new = relax.Call(orig.op, args, orig.attrs)
         return relax.op.reshape(new, _relax_shape(out_shape))
 
-    return rewrite_functions(mod, unary | binary, rewrite, rounds=4)  # a unary op, then the add after it
+    return rewrite_functions(mod, swish | unary | binary, rewrite, rounds=4)  # a unary op, then the add after it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+from .. import op_table
 from .._tvm import Builder, T, tvm
 from .base import TensorArg, index_dtype
 
@@ -88,6 +89,9 @@ def unary(op: str, x, dtype: str, cast_to: str | None = None, host: bool = False
         return _imm(0.5, dtype) * x * (one + tanh(inner))
     if op == "silu":
         return x / (one + exp(-x))
+    beta = op_table.BY_NAME[op].swish_beta if op in op_table.BY_NAME else None
+    if beta is not None:  # x sigmoid(beta x): quick GELU
+        return x / (one + exp(_imm(-beta, dtype) * x))
     if op == "sigmoid":
         return one / (one + exp(-x))
     if op == "exp":

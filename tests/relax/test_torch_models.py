@@ -685,3 +685,67 @@ def test_a_tanh_gelu_with_another_constant_is_left_as_written():
     model, x = Almost("pow").eval(), torch.randn(2, 10, 32)
     _, report = partition_for_tessera(_import(model, x), "cpu")
     assert report.rebuilt["gelu_tanh"] == 0, report
+
+
+class QuickGeluMlp(nn.Module):
+    """CLIP's MLP: its activation ``x * sigmoid(1.702 x)`` (quick GELU) is written by hand; Relax has
+    no op for it."""
+
+    def __init__(self, beta: float = 1.702) -> None:
+        super().__init__()
+        self.fc, self.proj, self.beta = nn.Linear(32, 64), nn.Linear(64, 32), beta
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.proj(h * torch.sigmoid(self.beta * h))
+
+
+@pytest.mark.parametrize("decompose", [True, False], ids=["frontend defaults", "no decomposition"])
+def test_a_quick_gelu_written_out_is_the_gemms_epilogue(decompose):
+    # Was: the three ops (read twice, after the linear's reshape back to 3-D) left two element-wise
+    # kernels between the GEMMs.
+    torch.manual_seed(0)
+    model, x = QuickGeluMlp().eval(), torch.randn(2, 10, 32)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    ops = sorted(row.ops for row in built.report.offloaded)
+    assert ops == ["matmul + add", "matmul + add + gelu_quick"], built.report
+    assert not {row.op for row in built.report.not_offloaded} & {"R.sigmoid", "R.multiply"}, built.report
+
+
+def test_a_swish_with_another_constant_is_not_a_quick_gelu():
+    # x * sigmoid(2 x) is no activation Tessera has: the GEMMs stop before it, and it still computes.
+    torch.manual_seed(0)
+    model, x = QuickGeluMlp(beta=2.0).eval(), torch.randn(2, 10, 32)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    gemms = sorted(row.ops for row in built.report.offloaded if row.family == "gemm")
+    assert gemms == ["matmul + add", "matmul + add"], built.report
+
+
+def test_a_linear_scaled_by_a_constant_is_one_kernel():
+    # Was: FuseOpsByPattern makes the 0.5 a parameter of the composite function, the kernel plan
+    # read it as a tensor of shape () and the whole linear was left to TVM.
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 48)
+
+        def forward(self, x):
+            return self.fc(x) * 0.5
+
+    torch.manual_seed(0)
+    model, x = Scaled().eval(), torch.randn(16, 32)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [row.ops for row in built.report.offloaded] == ["matmul + add + mul"], built.report
+    assert not built.report.not_offloaded, built.report

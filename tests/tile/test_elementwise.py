@@ -18,6 +18,7 @@ UNARY = {
     "gelu_erf": lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x / (1 + np.exp(-x)),
+    "gelu_quick": lambda x: x / (1 + np.exp(-1.702 * x)),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "neg": np.negative,
     "sqrt": np.sqrt,
@@ -64,7 +65,7 @@ EVERY_OP = Binary(
         "add",
         Binary(
             "add",
-            Binary("sub", Unary("exp", Unary("tanh", Input("x"))), Unary("relu", Input("y"))),
+            Binary("sub", Unary("exp", Unary("tanh", Input("x"))), Unary("relu", Unary("gelu_quick", Input("y")))),
             Binary("mul", Unary("gelu_erf", Input("x")), Unary("gelu_tanh", Input("y"))),
         ),
         Binary("div", Unary("silu", Input("x")), Binary("add", Unary("sigmoid", Input("y")), Const(1.0))),

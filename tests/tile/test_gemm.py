@@ -26,6 +26,7 @@ EVERY_STEP = (
     EpilogueOp("relu"),
     EpilogueOp("exp"),
     EpilogueOp("gelu_tanh"),
+    EpilogueOp("gelu_quick"),
 )
 
 
@@ -61,6 +62,8 @@ def reference(spec: GemmSpec, arrays: dict) -> np.ndarray:
             x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
         elif op.kind == "silu":
             x = x / (1 + np.exp(-x))
+        elif op.kind == "gelu_quick":
+            x = x / (1 + np.exp(-1.702 * x))
         elif op.kind == "sigmoid":
             x = 1 / (1 + np.exp(-x))
         elif op.kind in ("tanh", "exp"):
