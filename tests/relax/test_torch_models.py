@@ -31,6 +31,17 @@ def _import(model: nn.Module, *args: torch.Tensor, **options):
     return from_exported_program(exported, keep_params_as_input=False, **options)
 
 
+def _built_like_torch(model: nn.Module, x: torch.Tensor, **options):
+    """``model`` imported (``options``: the frontend's), partitioned, built for the CPU and run on
+    ``x``: its output is torch's. Returns the build (its report)."""
+    with torch.no_grad():
+        expected = model(x).numpy()
+    built = build(_import(model, x, **options), "cpu")
+    (got,) = built.run("main", x.numpy())
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    return built
+
+
 @pytest.fixture(scope="module")
 def gpt2():
     torch.manual_seed(0)
@@ -86,11 +97,7 @@ def test_an_infinity_in_tvm_code_compiles_with_the_export_options(tmp_path):
 def test_an_encoder_blocks_decomposed_attention_without_a_mask_is_recovered_too():
     torch.manual_seed(1)
     model, x = Gpt2Block(causal=False), torch.randn(2, 20, 48)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x)
     assert built.report.recovered_attention == 1
     assert [row.family for row in built.report.offloaded].count("attention") == 1, built.report
 
@@ -236,11 +243,7 @@ def test_an_add_that_broadcasts_over_tokens_per_batch_is_not_moved_before_the_re
 def test_llama_block_offloads_its_norms_attention_and_gemms(decompose):
     torch.manual_seed(0)
     model, x = LlamaBlock().eval(), torch.randn(2, 16, 64)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x, run_ep_decomposition=decompose)
     ops = sorted(row.ops for row in built.report.offloaded)
     assert ops.count("rms_norm") == 2 and ops.count("attention") == 1, built.report  # hand-written RMSNorm
     # SiLU (x * sigmoid(x) when decomposed) fuses into W1's GEMM, and the SwiGLU product into a GEMM
@@ -664,11 +667,7 @@ def test_a_tanh_gelu_written_out_is_the_gemms_epilogue(cube, decompose):
     # Was: R.power left to TVM and the rest two element-wise kernels (GPT-2 at 0.71x torch eager).
     torch.manual_seed(0)
     model, x = GeluNewMlp(cube).eval(), torch.randn(2, 10, 32)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x, run_ep_decomposition=decompose)
     assert built.report.rebuilt["gelu_tanh"] == 1, built.report
     assert sorted(row.ops for row in built.report.offloaded) == ["matmul + add", "matmul + add + gelu_tanh"], (
         built.report
@@ -706,11 +705,7 @@ def test_a_quick_gelu_written_out_is_the_gemms_epilogue(decompose):
     # kernels between the GEMMs.
     torch.manual_seed(0)
     model, x = QuickGeluMlp().eval(), torch.randn(2, 10, 32)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x, run_ep_decomposition=decompose), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x, run_ep_decomposition=decompose)
     ops = sorted(row.ops for row in built.report.offloaded)
     assert ops == ["matmul + add", "matmul + add + gelu_quick"], built.report
     assert not {row.op for row in built.report.not_offloaded} & {"R.sigmoid", "R.multiply"}, built.report
@@ -720,11 +715,7 @@ def test_a_swish_with_another_constant_is_not_a_quick_gelu():
     # x * sigmoid(2 x) is no activation Tessera has: the GEMMs stop before it, and it still computes.
     torch.manual_seed(0)
     model, x = QuickGeluMlp(beta=2.0).eval(), torch.randn(2, 10, 32)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x)
     gemms = sorted(row.ops for row in built.report.offloaded if row.family == "gemm")
     assert gemms == ["matmul + add", "matmul + add"], built.report
 
@@ -742,10 +733,6 @@ def test_a_linear_scaled_by_a_constant_is_one_kernel():
 
     torch.manual_seed(0)
     model, x = Scaled().eval(), torch.randn(16, 32)
-    with torch.no_grad():
-        expected = model(x).numpy()
-    built = build(_import(model, x), "cpu")
-    (got,) = built.run("main", x.numpy())
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    built = _built_like_torch(model, x)
     assert [row.ops for row in built.report.offloaded] == ["matmul + add + mul"], built.report
     assert not built.report.not_offloaded, built.report
