@@ -157,3 +157,9 @@ def test_the_derived_tables_say_what_the_table_says():
     assert all(op.epilogue and op.relax is None for op in op_table.swish_motifs())
     assert "relax.exp" not in recover._UNARY  # an activation, not moved in front of reshapes (yet)
     assert ops._BINARY["ops.sub"] == ("subtract", reference.sub)
+
+
+def test_every_reference_and_frontend_function_is_public():
+    # what the table names is what `from tessera.reference import *` and `from tessera.ops import *` give
+    for op in FRONTEND:
+        assert op.reference in reference.__all__ and op.frontend in ops.__all__, op.name

@@ -41,6 +41,7 @@ __all__ = [
     "sigmoid",
     "exp",
     "tanh",
+    "clip",
     "scale",
     "matmul",
     "softmax",

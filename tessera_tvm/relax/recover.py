@@ -49,6 +49,7 @@ dpl = relax.dpl
 __all__ = [
     "fold_batch_norms",
     "recover_attention",
+    "recover_gelu_tanh",
     "recover_rms_norm",
     "recover_silu",
     "rewrite_functions",
