@@ -18,6 +18,7 @@ functions are named by string, as backend manifests name their hooks).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +34,7 @@ __all__ = [
     "epilogue_activations",
     "short_names",
     "swish_motifs",
+    "swish_op",
 ]
 
 
@@ -145,3 +147,8 @@ def short_names() -> dict[str, str]:
 def swish_motifs() -> tuple[OpDef, ...]:
     """The epilogue activations Relax spells as ``x * sigmoid(beta * x)``."""
     return tuple(op for op in UNARY if op.swish_beta is not None)
+
+
+def swish_op(beta: float) -> OpDef | None:
+    """The activation ``x * sigmoid(beta * x)`` is for this ``beta`` (to float32's precision), or None."""
+    return next((op for op in swish_motifs() if math.isclose(beta, op.swish_beta, rel_tol=1e-6)), None)

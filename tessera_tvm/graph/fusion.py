@@ -20,7 +20,6 @@ attribute lists each group's family, name and bindings (:func:`groups_attr`, :fu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,9 +81,7 @@ def swish_shape(nodes: list[Node], x) -> float | None:
 def swish_motif(nodes: list[Node], x) -> op_table.OpDef | None:
     """The op-table activation that ``nodes`` compute from ``x`` as ``x * sigmoid(beta * x)``."""
     beta = swish_shape(nodes, x)
-    if beta is None:
-        return None
-    return next((op for op in op_table.swish_motifs() if math.isclose(beta, op.swish_beta, rel_tol=1e-6)), None)
+    return None if beta is None else op_table.swish_op(beta)
 
 
 def is_elementwise(node: Node) -> bool:

@@ -622,9 +622,8 @@ def sink_reshapes(mod) -> tuple[Any, int]:
             return None  # the reshaped operand is broadcast (BERT's [1, S, D] position embeddings)
         if gate in matched:
             c = _scalar(matched[beta])
-            if c is None or not any(
-                op.sinks_reshape and math.isclose(c, op.swish_beta, rel_tol=1e-6) for op in op_table.swish_motifs()
-            ):
+            op = None if c is None else op_table.swish_op(c)
+            if op is None or not op.sinks_reshape:
                 return None
             new = relax.op.multiply(x, relax.op.sigmoid(relax.op.multiply(x, matched[beta])))
         elif len(orig.args) == 1:
