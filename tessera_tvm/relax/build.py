@@ -25,6 +25,7 @@ from ..config import TargetConfig, load_config
 from ..errors import TesseraError
 from ..registry import take_pending_error
 from ..target.backend import backend_for
+from ..target.cpu.blas_threads import share_blas_threads
 from .offload import OffloadReport, partition_for_tessera
 from .pipeline import is_tessera_kernel, pipeline_name
 
@@ -114,6 +115,8 @@ def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | 
     # Without a path: a scratch library, removed once loaded (the loaded copy stays mapped).
     with tempfile.TemporaryDirectory(prefix="tessera_relax_") if path is None else nullcontext() as scratch:
         library = tvm.runtime.load_module(str(export_library(executable, path or Path(scratch) / "module.so", config)))
+    if backend_for(config).kernels_in_host:
+        share_blas_threads()  # numpy's OpenBLAS on the kernels' OpenMP threads (target/cpu/blas_threads.py)
     if device is None:  # kernels in the host library run on the host CPU, others on the target's device 0
         device = tvm.cpu() if backend_for(config).kernels_in_host else tvm.device(config.target_kind, 0)
     return relax.VirtualMachine(library, device)

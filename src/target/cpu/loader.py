@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ...errors import TesseraError
+from .blas_threads import share_blas_threads
 
 __all__ = [
     "ArgumentError",
@@ -210,6 +211,7 @@ def load_cpu_kernel(so_path: str | os.PathLike[str], symbol: str, params: Sequen
             f'symbol {symbol!r} not found in {os.fspath(path)!r}; is it declared extern "C"? '
             "(TileLang's C codegen names the device function '<prim_func name>_kernel', e.g. 'main_kernel')"
         ) from None
+    share_blas_threads()  # numpy's OpenBLAS on the kernels' threads from now on (blas_threads.py)
     return CpuKernel(fn, name=symbol, path=path, params=params, lib=lib)
 
 
