@@ -420,7 +420,12 @@ COMPILE_TARGETS = {
 def bench_threads(quick: bool) -> None:
     """Issue #39 item 4: a Tessera GEMM (f32 1024^3) called right after numpy or torch work in the same
     process, against the same call alone. numpy's BLAS and torch's pool may keep their threads spinning
-    on the cores Tessera's OpenMP threads need. Goal: within 10% of the call alone."""
+    on the cores Tessera's OpenMP threads need. Goal: within 10% of the call alone. Measured twice:
+    numpy's OpenBLAS on the kernels' threads (what loading a CPU kernel sets up,
+    src/target/cpu/blas_threads.py) and on its own threads (``TESSERA_SHARE_BLAS_THREADS=0``); and
+    numpy's own GEMM both ways."""
+    from tessera_tvm.target.cpu import blas_threads
+
     rng = np.random.default_rng(0)
     n = 1024
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
@@ -429,30 +434,58 @@ def bench_threads(quick: bool) -> None:
     small = rng.standard_normal((256, 256), dtype=np.float32)
     ts_small = torch.from_numpy(small)
     before = {
-        "alone": lambda: None,
+        "alone": lambda: time.sleep(0.2),  # the earlier rounds' threads have stopped spinning
         "after numpy matmuls": lambda: [small @ small for _ in range(4)],
         "after torch matmuls": lambda: [torch.matmul(ts_small, ts_small) for _ in range(4)],
     }
     samples = 9 if quick else 25
-    times: dict[str, list[float]] = {name: [] for name in before}
-    for _ in range(samples):  # interleaved: each round times the kernel once after each kind of work
-        for name, work in before.items():
-            work()
-            start = time.perf_counter()
-            k(a, b)
-            times[name].append(time.perf_counter() - start)
-    alone = float(np.median(times["alone"]))
     flops = 2 * n**3
-    for name in before:
-        t = float(np.median(times[name]))
+    ways = {"numpy's BLAS on the kernels' threads": True, "numpy's BLAS on its own threads": False}
+    for way, shared in ways.items():
+        (blas_threads.share_blas_threads if shared else blas_threads.stop_sharing_blas_threads)()
+        time.sleep(0.3)  # the other way's threads stop spinning (OpenBLAS's spin for ~0.1 s)
+        times: dict[str, list[float]] = {name: [] for name in before}
+        for _ in range(samples):  # interleaved: each round times the kernel once after each kind of work
+            for name, work in before.items():
+                work()
+                start = time.perf_counter()
+                k(a, b)
+                times[name].append(time.perf_counter() - start)
+        alone = float(np.median(times["alone"]))
+        for name in before:
+            t = float(np.median(times[name]))
+            row(
+                "threads",
+                f"gemm f32 {n}^3 {name}, {way} (median of {samples})",
+                f"{t * 1e3:.2f} ms",
+                f"{alone * 1e3:.2f} ms alone",
+                f"{alone / t:.2f}x",
+                of_peak(flops / t / 1e9),
+            )
+    # numpy's own GEMM on the kernels' threads against its own threads (ratio > 1: faster shared), in
+    # interleaved rounds: switch, wait for the other way's threads to stop spinning, warm, time a call.
+    for m in (256, 1024):
+        x = rng.standard_normal((m, m), dtype=np.float32)
+        times = {True: [], False: []}
+        for _ in range(samples):
+            for shared in (True, False):
+                (blas_threads.share_blas_threads if shared else blas_threads.stop_sharing_blas_threads)()
+                time.sleep(0.3)
+                for _ in range(3):
+                    x @ x
+                start = time.perf_counter()
+                x @ x
+                times[shared].append(time.perf_counter() - start)
+        shared, own = (float(np.median(times[way])) for way in (True, False))
         row(
             "threads",
-            f"gemm f32 {n}^3 {name} (median of {samples})",
-            f"{t * 1e3:.2f} ms",
-            f"{alone * 1e3:.2f} ms alone",
-            f"{alone / t:.2f}x",
-            of_peak(flops / t / 1e9),
+            f"numpy gemm f32 {m}^3: BLAS on the kernels' threads vs on its own (median of {samples})",
+            f"{2 * m**3 / shared / 1e9:.1f} GFLOP/s",
+            f"{2 * m**3 / own / 1e9:.1f} GFLOP/s",
+            f"{own / shared:.2f}x",
+            "-",
         )
+    blas_threads.share_blas_threads()
 
 
 def bench_compile(quick: bool) -> None:

@@ -33,6 +33,7 @@ from ..toolchain import (
     untouched_on_failure,
     validate_artifact_name,
 )
+from .blas_threads import share_blas_threads
 from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR
 
 __all__ = ["build_module", "entry_source"]
@@ -198,6 +199,7 @@ def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], 
 
     # Verified against its manifest before it is loaded: a damaged library would crash the process.
     final = cached_build(build, source, *libraries, *tvm_ffi_paths(), name=plan.name)
+    share_blas_threads()  # the kernels' OpenMP threads shared with numpy's OpenBLAS (blas_threads.py)
     return tvm_ffi.load_module(str(final / f"{plan.name}.so"))[plan.name]
 
 
