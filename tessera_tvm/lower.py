@@ -268,7 +268,7 @@ def lower(
 def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredModule | None:
     """The module the cache holds for ``key``, or None; an entry that passes its checksums but does
     not load (a library the loader refuses, IR this TVM cannot read) is removed, with a warning."""
-    from .cache import warn_once
+    from .kernel_store import warn_once
 
     entry = cache.load(key)
     if entry is None:
@@ -288,7 +288,7 @@ def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredM
 
 def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
     """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
-    from .cache import BUILD_PREFIX, held_directory
+    from .kernel_store import BUILD_PREFIX, held_directory
 
     lowered = _lower(mod, name, config, recorder)
     if key is None:
