@@ -99,10 +99,9 @@ class _Context:
 
 
 def _parse_entry(item: Any, key: str, phase: str, check: _Checker, ctx: _Context) -> PipelineEntry | None:
-    from . import pipeline as _pipeline  # registers the built-in passes
-    from .registry import get_pass, get_predicate
+    from .registry import get_pass, get_predicate, load_passes
 
-    _pipeline.ensure_registered()
+    load_passes()  # the built-in passes (the driver's loader imports the modules that register them)
     if isinstance(item, str):
         name, args, when = item, {}, None
     elif isinstance(item, dict):

@@ -268,7 +268,7 @@ def lower(
 def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredModule | None:
     """The module the cache holds for ``key``, or None; an entry that passes its checksums but does
     not load (a library the loader refuses, IR this TVM cannot read) is removed, with a warning."""
-    from .cache import warn_once
+    from .kernel_store import warn_once
 
     entry = cache.load(key)
     if entry is None:
@@ -288,7 +288,7 @@ def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredM
 
 def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
     """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
-    from .cache import BUILD_PREFIX, held_directory
+    from .kernel_store import BUILD_PREFIX, held_directory
 
     lowered = _lower(mod, name, config, recorder)
     if key is None:
@@ -474,13 +474,6 @@ def _metadata(device_mod) -> list[dict[str, Any]]:
     return kernel_metadata(device_mod)
 
 
-def _write_metadata(lowered: LoweredModule) -> None:
-    from .target.toolchain import write_text_atomic
-    from .transform.annotate_kernel_metadata import metadata_json
-
-    write_text_atomic(lowered.artifacts["metadata"], metadata_json(lowered.metadata))
-
-
 def _write_artifacts_atomic(lowered: LoweredModule, out_dir: Path, *, build: bool) -> None:
     """:func:`write_artifacts` into ``out_dir``, all or nothing: the files are written and built in a
     staging sibling and moved into ``out_dir`` only when the build succeeded, so a failing compiler
@@ -504,6 +497,7 @@ def _write_artifacts_atomic(lowered: LoweredModule, out_dir: Path, *, build: boo
 
 def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True) -> dict[str, Path]:
     """Write source, host IR, metadata and pass log to ``out_dir``; build with the config's compiler."""
+    from tessera_tvm.target.metadata import write_metadata
     from tessera_tvm.target.toolchain import write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -523,7 +517,7 @@ def write_artifacts(lowered: LoweredModule, out_dir: Path, *, build: bool = True
     write_text_atomic(files["host_ir"], lowered.host_ir)
     write_text_atomic(files["passes"], lowered.timing_table())
     lowered.artifacts.update(files)
-    _write_metadata(lowered)
+    write_metadata(lowered)
     if build:
         if codegen["compiler"] != "none" and backend.build is not None:  # the backend drives the config's compiler
             with step(backend.build_step, lowered.name, lowered.config):

@@ -1,4 +1,5 @@
-"""Writing the files observability produces (traces, metrics) without harming what is at their path.
+"""Writing the files observability produces (traces, metrics) without harming what is at their path,
+and the digest of a file (:func:`sha256_file`: kernel-cache manifests, build outputs).
 
 Tessera's writers append to or replace regular files only: a symbolic link, a device, a FIFO or a
 socket at the path is refused with :class:`~tessera_tvm.errors.OutputFileError` naming the file (as
@@ -8,6 +9,7 @@ program did not ask for it explicitly (an environment variable) is a warning, ne
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -18,7 +20,7 @@ from typing import Any
 
 from .errors import OutputFileError, TesseraWarning
 
-__all__ = ["check_writable", "file_kind", "refuse_special", "replace_regular_file", "warn"]
+__all__ = ["check_writable", "file_kind", "refuse_special", "replace_regular_file", "sha256_file", "warn"]
 
 
 def file_kind(mode: int) -> str:
@@ -94,3 +96,12 @@ def replace_regular_file(path: Path, payload: Any, what: str) -> Path:
 def warn(message: str) -> None:
     """One :class:`TesseraWarning` (callers say each thing once)."""
     warnings.warn(message, TesseraWarning, stacklevel=3)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

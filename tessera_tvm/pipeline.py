@@ -11,22 +11,29 @@ act on exactly the names the config shows.
 
 from __future__ import annotations
 
-import contextvars
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._tvm import copy_module, tvm
 from .config import ALL_PHASES, GRAPH_PHASE, PHASES, PipelineEntry, TargetConfig, load_config
 from .config_pipeline import PHASE_TITLES as _PHASE_TITLES
 from .config_pipeline import graph_phase_default
 from .errors import LoweringError, TesseraError
-from .registry import BuildContext, get_pass, get_predicate, take_pending_error
+from .pass_log import (  # noqa: F401  (PassRecord, PassRecorder, recording and report_status: their names here too)
+    _RECORDER,
+    _STATUS,
+    PassRecord,
+    PassRecorder,
+    recording,
+    report_status,
+)
+from .registry import BuildContext, add_pass_loader, get_pass, get_predicate, take_pending_error
 from .trace import span
+
+if TYPE_CHECKING:
+    from .graph.passes import GraphIR
 
 _registered = False
 
@@ -43,75 +50,7 @@ def ensure_registered() -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Recording: per-pass timing, dumps, and the original exception (the FFI boundary loses its class)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PassRecord:
-    index: int
-    phase: str
-    name: str
-    seconds: float
-    status: str = "ran"  # "ran" or "skipped (ir.<predicate> is false)"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "phase": self.phase,
-            "name": self.name,
-            "seconds": round(self.seconds, 6),
-            "status": self.status,
-        }
-
-
-@dataclass
-class PassRecorder:
-    """Collects what the pipeline did; one per lowering."""
-
-    dump_dir: Path | None = None
-    records: list[PassRecord] = field(default_factory=list)
-    error: BaseException | None = None
-    failed: tuple[str, str, Any] | None = None  # (pass, phase, the IR it received) of the first failure
-    metadata: list[dict[str, Any]] | None = None  # the kernel metadata, once the codegen made it
-
-    def dump(self, name: str, mod) -> None:
-        if self.dump_dir is None:
-            return
-        self.dump_dir.mkdir(parents=True, exist_ok=True)
-        index = len(self.records)
-        (self.dump_dir / f"{index:03d}_{name}.py").write_text(mod.script())
-
-    def timing_table(self) -> str:
-        width = max([len(r.name) for r in self.records] + [4])
-        lines = [f"{'#':>3}  {'phase':<19} {'pass':<{width}} {'ms':>9}  status"]
-        for r in self.records:
-            lines.append(f"{r.index:>3}  {r.phase:<19} {r.name:<{width}} {r.seconds * 1e3:>9.3f}  {r.status}")
-        total = sum(r.seconds for r in self.records)
-        lines.append(f"{'':>3}  {'total':<19} {'':<{width}} {total * 1e3:>9.3f}")
-        return "\n".join(lines) + "\n"
-
-
-_RECORDER: contextvars.ContextVar[PassRecorder | None] = contextvars.ContextVar("tessera_recorder", default=None)
-_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("tessera_pass_status", default=None)
-
-
-def report_status(detail: str) -> None:
-    """Called by a running pass to say what it did (``"4 rewrites"``); the pass log shows
-    ``ran (4 rewrites)``."""
-    _STATUS.set(detail)
-
-
-@contextmanager
-def recording(recorder: PassRecorder | None = None) -> Iterator[PassRecorder]:
-    """Make ``recorder`` (or a new one) receive the records of the passes run inside the block."""
-    recorder = recorder or PassRecorder()
-    token = _RECORDER.set(recorder)
-    try:
-        yield recorder
-    finally:
-        _RECORDER.reset(token)
+add_pass_loader(ensure_registered)  # config parsing (below the passes) looks pass names up through it
 
 
 def _kernel_names(mod) -> str:
@@ -285,3 +224,42 @@ def format_pass_list(config: TargetConfig | str) -> str:
         out.append(f"\n[{_PHASE_TITLES[phase]}]  # {len(entries)} passes")
         out.extend(entry.describe() for entry in entries)
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph phase of a traced kernel (the passes live in tessera_tvm/graph)
+# ---------------------------------------------------------------------------------------------
+
+
+def run_graph_passes(traced, name: str, config=None, dump_dir: Path | None = None) -> GraphIR:
+    """Run the graph phase of ``config`` (the shared list when None) on ``traced``, an IRModule
+    whose function ``name`` is the kernel; ``dump_dir`` receives the module after each pass."""
+    from .graph.outline_kernels import read_kernels
+    from .graph.passes import GraphIR
+
+    graph = GraphIR(name, traced)
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        (dump_dir / "000_input.py").write_text(traced.script())
+    with recording(PassRecorder(dump_dir)) as recorder:
+        graph.module = run_phase(traced, config, "graph")
+    graph.records = recorder.records
+    if dump_dir is not None:
+        (dump_dir / "timing.txt").write_text(recorder.timing_table())
+    graph.simplified, graph.groups = read_kernels(graph.module, name)
+    return graph
+
+
+def graph_phase_key(config=None) -> tuple | None:
+    """What decides the graph phase's result besides the traced module: the config's fingerprint
+    and the current ``PassContext``'s settings. None when the PassContext has instruments, which
+    must see every pass run (the caller does not reuse an earlier result then)."""
+    from .cache import pass_context_settings
+
+    if list(tvm.transform.PassContext.current().instruments):
+        return None
+    settings = pass_context_settings()
+    return (
+        None if config is None else load_config(config).fingerprint(),
+        tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings.items())),
+    )

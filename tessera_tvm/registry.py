@@ -112,6 +112,23 @@ def register_predicate(name: str, *, doc: str = ""):
     return wrap
 
 
+_PASS_LOADERS: list[Callable[[], None]] = []
+
+
+def add_pass_loader(load: Callable[[], None]) -> None:
+    """Register ``load``, which imports the modules that register passes; :func:`load_passes` runs it.
+    The driver adds its own (``tessera_tvm.pipeline.ensure_registered``): the registry sits below
+    the passes and never imports them itself."""
+    if load not in _PASS_LOADERS:
+        _PASS_LOADERS.append(load)
+
+
+def load_passes() -> None:
+    """Register every pass the loaders know of (config parsing calls it before it looks names up)."""
+    for load in list(_PASS_LOADERS):
+        load()
+
+
 def _suggest(name: str, names: list[str]) -> list[str]:
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     if not close:  # 'LayoutInference' should find 'tl.LayoutInference'

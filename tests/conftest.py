@@ -65,6 +65,7 @@ QUICK_FILES = (
     "tests/target/test_backend.py",
     "tests/target/test_toolchain.py",
     "tests/test_cache.py",
+    "tests/test_import_layers.py",
     "tests/test_read_only_arrays.py",
     "tests/test_source_layout.py",
     "tests/tile/test_elementwise.py",

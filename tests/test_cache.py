@@ -49,7 +49,8 @@ def test_key_depends_on_tessera_code_and_kernel_headers(program, tmp_path, monke
     keys = [cache_key(program, hopper, build=True)]
     root = tmp_path / "tessera_tvm"  # stands in for the installed package: its .py files and headers
     (root / "include" / "tessera").mkdir(parents=True)
-    for module in (tessera_tvm, tessera_tvm.target, tessera_tvm.transform):
+    # tessera_tvm's directory is read from cache.py's own path (the cache does not import the package's facade)
+    for module in (cache_mod, tessera_tvm.target, tessera_tvm.transform):
         monkeypatch.setattr(module, "__file__", str(root / "__init__.py"))
     monkeypatch.setattr(cache_mod, "_code_digest", cache_mod._code_digest.__wrapped__)  # not the per-process value
     header = root / "include" / "tessera" / "cpu.h"

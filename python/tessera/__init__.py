@@ -17,10 +17,9 @@
     with ts.metrics("calls.jsonl"): ...  # one row per call (or TESSERA_METRICS=calls.jsonl); `tessera metrics`
 """
 
-__version__ = "0.1.0"
-
 from tessera_tvm.metrics import metrics  # noqa: E402
 from tessera_tvm.trace import tracing as trace  # noqa: E402
+from tessera_tvm.version import __version__  # noqa: E402
 
 from . import ops, reference  # noqa: E402
 from .compiler import CompiledKernel, compile  # noqa: E402

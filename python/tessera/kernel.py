@@ -23,7 +23,8 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tessera_tvm.graph import GraphIR, graph_phase_key, run_graph_passes
+from tessera_tvm.graph import GraphIR
+from tessera_tvm.pipeline import graph_phase_key, run_graph_passes
 
 from .errors import DTypeError, KernelError, ShapeError
 from .tracing import Dim, Trace, TracedTensor, describe_dims, dims_agree

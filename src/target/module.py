@@ -71,7 +71,7 @@ def module_cache_dir(*parts: str | bytes) -> Path:
     import hashlib
     import tempfile
 
-    from ..cache import KernelCache
+    from ..kernel_store import KernelCache
 
     digest = hashlib.sha256()
     for part in parts:

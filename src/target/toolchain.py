@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import hashlib
 import os
 import re
 import secrets
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TesseraError, ToolchainError, ToolchainMissingError
+from ..output_files import sha256_file  # noqa: F401  (re-exported: the builds' name for it)
 from ..trace import span
 
 __all__ = [
@@ -277,15 +277,6 @@ def untouched_on_failure(final_dir: str | os.PathLike[str]) -> Iterator[None]:
     except ToolchainError as exc:
         note = f"\n  (the build ran in a temporary directory, now removed; nothing was written to {final_dir})"
         raise type(exc)(exc.command, exc.output, f"{exc}{note}") from None
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:

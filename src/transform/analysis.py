@@ -30,6 +30,7 @@ import operator
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import TesseraError
+from tessera_tvm.target.codegen import kernel_name  # noqa: F401  (the passes' name for it)
 
 _DEVICE_KERNEL_LAUNCH = 2  # tvm.ir.CallingConv.DEVICE_KERNEL_LAUNCH: a __global__ kernel
 _C_PACKED_FUNC = 1  # tvm.ir.CallingConv.C_PACKED_FUNC: the host entry point
@@ -142,12 +143,6 @@ def device_kernels(mod) -> list[tuple[object, object]]:
     """The ``(GlobalVar, PrimFunc)`` device kernels of a module split by ``tl.SplitHostDevice``."""
     found = [(gv, func) for gv, func in mod.functions.items() if is_device_kernel(func)]
     return sorted(found, key=lambda item: str(item[0].name_hint))
-
-
-def kernel_name(gv, func) -> str:
-    """The symbol the kernel is compiled and launched under."""
-    symbol = func.attrs.get("global_symbol") if func.attrs else None
-    return str(symbol) if symbol is not None else str(gv.name_hint)
 
 
 def _launch_thread_extents(func) -> dict[str, object]:

@@ -23,16 +23,16 @@ Registers are known only after ptxas; the codegen step adds them.
 
 The attr does not change generated source (CUDA, HIP and C codegens do not print func attrs).
 ``kernel_metadata(mod)`` reads the attrs back as plain, JSON-serialisable dicts, keys in the seed's
-order; ``metadata_json`` writes them as metadata.json.
+order; ``metadata_json`` (tessera_tvm.target.metadata) writes them as metadata.json.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.target.metadata import metadata_json  # noqa: F401  (re-exported)
 
 from . import analysis
 from .record_tile_info import ATTR as TILE_INFO_ATTR
@@ -103,11 +103,6 @@ def kernel_metadata(mod) -> list[dict]:
                 entry["unchecked"] = to_python(func.attrs[UNCHECKED_ATTR])
             found.append(entry)
     return found
-
-
-def metadata_json(metadata: list[dict]) -> str:
-    """The text of metadata.json: one entry per kernel, keys in the seed's order."""
-    return json.dumps(metadata, indent=2) + "\n"
 
 
 @register_pass(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tessera_tvm.config import TargetConfig
 from tessera_tvm.errors import ResourceError
 from tessera_tvm.registry import BuildContext, register_pass, tessera_module_pass
+from tessera_tvm.target.cuda.lowered import check_registers  # noqa: F401  (re-exported)
 
 from . import analysis
 from .annotate_kernel_metadata import UNCHECKED_ATTR, tile_info_of
@@ -66,8 +67,6 @@ _CHECKS = (
         "use smaller tiles: the CPU kernel keeps its on-chip buffers in stack arrays",
     ),
 )
-
-_REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or use more threads per block"
 
 
 def _hint(check: _Check, buffers: list[str], stages: int | None) -> str:
@@ -118,28 +117,6 @@ def check_resolved(metadata: dict, dims: dict[str, int], config: TargetConfig) -
             if value > limits[check.limit_key]:
                 hint = f"{amount} with {', '.join(f'{k}={v}' for k, v in sorted(dims.items()))}; {check.hint}"
                 raise ResourceError(metadata["name"], check.resource, value, limits[check.limit_key], config.name, hint)
-
-
-def check_registers(
-    kernel_name: str, registers: int, config: TargetConfig, threads_per_block: int | None = None
-) -> None:
-    """Check ptxas's register count of a kernel (per thread, and per block when threads are given)."""
-    limits = config.resource_limits
-    if "registers_per_thread" in limits and registers > limits["registers_per_thread"]:
-        raise ResourceError(
-            kernel_name, "registers per thread", registers, limits["registers_per_thread"], config.name, _REGISTER_HINT
-        )
-    if isinstance(threads_per_block, int) and "registers_per_block" in limits:  # not when symbolic
-        per_block = registers * threads_per_block
-        if per_block > limits["registers_per_block"]:
-            raise ResourceError(
-                kernel_name,
-                "registers per block",
-                per_block,
-                limits["registers_per_block"],
-                config.name,
-                _REGISTER_HINT,
-            )
 
 
 @register_pass("tessera.VerifyResources", doc="check each device kernel against the config's resource limits")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._tvm import tvm
-from ..pipeline import report_status
+from ..pass_log import report_status
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .nodes import FlatFunction, Node, flatten, kernel_functions, rebuild, replace_functions, scalar_const
 

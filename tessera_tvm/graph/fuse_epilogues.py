@@ -8,7 +8,7 @@ epilogue ops element-wise kernels.
 
 from __future__ import annotations
 
-from ..pipeline import report_status
+from ..pass_log import report_status
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .fusion import GROUPS_ATTR, Fuser, groups_attr
 from .nodes import flatten, kernel_functions, replace_functions

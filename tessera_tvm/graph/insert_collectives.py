@@ -8,7 +8,7 @@ follows (:func:`insert_collectives`). The bindings' forms are :mod:`.collectives
 from __future__ import annotations
 
 from .._tvm import tvm
-from ..pipeline import report_status
+from ..pass_log import report_status
 from ..registry import BuildContext, register_pass, tessera_module_pass
 from .collectives import Collective, collective_args, collective_call, collective_name, collective_node, is_collective
 from .nodes import FlatFunction, flatten, kernel_functions, rebuild, replace_functions

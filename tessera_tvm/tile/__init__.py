@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..target.backend import backend_for, known_kinds
-from ..transform.tt.common import UnsupportedTTOperationError  # noqa: F401  (what a TT tile program refuses)
+from ..target.tt.ir import UnsupportedTTOperationError  # noqa: F401  (what a TT tile program refuses)
 from .base import DTYPES, SPEC_ATTR, TARGET_KINDS, SpecError, TensorArg, dtype_bytes  # noqa: F401
 from .expr import Binary, Const, Expr, Input, Unary  # noqa: F401
 from .resources import local_bytes, smem_bytes  # noqa: F401

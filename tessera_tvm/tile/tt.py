@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tessera_tvm.target.tt.ir import UnsupportedTTOperationError
 
 from .._tvm import T, named, prim_func
 from ..target.backend import backend_for

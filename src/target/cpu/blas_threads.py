@@ -197,7 +197,7 @@ def _callback_address() -> int:
 
 
 def _build() -> Path:
-    from ...cache import cached_build
+    from ...kernel_store import cached_build
 
     cxx = require_tool("g++")
     source = SOURCE.read_text(encoding="utf-8")

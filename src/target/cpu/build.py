@@ -159,7 +159,7 @@ def precompiled_prelude(cxx: str, flags: Sequence[str]) -> Path | None:
     first and was built with the same options, and ignores it otherwise; kernels build ~4x faster. A
     damaged file would crash GCC, so its SHA-256 is checked (once per process) and a mismatch rebuilds it.
     """
-    from tessera_tvm.cache import KernelCache, cache_unusable, prelude_dir
+    from tessera_tvm.kernel_store import KernelCache, cache_unusable, prelude_dir
 
     pch = prelude_dir(KernelCache.from_env().root)
     flags = tuple(flags)

@@ -58,7 +58,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
     """Compile ``files`` (C/C++ sources and objects from ``export_library``) into the shared library
     ``output``. ``options`` are export_library's (the config's flags, TVM's include paths, the host
     macros), ``flags`` the config's compiler flags without ``-D`` (what the kernels are built with)."""
-    from tessera_tvm.cache import KernelCache, _damaged
+    from tessera_tvm.kernel_store import KernelCache, _damaged
 
     cxx = require_tool("g++")
     options, flags = list(options), tuple(flags)
@@ -208,7 +208,7 @@ def _compile(command: list[str], language: list[str], source: str, suffix: str, 
     """Compile ``source`` into ``target`` (written whole or not at all, its SHA-256 beside it), in a
     directory under ``staging`` that this process holds: the cache's stale-file cleanup removes it
     if the process dies mid-compile."""
-    from tessera_tvm.cache import held_directory
+    from tessera_tvm.kernel_store import held_directory
 
     staging.mkdir(parents=True, exist_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)

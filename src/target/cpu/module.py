@@ -184,7 +184,7 @@ def linked_entry(plan: ModulePlan, libraries: Sequence[str | os.PathLike[str]], 
     scratch directory when the cache is off, with a manifest checked before each load), so an
     instance pays the ~0.3 s of g++ once."""
     from ..._tvm import tvm_ffi
-    from ...cache import cached_build
+    from ...kernel_store import cached_build
 
     validate_artifact_name(plan.name)
     source = entry_source([plan])

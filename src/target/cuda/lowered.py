@@ -1,21 +1,23 @@
 """The CUDA backend's part of ``tessera_tvm.lower``: nvcc, the runtime library and calling it.
 
 ``tessera_tvm.lower`` reaches these through the CUDA manifest (:mod:`.backend`): :func:`build` runs
-nvcc (cubin + PTX when nvcc is on PATH), records ptxas's registers in the metadata and packs the
-runtime library; :func:`run` calls that library on torch CUDA tensors.
+nvcc (cubin + PTX when nvcc is on PATH), records ptxas's registers in the metadata, checks them
+against the config's limits (:func:`check_registers`) and packs the runtime library; :func:`run`
+calls that library on torch CUDA tensors.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import TesseraError
+from ...errors import ResourceError, TesseraError
+
+_REGISTER_HINT = "reduce block_m/block_n (the accumulator lives in registers) or use more threads per block"
 
 
 def build(lowered, out_dir: Path) -> None:
     """nvcc -> cubin + PTX, when nvcc is on PATH; registers from ptxas are checked and recorded."""
-    from ...lower import _write_metadata
-    from ...transform.verify_resources import check_registers
+    from ..metadata import write_metadata
     from .nvcc import compile_cuda, nvcc_available
 
     if not nvcc_available():
@@ -43,7 +45,7 @@ def build(lowered, out_dir: Path) -> None:
                 threads_per_block=kernel["resources"].get("threads_per_block"),
             )
     if built.resource_usage:
-        _write_metadata(lowered)
+        write_metadata(lowered)
     if built.cubin_path is not None:  # host launcher + cubin in one library that runs where a GPU is
         from .runtime import build_cuda_runtime
 
@@ -68,6 +70,27 @@ def cuda_kernel(lowered):
     if lowered._cuda_kernel is None:
         lowered._cuda_kernel = CudaKernel(lowered.artifacts["runtime"], lowered.name, lowered._program_order)
     return lowered._cuda_kernel
+
+
+def check_registers(kernel_name: str, registers: int, config, threads_per_block: int | None = None) -> None:
+    """Check ptxas's register count of a kernel (per thread, and per block when threads are given)
+    against ``config``'s (a TargetConfig's) resource limits."""
+    limits = config.resource_limits
+    if "registers_per_thread" in limits and registers > limits["registers_per_thread"]:
+        raise ResourceError(
+            kernel_name, "registers per thread", registers, limits["registers_per_thread"], config.name, _REGISTER_HINT
+        )
+    if isinstance(threads_per_block, int) and "registers_per_block" in limits:  # not when symbolic
+        per_block = registers * threads_per_block
+        if per_block > limits["registers_per_block"]:
+            raise ResourceError(
+                kernel_name,
+                "registers per block",
+                per_block,
+                limits["registers_per_block"],
+                config.name,
+                _REGISTER_HINT,
+            )
 
 
 def run(lowered, arrays: tuple, named: dict) -> None:

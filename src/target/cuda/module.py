@@ -489,7 +489,7 @@ def linked_module(plan: ModulePlan, binaries: Sequence[str | os.PathLike[str]] =
     instance pays the ~1 s of g++ once) and loaded: the tvm-ffi Function ts.compile's CUDA calls run.
     ``binaries`` are the cubins the plan's calls name (given for the cache key's sake)."""
     from ..._tvm import tvm_ffi, tvm_ffi_paths
-    from ...cache import cached_build
+    from ...kernel_store import cached_build
 
     cubins = [Path(call.binary).read_bytes() for call in plan.calls if call.binary is not None]
     parts = (entry_source([plan]), *cubins, *tvm_ffi_paths(), str(cuda_include_dir()))

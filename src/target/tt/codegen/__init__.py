@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera_tvm.target.tt import TT_METAL_VERSION
-from tessera_tvm.transform.tt import common
 
+from ...codegen import kernel_name
+from .. import ir
 from .cexpr import CodegenError
 from .host import render_host
 from .kernels import kernel_info, render_kernels
@@ -95,7 +96,7 @@ def _epilogue(info) -> list[str] | None:
     """What the compute kernel applies to a matmul result, from the tt.compute ops (None: no matmul)."""
     from .kernels import annotations
 
-    nodes = annotations(info.loop.body, common.COMPUTE)
+    nodes = annotations(info.loop.body, ir.COMPUTE)
     first = next((k for k, node in enumerate(nodes) if node["tile_op"] == "matmul"), None)
     if first is None:
         return None
@@ -116,7 +117,7 @@ def _epilogue(info) -> list[str] | None:
 
 def _metadata(info, plan: dict) -> dict:
     func = info.func
-    tile_info = common.attr(func, "tessera.tile_info", {}) or {}
+    tile_info = ir.attr(func, "tessera.tile_info", {}) or {}
     epilogue = _epilogue(info)
     cbs = plan["circular_buffers"]
     return {
@@ -139,12 +140,12 @@ def _metadata(info, plan: dict) -> dict:
 
 def generate(mod) -> TTProgram:
     """The artifacts of the one Tenstorrent kernel in ``mod`` (lowered with the tenstorrent config)."""
-    funcs = list(common.prim_funcs(mod))
+    funcs = list(ir.prim_funcs(mod))
     if len(funcs) != 1:
         names = [str(gv.name_hint) for gv, _ in funcs]
         raise CodegenError(f"the Tenstorrent code generator expects one kernel per module, found {names}")
     gv, func = funcs[0]
-    info = kernel_info(common.kernel_name(gv, func), func)
+    info = kernel_info(kernel_name(gv, func), func)
     kernels = render_kernels(info)
     plan = build_plan(info)
     return TTProgram(

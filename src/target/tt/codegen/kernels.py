@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.target.tt import TT_METAL_VERSION
-from tessera_tvm.transform.tt import common
 
+from .. import ir
 from .cexpr import CodegenError, Names, cxx, used_vars
 
 INDENT = "    "
@@ -32,7 +32,7 @@ def f32_bits(value: float) -> int:
     return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
-ROLE_ANNOTATION = {"reader": common.READ, "writer": common.WRITE, "compute": common.COMPUTE}
+ROLE_ANNOTATION = {"reader": ir.READ, "writer": ir.WRITE, "compute": ir.COMPUTE}
 _RESERVED = {"kernel_main", "MAIN", "NAMESPACE", "uint32_t", "ALWI"}
 
 
@@ -63,17 +63,17 @@ def annotations(stmt, key: str) -> list[dict]:
 
     def visit(node):
         if isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == key:
-            found.append(common.to_python(node.node))
+            found.append(ir.to_python(node.node))
 
     tvm.tirx.stmt_functor.pre_order_visit(stmt, lambda n: visit(n) is None)
     return found
 
 
 def kernel_info(name: str, func) -> KernelInfo:
-    loop = common.persistent_loop(func)
+    loop = ir.persistent_loop(func)
     if loop is None:
         raise CodegenError(f"kernel {name!r} has no tt.persistent loop; lower it with the tenstorrent config")
-    init = common.attr(func, common.COMPUTE_INIT)
+    init = ir.attr(func, ir.COMPUTE_INIT)
     if init is None:
         raise CodegenError(f"kernel {name!r} has no tt.compute_init; run tt.Tensorize and tt.VerifyTTIR first")
 
@@ -88,12 +88,12 @@ def kernel_info(name: str, func) -> KernelInfo:
         name=name,
         func=func,
         loop=loop,
-        cbs=common.attr(func, common.CIRCULAR_BUFFERS),
-        shards=common.attr(func, common.SHARD),
+        cbs=ir.attr(func, ir.CIRCULAR_BUFFERS),
+        shards=ir.attr(func, ir.SHARD),
         compute_init=init,
-        compute_config=common.attr(func, common.COMPUTE_CONFIG, {}),
-        reads=ordered(common.READ),
-        writes=ordered(common.WRITE),
+        compute_config=ir.attr(func, ir.COMPUTE_CONFIG, {}),
+        reads=ordered(ir.READ),
+        writes=ordered(ir.WRITE),
     )
 
 
@@ -129,10 +129,10 @@ class _Kernel:
         key = ROLE_ANNOTATION[self.role]
 
         def visit(node):
-            if isinstance(node, tirx.AttrStmt) and node.attr_key == key and "page" in common.to_python(node.node):
-                needed.extend(used_vars(common.to_python(node.node)["page"]))
-            elif isinstance(node, tirx.AttrStmt) and node.attr_key == key and "cond" in common.to_python(node.node):
-                gen = common.to_python(node.node)
+            if isinstance(node, tirx.AttrStmt) and node.attr_key == key and "page" in ir.to_python(node.node):
+                needed.extend(used_vars(ir.to_python(node.node)["page"]))
+            elif isinstance(node, tirx.AttrStmt) and node.attr_key == key and "cond" in ir.to_python(node.node):
+                gen = ir.to_python(node.node)
                 local = (gen["row"], gen["col"])
                 needed.extend(v for v in used_vars(gen["cond"]) if not any(v.same_as(x) for x in local))
             elif isinstance(node, tirx.For) and self._relevant(node):
@@ -195,9 +195,9 @@ class _Kernel:
                 self.flush(depth)
                 value = cxx(stmt.value, self.names)
                 self.emit(depth, f"const uint32_t {self.names.bind(stmt.var)} = {value};")
-        elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key in (common.READ, common.WRITE, common.COMPUTE):
+        elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key in (ir.READ, ir.WRITE, ir.COMPUTE):
             if stmt.attr_key == ROLE_ANNOTATION[self.role]:
-                node = common.to_python(stmt.node)
+                node = ir.to_python(stmt.node)
                 if self._keeps(node):
                     self.annotation(node, depth)
             self.walk(stmt.body, depth)
@@ -558,7 +558,7 @@ class ComputeKernel(_Kernel):
         used = sorted(
             {
                 cb
-                for node in annotations(self.info.loop.body, common.COMPUTE)
+                for node in annotations(self.info.loop.body, ir.COMPUTE)
                 for op in node["ops"]
                 for key in ("cb", "in0", "in1")
                 if key in op

@@ -9,8 +9,8 @@ read them. ``main.cpp`` is printed from the plan, and ``run_plan`` executes it i
 from __future__ import annotations
 
 from tessera_tvm.target.tt import TILE_HEIGHT, TILE_WIDTH, TT_METAL_VERSION
-from tessera_tvm.transform.tt import common
 
+from .. import ir
 from .cexpr import CodegenError
 from .kernels import KernelInfo
 
@@ -60,14 +60,14 @@ def _describe(info: KernelInfo, schedule: dict, arch: dict) -> str:
 def _compute_nodes(info: KernelInfo) -> list[dict]:
     from .kernels import annotations
 
-    return annotations(info.loop.body, common.COMPUTE)
+    return annotations(info.loop.body, ir.COMPUTE)
 
 
 def build_plan(info: KernelInfo) -> dict:
     func = info.func
-    arch = common.attr(func, common.ARCH)
-    schedule = common.attr(func, common.SCHEDULE)
-    core_map = common.attr(func, common.CORE_MAP)
+    arch = ir.attr(func, ir.ARCH)
+    schedule = ir.attr(func, ir.SCHEDULE)
+    core_map = ir.attr(func, ir.CORE_MAP)
     config = info.compute_config
     buffers = _buffers(info)
     outputs = [b["name"] for b in buffers if b["role"] == "output"]
