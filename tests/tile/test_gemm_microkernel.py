@@ -252,3 +252,51 @@ def test_bf16_pair_entries_with_and_without_bf16_dot_products(native, pairs_shim
     lib.gemm(acc.ctypes.data, N, a_panel.ctypes.data, b_panel.ctypes.data, M, N, K)
     # Exact products, fp32 sums in another order than numpy's.
     assert_close(acc, a.astype(np.float64) @ b.astype(np.float64), "float32", atol_scale=np.sqrt(K))
+
+
+# The fp32 pack entries behind a plain C function, for ctypes.
+F32_PACK_SHIM = """
+#include <tessera/cpu_gemm.h>
+extern "C" int32_t pack(int32_t operand, float *panel, float *src, int32_t offset, int32_t stride, int32_t k_stride,
+                        int32_t count, int32_t depth) {
+  return operand == 0 ? tessera_cpu_pack_a_f32(panel, src, offset, stride, k_stride, count, depth)
+                      : tessera_cpu_pack_b_f32(panel, src, offset, k_stride, stride, count, depth);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def f32_pack_shim(tmp_path_factory):
+    lib = ctypes.CDLL(str(compile_cpu(F32_PACK_SHIM, out_dir=tmp_path_factory.mktemp("f32pack"), name="f32pack")))
+    p, i = ctypes.c_void_p, ctypes.c_int32
+    lib.pack.argtypes = [i, p, p, i, i, i, i, i]
+    return lib
+
+
+@pytest.mark.parametrize("layout", ["k_contiguous", "elements_contiguous", "strided"])
+@pytest.mark.parametrize("operand", ["a", "b"])
+@pytest.mark.parametrize("case", [*PACK_CASES, (NR, 16), (2 * NR, 17), (MR, 15)], ids=lambda c: f"{c[0]}x{c[1]}")
+def test_f32_packing_matches_its_definition(case, operand, layout, f32_pack_shim):
+    """pack[strip][k][i] = element (i, k), zero past the operand's count; k-contiguous strips (A
+    row-major, a linear's weight) go through a 16 x 16 register transpose, its k tail element-wise.
+    Any 32-bit pattern is moved unchanged, and nothing past the panel is written."""
+    count, depth = case
+    rng = np.random.default_rng(count * 100 + depth)
+    outer, inner = count + 3, depth + 5
+    bits = rng.integers(0, 1 << 32, size=outer * inner * 2 + 7, dtype=np.uint32)
+    offset = 5
+    stride, k_stride = {"k_contiguous": (inner, 1), "elements_contiguous": (1, outer), "strided": (2 * inner, 2)}[
+        layout
+    ]
+    width = MR if operand == "a" else NR
+    strips = -(-count // width)
+    panel = np.full(strips * width * depth + 64, 0xDEADBEEF, dtype=np.uint32)
+    f32_pack_shim.pack(
+        0 if operand == "a" else 1, panel.ctypes.data, bits.ctypes.data, offset, stride, k_stride, count, depth
+    )
+    grid = np.zeros((strips * width, depth), dtype=np.uint32)  # [element, k]
+    for i in range(count):
+        grid[i] = bits[offset + i * stride + np.arange(depth) * k_stride]
+    expected = grid.reshape(strips, width, depth).transpose(0, 2, 1).reshape(-1)
+    np.testing.assert_array_equal(panel[: expected.size], expected)
+    assert (panel[expected.size :] == 0xDEADBEEF).all()

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 #if defined(__F16C__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -104,6 +106,73 @@ static inline float tessera_to_float(tessera_half_bits h) {
 
 // ------------------------------------------------------------------------------------ packing
 
+#if defined(__AVX512F__)
+// 16 x 16 transpose of 32-bit lanes: row r of `m` becomes lane r of every row.
+static inline void tessera_transpose_16x16(__m512i m[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(m[i], m[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(m[i], m[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    m[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    m[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    m[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    m[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // m[4q + j], 128-bit lane l: element 4l + j of rows 4q..4q+3; gather each element's four lanes.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    m[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    m[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    m[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    m[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// fp32 strips whose elements are contiguous in k (A row-major, B as a linear layer's [N, K] weight):
+// strip[k * W + i] = base[i * stride + k] for the W elements of a full strip. 16 k of 16 elements
+// are loaded as rows, transposed in registers and stored k-major (masked to the strip's W lanes),
+// where the scalar loop read one element per row and k (a linear's GEMM ran at 0.83-0.88x of the
+// same GEMM with B [K, N]).
+template <int W>
+static inline void tessera_pack_f32_transpose(float *__restrict strip, const float *__restrict base, int64_t stride,
+                                              int32_t depth) {
+  int32_t k0 = 0;
+  for (; k0 + 16 <= depth; k0 += 16) {
+#pragma GCC unroll 2
+    for (int i0 = 0; i0 < W; i0 += 16) {
+      const int n = W - i0 < 16 ? W - i0 : 16;
+      __m512i m[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        m[i] = i < n ? _mm512_castps_si512(_mm512_loadu_ps(base + (int64_t)(i0 + i) * stride + k0)) : _mm512_setzero_si512();
+      }
+      tessera_transpose_16x16(m);
+      const __mmask16 lanes = (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        _mm512_mask_storeu_ps(strip + (int64_t)(k0 + k) * W + i0, lanes, _mm512_castsi512_ps(m[k]));
+      }
+    }
+  }
+  for (; k0 < depth; ++k0) {
+    for (int i = 0; i < W; ++i) {
+      strip[(int64_t)k0 * W + i] = base[(int64_t)i * stride + k0];
+    }
+  }
+}
+#endif
+
 // pack[strip][k][i] = element (i of the strip, k) of an operand whose element (i, k) is at
 // src[i * stride + k * k_stride]: A in strips of W = MR rows, B in strips of W = NR columns.
 template <int W, typename T>
@@ -124,6 +193,12 @@ static inline void tessera_pack_strips(float *__restrict pack, const T *__restri
     }
     if (live == W && k_stride == 1) {
       // Each row (A) or column (B) is contiguous in k: read W of them side by side, write k-major.
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) {
+        tessera_pack_f32_transpose<W>(strip, reinterpret_cast<const float *>(base), stride, depth);
+        continue;
+      }
+#endif
       for (int32_t k = 0; k < depth; ++k) {
         for (int i = 0; i < W; ++i) {
           strip[(int64_t)k * W + i] = tessera_to_float(base[i * stride + k]);
@@ -504,38 +579,6 @@ static inline void tessera_pack_pairs_rows(uint32_t *__restrict pack, const uint
         }
       }
     }
-  }
-}
-
-// 16 x 16 transpose of 32-bit lanes: row r of `m` becomes lane r of every row.
-static inline void tessera_transpose_16x16(__m512i m[16]) {
-  __m512i t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(m[i], m[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(m[i], m[i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 16; i += 4) {
-    m[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    m[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    m[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    m[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // m[4q + j], 128-bit lane l: element 4l + j of rows 4q..4q+3; gather each element's four lanes.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(m[i], m[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(m[i + 8], m[i + 12], 0xdd);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    m[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    m[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-    m[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-    m[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
   }
 }
 
