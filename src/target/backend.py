@@ -1,7 +1,8 @@
 """The backend registry: one :class:`Backend` manifest per codegen kind (``cuda``, ``hip``, ``c``, ``tt``).
 
 A backend is everything Tessera does differently for one codegen kind: the suffix of its source,
-the generator of that source, the toolchain build, how a built kernel runs in this process, and the
+the generator of that source, the toolchain build, how a built kernel runs in this process (its
+runner: memory, launch, timing for the autotuner, emulation), and the
 facts the schedule and tile-program builders read (thread blocks or serial C blocks, which tile
 program builds each kernel family). Each kind registers its manifest in ``src/target/<kind>/backend.py``;
 code outside ``src/target/<kind>/`` asks :func:`backend_for` and reads the manifest's fields instead
@@ -95,9 +96,10 @@ class Backend:
     linked_module: str | None = None
     # Hook ``(lowered) -> None`` reloading a built library after its files moved (cache, out_dir).
     reload: str | None = None
-    # Where ts.compile's kernels run when called: "host" (numpy arrays, in order, by the instance),
-    # "gpu" (torch CUDA tensors, tessera.gpu; needs run_needs and a GPU) or None (not in this process).
-    runs_on: str | None = None
+    # How ts.compile's kernels run in this process (``"module:attribute"`` of a
+    # tessera_tvm.target.runner.Runner, read as ``.runner``): the values' memory, the launch, waiting
+    # for queued work, the autotuner's bench, an emulator. The default runs nothing and says why.
+    runner_hook: str = "tessera_tvm.target.runner:NOT_HERE"
     # Why a compiled kernel does not run here, after "was compiled for <config>" (None: the generic reason).
     not_runnable: str | None = None
     fixed_shapes: bool = True  # ts.compile needs every dim bound (False: the CPU binds them per call)
@@ -124,6 +126,11 @@ class Backend:
         """The hook field ``name`` imported (None when the backend has none)."""
         where = getattr(self, name)
         return resolve(where) if where is not None else None
+
+    @property
+    def runner(self) -> Any:
+        """The backend's :class:`~tessera_tvm.target.runner.Runner` (its module imported on first use)."""
+        return resolve(self.runner_hook)
 
     def tile_program(self, family: str) -> Callable[..., Any]:
         """The tile-program builder ``(spec, schedule) -> PrimFunc`` of kernel ``family``."""
