@@ -19,7 +19,17 @@ from typing import Any
 
 from ..errors import TesseraError
 
-__all__ = ["Backend", "UnknownBackendError", "backend_for", "known_kinds", "register_backend", "resolve"]
+__all__ = [
+    "Backend",
+    "UnknownBackendError",
+    "backend_for",
+    "backend_of_device",
+    "backends_of_tvm_kind",
+    "known_kinds",
+    "register_backend",
+    "resolve",
+    "tvm_kinds",
+]
 
 #: The kinds shipped with Tessera, registered on the first look-up (their manifests live in these modules).
 _BUILTIN = {
@@ -102,6 +112,17 @@ class Backend:
     runner_hook: str = "tessera_tvm.target.runner:NOT_HERE"
     # Why a compiled kernel does not run here, after "was compiled for <config>" (None: the generic reason).
     not_runnable: str | None = None
+    # What sched.pipeline says of how a serial block runs (no thread blocks): ``"module:attribute"`` of
+    # ``(schedule) -> str`` (the CPU's serial loops, Tenstorrent's cores); None: nothing.
+    block_note: str | None = None
+    # The grid's blocks can be shared among the cores' threads when the config's parallel_grid feature
+    # is on (tessera.MarkParallelGrid; the CPU).
+    parallel_grid: bool = False
+    # The DLPack device type a runtime module's tensors live on (ModulePlan.device): cpu or cuda.
+    tensor_device: str = "cpu"
+    # TVM's shared-memory scopes hold no barriers on this backend's GPUs: the barrier scopes do not
+    # count as shared memory (HIP: TileLang keeps them apart).
+    barriers_apart: bool = False
     fixed_shapes: bool = True  # ts.compile needs every dim bound (False: the CPU binds them per call)
     # Its tile programs take a symbolic dim in every extent they loop over and clamp at the edge: a
     # GEMM's K and N, a reduced axis, attention's sequence lengths (the CPU). False: only the dims
@@ -113,6 +134,9 @@ class Backend:
     # Relax: the device kernels are C functions compiled into the host library (the host calls them
     # by symbol, export_library compiles them with the config's flags, the VM runs on the CPU).
     kernels_in_host: bool = False
+    # Relax, from upstream apache-tvm (tessera_tvm.relax.bridge): hook ``(partitioned, kernels, config) ->
+    # sources`` giving the sources an upstream module carries for its kernels; None: it carries none.
+    upstream_sources: str | None = None
     # Relax: dtypes its device code cannot take from a Relax graph (the C codegen has no such type).
     relax_unsupported_dtypes: tuple[str, ...] = ()
     # The op table's element-wise ops (tessera_tvm/op_table.py tile names) its element-wise programs
@@ -170,6 +194,30 @@ def _load_builtin() -> None:
     for kind, module in _BUILTIN.items():
         if kind not in _BACKENDS:
             importlib.import_module(module)  # its import registers the manifest
+
+
+def backend_of_device(device: str) -> Backend:
+    """The first backend whose kernels run on ``device`` (``Backend.device``, what ``Schedule.device``
+    says): backends sharing a device agree on the facts a schedule's text reads."""
+    _load_builtin()
+    for backend in _BACKENDS.values():
+        if backend.device == device:
+            return backend
+    raise UnknownBackendError(
+        f"no backend runs on device {device!r}; known: {sorted({b.device for b in _BACKENDS.values()})}"
+    )
+
+
+def tvm_kinds(*, thread_blocks: bool) -> frozenset[str]:
+    """The TVM target kinds of the backends whose kernels run as thread blocks (or, False, as serial C)."""
+    _load_builtin()
+    return frozenset(b.tvm_kind for b in _BACKENDS.values() if b.thread_blocks == thread_blocks)
+
+
+def backends_of_tvm_kind(tvm_kind: str) -> tuple[Backend, ...]:
+    """The backends whose configs name TVM target kind ``tvm_kind`` (``c``: the CPU and Tenstorrent)."""
+    _load_builtin()
+    return tuple(b for b in _BACKENDS.values() if b.tvm_kind == tvm_kind)
 
 
 def backend_for(config_or_kind: Any) -> Backend:

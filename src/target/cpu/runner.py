@@ -16,7 +16,7 @@ import numpy as np
 
 from ..runner import Runner
 
-__all__ = ["HOST_RUNNER", "CpuBench", "HostRunner"]
+__all__ = ["HOST_RUNNER", "CpuBench", "HostRunner", "block_note"]
 
 
 class CpuBench:
@@ -76,9 +76,12 @@ class HostRunner(Runner):
         return True  # the dims may stay unbound: a call binds them from its arrays
 
     def run(self, instance: Any, arrays: Sequence[Any], collective: Callable[..., Any] | None = None) -> Any:
-        if collective is None:
-            return instance.run(arrays)
         return instance.run(arrays, collective=collective)
 
 
 HOST_RUNNER = HostRunner()
+
+
+def block_note(schedule: Any) -> str:
+    """What sched.pipeline says of a CPU block (a grid not shared among threads)."""
+    return " (CPU: blocks run as serial loops)"

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..runner import Runner
 
-__all__ = ["EMULATOR_RUNNER", "EmulatorRunner"]
+__all__ = ["EMULATOR_RUNNER", "EmulatorRunner", "block_note"]
 
 
 class EmulatorRunner(Runner):
@@ -41,3 +41,13 @@ class EmulatorRunner(Runner):
 
 
 EMULATOR_RUNNER = EmulatorRunner()
+
+
+def block_note(schedule: Any) -> str:
+    """What sched.pipeline says of a Tenstorrent block: the output tiles each core loops over."""
+    block = (
+        "32x32 output tiles"
+        if (schedule.block_m, schedule.block_n) == (32, 32)
+        else (f"{schedule.block_m}x{schedule.block_n} output blocks")
+    )
+    return f" (Tenstorrent: each core loops over its {block})"
