@@ -76,6 +76,14 @@ class OutputFileError(TesseraError, OSError):
     regular file it may replace or append to; the message names the file and what was found."""
 
 
+class NotRunnableError(TesseraError, RuntimeError):
+    """A kernel compiled for a GPU target was called on this machine (its artifacts are the result)."""
+
+
+class AutotuneError(TesseraError, RuntimeError):
+    """Autotuning found nothing to measure (every candidate pruned or failed) or cannot measure here."""
+
+
 class TesseraWarning(UserWarning):
     """Something Tessera worked around without failing (a damaged cache entry rebuilt, an unusable
     cache or metrics file skipped); filter it with ``warnings.simplefilter(..., TesseraWarning)``."""

@@ -116,16 +116,9 @@ class CompiledKernel:
 
     @property
     def runnable(self) -> bool:
-        """Whether calling it runs here: CPU configs, and CUDA configs with a runtime library and a GPU."""
-        backend = backend_for(self.config)
-        if backend.runs_on == "gpu":
-            if self._instance is None:
-                return False
-            from .gpu import gpu_available
-
-            built = all(backend.run_needs in dk.lowered.artifacts for dk in self._instance.devices)
-            return built and gpu_available()
-        return backend.runs_on == "host"
+        """Whether calling it runs here (its backend's runner says): CPU configs, and CUDA configs with a
+        runtime library and a GPU."""
+        return backend_for(self.config).runner.runnable(self._instance)
 
     # Building ----------------------------------------------------------------------------------
     def _instantiate(self, env: dict[str, int]) -> Instance:
@@ -304,10 +297,7 @@ class CompiledKernel:
         self._ran = self._instance  # the fast path runs the last instance; the others say which ran
         start = time.perf_counter()
         result = self._traced_call(arrays) if _trace.active() is not None else self._call(arrays)
-        if backend_for(self.config).runs_on == "gpu":  # torch in, torch out: the kernels may still be queued
-            from .gpu import synchronize
-
-            synchronize()
+        backend_for(self.config).runner.synchronize()  # torch in, torch out: a GPU's kernels may still be queued
         seconds = time.perf_counter() - start
         instance = self._ran
         if recorder is not None and instance is not None:
@@ -327,22 +317,15 @@ class CompiledKernel:
             result = self._instance._run_entry(arrays, exact_only=True)
             if result is not None:
                 return result
-        backend = backend_for(self.config)
-        if backend.runs_on == "gpu":
-            return self._call_gpu(arrays)
-        if not self.runnable and backend.not_runnable is not None:
-            raise NotRunnableError(
-                f"{self.kernel.name} was compiled for {self.config.name}{backend.not_runnable}. "
-                "Compile with target='cpu' to run it here."
-            )
-        if not self.runnable:
-            raise NotRunnableError(
-                f"{self.kernel.name} was compiled for {self.config.name} ({self.config.target_kind}); its kernels "
-                "do not run in this process (no runtime for this target here): their source and metadata are "
-                "the result (.source, .artifacts, .metadata). Compile with target='cpu' to run it here."
-            )
+        runner = backend_for(self.config).runner
+        if runner.device_memory:  # the compiled instance on a device: its built kernels, then the arrays
+            instance = self._require_instance("running")
+            runner.check_built(instance, self.build)
+            return runner.run(instance, _check_args(self.kernel, arrays, self.shapes, allow_torch=True))
+        if not runner.runnable(self._instance):
+            raise NotRunnableError(runner.refusal(self.kernel.name, self.config))
         arrays, env = self._checked(arrays)
-        return self._instance_of(env).run(arrays)
+        return runner.run(self._instance_of(env), arrays)
 
     def _checked(self, arrays: Sequence[Any]) -> tuple[Any, dict[str, int]]:
         """The arrays checked against the kernel, and the dims they bind."""
@@ -359,8 +342,8 @@ class CompiledKernel:
         """``__call__`` under a trace (tessera_tvm/trace.py): the call, its argument checks and, on
         the host, each device kernel (run one by one, each a span, instead of the tvm-ffi entry)."""
         with _trace.span(f"call {self.kernel.name}", "host", target=self.config.name):
-            backend = backend_for(self.config)
-            if backend.runs_on == "gpu" or not self.runnable:
+            runner = backend_for(self.config).runner
+            if runner.device_memory or not runner.runnable(self._instance):
                 return self._call(arrays)  # one span for the call (and NVTX ranges on a GPU)
             with _trace.span("check arguments", "host"):
                 arrays, env = self._checked(arrays)
@@ -374,42 +357,10 @@ class CompiledKernel:
         needed): each device kernel's ``tt.plan.json`` in order, on numpy arrays; returns numpy arrays
         in the kernel's result dtypes. Slow (it compiles and runs every core's kernels on the host):
         for checking, not for speed."""
-        if backend_for(self.config).program_generator is None:
-            raise NotRunnableError(
-                f"{self.kernel.name}: emulate() runs Tenstorrent compiles; this one is for {self.config.name}"
-            )
-        from tessera_tvm.target.tt.emulate import run_plan
-
-        def in_emulator(device: DeviceKernel, named: dict[str, Any]) -> None:
-            files = device.lowered.artifacts
-            plan = json.loads(Path(files["plan"]).read_text())
-            shapes = {b["name"]: b["shape"] for b in plan["buffers"]}
-            outputs = [b["name"] for b in plan["buffers"] if b["role"] == "output"]
-            inputs = {  # each buffer as the tile program's view of it (same memory, e.g. [B*M, K])
-                name: np.asarray(named[name], dtype=np.float32).reshape(shape)
-                for name, shape in shapes.items()
-                if name not in outputs
-            }
-            result = run_plan(plan, Path(files["plan"]).parent, inputs, cache_dir=cache_dir)
-            for name in outputs:
-                named[name][...] = np.asarray(result[name]).reshape(named[name].shape)
-
+        in_emulator = backend_for(self.config).runner.emulator(self.kernel.name, self.config, cache_dir)
         checked = _check_args(self.kernel, arrays, self.shapes)
         instance = self._instance_of(_bind(self.kernel, checked, self.shapes))
         return instance.run(checked, memory=HOST, device_run=in_emulator)
-
-    def _call_gpu(self, arrays: Sequence[Any]) -> Any:
-        from .gpu import run_on_gpu
-
-        instance = self._require_instance("running")
-        unbuilt = [dk.name for dk in instance.devices if "runtime" not in dk.lowered.artifacts]
-        if unbuilt:
-            why = "it was compiled with build=False" if not self.build else "nvcc was not on PATH at compile time"
-            raise NotRunnableError(
-                f"{self.kernel.name} for {self.config.name} has no CUDA runtime library for {', '.join(unbuilt)}: "
-                f"{why}; its source is in .artifacts (install the CUDA toolkit or set TESSERA_NVCC, then recompile)"
-            )
-        return run_on_gpu(instance, _check_args(self.kernel, arrays, self.shapes, allow_torch=True))
 
 
 _CACHE: dict[tuple, Instance] = {}

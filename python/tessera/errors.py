@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from tessera_tvm.errors import ResourceError, TesseraError
+# NotRunnableError and AutotuneError are raised by the backends' runners too (tessera_tvm.target).
+from tessera_tvm.errors import AutotuneError, NotRunnableError, ResourceError, TesseraError
 
 __all__ = [
     "ArgumentError",
@@ -80,11 +81,3 @@ class ScheduleError(TesseraError, ValueError):
     def __init__(self, message: str, *, reason: str | None = None):
         super().__init__(message)
         self.reason = reason or message
-
-
-class NotRunnableError(TesseraError, RuntimeError):
-    """A kernel compiled for a GPU target was called on this machine (its artifacts are the result)."""
-
-
-class AutotuneError(TesseraError, RuntimeError):
-    """Autotuning found nothing to measure (every candidate pruned or failed) or cannot measure here."""

@@ -4,7 +4,7 @@ An :class:`Instance` holds the Graph IR and, per fused kernel, a :class:`DeviceK
 schedule, TileLang PrimFunc and lowered module), with the :class:`PassLogEntry` records of the compile
 that made it. :meth:`Instance.run` runs the fused kernels in order through their :class:`Launch`
 plans, keeping the values in a :class:`Memory`: numpy on the host (:data:`HOST`), torch tensors on a
-GPU (``tessera.gpu.TorchMemory``). The arrays of a call are checked against the kernel's parameters
+GPU (the CUDA runner's ``TorchMemory``, ``tessera_tvm.target.cuda.runner``). The arrays of a call are checked against the kernel's parameters
 (``_check_args``) and its symbolic dims bound from their shapes (``_bind``) here too;
 :mod:`tessera.build` makes instances and :mod:`tessera.compiler` caches them.
 """
@@ -21,6 +21,7 @@ import numpy as np
 
 from tessera_tvm import trace as _trace
 from tessera_tvm.graph import GraphIR, KernelBinding
+from tessera_tvm.target.runner import readable
 from tessera_tvm.tile import dtype_bytes
 
 from .errors import ArgumentError
@@ -172,7 +173,7 @@ class Instance:
 
         backend = backend_for(self.config)
         link = backend.hook("linked_module")
-        if link is None or backend.runs_on != "gpu":
+        if link is None or not backend.runner.device_memory:
             return None
         try:
             plan = module_plan(self)
@@ -326,30 +327,6 @@ def _numpy_dtype(tvm_dtype: str):
 # ---------------------------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------------------------
-
-
-class _WritableAlias:
-    """What numpy needs to make a writable array over a read-only one's memory (see :func:`readable`)."""
-
-    __slots__ = ("__array_interface__", "base")
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.base = array  # keeps the memory alive as long as the alias
-        interface = dict(array.__array_interface__)
-        interface["data"] = (interface["data"][0], False)  # (address, read-only flag)
-        self.__array_interface__ = interface
-
-
-def readable(array: np.ndarray) -> np.ndarray:
-    """An input array as a kernel can take it: itself, or for a read-only array (``np.frombuffer``,
-    a read-only memory map) a writable alias of the same memory, without a copy.
-
-    DLPack (before 1.0, which tvm-ffi asks for) cannot mark a tensor read-only, so numpy refuses to
-    export one. Kernels only read their inputs, and write their outputs into fresh arrays."""
-    if array.flags.writeable:
-        return array
-    alias = np.asarray(_WritableAlias(array))
-    return alias if alias.dtype == array.dtype else alias.view(array.dtype)  # ml_dtypes travel as void
 
 
 def _check_args(

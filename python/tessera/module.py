@@ -151,7 +151,7 @@ def module_plan(instance: Instance) -> ModulePlan:
         calls=tuple(calls),
         copies=tuple(copies),
         sources=tuple((launch.device.name, launch.device.lowered.source) for launch in instance.launches),
-        device="cuda" if backend.device == "gpu" else "cpu",
+        device=backend.tensor_device,
         bound=tuple((s, int(instance.env[s])) for s in kernel.symbols if s in instance.env),
     )
 

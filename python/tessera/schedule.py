@@ -41,7 +41,7 @@ from typing import Any
 from tessera_tvm import load_config
 from tessera_tvm.config import SCHEDULE_SWITCHES, schedule_value_expected
 from tessera_tvm.errors import ResourceError
-from tessera_tvm.target.backend import backend_for
+from tessera_tvm.target.backend import backend_for, backend_of_device
 from tessera_tvm.tile import (
     AttentionSpec,
     ElementwiseSpec,
@@ -172,7 +172,8 @@ class Schedule:
 
     def text(self) -> str:
         """The readable form: one ``sched.*`` line per aspect."""
-        gpu = self.device == "gpu"
+        backend = backend_of_device(self.device)
+        gpu = backend.thread_blocks
         tile = f"block_m={self.block_m} block_n={self.block_n}"
         if self.family == "gemm":
             tile += f" block_k={self.block_k}"
@@ -185,17 +186,10 @@ class Schedule:
             pipeline += f" warp_specialized={str(self.warp_specialized).lower()}"
             if self.overlap:
                 pipeline += " overlap=softmax(kb)|PV(kb-1)"
-        elif self.device == "tenstorrent":
-            block = (
-                "32x32 output tiles"
-                if (self.block_m, self.block_n) == (32, 32)
-                else (f"{self.block_m}x{self.block_n} output blocks")
-            )
-            pipeline += f" (Tenstorrent: each core loops over its {block})"
         elif self.parallel_grid:
             pipeline += " (CPU: the grid's blocks are shared among the cores' threads)"
-        else:
-            pipeline += " (CPU: blocks run as serial loops)"
+        elif backend.block_note is not None:  # how the backend's serial blocks run
+            pipeline += backend.hook("block_note")(self)
         memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
         launch = f"grid=[{', '.join(map(str, self.grid))}] threads={self.launch_threads}"
         if self.launch_threads != self.threads:
@@ -485,5 +479,5 @@ def choose_schedule(
         smem_bytes=smem_bytes(spec, tile, backend.kind),
         local_bytes=local_bytes(spec, tile, backend.kind) if not gpu else 0,
         device=device,
-        parallel_grid=device == "cpu" and config.feature("parallel_grid"),  # runs tessera.MarkParallelGrid
+        parallel_grid=backend.parallel_grid and config.feature("parallel_grid"),  # runs tessera.MarkParallelGrid
     )

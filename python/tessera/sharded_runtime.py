@@ -207,12 +207,13 @@ class ShardedCompiledKernel:
 
         from tessera_tvm.target.backend import backend_for
 
-        from .gpu import from_torch, run_on_gpu, to_torch
+        from .gpu import from_torch, to_torch
         from .instance import HOST, _bind, _check_args
 
         dist = self._dist()
         local = self.local
-        on_gpu = backend_for(local.config).runs_on == "gpu"
+        runner = backend_for(local.config).runner
+        on_gpu = runner.device_memory
         checked = _check_args(local.kernel, arrays, local.shapes, allow_torch=on_gpu, allow_torch_cpu=not on_gpu)
         as_torch = not on_gpu and bool(checked) and isinstance(checked[0], torch.Tensor)
         if as_torch:  # the CPU kernels run on host arrays: torch tensors in, torch tensors out
@@ -233,7 +234,7 @@ class ShardedCompiledKernel:
 
         with _trace.span(f"local kernels {self.sharded.name}", "host"):
             if on_gpu:  # values stay on the device; the collectives take torch tensors (NCCL)
-                outs = run_on_gpu(instance, checked, collective=collective)
+                outs = runner.run(instance, checked, collective=collective)
             else:
                 outs = instance.run(checked, memory=HOST, collective=collective)
         if as_torch:

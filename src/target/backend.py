@@ -1,7 +1,8 @@
 """The backend registry: one :class:`Backend` manifest per codegen kind (``cuda``, ``hip``, ``c``, ``tt``).
 
 A backend is everything Tessera does differently for one codegen kind: the suffix of its source,
-the generator of that source, the toolchain build, how a built kernel runs in this process, and the
+the generator of that source, the toolchain build, how a built kernel runs in this process (its
+runner: memory, launch, timing for the autotuner, emulation), and the
 facts the schedule and tile-program builders read (thread blocks or serial C blocks, which tile
 program builds each kernel family). Each kind registers its manifest in ``src/target/<kind>/backend.py``;
 code outside ``src/target/<kind>/`` asks :func:`backend_for` and reads the manifest's fields instead
@@ -18,7 +19,17 @@ from typing import Any
 
 from ..errors import TesseraError
 
-__all__ = ["Backend", "UnknownBackendError", "backend_for", "known_kinds", "register_backend", "resolve"]
+__all__ = [
+    "Backend",
+    "UnknownBackendError",
+    "backend_for",
+    "backend_of_device",
+    "backends_of_tvm_kind",
+    "known_kinds",
+    "register_backend",
+    "resolve",
+    "tvm_kinds",
+]
 
 #: The kinds shipped with Tessera, registered on the first look-up (their manifests live in these modules).
 _BUILTIN = {
@@ -95,11 +106,23 @@ class Backend:
     linked_module: str | None = None
     # Hook ``(lowered) -> None`` reloading a built library after its files moved (cache, out_dir).
     reload: str | None = None
-    # Where ts.compile's kernels run when called: "host" (numpy arrays, in order, by the instance),
-    # "gpu" (torch CUDA tensors, tessera.gpu; needs run_needs and a GPU) or None (not in this process).
-    runs_on: str | None = None
+    # How ts.compile's kernels run in this process (``"module:attribute"`` of a
+    # tessera_tvm.target.runner.Runner, read as ``.runner``): the values' memory, the launch, waiting
+    # for queued work, the autotuner's bench, an emulator. The default runs nothing and says why.
+    runner_hook: str = "tessera_tvm.target.runner:NOT_HERE"
     # Why a compiled kernel does not run here, after "was compiled for <config>" (None: the generic reason).
     not_runnable: str | None = None
+    # What sched.pipeline says of how a serial block runs (no thread blocks): ``"module:attribute"`` of
+    # ``(schedule) -> str`` (the CPU's serial loops, Tenstorrent's cores); None: nothing.
+    block_note: str | None = None
+    # The grid's blocks can be shared among the cores' threads when the config's parallel_grid feature
+    # is on (tessera.MarkParallelGrid; the CPU).
+    parallel_grid: bool = False
+    # The DLPack device type a runtime module's tensors live on (ModulePlan.device): cpu or cuda.
+    tensor_device: str = "cpu"
+    # TVM's shared-memory scopes hold no barriers on this backend's GPUs: the barrier scopes do not
+    # count as shared memory (HIP: TileLang keeps them apart).
+    barriers_apart: bool = False
     fixed_shapes: bool = True  # ts.compile needs every dim bound (False: the CPU binds them per call)
     # Its tile programs take a symbolic dim in every extent they loop over and clamp at the edge: a
     # GEMM's K and N, a reduced axis, attention's sequence lengths (the CPU). False: only the dims
@@ -111,6 +134,9 @@ class Backend:
     # Relax: the device kernels are C functions compiled into the host library (the host calls them
     # by symbol, export_library compiles them with the config's flags, the VM runs on the CPU).
     kernels_in_host: bool = False
+    # Relax, from upstream apache-tvm (tessera_tvm.relax.bridge): hook ``(partitioned, kernels, config) ->
+    # sources`` giving the sources an upstream module carries for its kernels; None: it carries none.
+    upstream_sources: str | None = None
     # Relax: dtypes its device code cannot take from a Relax graph (the C codegen has no such type).
     relax_unsupported_dtypes: tuple[str, ...] = ()
     # The op table's element-wise ops (tessera_tvm/op_table.py tile names) its element-wise programs
@@ -124,6 +150,11 @@ class Backend:
         """The hook field ``name`` imported (None when the backend has none)."""
         where = getattr(self, name)
         return resolve(where) if where is not None else None
+
+    @property
+    def runner(self) -> Any:
+        """The backend's :class:`~tessera_tvm.target.runner.Runner` (its module imported on first use)."""
+        return resolve(self.runner_hook)
 
     def tile_program(self, family: str) -> Callable[..., Any]:
         """The tile-program builder ``(spec, schedule) -> PrimFunc`` of kernel ``family``."""
@@ -163,6 +194,30 @@ def _load_builtin() -> None:
     for kind, module in _BUILTIN.items():
         if kind not in _BACKENDS:
             importlib.import_module(module)  # its import registers the manifest
+
+
+def backend_of_device(device: str) -> Backend:
+    """The first backend whose kernels run on ``device`` (``Backend.device``, what ``Schedule.device``
+    says): backends sharing a device agree on the facts a schedule's text reads."""
+    _load_builtin()
+    for backend in _BACKENDS.values():
+        if backend.device == device:
+            return backend
+    raise UnknownBackendError(
+        f"no backend runs on device {device!r}; known: {sorted({b.device for b in _BACKENDS.values()})}"
+    )
+
+
+def tvm_kinds(*, thread_blocks: bool) -> frozenset[str]:
+    """The TVM target kinds of the backends whose kernels run as thread blocks (or, False, as serial C)."""
+    _load_builtin()
+    return frozenset(b.tvm_kind for b in _BACKENDS.values() if b.thread_blocks == thread_blocks)
+
+
+def backends_of_tvm_kind(tvm_kind: str) -> tuple[Backend, ...]:
+    """The backends whose configs name TVM target kind ``tvm_kind`` (``c``: the CPU and Tenstorrent)."""
+    _load_builtin()
+    return tuple(b for b in _BACKENDS.values() if b.tvm_kind == tvm_kind)
 
 
 def backend_for(config_or_kind: Any) -> Backend:

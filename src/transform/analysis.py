@@ -30,6 +30,7 @@ import operator
 
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import TesseraError
+from tessera_tvm.target.backend import backends_of_tvm_kind, tvm_kinds
 from tessera_tvm.target.codegen import kernel_name  # noqa: F401  (the passes' name for it)
 
 _DEVICE_KERNEL_LAUNCH = 2  # tvm.ir.CallingConv.DEVICE_KERNEL_LAUNCH: a __global__ kernel
@@ -128,7 +129,8 @@ def target_kind(func) -> str | None:
 
 
 def is_cpu_kernel(func) -> bool:
-    return target_kind(func) == "c"
+    """Bound to a TVM kind whose backends run serial C blocks (``c``: the CPU, Tenstorrent)."""
+    return target_kind(func) in tvm_kinds(thread_blocks=False)
 
 
 def is_device_kernel(func) -> bool:
@@ -239,7 +241,8 @@ def shared_memory_bytes(func) -> Extent:
     """Shared memory one thread block uses: dynamic + static (see the module docstring)."""
     if is_cpu_kernel(func):
         return 0
-    not_shared = _NOT_SHARED_MEMORY + (BARRIER_SCOPES if target_kind(func) == "hip" else ())
+    apart = any(b.barriers_apart for b in backends_of_tvm_kind(target_kind(func) or ""))
+    not_shared = _NOT_SHARED_MEMORY + (BARRIER_SCOPES if apart else ())
     static = sum(
         (_bytes(b) for b in allocations(func) if b.scope().startswith("shared") and b.scope() not in not_shared),
         0,

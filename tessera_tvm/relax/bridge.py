@@ -34,6 +34,7 @@ from typing import Any
 from .._tvm import tvm
 from ..config import load_config
 from ..errors import TesseraError
+from ..target.backend import backend_for
 from .build import compile_module, export_options, host_library_flags
 from .offload import partition_for_tessera
 from .pipeline import is_tessera_kernel
@@ -149,7 +150,16 @@ def _c_sources(runtime_module) -> list[dict[str, Any]]:
     return found
 
 
-def _cuda_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str, Any]]:
+def host_c_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str, Any]]:
+    """The C sources of the Tessera kernels of ``partitioned`` on a CPU config: the host module built
+    with them holds their entry functions (the CPU backend's ``upstream_sources``)."""
+    kernel_mod = tvm.IRModule({gv: f for gv, f in partitioned.functions.items() if str(gv.name_hint) in kernels})
+    sources = _c_sources(compile_module(kernel_mod, config).mod)
+    sources[0]["names"] = sorted(kernels.values())  # the host module holds the entry functions
+    return sources
+
+
+def cuda_sources(partitioned, kernels: dict[str, str], config) -> list[dict[str, Any]]:
     """One C++ source per Tessera kernel of ``partitioned`` on a CUDA config: its tvm-ffi entry
     ``__tvm_ffi_<symbol>`` with its cubins in it (:func:`standalone_entry_source`). Each kernel is
     lowered and compiled with nvcc here (the kernel cache keeps the cubins)."""
@@ -229,7 +239,9 @@ def offload_for_upstream(
     module docstring); returns the answer's fields. ``folded``: the ops the upstream side folded
     before the weights were lifted (op -> count), for the report."""
     config = load_config(config)
-    if config.target_kind not in ("c", "cuda"):
+    backend = backend_for(config)
+    # Tenstorrent (TVM kind c) goes on to partition_for_tessera, which refuses it with its own reason.
+    if backend.upstream_sources is None and backend.relax_refused is None:
         raise TesseraError(
             f"config {config.name!r} (target kind {config.target_kind!r}): offload from upstream apache-tvm "
             "takes the CPU and CUDA configs (cpu, hopper, ampere); its kernels have no binary here to carry"
@@ -244,17 +256,16 @@ def offload_for_upstream(
         if is_tessera_kernel(f)
     }
     sources: list[dict[str, Any]] = []
-    if kernels and config.target_kind == "cuda":
-        sources = _cuda_sources(partitioned, kernels, config)
-    elif kernels:
-        kernel_mod = tvm.IRModule({gv: f for gv, f in partitioned.functions.items() if str(gv.name_hint) in kernels})
-        sources = _c_sources(compile_module(kernel_mod, config).mod)
-        sources[0]["names"] = sorted(kernels.values())  # the host module holds the entry functions
+    if kernels:
+        sources = backend.hook("upstream_sources")(partitioned, kernels, config)
     return {
         "text": to_upstream_text(_to_packed_calls(partitioned, kernels)),
         "sources": sources,
         "kernels": sorted(kernels.values()),
         "target_kind": config.target_kind,
+        # the TVM runtime its kernels need beside the host's, and what messages call it (None: C in the host)
+        "device_runtime": None if backend.kernels_in_host else backend.tvm_kind,
+        "device_title": backend.title,
         "report": report.as_dict(),
         "report_text": str(report),
     }

@@ -118,7 +118,7 @@ def ensure_registered() -> None:
     _registered = True
     registry = _registry()
     for name in available_configs():
-        if name == "tenstorrent":
+        if backend_for(_config_of(PREFIX + name)).relax_refused is not None:  # Tenstorrent: no TVM runtime
             continue
         registry.setdefault(PREFIX + name, _factory(PREFIX + name))
     default = registry.get(_DEFAULT)
@@ -250,7 +250,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         _check_target(target, config, name)
         for gv, func in kernels.items():
             _check_kernel_config(gv, func, config, name)
-        if rest.functions and "gpu" in target.keys:
+        if rest.functions and backend_for(config).thread_blocks:  # a GPU target (_check_target: the config's)
             rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         _check_tvm_codegen(out, config)

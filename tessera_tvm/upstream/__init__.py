@@ -90,11 +90,12 @@ def partition_for_tessera(
     out = bind_constants(out, constants)
     if answer["sources"]:
         out = out.with_attr("external_mods", [*_existing_external_mods(mod), _kernel_module(answer["sources"])])
-    if answer.get("target_kind") == "cuda" and not tvm.runtime.enabled("cuda"):
+    runtime, title = answer.get("device_runtime"), answer.get("device_title")
+    if runtime and not tvm.runtime.enabled(runtime):
         warnings.warn(
-            f"config {config!r} offloads to CUDA kernels, but this apache-tvm {tvm.__version__} has no CUDA runtime "
-            "(PyPI's wheel is built without it): the module builds and exports here, and runs where apache-tvm "
-            "is built with CUDA",
+            f"config {config!r} offloads to {title} kernels, but this apache-tvm {tvm.__version__} has no {title} "
+            "runtime (PyPI's wheel is built without it): the module builds and exports here, and runs where "
+            f"apache-tvm is built with {title}",
             stacklevel=2,
         )
     data = answer["report"]

@@ -450,7 +450,7 @@ def test_cuda_measuring_runs_with_the_gpu_emulated_on_the_cpu(monkeypatch):
     candidate #i takes COSTS[i]."""
     import torch
 
-    import tessera.gpu as gpu
+    import tessera_tvm.target.cuda.runner as cuda_runner
     from tessera_tvm.target.cuda.runtime import CudaKernel
 
     (on_cpu,) = ts.compile(linear, "cpu", shapes=SHAPES).device_kernels
@@ -484,8 +484,8 @@ def test_cuda_measuring_runs_with_the_gpu_emulated_on_the_cpu(monkeypatch):
         prepared.append((self, out))
         return run, out
 
-    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
-    monkeypatch.setattr(gpu, "_default_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(cuda_runner, "gpu_available", lambda: True)  # where the CUDA runner reads it
+    monkeypatch.setattr(cuda_runner, "_default_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(CudaKernel, "__call__", launch)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

@@ -267,6 +267,7 @@ def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch)
     """run_on_gpu's conversions, reshapes and intermediates, checked without a GPU: torch CPU tensors
     stand in for CUDA ones and each fused kernel's launch runs the CPU target's kernel instead."""
     import tessera.gpu as gpu
+    import tessera_tvm.target.cuda.runner as cuda_runner
     from tessera.compiler import DeviceKernel
 
     shapes = {"M": 40, "N": 48, "P": 24}
@@ -299,8 +300,8 @@ def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch)
 
     for dk in k.device_kernels:
         dk.lowered.artifacts["runtime"] = dk.lowered.artifacts["source"]  # stands in for the library
-    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
-    monkeypatch.setattr(gpu, "_default_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(cuda_runner, "gpu_available", lambda: True)  # where the CUDA runner reads it
+    monkeypatch.setattr(cuda_runner, "_default_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(gpu, "on_gpu", lambda tensor: True)
     monkeypatch.setattr(DeviceKernel, "run", launch)
     got = k(x, w)  # numpy in: numpy out, of the graph's dtype
@@ -315,7 +316,7 @@ def test_gpu_orchestration_matches_the_cpu_with_the_launch_emulated(monkeypatch)
 def test_gpu_calls_go_through_the_kernels_library_in_one_call(monkeypatch):
     """With cubins built, k(...) on a CUDA config calls the kernel's tvm-ffi library once (here a
     stand-in that runs the CPU target's library on torch CPU tensors): numpy in gives numpy out."""
-    import tessera.gpu as gpu
+    import tessera_tvm.target.cuda.runner as cuda_runner
 
     shapes = {"M": 40, "N": 48, "P": 24}
     rng = np.random.default_rng(5)
@@ -337,8 +338,8 @@ def test_gpu_calls_go_through_the_kernels_library_in_one_call(monkeypatch):
     instance.__dict__["gpu_entry"] = (library, module_plan(instance))
     for dk in k.device_kernels:
         dk.lowered.artifacts["runtime"] = dk.lowered.artifacts["source"]  # stands in for the built library
-    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
-    monkeypatch.setattr(gpu, "_default_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(cuda_runner, "gpu_available", lambda: True)  # where the CUDA runner reads it
+    monkeypatch.setattr(cuda_runner, "_default_device", lambda: torch.device("cpu"))
     got = k(x, w)
     assert calls == [[(40, 48), (48, 24), (40, 24)]]  # one call: inputs, then the output
     assert isinstance(got, np.ndarray) and got.dtype == expected.dtype

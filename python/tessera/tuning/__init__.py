@@ -34,7 +34,7 @@ Per fused kernel of the Graph IR, tuned separately (each is a separate device ke
    Tessera/TileLang/TVM/compiler, machine, repeats, compile_timeout); a hit compiles and measures nothing.
 
 Measuring needs the kernels to run here: CPU configs always; CUDA configs where a GPU and a CUDA
-runtime library exist (see :data:`BENCHES`). Elsewhere ``measure=False`` lists the candidates that
+runtime library exist (the backend runner's ``bench``; :data:`BENCHES` lists them). Elsewhere ``measure=False`` lists the candidates that
 pass the resource model without compiling any.
 
 ``executor="ray"`` sends steps 3 and 4 to Ray workers (``ray_executor``): one candidate per call, each
@@ -66,7 +66,7 @@ from ..schedule import split_overrides
 # ``X as X``: re-exported, not used here; the names of the module this package replaced stay importable
 # from tessera.tuning (``worker_main`` is how every compile worker starts).
 from .cache import _kernel_cache_for_tuning, _tuning_cache, _tuning_key
-from .measure import BENCHES, _cannot_measure, _measure_all
+from .measure import BENCHES, _cannot_measure, _measure_all, bench_for
 from .measure import MIN_SAMPLE_S as MIN_SAMPLE_S
 from .measure import CpuBench as CpuBench
 from .measure import CudaBench as CudaBench
@@ -223,7 +223,7 @@ def autotune(
                     todo, config, workers, worker_env, show, compile_timeout
                 )
                 start = time.perf_counter()
-                _measure_all(todo, config, BENCHES[config.codegen_kind], repeats, show)
+                _measure_all(todo, config, bench_for(config), repeats, show)
                 result.measure_seconds = time.perf_counter() - start
         for plan in todo:
             if tuning_cache.enabled:

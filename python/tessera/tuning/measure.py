@@ -1,6 +1,7 @@
-"""Measuring on the target, in this process: the benches that run and time one target's kernels
-(:class:`CpuBench` for CPU kernels through ctypes, :class:`CudaBench` for CUDA kernels timed by CUDA
-events; :data:`BENCHES` maps a codegen kind to its bench), the check that a candidate's result agrees
+"""Measuring on the target, in this process: the bench that runs and times one target's kernels is
+its backend runner's (``backend_for(config).runner.bench``: ``CpuBench`` for CPU kernels through
+ctypes in ``tessera_tvm.target.cpu.runner``, ``CudaBench`` for CUDA kernels timed by CUDA events in
+``tessera_tvm.target.cuda.runner``), the check that a candidate's result agrees
 with the default schedule's, and the measuring loop that times every compiled candidate of a fused
 kernel and chooses the best.
 """
@@ -8,9 +9,7 @@ kernel and chooses the best.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +17,9 @@ import numpy as np
 
 import tessera_tvm
 from tessera_tvm import capture
+from tessera_tvm.target.backend import backend_for, known_kinds
+from tessera_tvm.target.cpu.runner import CpuBench as CpuBench  # noqa: F401  (re-exported: the old names)
+from tessera_tvm.target.cuda.runner import CudaBench as CudaBench  # noqa: F401
 
 from ..errors import AutotuneError
 from ..schedule import TuningSummary
@@ -27,140 +29,20 @@ from .space import _Plan
 from .workers import _one_line
 
 
-class CpuBench:
-    """Runs CPU kernels in this process: numpy arrays, the shared library called through ctypes."""
-
-    on_gpu = False  # a Ray worker that measures these kernels needs no GPU
-
-    def __init__(self, spec, seed: int = 0):
-        from ..compiler import _numpy_dtype
-
-        rng = np.random.default_rng(seed)
-        self.spec = spec
-        self.arrays: dict[str, np.ndarray] = {}
-        for p in spec.inputs():
-            dtype = _numpy_dtype(p.dtype)
-            if np.issubdtype(dtype, np.integer):
-                data = rng.integers(-3, 4, size=p.shape)
-            else:
-                data = rng.uniform(-1.0, 1.0, size=p.shape)
-            self.arrays[p.name] = np.ascontiguousarray(data.astype(dtype))
-        (self.out,) = spec.outputs()
-
-    @staticmethod
-    def available(config) -> str | None:
-        """None when CPU kernels of ``config`` can be timed here, else why not (a library must be built)."""
-        if config.codegen_dict["compiler"] == "none":
-            return "the config builds no library (codegen.compiler: none)"
-        return None
-
-    def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
-        """A call of ``lowered`` on this bench's arrays, and the output of its first (warm-up) run."""
-        from ..compiler import _numpy_dtype
-
-        out = np.empty(self.out.shape, dtype=_numpy_dtype(self.out.dtype))
-        out.fill(np.nan if np.issubdtype(out.dtype, np.floating) else 0)  # an unwritten output shows
-        run = functools.partial(
-            lowered, *[out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
-        )
-        run()  # warm-up: page faults, first touch, the library's lazy binding
-        return run, out.copy()
-
-    @staticmethod
-    def sample(run: Callable[[], Any], number: int) -> float:
-        """Seconds per call, over ``number`` back-to-back calls."""
-        start = time.perf_counter()
-        for _ in range(number):
-            run()
-        return (time.perf_counter() - start) / number
-
-
-class CudaBench:
-    """Runs CUDA kernels where a GPU and the kernel's runtime library exist; CUDA events time them.
-
-    Inputs and the output are torch tensors on torch's current CUDA device (where ``run_on_gpu``
-    puts numpy arguments too), passed to ``lowered`` in the tile program's parameter order
-    (``LoweredModule.__call__`` with a runtime library). Tested without a GPU by
-    tests/frontend/test_autotune.py, which emulates the device, the launch and the events on the CPU.
-    """
-
-    on_gpu = True  # a Ray worker that measures these kernels holds a GPU (num_gpus=1)
-
-    def __init__(self, spec, seed: int = 0):
-        import torch
-
-        from ..gpu import _default_device, torch_dtype
-
-        self.device = _default_device()
-        gen = torch.Generator(device=self.device).manual_seed(seed)
-        self.spec = spec
-        self.arrays = {}
-        for p in spec.inputs():
-            dtype = torch_dtype(p.dtype)
-            if dtype.is_floating_point:
-                data = torch.rand(p.shape, generator=gen, device=self.device, dtype=torch.float32) * 2 - 1
-            else:  # as CpuBench: -3..3, wrapped into the dtype
-                data = torch.randint(-3, 4, p.shape, generator=gen, device=self.device, dtype=torch.int64)
-            self.arrays[p.name] = data.to(dtype)
-        (self.out,) = spec.outputs()
-
-    def prepare(self, lowered) -> tuple[Callable[[], Any], np.ndarray]:
-        """A call of ``lowered`` on this bench's tensors, and the output of its first (warm-up) run
-        (floats as float32, integers as they are), copied to the host."""
-        import torch
-
-        from ..gpu import torch_dtype
-
-        if "runtime" not in lowered.artifacts:
-            raise AutotuneError(f"{lowered.name} has no CUDA runtime library (was nvcc on PATH?)")
-        dtype = torch_dtype(self.out.dtype)
-        fill = float("nan") if dtype.is_floating_point else 0  # an unwritten output shows
-        out = torch.full(self.out.shape, fill, device=self.device, dtype=torch.float32).to(dtype)
-        run = functools.partial(
-            lowered, *[out if p.name == self.out.name else self.arrays[p.name] for p in self.spec.params()]
-        )
-        run()
-        torch.cuda.synchronize(self.device)
-        host = torch.float32 if dtype.is_floating_point else dtype
-        return run, out.to("cpu", host, copy=True).numpy()
-
-    def sample(self, run: Callable[[], Any], number: int) -> float:
-        """Seconds per call, over ``number`` back-to-back calls, by CUDA events around them."""
-        import torch
-
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            run()
-        end.record()
-        torch.cuda.synchronize(self.device)
-        return start.elapsed_time(end) / 1e3 / number  # elapsed_time is in milliseconds
-
-    @staticmethod
-    def available(config) -> str | None:
-        """None when CUDA kernels of ``config`` can be timed here, else why not."""
-        from tessera_tvm.target.cuda import nvcc_available
-
-        from ..gpu import gpu_available
-
-        if not gpu_available():
-            return "no NVIDIA GPU is visible to this process"
-        if not nvcc_available():
-            return "nvcc is not on PATH (the kernels would have no cubin to run)"
-        return None
-
-
-#: codegen kind -> the bench that times its kernels; a target missing here cannot be measured.
-BENCHES: dict[str, type] = {"c": CpuBench, "cuda": CudaBench}
+def bench_for(config) -> type | None:
+    """The bench that times ``config``'s kernels: its backend runner's (None: none in this process)."""
+    return backend_for(config).runner.bench
 
 
 def _cannot_measure(config) -> str | None:
-    kind = config.codegen_kind
-    bench = BENCHES.get(kind)
-    if bench is None:
-        return f"no bench times {kind} kernels in this process"
-    check = getattr(bench, "available", None)
-    return check(config) if check is not None else None
+    return backend_for(config).runner.cannot_measure(config)
+
+
+#: codegen kind -> the bench that times its kernels, as the backends' runners give them (the old
+#: table's name; the measuring asks the runner of the config's backend).
+BENCHES: dict[str, type] = {
+    kind: bench for kind in known_kinds() if (bench := backend_for(kind).runner.bench) is not None
+}
 
 
 def _agrees(out: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
@@ -217,8 +99,8 @@ def measure_candidate(job: Mapping[str, Any], repeats: int) -> dict[str, Any]:
     cache, run once (the result comes back to be checked), then ``repeats`` samples timed back to back.
     ``{"ok": True, "out", "dtype", "seconds"}`` (the fastest sample), or ``{"ok": False, "error"}``."""
     config = job["config"]
-    bench_type = BENCHES[config.codegen_kind]
-    why = bench_type.available(config)
+    bench_type = bench_for(config)
+    why = _cannot_measure(config)
     if why is not None:
         return {"ok": False, "error": f"cannot measure here: {why}"}
     try:

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import AutotuneError
-from .measure import BENCHES, _choose, _Reference, measure_candidate
+from .measure import _choose, _Reference, bench_for, measure_candidate
 from .progress import _Progress
 from .space import _Plan
 from .workers import WORKER_START_TIMEOUT_S, _compile_jobs, _compile_with, _one_line, compile_candidate
@@ -66,7 +66,7 @@ def check_options(workers: int | None, where: str):
 def cannot_measure(config) -> str | None:
     """Why Ray workers cannot time ``config``'s kernels, as far as this process can tell (a GPU is
     looked for by the workers themselves); None when they may."""
-    bench = BENCHES.get(config.codegen_kind)
+    bench = bench_for(config)
     if bench is None:
         return f"no bench times {config.codegen_kind} kernels"
     return None if bench.on_gpu else bench.available(config)
@@ -313,7 +313,7 @@ def run_on_ray(
 ) -> tuple[int, float, float]:
     """Compile and measure every live candidate of ``plans`` on Ray (``ray`` from :func:`check_options`);
     ``plan.tuning`` is set for each. (actors, compile seconds, measure seconds)."""
-    gpu = BENCHES[config.codegen_kind].on_gpu
+    gpu = bench_for(config).on_gpu
     jobs = _compile_jobs(plans, config)
     with _session(ray, address, max(os.cpu_count() or 1, workers or 1)):
         resource = "GPU" if gpu else "CPU"

@@ -52,10 +52,13 @@ CPU = register_backend(
         reload="tessera_tvm.target.cpu.lowered:reload",
         module="tessera_tvm.target.cpu.module:build_module",
         linked_module="tessera_tvm.target.cpu.module:linked_entry",
-        runs_on="host",
+        runner_hook="tessera_tvm.target.cpu.runner:HOST_RUNNER",
+        block_note="tessera_tvm.target.cpu.runner:block_note",
+        parallel_grid=True,
         fixed_shapes=False,
         symbolic_extents=True,
         kernels_in_host=True,
+        upstream_sources="tessera_tvm.relax.bridge:host_c_sources",
         # TileLang's C codegen cannot put these in a kernel signature (ts.compile widens them; Relax cannot).
         relax_unsupported_dtypes=("bfloat16", *_WIDENED),
     )

@@ -22,5 +22,7 @@ HIP = register_backend(
         program_fields=THREAD_BLOCK_FIELDS,
         default_config="rocm",
         source_generator="target.build.tilelang_hip_without_compile",
+        tensor_device="cuda",  # what a ModulePlan would say (no HIP module yet): a GPU's memory
+        barriers_apart=True,
     )
 )

@@ -29,6 +29,8 @@ TT = register_backend(
         fixed_schedule="tessera_tvm.tile.tt:TT_SCHEDULE",
         program_generator="tessera_tvm.target.tt.codegen:generate",
         program_files=("reader", "compute", "writer", "host", "plan"),
+        runner_hook="tessera_tvm.target.tt.runner:EMULATOR_RUNNER",
+        block_note="tessera_tvm.target.tt.runner:block_note",
         not_runnable=(
             " (Tenstorrent); its kernels do not run in this process: the reader/compute/writer/host/plan files "
             "are the result (.artifacts; tessera_tvm.target.tt.emulate.run_plan runs a plan)"
