@@ -191,13 +191,16 @@ def test_cpu_gemm_blocks_are_even_and_spread_over_the_cores(monkeypatch):
 
     # 1024 rows in 5 blocks of 210 (a multiple of the 14-row register tile), not 4 x 224 + 128.
     assert blocks(1024, 1024, 1024) == (210, 256)
-    # 256 x 256 would be 2 blocks: split to 4 x 2 blocks for 4 cores (3 x 2 would leave two cores
-    # idle for the second round).
-    assert blocks(256, 256, 256) == (70, 128)
+    # 256 x 256 would be 2 blocks: 2 x 2 square blocks for 4 cores (each block packs its own panels:
+    # square blocks pack the least).
+    assert blocks(256, 256, 256) == (140, 128)
     # A few blocks per core come in a multiple of the cores: GPT-2's 128 x 768 projection was 3
     # blocks on 2 cores.
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert blocks(128, 768, 256) == (70, 256)  # 2 x 3
+    assert blocks(128, 768, 256) == (128, 192)  # 1 x 4
+    # The MLP's 128 x 1024 -> 256 linear: 2 blocks of 128 x 128 (each packs half of B), not 64 x 256
+    # (each packs all of it).
+    assert blocks(128, 256, 1024) == (128, 128)
     assert blocks(1024, 1024, 1024) == (210, 256)  # 5 x 4: many blocks per core, as they were
     # Too little work to wake threads for: one block.
     assert blocks(64, 48, 32) == (64, 64)
