@@ -115,10 +115,11 @@ def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | 
     # Without a path: a scratch library, removed once loaded (the loaded copy stays mapped).
     with tempfile.TemporaryDirectory(prefix="tessera_relax_") if path is None else nullcontext() as scratch:
         library = tvm.runtime.load_module(str(export_library(executable, path or Path(scratch) / "module.so", config)))
-    if backend_for(config).kernels_in_host:
+    in_host = backend_for(config).kernels_in_host
+    if in_host:
         share_blas_threads()  # numpy's OpenBLAS on the kernels' OpenMP threads (target/cpu/blas_threads.py)
     if device is None:  # kernels in the host library run on the host CPU, others on the target's device 0
-        device = tvm.cpu() if backend_for(config).kernels_in_host else tvm.device(config.target_kind, 0)
+        device = tvm.cpu() if in_host else tvm.device(config.target_kind, 0)
     return relax.VirtualMachine(library, device)
 
 

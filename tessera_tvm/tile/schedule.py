@@ -180,7 +180,8 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
     rows, cols = math.ceil(spec.M / block_m), math.ceil(spec.N / block_n)
     if spec.M * spec.N * spec.K * batch >= CPU_GEMM_SPREAD_MIN_WORK:
         cores = os.cpu_count() or 1
-        while rows * cols * batch < cores or (rows * cols * batch < 4 * cores and rows * cols * batch % cores):
+        # At least one block per core, and a multiple of the cores while there are fewer than 4 per core.
+        while (blocks := rows * cols * batch) < cores or (blocks < 4 * cores and blocks % cores):
             can_rows, can_cols = spec.M >= (rows + 1) * tile_m, spec.N >= (cols + 1) * tile_n
             if can_rows and (not can_cols or spec.M / rows >= spec.N / cols):
                 rows += 1

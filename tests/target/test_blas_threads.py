@@ -23,9 +23,7 @@ RUN_JOBS = ctypes.CFUNCTYPE(None, ctypes.c_int, DOJOB, ctypes.c_int, ctypes.c_si
 def _run_jobs_together(numjobs: int) -> list[int]:
     """Call the callback as OpenBLAS does with ``numjobs`` jobs that each wait at a barrier for all
     the others (as a level-3 call's jobs wait for one another's panels); return the indices passed."""
-    blas_threads.share_blas_threads()
-    blas_threads._callback_address()  # built and loaded even where no OpenBLAS was switched
-    run = RUN_JOBS(blas_threads._callback_address())
+    run = RUN_JOBS(blas_threads._callback_address())  # built and loaded even where no OpenBLAS is switched
     barrier = threading.Barrier(numjobs, timeout=20)
     seen: list[int] = []
     data = (ctypes.c_int * numjobs)(*range(numjobs))

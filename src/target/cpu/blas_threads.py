@@ -91,9 +91,9 @@ def share_blas_threads() -> list[BlasLibrary]:
     global _modules_at_scan, _unbuildable
     _register_after_fork()
     if os.environ.get("TESSERA_SHARE_BLAS_THREADS", "").strip() == "0" or _forked_child or _unbuildable:
-        return list(_shared.values())
+        return shared_blas_libraries()
     if len(sys.modules) == _modules_at_scan:  # nothing imported since the last scan: nothing new loaded
-        return list(_shared.values())
+        return shared_blas_libraries()
     with _lock:
         _modules_at_scan = len(sys.modules)
         try:
@@ -106,7 +106,7 @@ def share_blas_threads() -> list[BlasLibrary]:
                 TesseraWarning,
                 stacklevel=2,
             )
-    return list(_shared.values())
+    return shared_blas_libraries()
 
 
 def _switch_new_libraries() -> None:
