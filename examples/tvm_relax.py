@@ -75,7 +75,7 @@ def main() -> None:
     target = parser.parse_args().target
     if tessera_tvm.UPSTREAM:
         return main_upstream(target)
-    dtype = "float32" if tessera_tvm.load_config(target).target_kind == "c" else "float16"
+    dtype = "float32" if tessera_tvm.load_config(target).tvm_kind == "c" else "float16"
 
     block = Block()
     if dtype != "float32":

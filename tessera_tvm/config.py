@@ -169,8 +169,15 @@ class TargetConfig:
         return dict(self.pipeline)[phase]
 
     @property
-    def target_kind(self) -> str:
+    def tvm_kind(self) -> str:
+        """TVM's target kind the config names (``target.kind``): ``cuda``, ``hip`` or ``c``
+        (Tenstorrent's is ``c``: its codegen kind, :attr:`codegen_kind`, is ``tt``)."""
         return dict(self.target)["kind"]
+
+    @property
+    def target_kind(self) -> str:
+        """The old name of :attr:`tvm_kind`."""
+        return self.tvm_kind
 
     @property
     def codegen_kind(self) -> str:

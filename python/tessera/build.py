@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import tessera_tvm
+from tessera_tvm import planner
 from tessera_tvm.capture import collecting_logs
 from tessera_tvm.graph import GraphIR, kernel_spec
-from tessera_tvm.target.backend import backend_for
 from tessera_tvm.tile import (
     SpecError,
     UnsupportedTTOperationError,
-    build_tile_program,
     cpu_storage,  # noqa: F401  (re-exported: tessera.compiler.cpu_storage)
 )
 from tessera_tvm.trace import span
@@ -126,13 +125,9 @@ def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> 
     """The TileLang PrimFunc of fused kernel ``name`` under ``schedule``, and the spec it was built from
     (on the CPU fp8 is held as f32). The autotuner's workers build programs here too, so the
     kernel cache entries they leave are the ones ``ts.compile`` finds."""
-    backend = backend_for(config)
-    storage = backend.hook("tile_spec")  # CPU: fp8 held as float32
     try:
-        tile_spec = storage(spec) if storage is not None else spec
-        tile = build_tile_program(tile_spec, schedule.tile_schedule(), backend.kind)
+        return planner.tile_program(spec, schedule.tile_schedule(), config, name)
     except UnsupportedTTOperationError as exc:
         raise UnsupportedTTOperationError(f"kernel {name} ({describe}): {exc}") from None
     except SpecError as exc:
         raise ScheduleError(f"kernel {name} on {config.name}: {exc}") from None
-    return tile.with_attr("global_symbol", name), tile_spec

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tessera_tvm import load_config
+from tessera_tvm import load_config, planner
 from tessera_tvm.config import SCHEDULE_SWITCHES, schedule_value_expected
 from tessera_tvm.errors import ResourceError
 from tessera_tvm.target.backend import backend_for, backend_of_device
@@ -53,9 +53,7 @@ from tessera_tvm.tile import (
     SpecError,
     TileSchedule,
     local_bytes,
-    settle_overlap,
     smem_bytes,
-    validate_schedule,
 )
 from tessera_tvm.tile.expr import expr_text
 
@@ -285,30 +283,6 @@ def split_overrides(overrides: Mapping[str, Any] | None, kernel_names: list[str]
     return per_kernel
 
 
-def _check_mma(kernel: str, spec: KernelSpec, tile: TileSchedule, config) -> None:
-    """Blocks must tile into the config's MMA instruction shape (``schedule.mma: [m, n, k]``)."""
-    mma = dict(config.schedule).get("mma")
-    if mma is None or not isinstance(spec, GemmSpec | AttentionSpec):
-        return
-    m, n, k = (int(x) for x in mma)
-    # wgmma (the config's hardware.wgmma) takes any N that is a multiple of 8 up to n; other MMAs have one fixed N.
-    wgmma = bool(config.fact("wgmma"))
-    n_step = 8 if wgmma else n
-    problems = []
-    if tile.block_m % m:
-        problems.append(f"block_m={tile.block_m} is not a multiple of the MMA's M={m}")
-    if tile.block_n % n_step:
-        problems.append(f"block_n={tile.block_n} is not a multiple of {n_step} (the MMA's N{' step' if wgmma else ''})")
-    if isinstance(spec, GemmSpec) and tile.block_k % k:
-        problems.append(f"block_k={tile.block_k} is not a multiple of the MMA's K={k}")
-    if problems:
-        raise ScheduleError(
-            f"schedule for kernel {kernel} on {config.name}: {'; '.join(problems)} "
-            f"(schedule.mma is {m}x{n}x{k}); rejected before lowering",
-            reason="; ".join(problems),
-        )
-
-
 def _bytes(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.4g} KiB"
 
@@ -436,14 +410,14 @@ def choose_schedule(
     config = load_config(config)
     backend = backend_for(config)
     overrides = dict(overrides or {})
-    tile = TileSchedule.from_config(config, spec)
     changes = {("rasterize" if k == "swizzle" else k): v for k, v in overrides.items()}
     try:
-        if changes:
-            tile = settle_overlap(spec, tile.replace(**changes), config, strict=True)
-            if backend.thread_blocks:  # MMA instructions take whole warp tiles
-                _check_mma(kernel, spec, tile, config)
-        validate_schedule(spec, tile, config)
+        tile = planner.schedule_for(spec, config, changes)
+    except planner.MmaError as exc:
+        raise ScheduleError(
+            f"schedule for kernel {kernel} on {config.name}: {exc}; rejected before lowering",
+            reason="; ".join(exc.problems),
+        ) from None
     except (ResourceError, SpecError) as exc:
         detail = str(exc).replace(f"kernel '{spec.family} kernel' needs", "it needs")
         how = f" with override {overrides}" if overrides else ""

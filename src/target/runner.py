@@ -48,7 +48,7 @@ class Runner:
         if reason is not None:
             return f"{name} was compiled for {config.name}{reason}. Compile with target='cpu' to run it here."
         return (
-            f"{name} was compiled for {config.name} ({config.target_kind}); its kernels "
+            f"{name} was compiled for {config.name} ({config.tvm_kind}); its kernels "
             "do not run in this process (no runtime for this target here): their source and metadata are "
             "the result (.source, .artifacts, .metadata). Compile with target='cpu' to run it here."
         )

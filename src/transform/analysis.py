@@ -122,7 +122,7 @@ def uses(stmt, predicate) -> bool:
     return bool(found)
 
 
-def target_kind(func) -> str | None:
+def tvm_kind(func) -> str | None:
     """The kind of the target bound to ``func`` (``cuda``, ``hip``, ``c``), or None before BindTarget."""
     target = func.attrs.get("target") if func.attrs else None
     return str(target.kind.name) if target is not None else None
@@ -130,7 +130,7 @@ def target_kind(func) -> str | None:
 
 def is_cpu_kernel(func) -> bool:
     """Bound to a TVM kind whose backends run serial C blocks (``c``: the CPU, Tenstorrent)."""
-    return target_kind(func) in tvm_kinds(thread_blocks=False)
+    return tvm_kind(func) in tvm_kinds(thread_blocks=False)
 
 
 def is_device_kernel(func) -> bool:
@@ -241,7 +241,7 @@ def shared_memory_bytes(func) -> Extent:
     """Shared memory one thread block uses: dynamic + static (see the module docstring)."""
     if is_cpu_kernel(func):
         return 0
-    apart = any(b.barriers_apart for b in backends_of_tvm_kind(target_kind(func) or ""))
+    apart = any(b.barriers_apart for b in backends_of_tvm_kind(tvm_kind(func) or ""))
     not_shared = _NOT_SHARED_MEMORY + (BARRIER_SCOPES if apart else ())
     static = sum(
         (_bytes(b) for b in allocations(func) if b.scope().startswith("shared") and b.scope() not in not_shared),

@@ -27,7 +27,7 @@ def _barrier_buffers(func) -> list[str]:
 
 @register_pass("tessera.VerifyBarrierSupport", doc="reject T.alloc_barrier before sm_90 with a clear error")
 def verify_barrier_support(ctx: BuildContext):
-    arch = str(ctx.config.target_dict.get("arch", ctx.config.target_kind))
+    arch = str(ctx.config.target_dict.get("arch", ctx.config.tvm_kind))
 
     def check(mod, _pass_ctx):
         if ctx.config.fact("mbarrier"):  # the config's hardware: section says the target has them

@@ -243,7 +243,7 @@ def offload_for_upstream(
     # Tenstorrent (TVM kind c) goes on to partition_for_tessera, which refuses it with its own reason.
     if backend.upstream_sources is None and backend.relax_refused is None:
         raise TesseraError(
-            f"config {config.name!r} (target kind {config.target_kind!r}): offload from upstream apache-tvm "
+            f"config {config.name!r} (TVM target kind {config.tvm_kind!r}): offload from upstream apache-tvm "
             "takes the CPU and CUDA configs (cpu, hopper, ampere); its kernels have no binary here to carry"
         )
     mod = from_upstream_text(text)
@@ -262,7 +262,7 @@ def offload_for_upstream(
         "text": to_upstream_text(_to_packed_calls(partitioned, kernels)),
         "sources": sources,
         "kernels": sorted(kernels.values()),
-        "target_kind": config.target_kind,
+        "tvm_kind": config.tvm_kind,
         # the TVM runtime its kernels need beside the host's, and what messages call it (None: C in the host)
         "device_runtime": None if backend.kernels_in_host else backend.tvm_kind,
         "device_title": backend.title,

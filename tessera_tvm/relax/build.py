@@ -119,7 +119,7 @@ def load_vm(executable, config: TargetConfig | str, device=None, *, path: str | 
     if in_host:
         share_blas_threads()  # numpy's OpenBLAS on the kernels' OpenMP threads (target/cpu/blas_threads.py)
     if device is None:  # kernels in the host library run on the host CPU, others on the target's device 0
-        device = tvm.cpu() if in_host else tvm.device(config.target_kind, 0)
+        device = tvm.cpu() if in_host else tvm.device(config.tvm_kind, 0)
     return relax.VirtualMachine(library, device)
 
 

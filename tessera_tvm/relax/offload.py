@@ -20,14 +20,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import op_table
+from .. import op_table, planner
 from .._tvm import tvm
 from ..config import TargetConfig, load_config
 from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten, kernel_dim_name, node_of
 from ..lower import lower
 from ..target.backend import backend_for
-from ..tile import KernelSpec, build_tile_program
+from ..tile import KernelSpec
 from .elementwise import elementwise_trees
 from .index_checks import check_indices
 from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
@@ -474,7 +474,9 @@ class _Offloader(relax.PyExprMutator):
         name, i = base, 1
         while name in self.names:
             name, i = f"{base}_{i}", i + 1
-        prim = build_tile_program(plan.spec, plan.schedule, self.config.target_kind, name=name)
+        prim, held = planner.tile_program(plan.spec, plan.schedule, self.config, name)
+        if held != plan.spec:  # the call passes the Relax tensors as they are
+            raise OffloadRejected(f"{self.config.name}'s kernels hold {plan.spec.family} parameters in other dtypes")
         try:  # lower now: a kernel the pipeline cannot lower stays with TVM (tvm.compile reuses the result)
             lower(prim, self.config, build=False)
         except TesseraError as exc:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import op_table
+from .. import op_table, planner
 from .._tvm import tvm
 from ..config import TargetConfig
 from ..errors import TesseraError
@@ -48,7 +48,6 @@ from ..tile import (
     KernelSpec,
     Pool2dSpec,
     TileSchedule,
-    validate_schedule,
 )
 from ..tile import base as tile_base
 from ..tile.expr import Binary, Input, Unary
@@ -577,9 +576,7 @@ def plan_kernel(
             # Relax's f16 matmul (out_dtype void) accumulates in f16; Tessera accumulates in f32 and rounds once.
             spec = dataclasses.replace(spec, dtype_acc="float32")
         spec = canonical_names(spec)
-        hinted = tile_base.bind_dims(spec, hints) if symbols else spec
-        schedule = TileSchedule.from_config(config, hinted)
-        validate_schedule(hinted, schedule, config)
+        schedule = planner.schedule_for(spec, config, hints=hints if symbols else None)
     except OffloadRejected:
         raise
     except TesseraError as exc:

@@ -39,7 +39,7 @@ from .storage import CPU_WIDENED, cpu_storage  # noqa: F401
 from .validate import validate_schedule  # noqa: F401
 
 
-def target_kind_of(target: Any) -> str:
+def codegen_kind_of(target: Any) -> str:
     """``cuda`` / ``hip`` / ``c`` / ``tt`` from a codegen kind, a config name or a TargetConfig."""
     if isinstance(target, str) and target in known_kinds():
         return target
@@ -48,10 +48,10 @@ def target_kind_of(target: Any) -> str:
     return load_config(target).codegen_kind  # Tenstorrent: codegen kind tt (its TVM kind is c)
 
 
-def program_fields(family: str | KernelSpec, target_kind: Any) -> tuple[str, ...]:
-    """The :class:`TileSchedule` fields the tile program of ``family`` reads on ``target_kind``.
+def program_fields(family: str | KernelSpec, target: Any) -> tuple[str, ...]:
+    """The :class:`TileSchedule` fields the tile program of ``family`` reads on ``target``.
 
-    ``family`` is a spec family name (``"gemm"``) or a spec; ``target_kind`` is anything
+    ``family`` is a spec family name (``"gemm"``) or a spec; ``target`` is anything
     :func:`build_tile_program` takes (``"cuda"``, ``"c"``, a config name or TargetConfig). Two
     schedules equal in these fields build byte-identical programs (``mma`` is never read: it only
     describes the target's instruction). The autotuner compiles one candidate per program.
@@ -59,26 +59,25 @@ def program_fields(family: str | KernelSpec, target_kind: Any) -> tuple[str, ...
     name = family.family if isinstance(family, KernelSpec) else family
     if name not in SPEC_FAMILIES:
         raise SpecError(f"program_fields: family is {name!r}; expected one of {', '.join(SPEC_FAMILIES)}")
-    return backend_for(target_kind_of(target_kind)).program_fields[name]
+    return backend_for(codegen_kind_of(target)).program_fields[name]
 
 
 def build_tile_program(
-    spec: KernelSpec, schedule: TileSchedule | None = None, target_kind: str = "c", *, name: str | None = None
+    spec: KernelSpec, schedule: TileSchedule | None = None, target: Any = "c", *, name: str | None = None
 ):
-    """The TileLang PrimFunc computing ``spec`` on ``target_kind`` (``cuda``, ``hip``, ``c`` or ``tt``).
-
-    ``target_kind`` may also be a config name or TargetConfig (``"hopper"``, ``"cpu"``). Without a
-    ``schedule`` the defaults of the target's config are used. The PrimFunc's parameters are
+    """The TileLang PrimFunc computing ``spec`` on ``target``: a codegen kind (``cuda``, ``hip``, ``c``
+    or ``tt``; not a TVM kind: Tenstorrent's is ``c``), a config name or a TargetConfig (``"hopper"``,
+    ``"cpu"``). Without a ``schedule`` the defaults of the target's config are used. The PrimFunc's parameters are
     ``spec.params()`` in order; its symbol is ``name`` (default: the spec's family, e.g. ``gemm``,
     so the device kernel is ``gemm_kernel``).
     """
-    kind = target_kind_of(target_kind)
+    kind = codegen_kind_of(target)
     backend = backend_for(kind)
     if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tile/tt.py)
         schedule = backend.hook("fixed_schedule")
     if schedule is None:
-        given_a_kind = isinstance(target_kind, str) and target_kind in known_kinds()  # not a config name
-        config = backend.default_config if given_a_kind else target_kind
+        given_a_kind = isinstance(target, str) and target in known_kinds()  # not a config name
+        config = backend.default_config if given_a_kind else target
         schedule = TileSchedule.from_config(config, spec)
     if not isinstance(schedule, TileSchedule):
         raise SpecError(f"schedule is {schedule!r}; expected a TileSchedule")

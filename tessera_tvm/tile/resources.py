@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .schedule import TileSchedule
 
 
-def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cuda") -> int:
+def smem_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "cuda") -> int:
     """Shared memory (bytes per block) the generated kernel allocates, estimated before lowering.
 
     Counts the tiles the generator places in shared memory times the pipeline stages, plus the
@@ -26,7 +26,7 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
     """
     from ..target.backend import backend_for
 
-    if not backend_for(target_kind).thread_blocks:
+    if not backend_for(codegen_kind).thread_blocks:
         return 0
     if isinstance(spec, Conv2dSpec):
         spec = spec.as_gemm()
@@ -45,7 +45,7 @@ def smem_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "cud
     return 0
 
 
-def local_bytes(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "c") -> int:
+def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c") -> int:
     """Bytes of local (stack) arrays one CPU block allocates; compare with ``local_memory_per_kernel``."""
     if isinstance(spec, Pool2dSpec):  # the padded input plane and the plane of accumulators (tile/pool.py)
         from .pool import padded_plane

@@ -101,16 +101,16 @@ class TileSchedule:
         raw = dict(config.schedule)
         per_kind = {k: dict(v) for k, v in raw.items() if k in SPEC_FAMILIES}
         base = {k: v for k, v in raw.items() if k not in SPEC_FAMILIES and k in _FIELDS}
-        target_kind = config.codegen_kind  # the backend's kind (Tenstorrent: tt, though its TVM kind is c)
-        if _fixed_schedule(target_kind):  # Tenstorrent: one tile shape, the config's, for every family
+        codegen_kind = config.codegen_kind  # the backend's kind (Tenstorrent: tt, though its TVM kind is c)
+        if _fixed_schedule(codegen_kind):  # Tenstorrent: one tile shape, the config's, for every family
             return cls(**base)
-        values = {**_kind_defaults(kind, target_kind, base), **per_kind.get(kind, {})}
+        values = {**_kind_defaults(kind, codegen_kind, base), **per_kind.get(kind, {})}
         if kind != "attention":  # a switch of attention's program only
             values.pop("overlap", None)
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
-        schedule = fit_schedule(spec, schedule, target_kind, wgmma=bool(config.fact("wgmma")))
+        schedule = fit_schedule(spec, schedule, codegen_kind, wgmma=bool(config.fact("wgmma")))
         if _dynamic_pipeline_unsupported(spec, config):
             schedule = schedule.replace(stages=1)
         schedule = settle_overlap(spec, schedule, config)  # (off where the loop above cannot be pipelined)
@@ -120,23 +120,23 @@ class TileSchedule:
 _FIELDS = {f.name for f in dataclasses.fields(TileSchedule)}
 
 
-def _fixed_schedule(target_kind: str) -> bool:
-    """Whether ``target_kind``'s programs are built with one fixed schedule (Tenstorrent's tile)."""
+def _fixed_schedule(codegen_kind: str) -> bool:
+    """Whether ``codegen_kind``'s programs are built with one fixed schedule (Tenstorrent's tile)."""
     from ..target.backend import backend_for
 
-    return backend_for(target_kind).fixed_schedule is not None
+    return backend_for(codegen_kind).fixed_schedule is not None
 
 
-def _thread_blocks(target_kind: str) -> bool:
-    """Whether ``target_kind``'s kernels are thread blocks (GPU: threads, shared memory, MMA tiles)."""
+def _thread_blocks(codegen_kind: str) -> bool:
+    """Whether ``codegen_kind``'s kernels are thread blocks (GPU: threads, shared memory, MMA tiles)."""
     from ..target.backend import backend_for
 
-    return backend_for(target_kind).thread_blocks
+    return backend_for(codegen_kind).thread_blocks
 
 
-def _kind_defaults(kind: str, target_kind: str, base: dict[str, Any]) -> dict[str, Any]:
+def _kind_defaults(kind: str, codegen_kind: str, base: dict[str, Any]) -> dict[str, Any]:
     """Per-kind defaults derived from the config's GEMM defaults."""
-    gpu = _thread_blocks(target_kind)
+    gpu = _thread_blocks(codegen_kind)
     if kind in ("gemm", "conv2d"):  # a convolution runs as its implicit GEMM
         return base
     if kind == "attention":
@@ -218,14 +218,14 @@ def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, 1 << max(0, (n - 1).bit_length()))
 
 
-def fit_schedule(spec: KernelSpec, schedule: TileSchedule, target_kind: str, wgmma: bool = False) -> TileSchedule:
+def fit_schedule(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str, wgmma: bool = False) -> TileSchedule:
     """Shrink blocks that are larger than the problem, keeping what the GPU's MMA needs.
 
     On GPUs a GEMM block keeps at least one 16 x 16 MMA tile per warp, and an attention block
     at least 16 query rows per warp (each warp owns whole rows of the scores); Hopper's wgmma
     keeps 64-row blocks.
     """
-    gpu = _thread_blocks(target_kind)
+    gpu = _thread_blocks(codegen_kind)
     warps = max(1, schedule.threads // 32)
     wgmma = gpu and wgmma  # the config's hardware.wgmma
     changes: dict[str, int] = {}
@@ -316,14 +316,14 @@ def settle_overlap(spec: KernelSpec, schedule: TileSchedule, config: Any, *, str
 def _fit_shared_memory(spec: KernelSpec, schedule: TileSchedule, config: Any) -> TileSchedule:
     """Fewer stages, then smaller K/key steps, until the schedule fits the config's shared memory."""
     limit = config.resource_limits.get("shared_memory_per_block")
-    target_kind = config.codegen_kind
-    if limit is None or not _thread_blocks(target_kind):  # no shared memory to fit
+    codegen_kind = config.codegen_kind
+    if limit is None or not _thread_blocks(codegen_kind):  # no shared memory to fit
         return schedule
     if isinstance(spec, Conv2dSpec):
         spec = spec.as_gemm()
     gemm = isinstance(spec, GemmSpec)
     min_rows = 64 if gemm and config.fact("wgmma") else 16  # wgmma takes 64-row tiles
-    while smem_bytes(spec, schedule, target_kind) > limit:
+    while smem_bytes(spec, schedule, codegen_kind) > limit:
         threads = min(schedule.threads, SMALL_BLOCK_THREADS)  # for a block shrunk below this one
         # a GEMM halves its wider side first (block_m only down to min_rows); attention its key step
         n_first = schedule.block_n >= schedule.block_m or schedule.block_m <= min_rows

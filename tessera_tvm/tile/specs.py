@@ -2,7 +2,7 @@
 
 The frontend maps each fused group of its graph onto one spec (``GemmSpec`` with its ``EpilogueOp``
 steps, ``ElementwiseSpec``, ``ReduceSpec``, ``SoftmaxSpec``, ``NormSpec``, ``AttentionSpec``);
-``build_tile_program(spec, schedule, target_kind)`` turns the spec into a TileLang PrimFunc. Every
+``build_tile_program(spec, schedule, codegen_kind)`` turns the spec into a TileLang PrimFunc. Every
 spec is a frozen, hashable dataclass whose ``params()`` (= ``inputs() + outputs()``) is the
 PrimFunc's parameter order, so a caller knows how to pass arrays. All arithmetic happens on an fp32
 (``dtype_acc`` / ``dtype_compute``) value; inputs are cast up when loaded and results cast down when

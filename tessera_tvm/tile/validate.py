@@ -29,7 +29,7 @@ def validate_schedule(spec: KernelSpec, schedule: TileSchedule, config: Any) -> 
     from ..target.backend import backend_for
 
     limits = config.resource_limits
-    target_kind = config.codegen_kind  # the backend's kind: Tenstorrent is tt, not its TVM kind c
+    codegen_kind = config.codegen_kind  # the backend's kind: Tenstorrent is tt, not its TVM kind c
     name = f"{spec.family} kernel"
     s = schedule
     if backend_for(config).thread_blocks:  # threads, warps, MMA tiles and shared memory
@@ -82,14 +82,14 @@ def validate_schedule(spec: KernelSpec, schedule: TileSchedule, config: Any) -> 
                 f"stages is {s.stages}; causal attention on {config.name!r} (cp.async pipeline, no warp "
                 "specialisation) needs stages=1: TileLang 0.1.15 cannot pipeline its per-block key loop",
             )
-        smem = smem_bytes(spec, s, target_kind)
+        smem = smem_bytes(spec, s, codegen_kind)
         limit = limits.get("shared_memory_per_block")
         if limit is not None and smem > limit:
             raise ResourceError(
                 name, "bytes of shared memory", smem, limit, config.name, "lower stages or block_m/block_n/block_k"
             )
     else:
-        local = local_bytes(spec, s, target_kind)
+        local = local_bytes(spec, s, codegen_kind)
         limit = limits.get("local_memory_per_kernel")
         if limit is not None and local > limit:
             raise ResourceError(name, "bytes of local arrays", local, limit, config.name, "lower block_m/block_n")

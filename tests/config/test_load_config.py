@@ -30,7 +30,7 @@ def test_available_configs_lists_the_shipped_targets():
 def test_shipped_config_names_its_target(name, kind, key, value):
     cfg = load_config(name)
     assert cfg.name == name
-    assert cfg.target_kind == kind
+    assert cfg.tvm_kind == kind == cfg.target_kind
     if key:
         assert cfg.target_dict[key] == value
     assert cfg.tvm_target().kind.name == kind

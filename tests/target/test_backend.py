@@ -25,7 +25,7 @@ def test_every_shipped_config_resolves_to_the_backend_of_its_codegen_kind(path):
 
 def test_tenstorrent_is_keyed_on_its_codegen_kind_not_its_tvm_kind():
     config = load_config("tenstorrent")
-    assert (config.target_kind, config.codegen_kind) == ("c", "tt")
+    assert (config.tvm_kind, config.codegen_kind) == ("c", "tt")
     assert backend_for(config).kind == "tt"
     assert backend_for("c").kind == "c"  # TVM kind c alone is the CPU
 
