@@ -19,7 +19,7 @@ tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tess
 from __future__ import annotations
 
 from .._tvm import T, named, prim_func
-from .common import LOG2E, all_of, cpu_exp, declare_params, element_offset, lowest, to_compute
+from .common import LOG2E, all_of, cpu_exp_nonpositive, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .schedule import TileSchedule
 from .specs import AttentionSpec
@@ -266,6 +266,36 @@ def _scale_and_max(scores, new_max, keys, block_m, scale, mask, bias):
             new_max[i] = T.max(new_max[i], scores[j, i])
 
 
+@T.macro
+def _max_of_scaled(scores, new_max, keys, block_m, scale):
+    """Each query's running max over ``scale`` times its raw scores (``scale > 0``), which stay raw."""
+    for j in T.serial(keys):
+        for i in T.serial(block_m):
+            new_max[i] = T.max(new_max[i], scores[j, i] * scale)
+
+
+@T.macro
+def _online_softmax(scores, row_max, new_max, rescale, row_sum, acc, keys, rows, block_m, D, factor):
+    """One key block of the online softmax: the accumulator and the row sums rescaled to the new
+    running max, then ``scores`` (S^T) replaced by their exponentials ``exp(factor * s - max)`` (``s
+    - max`` where ``factor`` is None: scores already scaled), summed per query. Every exponent is <= 0."""
+    for i in T.serial(block_m):
+        rescale[i] = cpu_exp_nonpositive(row_max[i] - _safe_max(new_max[i]))
+        row_max[i] = new_max[i]
+        row_sum[i] = row_sum[i] * rescale[i]
+        new_max[i] = _safe_max(row_max[i])  # the exponentials' offset
+    for i in T.serial(rows):
+        for d in T.serial(D):
+            acc[i, d] = acc[i, d] * rescale[i]
+    for j in T.serial(keys):
+        for i in T.serial(block_m):
+            if factor is None:
+                scores[j, i] = cpu_exp_nonpositive(scores[j, i] - new_max[i])
+            else:
+                scores[j, i] = cpu_exp_nonpositive(scores[j, i] * factor - new_max[i])
+            row_sum[i] += scores[j, i]
+
+
 def _bias_term(bias, score, i, j):
     """``score`` of query ``i``, key ``j`` of the block plus its bias (``bias`` as _scale_and_max's,
     or a local ``[keys, queries]`` copy of the block's bias)."""
@@ -289,7 +319,9 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
     Scores are computed transposed, ``S^T = K Q^T`` (keys x queries), so that the row statistics
     (max, sum) and the exponentials run over contiguous queries, each query an independent lane that
     g++ vectorises; ``O += P V`` reads P through the transposed-operand strides of the packing. Q is
-    packed once per block, K and V once per key block; exponentials by the inline ``tessera_expf``.
+    packed once per block, K and V once per key block; exponentials by the inline
+    ``tessera_expf_nonpositive`` (every exponent is a score minus its row's max), the scale folded into
+    them where no mask or bias has to be added to the scaled scores first.
     """
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale = spec.scale
@@ -323,6 +355,9 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
             if transposed_bias:  # lanes past the last query read zeros, not stale values
                 T.clear(bias_t)
             T.clear(acc)
+            # The GEMM of each key block writes its first `rows` queries only: the lanes past them (the
+            # last block of queries) are computed too and never stored; finite values from the start.
+            T.clear(scores)
             # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
             cpu_pack("b", dtype, q_pack, io.q.data, element_offset(io.q, (batch, head, bx * block_m, 0)), 1, D, rows, D)
             for kb in T.serial(_key_blocks(spec, bx * block_m, block_m, block_n)):
@@ -338,8 +373,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                     keys,
                     D,
                 )
-                T.clear(scores)
-                cpu_gemm(scores, block_m, k_pack, q_pack, keys, rows, D)
+                cpu_gemm(scores, block_m, k_pack, q_pack, keys, rows, D, overwrite=True)
                 for i in T.serial(block_m):
                     new_max[i] = row_max[i]
                 # Only key blocks that reach past the block's first query need the mask; a select in
@@ -352,22 +386,16 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                                 spec, io, batch, head, bx * block_m + i, kb * block_n + j, clamp=False
                             )
                     bias = bias_t
+                softmax = (scores, row_max, new_max, rescale, row_sum, acc, keys, rows, block_m, D)
                 if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
                     _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)
+                    _online_softmax(*softmax, None)
+                elif bias is None and scale > 0:  # the scale goes into the exponentials: one pass less
+                    _max_of_scaled(scores, new_max, keys, block_m, scale)
+                    _online_softmax(*softmax, scale)
                 else:
                     _scale_and_max(scores, new_max, keys, block_m, scale, None, bias)
-                for i in T.serial(block_m):
-                    rescale[i] = cpu_exp(row_max[i] - _safe_max(new_max[i]))
-                    row_max[i] = new_max[i]
-                    row_sum[i] = row_sum[i] * rescale[i]
-                    new_max[i] = _safe_max(row_max[i])  # the exponentials' offset
-                for i in T.serial(rows):
-                    for d in T.serial(D):
-                        acc[i, d] = acc[i, d] * rescale[i]
-                for j in T.serial(keys):
-                    for i in T.serial(block_m):
-                        scores[j, i] = cpu_exp(scores[j, i] - new_max[i])
-                        row_sum[i] += scores[j, i]
+                    _online_softmax(*softmax, None)
                 # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
                 cpu_pack("a", "f32", p_pack, T.address_of(scores[0, 0]), 0, 1, block_m, rows, keys)
                 cpu_pack(

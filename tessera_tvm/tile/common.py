@@ -248,6 +248,13 @@ def cpu_exp(x):
     return T.call_pure_extern("float32", "tessera_expf", x)
 
 
+def cpu_exp_nonpositive(x):
+    """``exp(x)`` for ``x <= 0`` (a softmax's exponent: a score minus its row's max; -inf gives 0)
+    through tessera/cpu_math.h's ``tessera_expf_nonpositive``: no overflow or denormal cases, about
+    30% fewer instructions than :func:`cpu_exp`. CPU tile programs only."""
+    return T.call_pure_extern("float32", "tessera_expf_nonpositive", x)
+
+
 #: Partial results the CPU kernels keep per running reduction over a row (max, sum): lane l takes
 #: elements l, l + CPU_LANES, ...; combined at the end. Independent lanes let g++ vectorise without
 #: reassociating a single scalar sum (which it may not do without -ffast-math). 64 = four AVX-512

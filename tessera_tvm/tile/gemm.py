@@ -185,13 +185,15 @@ def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stri
     )
 
 
-def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False):
+def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False, overwrite=False):
     """``tessera_cpu_gemm_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``, from
     panels packed by :func:`cpu_pack`; ``acc`` rows are ``row_stride`` elements apart. ``pairs``:
-    ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``)."""
+    ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``). ``overwrite``
+    (fp32 panels): ``tessera_cpu_gemm_set_f32``, ``acc[rows, cols] = A x B`` (acc is not read)."""
+    assert not (pairs and overwrite), "tessera_cpu_gemm_bf16x2 only accumulates"
     return T.call_extern(
         "int32",
-        "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_f32",
+        "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_set_f32" if overwrite else "tessera_cpu_gemm_f32",
         T.address_of(acc[0, 0]),
         row_stride,
         T.address_of(a_panel[0]),

@@ -1,4 +1,5 @@
-"""Tessera's CPU runtime header (src/target/include/tessera): tessera_expf against numpy, and the
+"""Tessera's CPU runtime header (src/target/include/tessera): tessera_expf (and its form for the
+exponents of a softmax, tessera_expf_nonpositive) against numpy, and the
 claim that makes it worth having: the loops of a CPU softmax vectorise with it."""
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ extern "C" int32_t exp_all(const float* x, float* y, int32_t n) {
   for (int32_t i = 0; i < n; ++i) y[i] = tessera_expf(x[i]);
   return 0;
 }
+extern "C" int32_t exp_nonpositive_all(const float* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] = tessera_expf_nonpositive(x[i]);
+  return 0;
+}
 """
 
 
 @pytest.fixture(scope="module")
-def exp_all(tmp_path_factory):
-    so = compile_cpu(EXP_ALL, out_dir=tmp_path_factory.mktemp("expf"), name="expf")
-    fn = ctypes.CDLL(str(so)).exp_all
+def exp_library(tmp_path_factory):
+    return ctypes.CDLL(str(compile_cpu(EXP_ALL, out_dir=tmp_path_factory.mktemp("expf"), name="expf")))
+
+
+def _elementwise(fn):
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
 
     def run(x: np.ndarray) -> np.ndarray:
@@ -37,6 +44,16 @@ def exp_all(tmp_path_factory):
         return y
 
     return run
+
+
+@pytest.fixture(scope="module")
+def exp_all(exp_library):
+    return _elementwise(exp_library.exp_all)
+
+
+@pytest.fixture(scope="module")
+def exp_nonpositive_all(exp_library):
+    return _elementwise(exp_library.exp_nonpositive_all)
 
 
 def test_expf_is_within_two_ulp_of_exp(exp_all):
@@ -53,6 +70,21 @@ def test_expf_special_values(exp_all):
     assert got[0] == 0.0 and got[1] == np.inf and np.isnan(got[2])
     assert got[3] == 0.0 and got[4] == np.inf  # past the float range
     assert got[5] == pytest.approx(np.exp(-100.0), rel=1e-3)  # a subnormal, rounded
+
+
+def test_expf_of_a_nonpositive_argument_is_within_one_ulp_where_exp_is_a_normal_float(exp_nonpositive_all):
+    x = np.concatenate([np.linspace(-87.33, 0.0, 400_001, dtype=np.float32), np.float32([-0.0, -1e-30, -1e-7])])
+    got = exp_nonpositive_all(x).astype(np.float64)
+    exact = np.exp(x.astype(np.float64))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - exact) / ulp) <= 1.0
+
+
+def test_expf_of_a_nonpositive_argument_special_values(exp_nonpositive_all):
+    # -inf: a masked score; below ln(2^-126) the result would not be a normal float: 0
+    x = np.float32([-np.inf, np.nan, -87.34, -88.0, -1e30, 0.0, -0.0])
+    got = exp_nonpositive_all(x)
+    assert (got[[0, 2, 3, 4]] == 0.0).all() and np.isnan(got[1]) and (got[5:] == 1.0).all()
 
 
 def test_softmax_loops_vectorise(tmp_path):

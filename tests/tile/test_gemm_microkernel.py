@@ -262,6 +262,11 @@ extern "C" int32_t pack(int32_t operand, float *panel, float *src, int32_t offse
   return operand == 0 ? tessera_cpu_pack_a_f32(panel, src, offset, stride, k_stride, count, depth)
                       : tessera_cpu_pack_b_f32(panel, src, offset, k_stride, stride, count, depth);
 }
+extern "C" int32_t gemm(int32_t set, float *acc, int32_t ldc, float *a, float *b, int32_t rows, int32_t cols,
+                        int32_t depth) {
+  return set ? tessera_cpu_gemm_set_f32(acc, ldc, a, b, rows, cols, depth)
+             : tessera_cpu_gemm_f32(acc, ldc, a, b, rows, cols, depth);
+}
 """
 
 
@@ -270,7 +275,35 @@ def f32_pack_shim(tmp_path_factory):
     lib = ctypes.CDLL(str(compile_cpu(F32_PACK_SHIM, out_dir=tmp_path_factory.mktemp("f32pack"), name="f32pack")))
     p, i = ctypes.c_void_p, ctypes.c_int32
     lib.pack.argtypes = [i, p, p, i, i, i, i, i]
+    lib.gemm.argtypes = [i, p, i, p, p, i, i, i]
     return lib
+
+
+@pytest.mark.parametrize(
+    "shape", [(MR, NR, 16), (2 * MR + 3, NR + 5, 33), (5, 7, 3)], ids=lambda s: "x".join(map(str, s))
+)
+def test_the_overwriting_gemm_writes_the_product_and_nothing_else(shape, f32_pack_shim):
+    """tessera_cpu_gemm_set_f32 (attention's S^T = K Q^T): acc[:rows, :cols] = A B whatever acc held
+    (NaN included), whole and edge register tiles alike; tessera_cpu_gemm_f32 adds to acc; the
+    elements of acc past rows and cols (its row stride is wider) are left alone by both."""
+    rows, cols, depth = shape
+    rng = np.random.default_rng(rows * cols)
+    a = rng.standard_normal((rows, depth)).astype(np.float32)
+    b = rng.standard_normal((depth, cols)).astype(np.float32)
+    a_panel = np.zeros((rows + CPU_PACK_PAD) * depth, dtype=np.float32)
+    b_panel = np.zeros((cols + CPU_PACK_PAD) * depth, dtype=np.float32)
+    f32_pack_shim.pack(0, a_panel.ctypes.data, a.ctypes.data, 0, depth, 1, rows, depth)
+    f32_pack_shim.pack(1, b_panel.ctypes.data, b.ctypes.data, 0, 1, cols, cols, depth)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    for overwrite, start in ((True, np.nan), (False, 1.5)):
+        acc = np.full((rows + 2, cols + 9), start, dtype=np.float32)
+        f32_pack_shim.gemm(
+            overwrite, acc.ctypes.data, cols + 9, a_panel.ctypes.data, b_panel.ctypes.data, rows, cols, depth
+        )
+        expected = product if overwrite else product + 1.5
+        assert_close(acc[:rows, :cols], expected, "float32", atol_scale=np.sqrt(depth))
+        outside = np.concatenate([acc[rows:].ravel(), acc[:rows, cols:].ravel()])
+        assert (np.isnan(outside) if overwrite else outside == 1.5).all()
 
 
 @pytest.mark.parametrize("layout", ["k_contiguous", "elements_contiguous", "strided"])

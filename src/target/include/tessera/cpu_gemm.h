@@ -6,6 +6,7 @@
 //   tessera_cpu_pack_a_<dtype>(a_pack, A, offset of A[row0, k0], row_stride, k_stride, rows, depth)
 //   tessera_cpu_pack_b_<dtype>(b_pack, B, offset of B[k0, col0], k_stride, col_stride, cols, depth)
 //   tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth)     // acc += A * B
+//   tessera_cpu_gemm_set_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth) // acc = A * B
 //
 // Packing copies the operands into the order the micro-kernel reads them, converting fp16/bf16 to
 // fp32 on the way; transposed operands are packed through their strides. A is packed as strips of
@@ -221,19 +222,22 @@ static inline void tessera_pack_strips(float *__restrict pack, const T *__restri
 
 // ------------------------------------------------------------------------------------ micro-kernel
 
-// c[0:rows, 0:cols] += the first rows x cols of an MR x NR register tile `sum` (an edge tile).
+// c[0:rows, 0:cols] += (Set: =) the first rows x cols of an MR x NR register tile `sum` (an edge tile).
+template <bool Set>
 static inline void tessera_add_edge_tile(float *__restrict c, int64_t ldc, const void *sum, int32_t rows,
                                          int32_t cols) {
   float tile[TESSERA_GEMM_MR][TESSERA_GEMM_NR];
   memcpy(tile, sum, sizeof tile);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < cols; ++j) {
-      c[r * ldc + j] += tile[r][j];
+      c[r * ldc + j] = Set ? tile[r][j] : c[r * ldc + j] + tile[r][j];
     }
   }
 }
 
-// c[0:rows, 0:cols] += a_strip * b_strip over `depth`, c with row stride `ldc` (rows <= MR, cols <= NR).
+// c[0:rows, 0:cols] += a_strip * b_strip over `depth` (Set: c = the product, c not read), c with row
+// stride `ldc` (rows <= MR, cols <= NR).
+template <bool Set>
 static inline void tessera_gemm_micro(const float *__restrict a, const float *__restrict b, int32_t depth,
                                       float *__restrict c, int64_t ldc, int32_t rows, int32_t cols) {
   const int MR = TESSERA_GEMM_MR, NV = TESSERA_GEMM_NV, VEC = TESSERA_GEMM_VEC;
@@ -266,12 +270,12 @@ static inline void tessera_gemm_micro(const float *__restrict a, const float *__
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         tessera_vf_unaligned *dst = (tessera_vf_unaligned *)(c + r * ldc + v * VEC);
-        *dst = *dst + sum[r][v];
+        *dst = Set ? sum[r][v] : *dst + sum[r][v];
       }
     }
     return;
   }
-  tessera_add_edge_tile(c, ldc, sum, rows, cols);
+  tessera_add_edge_tile<Set>(c, ldc, sum, rows, cols);
 }
 
 // acc[0:rows, 0:cols] += A * B from packed strips, `steps` k steps deep (k, or k-pairs for bf16x2):
@@ -512,7 +516,14 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *pla
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                      int32_t rows, int32_t cols, int32_t depth) {
-  tessera_gemm_strips<float, tessera_gemm_micro>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  return 0;
+}
+
+// acc[0:rows, 0:cols] = A * B: as tessera_cpu_gemm_f32 without reading acc (nothing to clear first).
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+                                                         int32_t rows, int32_t cols, int32_t depth) {
+  tessera_gemm_strips<float, tessera_gemm_micro<true>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
 }
 
