@@ -145,6 +145,10 @@ class Backend:
     unary_ops: tuple[str, ...] | None = None
     binary_ops: tuple[str, ...] | None = None
     epilogue_ops: tuple[str, ...] | None = None
+    # The op table's anchors (AnchorDef names) whose family it lists in tile_programs but whose programs
+    # refuse them by name: its configs' graph phase decomposes them first (Tenstorrent: softmax and the
+    # norms over the last axis, tessera.DecomposeRowOps). A family it does not list it builds for no anchor.
+    decomposed_anchors: tuple[str, ...] = ()
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The hook field ``name`` imported (None when the backend has none)."""

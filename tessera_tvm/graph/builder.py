@@ -80,22 +80,18 @@ _BHSD_TO_BSHD = [0, 2, 1, 3]
 
 
 # Relax constructors of the ops the frontend emits. Each takes relax expressions and attributes.
-# The element-wise ones come from the op table (``nn.silu`` -> ``relax.op.nn.silu``); those with
-# attributes (astype, clip) are built below.
+# The element-wise ones and the reductions come from the op table (``nn.silu`` ->
+# ``relax.op.nn.silu``); those with attributes (astype, clip) and the other anchors are built below.
 def _relax_op(name: str):
     return functools.reduce(getattr, name.split("."), relax.op)
 
 
 _UNARY = {op.graph_op: _relax_op(op.relax) for op in op_table.UNARY if op.graph_op and not op.attrs}
 _BINARY = {op.graph_op: _relax_op(op.relax) for op in op_table.BINARY if op.graph_op}
-_REDUCE = {
-    "sum": lambda x, axis, keepdims: relax.op.sum(x, axis, keepdims),
-    "max": lambda x, axis, keepdims: relax.op.max(x, axis, keepdims),
-    "mean": lambda x, axis, keepdims: relax.op.mean(x, axis, keepdims),
-}
+_REDUCE = {op.graph_op: _relax_op(op.relax[0]) for op in op_table.anchors("reduce")}  # (x, axis, keepdims)
 
-#: Every op name :meth:`GraphBuilder.emit` accepts.
-OPS = ("matmul", "astype", "clip", "softmax", "layer_norm", "rms_norm", "attention", *_UNARY, *_BINARY, *_REDUCE)
+#: Every op name :meth:`GraphBuilder.emit` accepts (the op table's graph ops).
+OPS = tuple(op.graph_op for op in (*op_table.ANCHORS, *op_table.OPS, op_table.CLIP) if op.graph_op)
 
 
 class GraphBuilder:

@@ -34,29 +34,15 @@ relax = tvm.relax
 UNARY = op_table.relax_to_tile(op_table.UNARY)
 BINARY = op_table.relax_to_tile(op_table.BINARY)
 EPILOGUE_ACTIVATIONS = tuple(op.relax for op in op_table.epilogue_activations() if op.relax)
-REDUCTIONS = ("sum", "max", "mean")
-ANCHORS = (
-    "matmul",
-    "nn.conv1d",
-    "nn.conv2d",
-    "nn.max_pool2d",
-    "nn.avg_pool2d",
-    "nn.attention",
-    "nn.softmax",
-    "nn.layer_norm",
-    "nn.rms_norm",
-    *REDUCTIONS,
-)
+#: The Relax ops kernels are built around (the op table's anchors, as the graph passes spell them).
+ANCHORS = op_table.relax_ops()
+REDUCTIONS = op_table.relax_ops("reduce")
+_NORMS = op_table.relax_ops("norm")
+_SOFTMAX = op_table.relax_ops("softmax")
 
+#: Relax op -> its fragment of kernel names (``fused_matmul_add_gelu``) and reports.
 _SHORT = {
-    "nn.conv1d": "conv1d",
-    "nn.conv2d": "conv2d",
-    "nn.max_pool2d": "max_pool2d",
-    "nn.avg_pool2d": "avg_pool2d",
-    "nn.attention": "attention",
-    "nn.softmax": "softmax",
-    "nn.layer_norm": "layer_norm",
-    "nn.rms_norm": "rms_norm",
+    **{op.relax[0]: op.name for op in op_table.ANCHORS},
     **op_table.short_names(),
 }
 
@@ -260,9 +246,9 @@ class Fuser:
         for node in self.flat.nodes:
             if node in self.group_of or is_collective(node):  # a sharded kernel's collective: not a kernel
                 continue
-            if node.op == "nn.softmax":
+            if node.op in _SOFTMAX:
                 self._add("softmax", self._with_trailing_cast(node))
-            elif node.op in ("nn.layer_norm", "nn.rms_norm"):
+            elif node.op in _NORMS:
                 fills = [
                     p for a in node.args[1:] if (p := self._free_producer(a)) is not None and p.op in ("ones", "zeros")
                 ]

@@ -321,7 +321,7 @@ def _norm(group: KernelGroup, env, where) -> KernelBinding:
     filled = {n.var for n in group.nodes if n.op in ("ones", "zeros")}
     weight = node.args[1] if node.args[1] not in filled else None
     bias = node.args[2] if node.op == "nn.layer_norm" and node.args[2] not in filled else None
-    kind = "layer_norm" if node.op == "nn.layer_norm" else "rms_norm"
+    kind = op_table.ANCHOR_BY_RELAX[node.op].kind
     dtype_w = _dtype(weight) if weight is not None else (_dtype(bias) if bias is not None else None)
     spec = NormSpec(
         kind,
@@ -354,7 +354,7 @@ def _pool2d(group: KernelGroup, env, where) -> KernelBinding:
         c,
         h,
         w,
-        "max" if node.op == "nn.max_pool2d" else "avg",
+        op_table.ANCHOR_BY_RELAX[node.op].kind,
         tuple(attrs["pool_size"]),
         stride=tuple(attrs["strides"]),
         padding=padding * 2 if len(padding) == 2 else padding,
@@ -377,7 +377,7 @@ def _reduce(group: KernelGroup, env, where) -> KernelBinding:
     spec = ReduceSpec(
         shape,
         axis,
-        node.op,
+        op_table.ANCHOR_BY_RELAX[node.op].kind,
         bool(node.attrs.get("keepdims")),
         _dtype(x),
         _dtype(group.output),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import op_table
 from .._tvm import tvm
 from ..errors import TesseraError
 
@@ -59,29 +60,16 @@ def _py(value: Any) -> Any:
     return str(value)
 
 
-#: Relax ops the graph passes read as another: attention with a bias is ``R.nn.attention_bias``
-#: (its fourth argument), one op for the passes.
-_SAME_OP = {"nn.attention_bias": "nn.attention"}
+#: Relax ops the graph passes read as another (the op table's aliases): attention with a bias is
+#: ``R.nn.attention_bias`` (its fourth argument), one op for the passes.
+_SAME_OP = op_table.relax_aliases()
 
+#: The Relax attributes read into ``Node.attrs``: the op table's (its anchors' and astype's), and
+#: those of the layout and fill ops the graph passes read.
 _ATTR_FIELDS = {
-    "astype": ("dtype",),
-    "matmul": ("out_dtype",),
+    **{op.relax: op.attrs for op in op_table.UNARY if op.relax and op.attrs},
+    **{op.relax[0]: op.attrs for op in op_table.ANCHORS},
     "permute_dims": ("axes",),
-    "nn.softmax": ("axis",),
-    "nn.layer_norm": ("axes", "epsilon", "center", "scale"),
-    "nn.rms_norm": ("axes", "epsilon"),
-    "sum": ("axis", "keepdims"),
-    "max": ("axis", "keepdims"),
-    "mean": ("axis", "keepdims"),
-    "nn.attention": ("scale", "causal_mask"),
-    **{
-        op: ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout", "out_layout", "out_dtype")
-        for op in ("nn.conv1d", "nn.conv2d")
-    },
-    **{
-        op: ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad", "layout", "out_layout")
-        for op in ("nn.max_pool2d", "nn.avg_pool2d")
-    },
     "ones": ("dtype",),
     "zeros": ("dtype",),
 }

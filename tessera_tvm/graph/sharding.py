@@ -90,6 +90,9 @@ _BIAS_DIM = {0: 0, 1: 2, 2: 1}
 _LINEAR_UNARY = {op.relax for op in op_table.UNARY if op.sharding == "linear"}
 _UNARY = {op.relax for op in (*op_table.UNARY, op_table.CLIP) if op.relax}
 _BINARY = {op.relax for op in op_table.BINARY}
+#: Anchors (the op table's) -> their sharding rule: matmul, attention, row (softmax, norms, reductions).
+_ANCHOR_RULE = {op.relax[0]: op.sharding for op in op_table.ANCHORS if op.sharding}
+_REDUCTIONS = op_table.relax_ops("reduce")
 
 
 def dim_size(value, dim: int, env: Mapping[str, int]) -> int | None:
@@ -262,7 +265,7 @@ class Propagator:
         """``node`` reading one whole input cut to this rank's piece, where that lets its rule hold: no
         communication (a replicated residual added to a split sum, a whole ``x`` times a ``W`` split
         on K). The first input and dim that works, in order; None if none does."""
-        if node.op not in _BINARY and node.op not in ("matmul", "nn.attention"):
+        if node.op not in _BINARY and _ANCHOR_RULE.get(node.op) not in ("matmul", "attention"):
             return None
         for k, (a, s) in enumerate(zip(node.args, ins, strict=True)):
             if s is not None or not _tensor(a) or (node.op == "nn.attention" and k != 3):  # attention: its bias
@@ -554,17 +557,18 @@ class Propagator:
             return s
         if op in _BINARY:
             return self.elementwise(node, axis, ins, partial)
-        if op == "matmul":
-            return self.matmul(node, axis, ins)
         if op == "permute_dims":
             s = ins[0]
             if s[0] == "split":
                 axes = list(node.attrs["axes"])
                 return ("split", axes.index(s[1]))
             return s
-        if op == "nn.attention":
+        rule = _ANCHOR_RULE.get(op)
+        if rule == "matmul":
+            return self.matmul(node, axis, ins)
+        if rule == "attention":
             return self.attention(node, axis, ins)
-        if op in ("nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum", "mean", "max"):
+        if rule == "row":
             return self.row_op(node, axis, ins)
         raise self.fail(node, axis, f"{op} has no sharding rule", "keep its inputs replicated")
 
@@ -720,7 +724,7 @@ class Propagator:
                 f"it reduces over dim {s[1]}, which is split",
                 "split a dim it does not reduce (e.g. the rows)",
             )
-        if node.op in ("sum", "mean", "max") and not node.attrs.get("keepdims", False):
+        if node.op in _REDUCTIONS and not node.attrs.get("keepdims", False):
             return ("split", s[1] - sum(1 for r in reduced if r < s[1]))
         return s
 

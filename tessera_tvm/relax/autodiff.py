@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .. import op_table
 from .._tvm import tvm
 from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten
@@ -31,8 +32,8 @@ from .interop import kernel_function
 
 relax = tvm.relax
 
-#: Relax ops with neither a gradient rule nor a decomposition here.
-NO_GRADIENT = ("nn.attention", "max")
+#: Relax ops with neither a gradient rule nor a decomposition here (the op table's).
+NO_GRADIENT = tuple(op.relax[0] for op in op_table.ANCHORS if op.gradient == "none")
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ def _vjp_function(flat, name: str):
         with bb.dataflow():
             for node in flat.nodes:
                 args = [subst.get(a, a) if isinstance(a, relax.Var) else a for a in node.args]
-                if node.op == "nn.rms_norm":
-                    subst[node.var] = _rms_norm(bb, node, args)
+                if node.op in _DECOMPOSED:
+                    subst[node.var] = _DECOMPOSED[node.op](bb, node, args)
                 else:
                     subst[node.var] = bb.emit(call_with(node, args), name_hint=node.name)
             y = subst.get(out, out)
@@ -106,6 +107,12 @@ def _rms_norm(bb, node, args):
     eps = relax.const(float(node.attrs["epsilon"]), dtype)
     normed = bb.emit(relax.op.divide(x, relax.op.sqrt(relax.op.add(mean_square, eps))))
     return bb.emit(relax.op.multiply(normed, weight), name_hint=node.name)
+
+
+#: How each anchor the op table says Tessera decomposes (``gradient="decompose"``) is decomposed,
+#: by Relax op (a KeyError at import: the table names one this module does not decompose).
+_DECOMPOSITIONS = {"rms_norm": _rms_norm}
+_DECOMPOSED = {op.relax[0]: _DECOMPOSITIONS[op.name] for op in op_table.ANCHORS if op.gradient == "decompose"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +155,9 @@ def _gelu_tanh_grad(orig_var, orig_call, output_grad, ctx):
     return [op.multiply(output_grad, op.add(op.multiply(c(0.5), op.add(c(1.0), t)), term))]
 
 
-_RULES = {"relax.nn.gelu": _gelu_grad, "relax.nn.gelu_tanh": _gelu_tanh_grad}
+#: Tessera's rules for the ops the op table gives one (``gradient="rule"``), by Relax op.
+_RULE_OF = {"gelu_erf": _gelu_grad, "gelu_tanh": _gelu_tanh_grad}
+_RULES = {f"relax.{op.relax}": _RULE_OF[op.name] for op in op_table.OPS if op.gradient == "rule"}
 
 
 def register_missing_gradients() -> list[str]:

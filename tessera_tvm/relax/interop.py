@@ -75,9 +75,8 @@ def add_kernel(mod, kernel, *, shapes: dict[str, int] | None = None, name: str |
 #: Relax operators with a Tessera op, for the error message (permute_dims: as a matmul operand
 #: transpose or around attention; ones/zeros: as a norm's absent weight/bias).
 OP_SET = (
-    "matmul",
-    *(op.relax for op in op_table.OPS if op.frontend),
-    "clip", "nn.softmax", "nn.layer_norm", "nn.rms_norm", "sum", "max", "mean", "nn.attention",
+    *(op.relax[0] for op in op_table.ANCHORS if op.frontend),
+    *(op.relax for op in (*op_table.OPS, op_table.CLIP) if op.frontend),
     "permute_dims", "ones", "zeros",
 )  # fmt: skip
 
@@ -132,7 +131,7 @@ def _interpret(func, name: str):
 
     unary = {op.relax: frontend(op) for op in op_table.UNARY if op.frontend and not op.attrs}
     binary = {op.relax: frontend(op) for op in op_table.BINARY if op.frontend}
-    reduce = {"sum": ops.sum, "max": ops.max, "mean": ops.mean}
+    reduce = {op.relax[0]: getattr(ops, op.frontend) for op in op_table.anchors("reduce")}
 
     def body(*tensors):
         env: dict[Any, Any] = dict(zip(flat.params, tensors, strict=True))
@@ -158,7 +157,7 @@ def _interpret(func, name: str):
 
 #: Which layout views each operator may read (anything else reading one is outside the op set).
 _VIEWS_READ = {"matmul": (_Transposed,), "nn.attention": (_BSHD,), "permute_dims": (_BSHD,)}
-_VIEWS_READ.update({"nn.layer_norm": (_Fill,), "nn.rms_norm": (_Fill,)})
+_VIEWS_READ.update(dict.fromkeys(op_table.relax_ops("norm"), (_Fill,)))
 
 
 def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
@@ -210,7 +209,7 @@ def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
             kwargs["out_dtype"] = out_dtype
         ta, tb = isinstance(a, _Transposed), isinstance(b, _Transposed)
         return ops.matmul(a.value if ta else a, b.value if tb else b, transpose_a=ta, transpose_b=tb, **kwargs)
-    if op in ("nn.layer_norm", "nn.rms_norm"):
+    if op in op_table.relax_ops("norm"):
         rank = len(node.var.struct_info.shape.values)
         if tuple(int(a) % rank for a in node.attrs["axes"]) != (rank - 1,):
             raise NotInOpSet(f"{name}: {node.name} normalises axes {node.attrs['axes']}; Tessera's norms take the last")

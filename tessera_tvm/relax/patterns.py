@@ -56,21 +56,7 @@ relax = tvm.relax
 tir = tvm.tirx
 
 #: Relax ops a Tessera kernel is built around (the report explains each one that stays with TVM).
-ANCHORS = {
-    "relax.matmul": "matmul",
-    "relax.nn.conv1d": "conv1d",
-    "relax.nn.conv2d": "conv2d",
-    "relax.nn.max_pool2d": "max_pool2d",
-    "relax.nn.avg_pool2d": "avg_pool2d",
-    "relax.nn.attention": "attention",
-    "relax.nn.attention_bias": "attention",
-    "relax.nn.softmax": "softmax",
-    "relax.nn.layer_norm": "layer_norm",
-    "relax.nn.rms_norm": "rms_norm",
-    "relax.sum": "sum",
-    "relax.mean": "mean",
-    "relax.max": "max",
-}
+ANCHORS = {f"relax.{relax}": op.name for op in op_table.ANCHORS for relax in op.relax}
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
 _EPILOGUE = ("cast", "add", "act", "mul", "add", "cast")  # mul: a gate of the output's shape (SwiGLU)
@@ -678,11 +664,11 @@ def tessera_patterns(
             )
     conv2d_check = make_check("conv2d", config, log, dim_hints)
     for chain in _epilogue_chains(_CONV_EPILOGUE):
-        for op in ("relax.nn.conv2d", "relax.nn.conv1d"):  # a conv1d runs as the conv2d kernel of height 1
+        for op in _relax_ops("conv2d"):  # a conv1d runs as the conv2d kernel of height 1
             patterns.append(fusion_pattern("tessera.conv2d", _conv2d_pattern(chain, op), {}, conv2d_check))
     wildcard = relax.dpl.wildcard
     pool_check = make_check("pool2d", config, log, dim_hints)
-    for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+    for op in _relax_ops("pool2d"):
         pool = _is(op)(wildcard())
         patterns += [
             fusion_pattern("tessera.pool2d", _with_cast(pool), {}, pool_check),
@@ -694,28 +680,21 @@ def tessera_patterns(
     for bias in (False, True):
         plain = _attention_call(bias, wildcard(), wildcard(), wildcard())
         patterns.append(fusion_pattern("tessera.attention", plain, {}, attention_check))
-    softmax = _is("relax.nn.softmax")(wildcard())
-    softmax_check = make_check("softmax", config, log, dim_hints)
-    patterns += [
-        fusion_pattern("tessera.softmax", _with_cast(softmax), {}, softmax_check),
-        fusion_pattern("tessera.softmax", softmax, {}, softmax_check),
-    ]
-    norm_check = make_check("norm", config, log, dim_hints)
-    layer_norm = _is("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard())
-    rms_norm = _is("relax.nn.rms_norm")(wildcard(), wildcard())
-    for norm in (layer_norm, rms_norm):
-        patterns += [
-            fusion_pattern("tessera.norm", _with_cast(norm), {}, norm_check),
-            fusion_pattern("tessera.norm", norm, {}, norm_check),
-        ]
-    reduce_check = make_check("reduce", config, log, dim_hints)
-    for op in ("relax.sum", "relax.mean", "relax.max"):
-        reduction = _is(op)(wildcard())
-        patterns += [
-            fusion_pattern("tessera.reduce", _with_cast(reduction), {}, reduce_check),
-            fusion_pattern("tessera.reduce", reduction, {}, reduce_check),
-        ]
+    # The row kernels: the op on its tensor arguments, with or without a trailing cast.
+    for family in ("softmax", "norm", "reduce"):
+        check = make_check(family, config, log, dim_hints)
+        for op in op_table.anchors(family):
+            row = _is(f"relax.{op.relax[0]}")(*(wildcard() for _ in range(op.arity)))
+            patterns += [
+                fusion_pattern(f"tessera.{family}", _with_cast(row), {}, check),
+                fusion_pattern(f"tessera.{family}", row, {}, check),
+            ]
     return patterns
+
+
+def _relax_ops(family: str) -> tuple[str, ...]:
+    """The Relax ops of ``family``'s anchors, as patterns name them (``relax.nn.conv2d``)."""
+    return tuple(f"relax.{op}" for op in op_table.relax_ops(family))
 
 
 def is_bhsd_swap(node: Node) -> bool:

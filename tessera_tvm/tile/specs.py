@@ -320,7 +320,7 @@ class ReduceSpec(KernelSpec):
     name_in: str = "x"
     name_out: str = "out"
 
-    REDUCE_KINDS: ClassVar[tuple[str, ...]] = ("sum", "max", "mean")
+    REDUCE_KINDS: ClassVar[tuple[str, ...]] = tuple(op.kind for op in op_table.anchors("reduce"))
 
     def __post_init__(self) -> None:
         where = "ReduceSpec"
@@ -400,7 +400,7 @@ class NormSpec(KernelSpec):
     name_bias: str = "bias"
     name_out: str = "out"
 
-    NORM_KINDS: ClassVar[tuple[str, ...]] = ("layer_norm", "rms_norm")
+    NORM_KINDS: ClassVar[tuple[str, ...]] = tuple(op.kind for op in op_table.anchors("norm"))
 
     def __post_init__(self) -> None:
         where = "NormSpec"
@@ -698,7 +698,7 @@ class Pool2dSpec(KernelSpec):
     name_in: str = "X"
     name_out: str = "Y"
 
-    KINDS: ClassVar[tuple[str, ...]] = ("max", "avg")
+    KINDS: ClassVar[tuple[str, ...]] = tuple(op.kind for op in op_table.anchors("pool2d"))
 
     def __post_init__(self) -> None:
         where = "Pool2dSpec"

@@ -44,6 +44,8 @@ TT = register_backend(
             *("bias", "residual", "gate", "scale", "add_scalar"),
             *("relu", "gelu_erf", "gelu_tanh", "exp", "sigmoid", "silu", "cast"),
         ),
+        # Rows reduced in 32x32 tiles: softmax and the norms run as reductions and element-wise kernels.
+        decomposed_anchors=("softmax", "layer_norm", "rms_norm"),
         relax_refused=(
             "(Tenstorrent) cannot be used from Relax: its kernels are tt-metal programs (reader/compute/writer "
             "+ host), not TVM runtime modules. Use tessera_tvm.lower(program, 'tenstorrent') for them."
