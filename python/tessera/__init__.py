@@ -15,6 +15,7 @@
     ts.autotune(linear, target="cpu", shapes={"M": 512, "N": 512, "K": 512})   # or ts.compile(..., autotune=True)
     with ts.trace("trace.json"): ...   # compiles and calls as a Chrome trace (or TESSERA_TRACE=trace.json)
     with ts.metrics("calls.jsonl"): ...  # one row per call (or TESSERA_METRICS=calls.jsonl); `tessera metrics`
+    kernel = ts.from_relax(mod["main"])  # a Relax function of Tessera's op set as a kernel
 """
 
 from tessera_tvm.metrics import metrics  # noqa: E402
@@ -36,6 +37,7 @@ from .errors import (  # noqa: E402
     TesseraError,
 )
 from .kernel import Kernel  # noqa: E402
+from .relax_import import from_relax  # noqa: E402  (also registers tessera_tvm.relax.from_relax)
 from .repro import pack_repro  # noqa: E402
 from .repro_replay import replay  # noqa: E402
 from .schedule import Schedule  # noqa: E402
@@ -58,6 +60,7 @@ __all__ = [
     "Replicate",
     "CollectiveError",
     "pack_repro",
+    "from_relax",
     "replay",
     "AutotuneResult",
     "CompiledKernel",

@@ -1,6 +1,6 @@
 # ruff: noqa: F821, F722  (Tensor["M", "K", ts.f32]: dim names are strings, not forward references)
 """Both ways: a @tessera.kernel's Graph IR inside a user's Relax module, and a Relax function compiled
-with ts.compile (tessera_tvm.relax.from_relax)."""
+with ts.compile (tessera.from_relax, also tessera_tvm.relax.from_relax)."""
 
 # No `from __future__ import annotations`: the kernels annotate with ts types evaluated at definition.
 
@@ -178,3 +178,16 @@ def test_round_trip_keeps_the_graph():
     assert (
         again.graph().text().count("R.matmul") == linear.graph({"M": 8, "K": 4, "N": 6}).text().count("R.matmul") == 1
     )
+
+
+def test_from_relax_is_the_frontends_and_tessera_tvm_never_imports_it(monkeypatch):
+    # tessera_tvm.relax.from_relax is what `import tessera` registered (tessera_tvm does not import the
+    # kernel frontend: ARCHITECTURE.md, "Layers"); without it, an error says what to import.
+    from tessera_tvm.relax import interop
+
+    assert interop._kernel_frontend is ts.from_relax
+    mod, gv = add_kernel(tvm.IRModule({}), linear, shapes={"M": 4, "K": 8, "N": 6})
+    assert from_relax(mod[gv], name="again").name == ts.from_relax(mod[gv], name="again").name == "again"
+    monkeypatch.setattr(interop, "_kernel_frontend", None)
+    with pytest.raises(ts.TesseraError, match=r"`import tessera` first \(tessera.from_relax is the same function\)"):
+        from_relax(mod[gv])
