@@ -74,7 +74,7 @@ def build_tile_program(
     """
     kind = target_kind_of(target_kind)
     backend = backend_for(kind)
-    if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tile/tt.py)
+    if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tt/tile_programs.py)
         schedule = backend.hook("fixed_schedule")
     if schedule is None:
         given_a_kind = isinstance(target_kind, str) and target_kind in known_kinds()  # not a config name

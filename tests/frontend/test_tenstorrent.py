@@ -20,6 +20,7 @@ from tessera import Tensor, ops
 from tessera.errors import NotRunnableError, ScheduleError
 from tessera_tvm.target.tt import STUB_INCLUDE_DIR
 from tessera_tvm.target.tt.emulate import TENSOR_ACCESSOR_INTERLEAVED_DRAM_ARGS, run_plan
+from tessera_tvm.target.tt.transform.common import UnsupportedTTOperationError
 from tessera_tvm.tile import (
     Binary,
     Const,
@@ -31,7 +32,6 @@ from tessera_tvm.tile import (
     Unary,
     build_tile_program,
 )
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 from tests.conftest import emu_cache
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

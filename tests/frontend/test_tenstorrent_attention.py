@@ -10,8 +10,8 @@ import pytest
 
 import tessera as ts
 from tessera import Tensor, ops
+from tessera_tvm.target.tt.transform.common import UnsupportedTTOperationError
 from tessera_tvm.tile import AttentionSpec, build_tile_program
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
 from tests.conftest import emu_cache
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

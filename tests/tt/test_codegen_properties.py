@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import tessera_tvm
 from tessera_tvm.target.tt.arch import get_arch
 from tessera_tvm.target.tt.emulate import run_plan, validate_plan
-from tessera_tvm.transform.tt.common import TTResourceError
+from tessera_tvm.target.tt.transform.common import TTResourceError
 
 from . import programs
 from .codegen_cases import config, numpy_inputs, plan_of

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.script import tirx as T
 
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
-from tessera_tvm.transform.tt.infer_schedule import schedule, split_contiguous
+from tessera_tvm.target.tt.transform.common import UnsupportedTTOperationError
+from tessera_tvm.target.tt.transform.infer_schedule import schedule, split_contiguous
 
 from .helpers import DEFAULTS, WORMHOLE, assert_pass, run_pass
 

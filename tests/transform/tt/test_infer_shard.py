@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tvm.script import tirx as T
 
-from tessera_tvm.transform.tt.common import UnsupportedTTOperationError
+from tessera_tvm.target.tt.transform.common import UnsupportedTTOperationError
 
 from .helpers import DEFAULTS, WORMHOLE, assert_pass, run_pass
 

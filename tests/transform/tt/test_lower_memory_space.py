@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tvm.script import tirx as T
 
-from tessera_tvm.transform.tt.common import TTResourceError
+from tessera_tvm.target.tt.transform.common import TTResourceError
 
 from .helpers import WORMHOLE, assert_pass, run_pass, tt_config
 from .tile_ops import copy, fill, gemm

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from tessera_tvm.transform.tt.infer_schedule import schedule
-from tessera_tvm.transform.tt.shard_to_core_map import core_map
+from tessera_tvm.target.tt.transform.infer_schedule import schedule
+from tessera_tvm.target.tt.transform.shard_to_core_map import core_map
 
 from .helpers import WORMHOLE, assert_pass, run_pass, tt_config
 

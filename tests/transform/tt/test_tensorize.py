@@ -7,7 +7,7 @@ import math
 from tvm.script import tirx as T
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.transform.tt.tensorize import match_gelu
+from tessera_tvm.target.tt.transform.tensorize import match_gelu
 
 from .helpers import WORMHOLE, assert_pass, run_pass
 from .tile_ops import copy, fill, gemm

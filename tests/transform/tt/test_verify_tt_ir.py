@@ -10,7 +10,7 @@ import tessera_tvm
 from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import TesseraError
 from tessera_tvm.pipeline import run_phase
-from tessera_tvm.transform.tt.common import TTResourceError, TTVerificationError, UnsupportedTTOperationError
+from tessera_tvm.target.tt.transform.common import TTResourceError, TTVerificationError, UnsupportedTTOperationError
 from tests.tt import programs
 
 from .helpers import run_pass
@@ -36,14 +36,14 @@ def with_attr(mod, key, value):
 
 
 def attr(mod, key):
-    from tessera_tvm.transform.tt.common import to_python
+    from tessera_tvm.target.tt.transform.common import to_python
 
     return to_python(mod["main"].attrs[key])
 
 
 def mutate_annotations(mod, key, change):
     """``mod`` with ``change(payload) -> payload`` applied to every ``key`` AttrStmt."""
-    from tessera_tvm.transform.tt.common import to_python
+    from tessera_tvm.target.tt.transform.common import to_python
 
     def post(node):
         if node.attr_key == key:

@@ -38,8 +38,7 @@ from tessera_tvm.target.tt.ir import (  # noqa: F401  (re-exported: the passes' 
     prim_funcs,
     to_python,
 )
-
-from ..analysis import kernel_name, op_name
+from tessera_tvm.transform.analysis import kernel_name, op_name
 
 _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 # The free buffers and variables TVMScript declares before printing a statement on its own.

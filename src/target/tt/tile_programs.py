@@ -35,15 +35,23 @@ from __future__ import annotations
 
 import math
 
-from tessera_tvm.target.tt.ir import UnsupportedTTOperationError
+from tessera_tvm._tvm import T, named, prim_func
+from tessera_tvm.tile.base import SpecError
+from tessera_tvm.tile.common import binary, declare_params, unary
+from tessera_tvm.tile.expr import Binary, Const, Input, Unary, expr_nodes
+from tessera_tvm.tile.schedule import TileSchedule
+from tessera_tvm.tile.specs import (
+    AttentionSpec,
+    ElementwiseSpec,
+    GemmSpec,
+    KernelSpec,
+    NormSpec,
+    ReduceSpec,
+    SoftmaxSpec,
+)
 
-from .._tvm import T, named, prim_func
-from ..target.backend import backend_for
-from .base import SpecError
-from .common import binary, declare_params, unary
-from .expr import Binary, Const, Input, Unary, expr_nodes
-from .schedule import TileSchedule
-from .specs import AttentionSpec, ElementwiseSpec, GemmSpec, KernelSpec, NormSpec, ReduceSpec, SoftmaxSpec
+from ..backend import backend_for
+from .ir import UnsupportedTTOperationError
 
 __all__ = ["TILE", "TT_SCHEDULE", "UnsupportedTTOperationError", "tt_program"]
 
