@@ -1,5 +1,5 @@
 """``ts.compile(kernel, target="tenstorrent")``: frontend GEMM+epilogue and element-wise kernels give
-the five artifacts (reader/compute/writer/host/plan), which pass the stub syntax check and run in the
+the five artifacts (reader/compute/writer/host/plan), which pass the syntax check and run in the
 tt-metal emulator matching ``kernel.reference``; kernels the TT target cannot lower name the op."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tessera as ts
 import tessera_tvm
 from tessera import Tensor, ops
 from tessera.errors import NotRunnableError, ScheduleError
-from tessera_tvm.target.tt import STUB_INCLUDE_DIR
+from tessera_tvm.target.tt import INCLUDE_DIR
 from tessera_tvm.target.tt.emulate import TENSOR_ACCESSOR_INTERLEAVED_DRAM_ARGS, run_plan
 from tessera_tvm.target.tt.transform.common import UnsupportedTTOperationError
 from tessera_tvm.tile import (
@@ -122,14 +122,14 @@ def _ct_args(plan: dict, role: str) -> list[int]:
 
 
 def _syntax(path: Path, ct_args: list[int] | None) -> subprocess.CompletedProcess:
-    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror", "-I", str(STUB_INCLUDE_DIR)]
+    cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror", "-I", str(INCLUDE_DIR)]
     if ct_args:
         cmd.append("-DKERNEL_COMPILE_TIME_ARGS=" + ",".join(map(str, ct_args)))
     return subprocess.run([*cmd, str(path)], capture_output=True, text=True, check=False)
 
 
 @needs_gxx
-def test_generated_kernels_pass_the_stub_syntax_check(compiled):
+def test_generated_kernels_pass_the_syntax_check(compiled):
     jobs = []
     for k, _ in compiled.values():
         for files in k.artifacts.values():
@@ -589,7 +589,7 @@ def test_row_reductions_run_in_the_emulator(kind, shape, dtype, tmp_path):
     assert f"reduce_tile<PoolType::{'MAX' if kind == 'max' else 'SUM'}, ReduceDim::REDUCE_ROW>" in lowered.source
     plan = json.loads(lowered.artifacts["plan"].read_text())
     for role, args in (("reader", _ct_args(plan, "reader")), ("compute", None), ("writer", _ct_args(plan, "writer"))):
-        check = _syntax(lowered.artifacts[role], args)  # against the v0.62.2 stub headers
+        check = _syntax(lowered.artifacts[role], args)  # against the v0.62.2 API headers
         assert check.returncode == 0, check.stderr
     rng = np.random.default_rng(12)
     x = (rng.standard_normal(shape) - (6 if kind == "max" else 2)).astype(ts.dtype(dtype).numpy)

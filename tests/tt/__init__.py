@@ -1,1 +1,1 @@
-"""Tests of the Tenstorrent target groundwork: arch table, stub headers, emulator."""
+"""Tests of the Tenstorrent target groundwork: arch table, API headers, emulator."""

@@ -1,4 +1,4 @@
-// Tessera tt-metal emulator (API pinned to tt-metal v0.62.2, 2025-08-20): runtime entry points.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: tt_emu/runtime_api.h, the emulator's entry points (not tt-metal's).
 // The kernel-facing headers of this include tree are thin inline wrappers over these functions,
 // which the emulator runner (ttemu_runner) defines and exports to the kernel shared objects.
 #pragma once
