@@ -90,19 +90,19 @@ int main(int argc, char** argv) {
 
     KernelHandle reader = CreateKernel(
         program,
-        "tests/tt/kernels/reader_gemm.cpp",
+        "tests/target/tt/kernels/reader_gemm.cpp",
         cores,
         DataMovementConfig{
             .processor = DataMovementProcessor::RISCV_1, .noc = NOC::RISCV_1_default, .compile_args = reader_ct_args});
     KernelHandle writer = CreateKernel(
         program,
-        "tests/tt/kernels/writer_tiles.cpp",
+        "tests/target/tt/kernels/writer_tiles.cpp",
         cores,
         DataMovementConfig{
             .processor = DataMovementProcessor::RISCV_0, .noc = NOC::RISCV_0_default, .compile_args = writer_ct_args});
     KernelHandle compute = CreateKernel(
         program,
-        "tests/tt/kernels/compute_gemm.cpp",
+        "tests/target/tt/kernels/compute_gemm.cpp",
         cores,
         ComputeConfig{.math_fidelity = MathFidelity::HiFi4, .fp32_dest_acc_en = false, .math_approx_mode = false});
 

@@ -170,7 +170,7 @@ def test_a_16_bit_dst_accumulates_a_long_k_loop_in_bf16(tmp_path):
     does: a K=1024 bf16 GEMM then drifts from fp32 accumulation (auto's choice for a GEMM)."""
     import tessera_tvm
     from tessera_tvm.target.tt.emulate import run_plan
-    from tests.transform.tt.helpers import tt_config
+    from tests.target.tt.transform.helpers import tt_config
 
     spec = GemmSpec(32, 32, 1024, dtype_a="bfloat16")
     rng = np.random.default_rng(3)

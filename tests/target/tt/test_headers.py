@@ -182,10 +182,57 @@ void MAIN {
 """
 
 
-@pytest.mark.parametrize("probe", ["dataflow", "compute"])
+# A host program touching every host API the headers declare (the reference main_gemm.cpp and the
+# generated ones use part of it).
+HOST_PROBE = r"""
+#include <tt-metalium/host_api.hpp>
+#include <tt-metalium/tensor_accessor_args.hpp>
+using namespace tt;
+using namespace tt::tt_metal;
+int main() {
+    std::size_t n = GetNumAvailableDevices();
+    IDevice* device = CreateDevice(0, 1);
+    CommandQueue& cq = device->command_queue();
+    Program program = CreateProgram();
+    const CoreRange cores({0, 0}, {1, 1});
+    const CoreRangeSet set(std::vector<CoreRange>{cores});
+    InterleavedBufferConfig dram{.device = device, .size = 4096, .page_size = 2048, .buffer_type = BufferType::DRAM};
+    std::shared_ptr<Buffer> buffer = CreateBuffer(dram);
+    CreateCircularBuffer(
+        program, set, CircularBufferConfig(4096, {{CBIndex::c_0, DataFormat::Float16_b}}).set_page_size(CBIndex::c_0, 2048));
+    std::vector<uint32_t> ct_args;
+    TensorAccessorArgs(*buffer).append_to(ct_args);
+    KernelHandle reader = CreateKernel(
+        program, "reader.cpp", cores,
+        DataMovementConfig{.processor = DataMovementProcessor::RISCV_1, .noc = NOC::RISCV_1_default, .compile_args = ct_args});
+    KernelHandle compute = CreateKernel(
+        program, "compute.cpp", CoreCoord{0, 0},
+        ComputeConfig{.math_fidelity = MathFidelity::HiFi4, .fp32_dest_acc_en = true, .math_approx_mode = false});
+    std::vector<uint32_t> args{buffer->address(), 2u};
+    SetRuntimeArgs(program, reader, cores, args);
+    SetRuntimeArgs(program, compute, CoreCoord{0, 0}, {1u, 2u});
+    SetRuntimeArgs(program, reader, std::vector<CoreCoord>{{0, 0}, {1, 0}}, std::vector<std::vector<uint32_t>>{{1u}, {2u}});
+    SetCommonRuntimeArgs(program, reader, args);
+    std::vector<uint32_t> host(1024);
+    EnqueueWriteBuffer(cq, buffer, host, false);
+    EnqueueWriteBuffer(cq, *buffer, HostDataType{static_cast<const void*>(host.data())}, true);
+    EnqueueProgram(cq, program, false);
+    EnqueueReadBuffer(cq, buffer, host, true);
+    EnqueueReadBuffer(cq, buffer, static_cast<void*>(host.data()), true);
+    Finish(cq);
+    DeallocateBuffer(*buffer);
+    (void)n;
+    return CloseDevice(device) ? 0 : 1;
+}
+"""
+
+PROBES = {"dataflow": DATAFLOW_PROBE, "compute": COMPUTE_PROBE, "host": HOST_PROBE}
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
 def test_api_probe_compiles(probe, tmp_path):
     src = tmp_path / f"{probe}_probe.cpp"
-    src.write_text(DATAFLOW_PROBE if probe == "dataflow" else COMPUTE_PROBE)
+    src.write_text(PROBES[probe])
     proc = syntax_check(src, INCLUDE_DIR, [2, 2])
     assert proc.returncode == 0, proc.stderr
 

@@ -11,7 +11,7 @@ from tessera_tvm import ConfigError, load_config, pass_names
 from tessera_tvm.config import parse_config
 from tessera_tvm.target.tt.arch import get_arch
 
-from .helpers import tt_config
+from .transform.helpers import tt_config
 
 
 def _with_lower_and_legalize(value, name="tt_variant.yaml"):

@@ -1,7 +1,7 @@
-"""Builders for the reference tt.plan.json files in ``tests/tt/plans`` (and variants in tests).
+"""Builders for the reference tt.plan.json files in ``tests/target/tt/plans`` (and variants in tests).
 
 The JSON files are what the Tenstorrent code generator is expected to emit for the hand-written
-kernels in ``tests/tt/kernels``; ``python tests/tt/plan_builders.py`` rewrites them, and
+kernels in ``tests/target/tt/kernels``; ``python tests/target/tt/plan_builders.py`` rewrites them, and
 ``test_emulator.py`` checks that the files and these builders agree.
 """
 

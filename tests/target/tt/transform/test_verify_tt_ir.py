@@ -11,7 +11,7 @@ from tessera_tvm._tvm import tvm
 from tessera_tvm.errors import TesseraError
 from tessera_tvm.pipeline import run_phase
 from tessera_tvm.target.tt.transform.common import TTResourceError, TTVerificationError, UnsupportedTTOperationError
-from tests.tt import programs
+from tests.target.tt import programs
 
 from .helpers import run_pass
 
