@@ -25,6 +25,9 @@ Pieces in this package:
 ``emulate_build``       compiling the emulator runner and the kernels with g++ (cached)
 ``emulate_run``         running a plan in the emulator and reading back its results
 ``API.md``              which signatures were verified against tt-metal sources, and where
+``tile_programs``       the TileLang tile programs of every kernel family, in 32x32 tiles (the passes layer)
+``transform/``          the ``tt.*`` passes: tile program -> annotated, verified TT IR (the passes layer)
+``ir``                  the attributes the passes write and the code generator reads, the errors
 ``codegen``             the code generator: annotated TT IR -> the five artifacts (reader/compute/writer/host/plan)
 """
 
