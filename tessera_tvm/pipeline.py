@@ -39,15 +39,22 @@ _registered = False
 
 
 def ensure_registered() -> None:
-    """Import the modules that register passes (built-ins, then Tessera's own)."""
+    """Import the modules that register passes (built-ins, Tessera's own, then each backend's)."""
     global _registered
     if not _registered:
         _registered = True
+        import importlib
+
         from . import (
             graph,  # noqa: F401
             passes,  # noqa: F401
             transform,  # noqa: F401
         )
+        from .target.backend import backend_for, known_kinds
+
+        for kind in known_kinds():  # a backend's own passes live in its package (src/target/<kind>/)
+            if (module := backend_for(kind).passes) is not None:
+                importlib.import_module(module)
 
 
 add_pass_loader(ensure_registered)  # config parsing (below the passes) looks pass names up through it

@@ -64,6 +64,9 @@ QUICK_FILES = (
     "tests/runtime/test_export.py",
     "tests/target/test_backend.py",
     "tests/target/test_toolchain.py",
+    "tests/target/tt/test_arch.py",
+    "tests/target/tt/test_emulator.py",
+    "tests/target/tt/transform/test_verify_tt_ir.py",
     "tests/test_cache.py",
     "tests/test_import_layers.py",
     "tests/test_read_only_arrays.py",
@@ -73,9 +76,6 @@ QUICK_FILES = (
     "tests/transform/test_parallel_grid.py",
     "tests/transform/test_verify_resources.py",
     "tests/transform/test_wrong_code_guards.py",
-    "tests/transform/tt/test_verify_tt_ir.py",
-    "tests/tt/test_arch.py",
-    "tests/tt/test_emulator.py",
     "tests/upstream/test_bridge.py",
 )
 

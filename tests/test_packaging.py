@@ -71,6 +71,10 @@ def test_wheel_holds_every_source_package(wheel):
     # The tsr* C runtime: its header and the source `tessera runtime` builds.
     assert "tessera_tvm/target/include/tessera/tsr.h" in names and "tessera_tvm/target/tsr/tsr.cc" in names
     assert "tessera_tvm/target/include/tessera/cuda_driver.h" in names  # CUDA libraries and tsr include it
+    # Tenstorrent: the one copy of the tt-metal API headers (the syntax check's and the emulator's), its runner
+    for header in ("dataflow_api.h", "compute_kernel_api/matmul.h", "tt-metalium/host_api.hpp", "tt_emu/runtime_api.h"):
+        assert f"tessera_tvm/target/tt/include/{header}" in names
+    assert "tessera_tvm/target/tt/emulator/src/runtime.cpp" in names
 
 
 def test_installed_wheel_loads_configs_and_pass_lists(wheel, tmp_path):

@@ -16,7 +16,7 @@ def test_every_quick_file_exists_and_every_test_folder_has_one():
 
 
 def test_tessera_sh_quick_selects_exactly_those_files():
-    folders = ["tests/config", "tests/graph", "tests/tt"]  # a few folders: collecting them all takes ~15 s
+    folders = ["tests/config", "tests/graph", "tests/target/tt"]  # a few folders: collecting them all takes ~15 s
     done = subprocess.run(
         [
             "bash",

@@ -67,6 +67,9 @@ class Backend:
     # A fixed TileSchedule (``"module:attribute"``) its programs are built with (Tenstorrent); every
     # kernel family then takes the config's ``schedule:`` section as is (no per-family defaults).
     fixed_schedule: str | None = None
+    # The module whose import registers this backend's own TIR passes (Tenstorrent: ``tt.*``); the
+    # driver imports it with Tessera's shared passes, before a config names them. None: it has none.
+    passes: str | None = None
     # Dtypes its programs cannot hold: a tile spec must not use them (the C codegen has no fp8 type).
     unheld_dtypes: tuple[str, ...] = ()
     # Hook ``spec -> spec`` giving the spec its programs are built from (CPU: fp8 held as float32).

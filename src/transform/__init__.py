@@ -14,7 +14,6 @@ from . import (
     scalar_atomics_per_thread,  # noqa: F401
     serialize_self_updating_ifs,  # noqa: F401
     share_warp_specialized_state,  # noqa: F401
-    tt,  # noqa: F401  (the Tenstorrent passes, tt.*)
     unique_shared_buffer_names,  # noqa: F401
     verify_barrier_support,  # noqa: F401
     verify_resources,  # noqa: F401

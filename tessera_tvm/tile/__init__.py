@@ -73,7 +73,7 @@ def build_tile_program(
     """
     kind = codegen_kind_of(target)
     backend = backend_for(kind)
-    if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tile/tt.py)
+    if schedule is None and backend.fixed_schedule is not None:  # Tenstorrent: one 32x32 tile (tt/tile_programs.py)
         schedule = backend.hook("fixed_schedule")
     if schedule is None:
         given_a_kind = isinstance(target, str) and target in known_kinds()  # not a config name

@@ -79,7 +79,7 @@ SHAPES = {
 
 
 def tt_fingerprints() -> dict:
-    from tests.tt import programs
+    from tests.target.tt import programs
 
     out = {"passes": tessera_tvm.format_pass_list("tenstorrent")}
     with tempfile.TemporaryDirectory(prefix="tessera_det_tt_") as root:

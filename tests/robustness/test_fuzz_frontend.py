@@ -13,7 +13,7 @@ tolerance covers only when that intermediate is O(1). Some examples put NaN and 
 inputs (``special``); those compare NaN-aware (``np.testing.assert_allclose(..., equal_nan=True)``:
 NaN and the infinities where the reference has them).
 
-The Tenstorrent part lowers the TileLang programs of ``tests/tt/programs.py`` (the ops that target
+The Tenstorrent part lowers the TileLang programs of ``tests/target/tt/programs.py`` (the ops that target
 supports: GEMM with epilogues, element-wise, SFPU unary ops; bf16 on 32x32 tiles) at random shapes
 with ``tessera_tvm.lower(..., "tenstorrent", out_dir=...)`` and runs the plan in the emulator.
 
@@ -378,9 +378,9 @@ def test_tenstorrent_emulator_matches_numpy(tt_dirs, case, seed):
     import tessera_tvm
     from tessera_tvm.target.tt import round_to_bf16
     from tessera_tvm.target.tt.emulate import run_plan
-    from tests.tt import programs
-    from tests.tt.test_codegen_emulator import gelu_erf
-    from tests.tt.test_emulator import EPS32, U_BF16, assert_within, check_protocol, gelu_tanh, gemm_ref
+    from tests.target.tt import programs
+    from tests.target.tt.test_codegen_emulator import gelu_erf
+    from tests.target.tt.test_emulator import EPS32, U_BF16, assert_within, check_protocol, gelu_tanh, gemm_ref
 
     count("tenstorrent emulator")
     name, args = case

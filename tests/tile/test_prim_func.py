@@ -11,7 +11,8 @@ import tessera as ts
 from tessera import Tensor, ops
 from tessera_tvm import _tvm
 from tessera_tvm._tvm import tvm
-from tessera_tvm.tile import attention, elementwise, gemm, reduce, tt
+from tessera_tvm.target.tt import tile_programs as tt
+from tessera_tvm.tile import attention, elementwise, gemm, reduce
 
 from ..frontend.test_examples import EXAMPLES, kernel_of, load
 

@@ -1,4 +1,4 @@
-"""Tenstorrent (tt-metal / Metalium) target: pinned API, arch table, stub headers, host emulator.
+"""Tenstorrent (tt-metal / Metalium) target: pinned API, arch table, API headers, host emulator.
 
 Everything the Tenstorrent code generator emits is written against ONE tt-metal release,
 :data:`TT_METAL_VERSION`. In that release
@@ -15,8 +15,9 @@ Everything the Tenstorrent code generator emits is written against ONE tt-metal 
 
 Pieces in this package:
 
-``include/``            stub headers mirroring that API (declarations only) for ``g++ -fsyntax-only``
-``emulator/``           a functional CPU emulation of the same API (C++), driven by a plan
+``include/``            that API's headers, one copy: the kernel API implemented for the emulator (the
+                        generated kernels are syntax-checked against it too), the host API declared
+``emulator/``           the emulator's runner (C++, ``emulator/src``), driven by a plan
 ``plan.schema.json``    the ``tt.plan.json`` format host programs and the emulator are built from
 ``arch``                the architecture table (:func:`tessera_tvm.target.tt.arch.get_arch`)
 ``emulate``             :func:`run_plan` and the plan validator, re-exported from:
@@ -24,6 +25,9 @@ Pieces in this package:
 ``emulate_build``       compiling the emulator runner and the kernels with g++ (cached)
 ``emulate_run``         running a plan in the emulator and reading back its results
 ``API.md``              which signatures were verified against tt-metal sources, and where
+``tile_programs``       the TileLang tile programs of every kernel family, in 32x32 tiles (the passes layer)
+``transform/``          the ``tt.*`` passes: tile program -> annotated, verified TT IR (the passes layer)
+``ir``                  the attributes the passes write and the code generator reads, the errors
 ``codegen``             the code generator: annotated TT IR -> the five artifacts (reader/compute/writer/host/plan)
 """
 
@@ -39,10 +43,9 @@ TT_METAL_RELEASE_DATE = "2025-08-20"
 TT_METAL_VERSION_STRING = f"tt-metal {TT_METAL_VERSION} ({TT_METAL_RELEASE_DATE})"
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-#: ``-I`` root of the syntax-only stub headers.
-STUB_INCLUDE_DIR = PACKAGE_DIR / "include"
-#: ``-I`` root of the emulator's headers (same include paths as the stubs).
-EMULATOR_INCLUDE_DIR = PACKAGE_DIR / "emulator" / "include"
+#: ``-I`` root of the tt-metal API headers: ``g++ -fsyntax-only`` checks kernels and host programs against
+#: them, and the emulator builds kernels with them (the kernel API is implemented over its runtime).
+INCLUDE_DIR = PACKAGE_DIR / "include"
 EMULATOR_SRC_DIR = PACKAGE_DIR / "emulator" / "src"
 PLAN_SCHEMA_PATH = PACKAGE_DIR / "plan.schema.json"
 

@@ -21,12 +21,14 @@ TT = register_backend(
         thread_blocks=False,
         # One generator for every family: it builds GEMM and element-wise kernels and names what it refuses.
         tile_programs=dict.fromkeys(
-            ("gemm", "elementwise", "reduce", "softmax", "norm", "attention"), "tessera_tvm.tile.tt:tt_program"
+            ("gemm", "elementwise", "reduce", "softmax", "norm", "attention"),
+            "tessera_tvm.target.tt.tile_programs:tt_program",
         ),
         # One fixed 32x32 schedule: no program reads a field, nothing to choose.
         program_fields=dict.fromkeys(("gemm", "elementwise", "reduce", "softmax", "norm", "attention"), ()),
         default_config="tenstorrent",
-        fixed_schedule="tessera_tvm.tile.tt:TT_SCHEDULE",
+        fixed_schedule="tessera_tvm.target.tt.tile_programs:TT_SCHEDULE",
+        passes="tessera_tvm.target.tt.transform",  # tt.ApplyTTDefaults ... tt.VerifyTTIR
         program_generator="tessera_tvm.target.tt.codegen:generate",
         program_files=("reader", "compute", "writer", "host", "plan"),
         runner_hook="tessera_tvm.target.tt.runner:EMULATOR_RUNNER",

@@ -7,7 +7,7 @@ in tile layout (padded to 32x32 with zeros, bfloat16 and float16 rounded to near
 cores and returns the outputs (padding dropped) with the emulator's counters::
 
     from tessera_tvm.target.tt.emulate import run_plan
-    result = run_plan("tests/tt/plans/gemm_single_core.json", Path("tests/tt/kernels"), {"A": a, "B": b})
+    result = run_plan("tests/target/tt/plans/gemm_single_core.json", Path("tests/target/tt/kernels"), {"A": a, "B": b})
     c = result["C"]                      # float32 array of the buffer's logical shape
     result.counters["cores"][0]["cbs"]   # per-CB pages pushed/popped, per-kernel NoC traffic, ...
 

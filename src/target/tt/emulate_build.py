@@ -1,8 +1,8 @@
 """Building the tt emulator's executables: the runner and every kernel, compiled with g++ and cached.
 
 :func:`build_runner` compiles the emulator runner (``emulator/src``) once per content hash of its
-sources, the emulator and stub headers, the g++ version and the flags; ``_build_kernel`` compiles
-one tt kernel source (wrapped with ``TT_EMU_DEFINE_ENTRY``) against the emulator headers into its own
+sources, the API headers (``include``), the g++ version and the flags; ``_build_kernel`` compiles
+one tt kernel source (wrapped with ``TT_EMU_DEFINE_ENTRY``) against the API headers into its own
 shared object, keyed by the hash of the kernel and the headers it includes, its role, compile-time
 args and defines. Both live under :func:`emulator_cache_dir` and are written atomically, so
 concurrent builders never see a torn file; a g++ failure raises :class:`KernelCompileError`.
@@ -22,7 +22,7 @@ from pathlib import Path
 from tessera_tvm.errors import ToolchainError, ToolchainMissingError
 
 from ..toolchain import file_lock
-from . import EMULATOR_INCLUDE_DIR, EMULATOR_SRC_DIR, STUB_INCLUDE_DIR
+from . import EMULATOR_SRC_DIR, INCLUDE_DIR
 
 __all__ = ["KernelCompileError", "build_runner", "emulator_cache_dir"]
 
@@ -90,9 +90,7 @@ def build_runner(cache_dir: Path | None = None) -> Path:
     cache = Path(cache_dir) if cache_dir else emulator_cache_dir()
     cxx = _cxx()
     key = hashlib.sha256(
-        "|".join(
-            [_tree_digest(EMULATOR_INCLUDE_DIR, EMULATOR_SRC_DIR, STUB_INCLUDE_DIR), _cxx_version(cxx), *_CXX_FLAGS]
-        ).encode()
+        "|".join([_tree_digest(INCLUDE_DIR, EMULATOR_SRC_DIR), _cxx_version(cxx), *_CXX_FLAGS]).encode()
     ).hexdigest()[:20]
     memo_key = f"{cache}:{key}"
     with _build_lock:
@@ -109,7 +107,7 @@ def build_runner(cache_dir: Path | None = None) -> Path:
                         *_CXX_FLAGS,
                         "-Wall",
                         "-I",
-                        str(EMULATOR_INCLUDE_DIR),
+                        str(INCLUDE_DIR),
                         "-I",
                         str(EMULATOR_SRC_DIR),
                         *sources,
@@ -176,7 +174,7 @@ def _build_kernel(
         "-shared",
         "-fvisibility=hidden",
         "-I",
-        str(EMULATOR_INCLUDE_DIR),
+        str(INCLUDE_DIR),
         "-I",
         str(source.parent),
     ]
@@ -193,5 +191,5 @@ _include_digest_memo: list[str] = []
 
 def _emulator_include_digest() -> str:
     if not _include_digest_memo:
-        _include_digest_memo.append(_tree_digest(EMULATOR_INCLUDE_DIR, STUB_INCLUDE_DIR))
+        _include_digest_memo.append(_tree_digest(INCLUDE_DIR))
     return _include_digest_memo[0]

@@ -1,11 +1,11 @@
 """The Tenstorrent IR contract: the attributes the ``tt.*`` passes write and the code generator reads,
 the readers both use, and the errors of the Tenstorrent path.
 
-The passes (``tessera_tvm.transform.tt``) talk to each other and to the code generator
+The passes (``tessera_tvm.target.tt.transform``) talk to each other and to the code generator
 (:mod:`.codegen`) only through the attributes named here (``tt.*`` function attrs, ``tt.persistent``
 loop annotations and ``tt.read`` / ``tt.write`` / ``tt.compute`` AttrStmts). They live in the backend,
 below the passes, so that the code generator and the tile programs read them without importing the
-passes (``tessera_tvm.transform.tt.common`` re-exports them). Their meaning, in pipeline order:
+passes (``tessera_tvm.target.tt.transform.common`` re-exports them). Their meaning, in pipeline order:
 
     tt.arch              ApplyTTDefaults   the arch row and resource limits the compile is checked against
     tt.compute_config    ApplyTTDefaults   math fidelity, fp32 DST accumulation, SFPU approximation

@@ -1,7 +1,7 @@
 """Tenstorrent code generation: annotated TT IR -> reader/compute/writer kernels, host program, plan.
 
 Input: a module lowered by ``configs/tenstorrent.yaml`` (its PrimFunc carries the ``tt.*``
-annotations of ``tessera_tvm.transform.tt``). The generator reads only those annotations and the
+annotations of ``tessera_tvm.target.tt.transform``). The generator reads only those annotations and the
 loop structure around them; it matches no patterns and re-derives no schedule. Output, written
 against tt-metal v0.62.2 (``TT_METAL_VERSION``):
 

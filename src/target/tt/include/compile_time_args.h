@@ -1,5 +1,6 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): compile_time_args.h
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: compile_time_args.h
+// No behaviour to emulate: the emulator and the syntax check use these definitions as they are.
+// Mirrors the pinned API's names and signatures.
 //
 // The kernel build passes the kernel's compile-time args as -DKERNEL_COMPILE_TIME_ARGS=a,b,c; they
 // are usable in constant expressions (TensorAccessorArgs<N> indexes them at compile time).

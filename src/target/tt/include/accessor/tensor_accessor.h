@@ -1,6 +1,8 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): accessor/tensor_accessor.h
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: accessor/tensor_accessor.h
+// The pinned API's signatures, implemented for the emulator over tt_emu runtime calls.
 // Only interleaved tensors are modelled (one compile-time arg: the ArgsConfig bits).
+// Interleaved TensorAccessor: page i of a buffer lives in bank (i % banks) at
+// bank_base_address + (i / banks) * aligned_page_size (the emulator owns the bank count/alignment).
 #pragma once
 
 #include <cstddef>
@@ -8,6 +10,7 @@
 
 #include "compile_time_args.h"
 #include "hostdevcommon/tensor_accessor/arg_config.hpp"
+#include "tt_emu/runtime_api.h"
 
 template <std::size_t CTA_OFFSET, std::size_t CRTA_OFFSET = tensor_accessor::UNKNOWN>
 struct TensorAccessorArgs {
@@ -15,7 +18,7 @@ struct TensorAccessorArgs {
         static_cast<tensor_accessor::ArgsConfig::Underlying>(get_compile_time_arg_val(CTA_OFFSET)));
     static constexpr bool is_sharded = args_config.test(tensor_accessor::ArgConfig::Sharded);
     static constexpr bool is_dram = args_config.test(tensor_accessor::ArgConfig::IsDram);
-    static_assert(!is_sharded, "Tessera's tt-metal stubs model interleaved tensors only");
+    static_assert(!is_sharded, "the Tessera emulator models interleaved tensors only");
 
     constexpr TensorAccessorArgs() = default;
     constexpr explicit TensorAccessorArgs(std::uint32_t crta_offset) : crta_offset_rt_(crta_offset) {}
@@ -33,11 +36,20 @@ private:
 template <typename DSpec>
 struct TensorAccessor {
     template <std::size_t CTA, std::size_t CRTA>
-    TensorAccessor(const TensorAccessorArgs<CTA, CRTA>& args, std::size_t bank_base_address, std::uint32_t page_size);
+    TensorAccessor(const TensorAccessorArgs<CTA, CRTA>&, std::size_t bank_base_address, std::uint32_t page_size)
+        : page_size(page_size),
+          bank_base_address_(static_cast<std::uint32_t>(bank_base_address)),
+          is_dram_(TensorAccessorArgs<CTA, CRTA>::is_dram) {}
 
-    std::uint64_t get_noc_addr(std::uint32_t page_id, std::uint32_t offset = 0, std::uint8_t noc = 0) const;
+    std::uint64_t get_noc_addr(std::uint32_t page_id, std::uint32_t offset = 0, std::uint8_t /*noc*/ = 0) const {
+        return tt_emu::interleaved_noc_addr(is_dram_, bank_base_address_, page_size, page_id, offset);
+    }
 
     const std::uint32_t page_size;
+
+private:
+    std::uint32_t bank_base_address_;
+    bool is_dram_;
 };
 
 template <std::size_t CTA, std::size_t CRTA>

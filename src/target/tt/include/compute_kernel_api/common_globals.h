@@ -1,22 +1,19 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): compute_kernel_api/common_globals.h
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
-// Compute kernels are written `namespace NAMESPACE { void MAIN { ... } }`; the kernel build defines
-// NAMESPACE/MAIN once per TRISC (unpack/math/pack). The stub picks one spelling.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: compute_kernel_api/common_globals.h
+// The pinned API's signatures, implemented for the emulator over tt_emu runtime calls.
+// Compute kernels are written `namespace NAMESPACE { void MAIN { ... } }`; tt-metal's kernel build defines
+// NAMESPACE/MAIN once per TRISC (unpack/math/pack), the emulator compiles the kernel once, as one thread.
 #pragma once
 
 #include <cstdint>
 
 #include "compile_time_args.h"
 #include "hostdevcommon/kernel_structs.h"
+#include "tt_emu/runtime_api.h"
 
 #define ALWI inline __attribute__((always_inline))
 
-#ifndef NAMESPACE
-#define NAMESPACE chlkc_math
-#endif
-#ifndef MAIN
-#define MAIN math_main()
-#endif
+#define NAMESPACE tt_emu_compute
+#define MAIN tt_emu_compute_main()
 
 namespace ckernel {
 
@@ -33,3 +30,11 @@ constexpr std::uint16_t kCONST_1_FP16B = 0x3F80;
 }  // namespace ckernel
 
 using namespace ckernel;
+
+namespace tt_emu_compute {
+void tt_emu_compute_main();
+}  // namespace tt_emu_compute
+
+#define TT_EMU_DEFINE_ENTRY \
+    extern "C" __attribute__((visibility("default"))) void tt_emu_kernel_entry() { tt_emu_compute::tt_emu_compute_main(); } \
+    extern "C" __attribute__((visibility("default"))) const int tt_emu_kernel_kind = 1;

@@ -1,5 +1,5 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): compute_kernel_api/reg_api.h
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: compute_kernel_api/reg_api.h
+// The pinned API's signatures, implemented for the emulator over tt_emu runtime calls.
 #pragma once
 
 #include "compute_kernel_api/common_globals.h"
@@ -7,13 +7,13 @@
 namespace ckernel {
 
 // DST register ownership: MATH acquires and commits, PACK waits and releases.
-void tile_regs_acquire();
-void tile_regs_commit();
-void tile_regs_wait();
-void tile_regs_release();
+ALWI void tile_regs_acquire() { tt_emu::dst_acquire(); }
+ALWI void tile_regs_commit() { tt_emu::dst_commit(); }
+ALWI void tile_regs_wait() { tt_emu::dst_wait(); }
+ALWI void tile_regs_release() { tt_emu::dst_release(); }
 
 // Older single-call form (acquire for math and pack at once).
-void acquire_dst();
-void release_dst();
+ALWI void acquire_dst() { tt_emu::dst_acquire_full(); }
+ALWI void release_dst() { tt_emu::dst_release_full(); }
 
 }  // namespace ckernel

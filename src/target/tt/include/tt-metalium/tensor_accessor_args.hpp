@@ -1,5 +1,6 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): tt-metalium/tensor_accessor_args.hpp
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: tt-metalium/tensor_accessor_args.hpp
+// Declarations only: host programs are syntax-checked, not built here (the emulator runs their plan).
+// Mirrors the pinned API's names and signatures.
 #pragma once
 
 #include <cstdint>

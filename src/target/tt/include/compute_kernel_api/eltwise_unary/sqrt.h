@@ -1,13 +1,13 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): compute_kernel_api/eltwise_unary/sqrt.h
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
-// The element-wise square root of a DST tile, on the SFPU.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: compute_kernel_api/eltwise_unary/sqrt.h
+// The pinned API's signatures, implemented for the emulator over tt_emu runtime calls.
+// The element-wise square root of a DST tile, on the SFPU (in float32).
 #pragma once
 
 #include "compute_kernel_api/common_globals.h"
 
 namespace ckernel {
 
-void sqrt_tile_init();
-void sqrt_tile(std::uint32_t idst);
+ALWI void sqrt_tile_init() { tt_emu::sfpu_init(tt_emu::SFPU_SQRT, "sqrt_tile_init"); }
+ALWI void sqrt_tile(std::uint32_t idst) { tt_emu::sfpu_apply(tt_emu::SFPU_SQRT, idst, 1.0f, "sqrt_tile"); }
 
 }  // namespace ckernel

@@ -1,5 +1,6 @@
-// Tessera stub of tt-metal v0.62.2 (2025-08-20): hostdevcommon/tensor_accessor/arg_config.hpp
-// Declarations only, for `g++ -std=c++17 -fsyntax-only`; mirrors the pinned API's names/signatures.
+// Tessera's tt-metal v0.62.2 (2025-08-20) API: hostdevcommon/tensor_accessor/arg_config.hpp
+// No behaviour to emulate: the emulator and the syntax check use these definitions as they are.
+// Mirrors the pinned API's names and signatures.
 #pragma once
 
 #include <cstddef>

@@ -1,1 +1,0 @@
-"""Tests of the Tenstorrent target groundwork: arch table, stub headers, emulator."""
