@@ -1,4 +1,4 @@
-"""Tile programs for the Tenstorrent target (``target_kind="tt"``): what ``tt.Tensorize`` recognises.
+"""Tile programs for the Tenstorrent target (codegen kind ``tt``): what ``tt.Tensorize`` recognises.
 
 Every program computes one 32x32 output tile per block (the Tensix tile) with a 32-wide K step, in
 the shape the TT pipeline (configs/tenstorrent.yaml) accepts:
@@ -138,7 +138,7 @@ def _check_schedule(spec: KernelSpec, schedule: TileSchedule) -> None:
         )
 
 
-def tt_program(spec: KernelSpec, schedule: TileSchedule, target_kind: str = "tt"):
+def tt_program(spec: KernelSpec, schedule: TileSchedule):
     """The TileLang PrimFunc of ``spec`` for the Tenstorrent pipeline (32x32 tiles)."""
     if isinstance(spec, GemmSpec):
         _check_gemm(spec)
