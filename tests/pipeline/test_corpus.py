@@ -214,7 +214,8 @@ def _tilelang_again_until(ours: str, name: str, config: str, tries: int = 30) ->
 
 #: The pairs whose Hopper/Ampere build nvcc completed: the SHA-256 of what it built (device source and
 #: host IR), recorded under one toolchain identity (nvcc's version, TileLang's, and how Tessera calls
-#: nvcc) by `python -m tests.pipeline.test_corpus --update-nvcc`. A pair whose input is recorded
+#: nvcc: src/target/cuda/nvcc.py and the configs' codegen sections, not the rest of the backend, whose
+#: runner or module code does not change a cubin) by `python -m tests.pipeline.test_corpus --update-nvcc`. A pair whose input is recorded
 #: under this identity is known to build (nvcc is deterministic in its input) and is not built again;
 #: any other, and one pair per config on every run, is built by nvcc live. (90 builds took ~2.4 s
 #: each on a quiet machine, twice that under the suite's load.)
@@ -229,8 +230,9 @@ def _nvcc_identity() -> str:
     from tessera_tvm.target.cuda import nvcc
 
     version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
-    backend = _sha("".join(p.read_text() for p in sorted(Path(nvcc.__file__).parent.glob("*.py"))))
-    return f"{version.strip().splitlines()[-1]}; tilelang {tilelang.__version__}; target/cuda {backend[:16]}"
+    codegen = json.dumps({c: tessera_tvm.load_config(c).codegen_dict for c in NVCC_CONFIGS}, sort_keys=True)
+    calls = _sha(Path(nvcc.__file__).read_text() + codegen)
+    return f"{version.strip().splitlines()[-1]}; tilelang {tilelang.__version__}; nvcc calls {calls[:16]}"
 
 
 @functools.cache
