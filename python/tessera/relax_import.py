@@ -24,6 +24,10 @@ from tessera_tvm.relax import interop
 from tessera_tvm.relax.interop import OP_SET, NotInOpSet
 from tessera_tvm.relax.patterns import swaps_last_two
 
+from . import ops
+from .kernel import kernel
+from .types import Tensor, dtype
+
 __all__ = ["from_relax"]
 
 relax = tvm.relax
@@ -62,16 +66,15 @@ def _dim(d) -> int | str:
     raise NotInOpSet(f"dim {d} is an expression; Tessera kernel parameters take names or ints")
 
 
-def _tensor_type(ts, sinfo, what: str):
+def _tensor_type(sinfo, what: str):
     if not isinstance(sinfo, relax.TensorStructInfo) or sinfo.shape is None:
         raise NotInOpSet(f"{what} is {sinfo}; Tessera kernels take tensors of known rank")
     dims = tuple(_dim(d) for d in sinfo.shape.values)
-    return ts.Tensor[(*dims, ts.dtype(str(sinfo.dtype)))]
+    return Tensor[(*dims, dtype(str(sinfo.dtype)))]
 
 
 def _interpret(func, name: str):
     """``body(*tensors)`` evaluating ``func`` with ``tessera.ops`` (traced or on numpy)."""
-    from . import ops
 
     flat = flatten(func, name)
 
@@ -94,7 +97,7 @@ def _interpret(func, name: str):
 
         for node in flat.nodes:
             args = [val(a, node) for a in node.args if not isinstance(a, relax.ShapeExpr | relax.PrimValue)]
-            env[node.var] = _apply(node, args, ops, unary, binary, reduce, name)
+            env[node.var] = _apply(node, args, unary, binary, reduce, name)
         outs = [env[o] for o in flat.outputs]
         for value in outs:
             if isinstance(value, _Transposed | _BSHD | _Fill):
@@ -109,7 +112,7 @@ _VIEWS_READ = {"matmul": (_Transposed,), "nn.attention": (_BSHD,), "permute_dims
 _VIEWS_READ.update(dict.fromkeys(op_table.relax_ops("norm"), (_Fill,)))
 
 
-def _apply(node: Node, args: list, ops, unary, binary, reduce, name: str):
+def _apply(node: Node, args: list, unary, binary, reduce, name: str):
     op = node.op
     allowed = _VIEWS_READ.get(op, ())
     for a in args:
@@ -210,8 +213,6 @@ def from_relax(func, *, name: str | None = None):
     operators are checked when the kernel is traced (``kernel.graph()``, ``ts.compile``), and an
     operator outside the op set raises :class:`NotInOpSet` naming it.
     """
-    import tessera as ts
-
     if not isinstance(func, relax.Function):
         raise TesseraError(f"from_relax takes a relax.Function, found {type(func).__name__}")
     name = name or (
@@ -223,23 +224,23 @@ def from_relax(func, *, name: str | None = None):
         pname = _identifier(str(p.name_hint), {q.name for q in params})
         params.append(
             inspect.Parameter(
-                pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_tensor_type(ts, p.struct_info, pname)
+                pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_tensor_type(p.struct_info, pname)
             )
         )
     annotations = {p.name: p.annotation for p in params}
     try:
         ret = func.ret_struct_info
         annotations["return"] = (
-            tuple(_tensor_type(ts, f, "a result") for f in ret.fields)
+            tuple(_tensor_type(f, "a result") for f in ret.fields)
             if isinstance(ret, relax.TupleStructInfo)
-            else _tensor_type(ts, ret, "the result")
+            else _tensor_type(ret, "the result")
         )
     except NotInOpSet:
         pass  # results with computed dims are not annotated (the trace still checks them)
     body.__signature__ = inspect.Signature(params)
     body.__annotations__ = annotations
     body.__name__ = body.__qualname__ = name
-    return ts.kernel(body)
+    return kernel(body)
 
 
 interop.register_kernel_frontend(from_relax)

@@ -23,7 +23,6 @@ from ..errors import TesseraError
 from ..graph.nodes import rebuild
 
 relax = tvm.relax
-tir = tvm.tirx
 
 
 class NotInOpSet(TesseraError):
