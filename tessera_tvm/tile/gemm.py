@@ -280,8 +280,16 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     b_strides = _row_major_strides((N, K) if spec.transpose_b else (K, N))
     a_row_stride, a_k_stride = a_strides[::-1] if spec.transpose_a else a_strides
     b_k_stride, b_col_stride = b_strides[::-1] if spec.transpose_b else b_strides
+
+    def pack_a(io, a_pack, a_batch, by, k, rows, depth):
+        """K step ``k``'s panel of A for row block ``by`` (a transposed A is read through its strides)."""
+        index = (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
+        return cpu_pack(
+            "a", dtype_a, a_pack, io.a.data, element_offset(io.a, index), a_row_stride, a_k_stride, rows, depth
+        )
+
     if spec.packed_b is not None:
-        return _gemm_cpu_packed_b(spec, s, dtype_a, a_elems, a_row_stride, a_k_stride)
+        return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
 
     @prim_func
     def main():
@@ -296,23 +304,10 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
             T.clear(acc)
             for k in T.serial(T.ceildiv(K, block_k)):
                 depth = T.min(block_k, K - k * block_k)
-                a_index = (
-                    (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
-                )
                 b_index = (
                     (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
                 )
-                cpu_pack(
-                    "a",
-                    dtype_a,
-                    a_pack,
-                    io.a.data,
-                    element_offset(io.a, a_index),
-                    a_row_stride,
-                    a_k_stride,
-                    rows,
-                    depth,
-                )
+                pack_a(io, a_pack, a_batch, by, k, rows, depth)
                 cpu_pack(
                     "b",
                     dtype_b,
@@ -330,9 +325,10 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     return main
 
 
-def _gemm_cpu_packed_b(spec: GemmSpec, s: TileSchedule, dtype_a: str, a_elems: int, a_row_stride, a_k_stride):
-    """The CPU GEMM whose B comes packed ahead (``spec.packed_b``): as :func:`gemm_cpu_program`, but
-    each K step passes the micro-kernel the address of B's panel instead of packing it."""
+def _gemm_cpu_packed_b(spec: GemmSpec, s: TileSchedule, pack_a, a_elems: int):
+    """The CPU GEMM whose B comes packed ahead (``spec.packed_b``): as :func:`gemm_cpu_program` (whose
+    ``pack_a`` packs A), but each K step passes the micro-kernel the address of B's panel instead of
+    packing it."""
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     panels = spec.packed_b
@@ -355,20 +351,7 @@ def _gemm_cpu_packed_b(spec: GemmSpec, s: TileSchedule, dtype_a: str, a_elems: i
             T.clear(acc)
             for k in T.serial(T.ceildiv(K, block_k)):
                 depth = T.min(block_k, K - k * block_k)
-                a_index = (
-                    (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
-                )
-                cpu_pack(
-                    "a",
-                    dtype_a,
-                    a_pack,
-                    io.a.data,
-                    element_offset(io.a, a_index),
-                    a_row_stride,
-                    a_k_stride,
-                    rows,
-                    depth,
-                )
+                pack_a(io, a_pack, a_batch, by, k, rows, depth)
                 panel = element_offset(io.b, (*b_batch, panels.offset(N, K, bx, k)))
                 cpu_gemm_panel(acc, block_n, a_pack, io.b.data, panel, panels.strip, rows, cols, depth)
             _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
