@@ -408,9 +408,10 @@ def test_attention_with_a_bias_plans_a_kernel_on_a_gpu_config_and_a_dynamic_leng
 
 
 def _linears_with_constant_weights(rng):
-    """x [2, 37, 70] -> gelu(x @ w1^T + b1) (w1 [45, 70], a linear's weight: B read transposed) -> @ w2
+    """x [b, 37, 70] -> gelu(x @ w1^T + b1) (w1 [45, 70], a linear's weight: B read transposed) -> @ w2
     ([45, 53], B as it is) -> @ w (a parameter). N and K are not multiples of the CPU's blocks or its
-    32-column strips; the batch of 2 shares each weight."""
+    32-column strips; the batch (symbolic, as in a model exported with a dynamic batch) shares each
+    weight."""
     w1 = (rng.standard_normal((45, 70)) * 0.2).astype(np.float32)
     b1 = rng.standard_normal(45).astype(np.float32)
     w2 = (rng.standard_normal((45, 53)) * 0.2).astype(np.float32)
@@ -421,7 +422,8 @@ def _linears_with_constant_weights(rng):
         h = bb.emit(R.matmul(h, relax.const(w2)))
         return R.matmul(h, w)
 
-    mod = _module("main", {"x": ((2, 37, 70), "float32"), "w": ((53, 20), "float32")}, body)
+    batch = tvm.tirx.Var("b", "int64")
+    mod = _module("main", {"x": ((batch, 37, 70), "float32"), "w": ((53, 20), "float32")}, body)
     return mod, lambda x, w: gelu(x.astype(np.float64) @ w1.T + b1) @ w2 @ w
 
 
@@ -432,6 +434,7 @@ def test_constant_weights_are_packed_ahead_and_a_parameter_weight_is_packed_per_
     assert [o.ops for o in built.report.offloaded] == ["matmul + add + gelu", "matmul", "matmul"], built.report
     packed = [o.packed_weight for o in built.report.offloaded]
     assert packed == [True, True, False], built.report
+    assert all(set(o.dynamic) == {"b"} for o in built.report.offloaded), built.report  # the batch binds per call
     assert "(weight packed ahead)" in str(built.report) and built.report.as_dict()["offloaded"][0]["packed_weight"]
     for o in built.report.offloaded:  # the PrimFunc reads B's panels, or packs B in its K loop
         script = built.module[o.kernel].script()
