@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib
 import os
 import platform
@@ -757,6 +758,58 @@ def bench_models(quick: bool) -> None:
         _versus_torch("models", f"{name} ({counts})", model, (x,), built, seconds, got, expected, quick)
 
 
+def bench_packed_weight(quick: bool) -> None:
+    """A GPT-2 MLP linear (128 tokens, 768 -> 3072, its constant [3072, 768] weight read transposed,
+    + bias) offloaded with the weight packed ahead (the default) against the same linear packing its
+    weight at every call (``pack_weights=False``), at 1 thread and the bench's threads
+    (``TESSERA_NUM_THREADS``, which the kernels read at each launch), timed interleaved in the VM."""
+    from tessera_tvm import tvm
+    from tessera_tvm.relax import build
+
+    relax = tvm.relax
+    tokens, d_in, d_out = 128, 768, 3072
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((d_out, d_in)) * 0.03).astype(np.float32)
+    bias = rng.standard_normal(d_out).astype(np.float32)
+    x = rng.standard_normal((tokens, d_in)).astype(np.float32)
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorStructInfo((tokens, d_in), "float32"))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            w_t = bb.emit(relax.op.permute_dims(relax.const(weight)))
+            out = bb.emit_output(relax.op.add(bb.emit(relax.op.matmul(xv, w_t)), relax.const(bias)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    expected = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
+    calls, errors = {}, []
+    for packed in (True, False):
+        built = build(mod, "cpu", pack_weights=packed)
+        assert [o.packed_weight for o in built.report.offloaded] == [packed], built.report
+        vm, args = built.vm()["main"], [tvm.runtime.tensor(x)]
+        errors.append(float(np.abs(vm(*args).numpy() - expected).max()))
+        calls["packed ahead" if packed else "packed per call"] = functools.partial(vm, *args)
+    flops = 2 * tokens * d_in * d_out
+    previous = os.environ.get("TESSERA_NUM_THREADS")
+    try:
+        for threads in sorted({1, numpy_threads()}):
+            os.environ["TESSERA_NUM_THREADS"] = str(threads)
+            times = interleaved_medians(calls, 7 if quick else 15)
+            row(
+                "models",
+                f"linear {tokens}x{d_in}->{d_out} f32, weight packed ahead vs per call, {threads} thread(s) "
+                f"(err {max(errors):.0e})",
+                f"{flops / times['packed ahead'] / 1e9:.1f} GFLOP/s",
+                f"{flops / times['packed per call'] / 1e9:.1f} GFLOP/s",
+                f"{times['packed per call'] / times['packed ahead']:.2f}x",
+                of_peak(flops / times["packed ahead"] / 1e9) if threads == numpy_threads() else "-",
+            )
+    finally:
+        if previous is None:
+            os.environ.pop("TESSERA_NUM_THREADS", None)
+        else:
+            os.environ["TESSERA_NUM_THREADS"] = previous
+
+
 def _versus_torch(section, name, model, inputs, built, seconds, got, expected, quick: bool) -> None:
     """Rows of ``built`` (its VM's ``main``) against torch eager and torch.compile (inductor, default
     mode) on ``inputs``, timed interleaved; with the build's seconds (import to first result) and
@@ -895,6 +948,7 @@ def main(argv=None) -> int:
     if "threads" in sections:
         bench_threads(args.quick)
     if "models" in sections:
+        bench_packed_weight(args.quick)
         bench_models(args.quick)
     if "hf" in sections:
         bench_hf(args.quick)

@@ -22,6 +22,7 @@ a match's rejection reason for Relax).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +32,7 @@ from .tile import KernelSpec, SpecError, TileSchedule, build_tile_program, settl
 from .tile.base import bind_dims
 from .tile.specs import AttentionSpec, GemmSpec
 
-__all__ = ["MmaError", "check_mma", "held_spec", "schedule_for", "tile_program"]
+__all__ = ["MmaError", "check_mma", "held_spec", "schedule_for", "tile_program", "with_packed_b"]
 
 
 class MmaError(SpecError):
@@ -102,3 +103,17 @@ def tile_program(spec: KernelSpec, schedule: TileSchedule, config: Any, name: st
     config = load_config(config)
     held = held_spec(spec, config)
     return build_tile_program(held, schedule, config.codegen_kind, name=name), held
+
+
+def with_packed_b(spec: KernelSpec, schedule: TileSchedule, config: Any) -> GemmSpec | None:
+    """``spec`` (a GEMM) taking its B packed ahead in the layout the backend of ``config`` reads under
+    ``schedule`` (its ``packed_weights`` hook: the CPU micro-kernel's panels), for a B that is a
+    constant: the caller passes ``spec.packed_b.pack(b, transposed=...)`` of the original spec's B.
+    None where the backend reads every B as it is, or cannot take this one packed."""
+    if not isinstance(spec, GemmSpec):
+        return None
+    layout_for = backend_for(load_config(config)).hook("packed_weights")
+    layout = layout_for(spec, schedule) if layout_for is not None else None
+    if layout is None:
+        return None
+    return dataclasses.replace(spec, packed_b=layout, dtype_b="float32", transpose_b=False)

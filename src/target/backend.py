@@ -140,6 +140,10 @@ class Backend:
     # Relax, from upstream apache-tvm (tessera_tvm.relax.bridge): hook ``(partitioned, kernels, config) ->
     # sources`` giving the sources an upstream module carries for its kernels; None: it carries none.
     upstream_sources: str | None = None
+    # Relax: hook ``(gemm_spec, schedule) -> PackedPanels | None``: the layout in which its GEMM program
+    # takes a constant B packed when the module is built (CPU: the micro-kernel's panels); None: it
+    # reads every B as it is.
+    packed_weights: str | None = None
     # Relax: dtypes its device code cannot take from a Relax graph (the C codegen has no such type).
     relax_unsupported_dtypes: tuple[str, ...] = ()
     # The op table's element-wise ops (tessera_tvm/op_table.py tile names) its element-wise programs

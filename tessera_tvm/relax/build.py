@@ -206,9 +206,14 @@ def build(
     target=None,
     functions: list[str] | None = None,
     dim_hints: dict[str, int] | None = None,
+    pack_weights: bool = True,
 ) -> RelaxBuild:
-    """Partition ``mod`` for ``config`` and compile it with ``tvm.compile`` (Tessera's TIR pipeline)."""
+    """Partition ``mod`` for ``config`` and compile it with ``tvm.compile`` (Tessera's TIR pipeline).
+    ``pack_weights``: constant GEMM weights packed in the layout their kernels read (see
+    :func:`partition_for_tessera`)."""
     config = load_config(config)
-    partitioned, report = partition_for_tessera(mod, config, functions=functions, dim_hints=dim_hints)
+    partitioned, report = partition_for_tessera(
+        mod, config, functions=functions, dim_hints=dim_hints, pack_weights=pack_weights
+    )
     executable = compile_module(partitioned, config, target=target)
     return RelaxBuild(partitioned, report, executable, config)

@@ -14,6 +14,7 @@ lowers them inside ``tvm.compile``. Everything else is left to TVM.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -27,7 +28,7 @@ from ..errors import TesseraError
 from ..graph.nodes import call_with, flatten, kernel_dim_name, node_of
 from ..lower import lower
 from ..target.backend import backend_for
-from ..tile import KernelSpec
+from ..tile import GemmSpec, KernelSpec
 from .elementwise import elementwise_trees
 from .index_checks import check_indices
 from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
@@ -89,6 +90,11 @@ class Offloaded:
     def family(self) -> str:
         return self.spec.family
 
+    @property
+    def packed_weight(self) -> bool:
+        """Whether the kernel reads its weight (a constant B) packed when the module was built."""
+        return isinstance(self.spec, GemmSpec) and self.spec.packed_b is not None
+
 
 @dataclass(frozen=True)
 class LeftToTVM:
@@ -143,6 +149,7 @@ class OffloadReport:
                     "ops": o.ops,
                     "family": o.family,
                     "dynamic": dict(o.dynamic),
+                    "packed_weight": o.packed_weight,
                 }
                 for o in self.offloaded
             ],
@@ -175,7 +182,10 @@ class OffloadReport:
         for o in self.offloaded:
             dynamic = ", ".join(f"{d} ~ {v}" for d, v in o.dynamic.items())
             scheduled = f"  (dynamic {dynamic}: scheduled for that size)" if dynamic else ""
-            lines.append(f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}{scheduled}")
+            packed = "  (weight packed ahead)" if o.packed_weight else ""
+            lines.append(
+                f"  Tessera  {o.function + '.' + o.binding:<{width}}  {o.ops:<24} -> {o.kernel}{scheduled}{packed}"
+            )
         for n in self.not_offloaded:
             lines.append(f"  TVM      {n.function + '.' + n.binding:<{width}}  {n.op:<24} {n.reason}")
         return "\n".join(lines)
@@ -187,6 +197,7 @@ def partition_for_tessera(
     *,
     functions: list[str] | None = None,
     dim_hints: dict[str, int] | None = None,
+    pack_weights: bool = True,
 ):
     """Offload matmul(+epilogue), attention, softmax, layer_norm and rms_norm to Tessera kernels.
 
@@ -194,7 +205,10 @@ def partition_for_tessera(
     loaded and checked first, so a bad config fails before any work. ``functions`` limits the
     Relax functions considered (default: all). Symbolic dims (a dynamic batch) stay symbolic in the
     kernels that loop over them; ``dim_hints`` gives the value each is expected to take (by the
-    Relax name, e.g. ``{"s0": 8}``, default 64), for which the kernel's schedule is chosen. Returns
+    Relax name, e.g. ``{"s0": 8}``, default 64), for which the kernel's schedule is chosen. A GEMM
+    whose B is a constant (a linear's weight) takes it packed now, in the layout its kernel reads
+    (the CPU: the micro-kernel's panels, not packed again at every call); ``pack_weights=False``
+    keeps the constants as they are. Returns
     ``(module, OffloadReport)``; compile the module with ``tvm.compile(mod, report.target,
     tir_pipeline=report.tir_pipeline)``.
     """
@@ -231,7 +245,7 @@ def partition_for_tessera(
     )
     fused = fuse(mod)
     report = OffloadReport(config, name, rebuilt=rebuilt, fixed=fixed, folded={"batch_norm": folded_norms})
-    rewriter = _Offloader(fused, config, report, log, dim_hints)
+    rewriter = _Offloader(fused, config, report, log, dim_hints, pack_weights=pack_weights)
     for gv, func in list(fused.functions.items()):
         if isinstance(func, relax.Function) and not _is_composite(func):
             rewriter.current = str(gv.name_hint)
@@ -335,8 +349,12 @@ def _is_composite(func) -> bool:
 class _Offloader(relax.PyExprMutator):
     """Rewrites each call of a Tessera composite function into ``R.call_tir`` of its tile program."""
 
-    def __init__(self, mod, config: TargetConfig, report: OffloadReport, log: MatchLog, dim_hints=None) -> None:
+    def __init__(
+        self, mod, config: TargetConfig, report: OffloadReport, log: MatchLog, dim_hints=None, *, pack_weights=True
+    ) -> None:
         super().__init__(mod)
+        self.pack_weights = pack_weights
+        self.packed: dict[tuple, Any] = {}  # (weight constant, panels, transposed) -> the packed constant
         self.dim_hints = dim_hints or {}
         self.kernel_vars: dict[str, Any] = {}  # symbolic dim name -> its int32 kernel dim (one per name)
         self.mod_ = mod
@@ -370,7 +388,8 @@ class _Offloader(relax.PyExprMutator):
         func = self.mod_[call.op] if call.op in self.mod_.get_global_vars() else None
         if func is None or not isinstance(func, relax.Function) or not _is_composite(func):
             return call
-        kernel = self._kernel(call.op, _with_scalar_constants(func, call.args))
+        arguments = dict(zip(func.params, call.args, strict=True))
+        kernel = self._kernel(call.op, _with_scalar_constants(func, call.args), arguments)
         if isinstance(kernel, OffloadRejected):
             return self._inline(func, call.args)
         gv, plan = kernel
@@ -436,10 +455,12 @@ class _Offloader(relax.PyExprMutator):
         )
         return self._as_declared(relax.call_tir(gv, inputs, sinfo), sinfo, nodes[-1].var.struct_info, self.binding)
 
-    def _planned(self, family: str, nodes) -> tuple[Any, KernelPlan]:
+    def _planned(self, family: str, nodes, arguments: dict | None = None) -> tuple[Any, KernelPlan]:
         """The kernel PrimFunc of ``nodes`` (one per spec and schedule) and its plan; raises
-        OffloadRejected (or another TesseraError) when Tessera cannot build it."""
+        OffloadRejected (or another TesseraError) when Tessera cannot build it. ``arguments``: what
+        the call passes for the composite's parameters (a constant weight is packed ahead)."""
         plan = plan_kernel(family, nodes, self.config, kernel_vars=self.kernel_vars, dim_hints=self.dim_hints)
+        plan = self._with_packed_weight(plan, arguments or {})
         key = (plan.spec, plan.schedule)
         if key not in self.by_spec:
             try:
@@ -450,13 +471,30 @@ class _Offloader(relax.PyExprMutator):
             raise self.by_spec[key]
         return self.by_spec[key], plan
 
-    def _kernel(self, composite_gv, func):
+    def _with_packed_weight(self, plan: KernelPlan, arguments: dict) -> KernelPlan:
+        """``plan`` with its B packed ahead where it is a constant the kernel can take packed
+        (``planner.with_packed_b``): the spec says so, and the input is the packed constant."""
+        if not self.pack_weights or not isinstance(plan.spec, GemmSpec):
+            return plan
+        weight = arguments.get(plan.inputs[1], plan.inputs[1])
+        if not isinstance(weight, relax.Constant):
+            return plan
+        spec = planner.with_packed_b(plan.spec, plan.schedule, self.config)
+        if spec is None:
+            return plan
+        key = (weight, spec.packed_b, plan.spec.transpose_b)
+        if key not in self.packed:  # a weight two calls share is packed once
+            packed = spec.packed_b.pack(weight.data.numpy(), transposed=plan.spec.transpose_b)
+            self.packed[key] = relax.const(packed)
+        return dataclasses.replace(plan, spec=spec, inputs=(plan.inputs[0], self.packed[key], *plan.inputs[2:]))
+
+    def _kernel(self, composite_gv, func, arguments: dict):
         if composite_gv in self.built:
             return self.built[composite_gv]
         family = str(func.attrs["Composite"])[len(_COMPOSITE_PREFIX) :]
         flat = flatten(func, str(composite_gv.name_hint))
         try:
-            result: tuple[Any, KernelPlan] | OffloadRejected = self._planned(family, flat.nodes)
+            result: tuple[Any, KernelPlan] | OffloadRejected = self._planned(family, flat.nodes, arguments)
         except OffloadRejected as exc:
             result = exc
         except TesseraError as exc:  # the tile generator refused: keep TVM's operators

@@ -10,7 +10,9 @@ CPU (c): a local fp32 accumulator per tile. For each K step the block packs its 
 register-blocked micro-kernel of tessera/cpu_gemm.h (``src/target/include``), the CPU analogue of
 TileLang's ``tl::gemm_ss`` templates; the epilogue is a loop over the accumulator. Extents are
 clamped to the matrix edge (``min(block, M - row0)``), so no element outside the matrices is read
-or written. Other dtypes (integer inputs, a non-fp32 accumulator) keep serial loops.
+or written. Other dtypes (integer inputs, a non-fp32 accumulator) keep serial loops. A B packed ahead
+(``GemmSpec.packed_b``: a constant weight, tile/panels.py) is not packed: the micro-kernel reads each
+K step's panel where the packed operand holds it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 
 from .._tvm import T, prim_func
+from .base import SpecError
 from .common import (
     all_of,
     as_index,
@@ -34,6 +37,7 @@ from .common import (
     unary,
     unravel,
 )
+from .panels import PackedPanels
 from .schedule import TileSchedule
 from .specs import GemmSpec
 
@@ -103,6 +107,8 @@ def declare_gemm_params(spec: GemmSpec, names: tuple[str, str] = ("a", "b")):
 
 def gemm_gpu_program(spec: GemmSpec, s: TileSchedule):
     """The GEMM tile program of a thread-block target (CUDA, HIP): shared-memory tiles, T.gemm."""
+    if spec.packed_b is not None:
+        raise SpecError("GemmSpec: packed_b is the CPU micro-kernel's layout; a thread-block GEMM reads B as it is")
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     a_tile = (block_k, block_m) if spec.transpose_a else (block_m, block_k)
@@ -204,6 +210,38 @@ def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=Fals
     )
 
 
+def cpu_gemm_panel(acc, row_stride, a_panel, b, b_offset, strip, rows, cols, depth):
+    """``tessera_cpu_gemm_panel_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``,
+    A from a panel packed by :func:`cpu_pack`, B from the panel packed ahead at ``b`` + ``b_offset``
+    (int64, in floats) in strips of ``strip`` columns (tile/panels.py)."""
+    return T.call_extern(
+        "int32",
+        "tessera_cpu_gemm_panel_f32",
+        T.address_of(acc[0, 0]),
+        row_stride,
+        T.address_of(a_panel[0]),
+        b,
+        b_offset,
+        as_index(strip, "int32"),
+        as_index(rows, "int32"),
+        as_index(cols, "int32"),
+        as_index(depth, "int32"),
+    )
+
+
+def cpu_packed_b(spec: GemmSpec, s: TileSchedule) -> PackedPanels | None:
+    """The panels in which the CPU GEMM of ``spec`` under ``s`` can take a constant B packed ahead
+    (the CPU backend's ``packed_weights`` hook), None where it packs B itself: the serial loops, bf16 x
+    bf16 (k-pairs, which only CPUs with AVX512-BF16 read), a dim that stays symbolic. The strips are
+    the AVX-512 register tile's columns; a kernel built where NR differs repacks them."""
+    pairs = _CPU_PACK_DTYPES.get(spec.dtype_a) == _CPU_PACK_DTYPES.get(spec.dtype_b) == "bf16"
+    if not cpu_gemm_packs(spec) or pairs or spec.packed_b is not None:
+        return None
+    if not (isinstance(spec.N, int) and isinstance(spec.K, int)):
+        return None
+    return PackedPanels(s.block_n, s.block_k, CPU_MICRO_TILE[1])
+
+
 def _row_major_strides(shape) -> list[int]:
     strides, stride = [], 1
     for dim in reversed(shape):
@@ -243,6 +281,16 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     a_row_stride, a_k_stride = a_strides[::-1] if spec.transpose_a else a_strides
     b_k_stride, b_col_stride = b_strides[::-1] if spec.transpose_b else b_strides
 
+    def pack_a(io, a_pack, a_batch, by, k, rows, depth):
+        """K step ``k``'s panel of A for row block ``by`` (a transposed A is read through its strides)."""
+        index = (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
+        return cpu_pack(
+            "a", dtype_a, a_pack, io.a.data, element_offset(io.a, index), a_row_stride, a_k_stride, rows, depth
+        )
+
+    if spec.packed_b is not None:
+        return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
+
     @prim_func
     def main():
         io = declare_gemm_params(spec)
@@ -256,23 +304,10 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
             T.clear(acc)
             for k in T.serial(T.ceildiv(K, block_k)):
                 depth = T.min(block_k, K - k * block_k)
-                a_index = (
-                    (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
-                )
                 b_index = (
                     (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
                 )
-                cpu_pack(
-                    "a",
-                    dtype_a,
-                    a_pack,
-                    io.a.data,
-                    element_offset(io.a, a_index),
-                    a_row_stride,
-                    a_k_stride,
-                    rows,
-                    depth,
-                )
+                pack_a(io, a_pack, a_batch, by, k, rows, depth)
                 cpu_pack(
                     "b",
                     dtype_b,
@@ -290,7 +325,43 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     return main
 
 
+def _gemm_cpu_packed_b(spec: GemmSpec, s: TileSchedule, pack_a, a_elems: int):
+    """The CPU GEMM whose B comes packed ahead (``spec.packed_b``): as :func:`gemm_cpu_program` (whose
+    ``pack_a`` packs A), but each K step passes the micro-kernel the address of B's panel instead of
+    packing it."""
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    panels = spec.packed_b
+    if (panels.block_n, panels.block_k) != (block_n, block_k):
+        raise SpecError(
+            f"GemmSpec: packed_b holds panels of {panels.block_n} columns x {panels.block_k} k; the schedule's "
+            f"blocks are {block_n} x {block_k} (block_n x block_k): pack B for the schedule it runs under"
+        )
+    n_batch = math.prod(spec.batch)
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec)
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
+            acc = T.alloc_local((block_m, block_n), "float32")
+            a_pack = T.alloc_local((a_elems,), "float32")
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            rows = T.min(block_m, M - by * block_m)
+            cols = T.min(block_n, N - bx * block_n)
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(K, block_k)):
+                depth = T.min(block_k, K - k * block_k)
+                pack_a(io, a_pack, a_batch, by, k, rows, depth)
+                panel = element_offset(io.b, (*b_batch, panels.offset(N, K, bx, k)))
+                cpu_gemm_panel(acc, block_n, a_pack, io.b.data, panel, panels.strip, rows, cols, depth)
+            _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
+
+    return main
+
+
 def _gemm_cpu_loops(spec: GemmSpec, s: TileSchedule):
+    if spec.packed_b is not None:
+        raise SpecError(f"GemmSpec: packed_b is read by the micro-kernel, which takes no {spec.dtype_a} x float32 GEMM")
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)

@@ -171,7 +171,7 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
     blocks of nearly equal size (1024 rows in 224-row blocks: 5 blocks of 210, not 4 of 224 and one of
     128), rounded to the micro-kernel's register tile. Where both could be split, the longer side of
     the blocks is: each block packs its own panels, so rows x cols blocks pack K x (cols x M + rows x N)
-    elements, least for square blocks (a GPT-2 MLP's 128 x 1024 -> 256 linear in two 128 x 128 blocks,
+    elements (K x cols x M where B is a constant packed ahead, tile/panels.py), least for square blocks (a GPT-2 MLP's 128 x 1024 -> 256 linear in two 128 x 128 blocks,
     not two 64 x 256: 152 -> 164 GFLOP/s)."""
     from .gemm import CPU_MICRO_TILE
 

@@ -36,6 +36,7 @@ from .base import (
     is_symbolic,
 )
 from .expr import Binary, Const, Expr, Input, Unary, expr_nodes
+from .panels import PackedPanels
 
 EPILOGUE_KINDS = (
     "bias",
@@ -171,6 +172,9 @@ class GemmSpec(KernelSpec):
     A is ``[*batch_a, M, K]`` (``[*batch_a, K, M]`` with ``transpose_a``), B is ``[*batch_b, K, N]``
     (``[*batch_b, N, K]`` with ``transpose_b``). ``batch_a``/``batch_b`` default to ``batch`` and
     may be any shape that broadcasts to it (numpy rules), e.g. ``batch_b=()`` for a shared weight.
+    ``packed_b``: B comes packed ahead in the CPU micro-kernel's panels (a constant weight, packed when
+    a Relax module is built: tile/panels.py), ``[*batch_b, packed_b.elements(N, K)]`` float32; its
+    blocks must be the schedule's.
     """
 
     family: ClassVar[str] = "gemm"
@@ -191,6 +195,7 @@ class GemmSpec(KernelSpec):
     name_a: str = "A"
     name_b: str = "B"
     name_out: str = "C"
+    packed_b: PackedPanels | None = None
 
     def __post_init__(self) -> None:
         where = "GemmSpec"
@@ -210,6 +215,15 @@ class GemmSpec(KernelSpec):
         _set(self, "epilogue", _checked_epilogue(where, self.epilogue))
         for f in ("name_a", "name_b", "name_out"):
             _check_name(where, f, getattr(self, f))
+        if self.packed_b is not None:
+            if not isinstance(self.packed_b, PackedPanels):
+                raise _fail(where, f"packed_b is {self.packed_b!r}; expected a PackedPanels or None")
+            if self.dtype_b != "float32" or self.transpose_b or is_symbolic(self.N) or is_symbolic(self.K):
+                raise _fail(
+                    where,
+                    "packed_b takes B as fp32 panels of a static N x K (dtype_b float32, transpose_b False); "
+                    f"found dtype_b {self.dtype_b}, transpose_b {self.transpose_b}, N {self.N}, K {self.K}",
+                )
         self._check_unique_names()
 
     @property
@@ -218,6 +232,8 @@ class GemmSpec(KernelSpec):
 
     @property
     def shape_b(self) -> tuple[int, ...]:
+        if self.packed_b is not None:
+            return (*self.batch_b, self.packed_b.elements(self.N, self.K))
         return self.batch_b + ((self.N, self.K) if self.transpose_b else (self.K, self.N))
 
     @property

@@ -405,3 +405,47 @@ def test_attention_with_a_bias_plans_a_kernel_on_a_gpu_config_and_a_dynamic_leng
     assert report.offloaded == []
     (left,) = report.not_offloaded
     assert left.op == "R.nn.attention_bias" and "dynamic S_q (s), S_kv (s)" in left.reason, left.reason
+
+
+def _linears_with_constant_weights(rng):
+    """x [b, 37, 70] -> gelu(x @ w1^T + b1) (w1 [45, 70], a linear's weight: B read transposed) -> @ w2
+    ([45, 53], B as it is) -> @ w (a parameter). N and K are not multiples of the CPU's blocks or its
+    32-column strips; the batch (symbolic, as in a model exported with a dynamic batch) shares each
+    weight."""
+    w1 = (rng.standard_normal((45, 70)) * 0.2).astype(np.float32)
+    b1 = rng.standard_normal(45).astype(np.float32)
+    w2 = (rng.standard_normal((45, 53)) * 0.2).astype(np.float32)
+
+    def body(bb, x, w):
+        h = bb.emit(R.matmul(x, bb.emit(R.permute_dims(relax.const(w1)))))
+        h = bb.emit(R.nn.gelu(bb.emit(R.add(h, relax.const(b1)))))
+        h = bb.emit(R.matmul(h, relax.const(w2)))
+        return R.matmul(h, w)
+
+    batch = tvm.tirx.Var("b", "int64")
+    mod = _module("main", {"x": ((batch, 37, 70), "float32"), "w": ((53, 20), "float32")}, body)
+    return mod, lambda x, w: gelu(x.astype(np.float64) @ w1.T + b1) @ w2 @ w
+
+
+def test_constant_weights_are_packed_ahead_and_a_parameter_weight_is_packed_per_call():
+    rng = np.random.default_rng(5)
+    mod, reference = _linears_with_constant_weights(rng)
+    built = build(mod, "cpu")
+    assert [o.ops for o in built.report.offloaded] == ["matmul + add + gelu", "matmul", "matmul"], built.report
+    packed = [o.packed_weight for o in built.report.offloaded]
+    assert packed == [True, True, False], built.report
+    assert all(set(o.dynamic) == {"b"} for o in built.report.offloaded), built.report  # the batch binds per call
+    assert "(weight packed ahead)" in str(built.report) and built.report.as_dict()["offloaded"][0]["packed_weight"]
+    for o in built.report.offloaded:  # the PrimFunc reads B's panels, or packs B in its K loop
+        script = built.module[o.kernel].script()
+        if o.packed_weight:
+            assert "tessera_cpu_gemm_panel_f32" in script and "tessera_cpu_pack_b_" not in script, o.kernel
+            assert o.spec.packed_b is not None and not o.spec.transpose_b
+        else:
+            assert "tessera_cpu_pack_b_f32" in script and "tessera_cpu_gemm_panel_f32" not in script, o.kernel
+    x = rng.standard_normal((2, 37, 70)).astype(np.float32)
+    w = (rng.standard_normal((53, 20)) * 0.2).astype(np.float32)
+    np.testing.assert_allclose(built.run("main", x, w), reference(x, w), rtol=1e-4, atol=1e-4)
+    # pack_weights=False keeps the constants as they are: every kernel packs its B
+    _, kept = partition_for_tessera(mod, "cpu", pack_weights=False)
+    assert [o.packed_weight for o in kept.offloaded] == [False, False, False]

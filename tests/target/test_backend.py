@@ -49,7 +49,7 @@ def test_source_suffixes(kind, suffix):
 def test_every_hook_of_a_shipped_backend_imports(kind):
     """A hook is a "module:attribute" string: a typo would only show when that path first runs."""
     backend = backend_for(kind)
-    hooks = ["tile_spec", "program_generator", "build", "entry", "run", "reload", "fixed_schedule"]
+    hooks = ["tile_spec", "program_generator", "build", "entry", "run", "reload", "fixed_schedule", "packed_weights"]
     for name in hooks:
         if getattr(backend, name) is not None:
             assert backend.hook(name) is not None, name

@@ -4,6 +4,7 @@ transposed and batched operands, and what the Tile IR and the C source show."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import platform
 import re
 
@@ -13,8 +14,9 @@ import pytest
 
 import tessera_tvm
 from tessera_tvm.target.cpu import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR, compile_cpu
-from tessera_tvm.tile import EpilogueOp, GemmSpec, TileSchedule, build_tile_program
-from tessera_tvm.tile.gemm import CPU_MICRO_TILE, CPU_PACK_PAD, cpu_gemm_packs
+from tessera_tvm.tile import EpilogueOp, GemmSpec, SpecError, TileSchedule, build_tile_program
+from tessera_tvm.tile.gemm import CPU_MICRO_TILE, CPU_PACK_PAD, cpu_gemm_packs, cpu_packed_b
+from tessera_tvm.tile.panels import PackedPanels, pack_strips
 
 from .conftest import assert_close, random_inputs, run_cpu
 from .test_gemm import BIAS_GELU, reference
@@ -327,9 +329,137 @@ def test_f32_packing_matches_its_definition(case, operand, layout, f32_pack_shim
     f32_pack_shim.pack(
         0 if operand == "a" else 1, panel.ctypes.data, bits.ctypes.data, offset, stride, k_stride, count, depth
     )
-    grid = np.zeros((strips * width, depth), dtype=np.uint32)  # [element, k]
+    grid = np.zeros((count, depth), dtype=np.uint32)  # [element, k]
     for i in range(count):
         grid[i] = bits[offset + i * stride + np.arange(depth) * k_stride]
-    expected = grid.reshape(strips, width, depth).transpose(0, 2, 1).reshape(-1)
+    expected = pack_strips(grid, width)  # the layout's one definition (tile/panels.py)
+    assert expected.size == strips * width * depth
     np.testing.assert_array_equal(panel[: expected.size], expected)
     assert (panel[expected.size :] == 0xDEADBEEF).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# B packed ahead (a constant weight): tile/panels.py's layout, the panels the C packing writes
+# ---------------------------------------------------------------------------------------------
+
+# B's packing entries and the micro-kernel on a panel packed ahead, behind plain C functions.
+PANEL_SHIM = """
+#include <tessera/cpu_gemm.h>
+extern "C" int32_t pack_b(int32_t f16, float *panel, void *b, int64_t offset, int64_t k_stride, int64_t col_stride,
+                          int32_t cols, int32_t depth) {
+  return f16 ? tessera_cpu_pack_b_f16(panel, (half *)b, offset, k_stride, col_stride, cols, depth)
+             : tessera_cpu_pack_b_f32(panel, (float *)b, offset, k_stride, col_stride, cols, depth);
+}
+extern "C" int32_t gemm_panel(float *acc, int32_t ldc, float *a_pack, float *b, int64_t offset, int32_t strip,
+                              int32_t rows, int32_t cols, int32_t depth) {
+  return tessera_cpu_gemm_panel_f32(acc, ldc, a_pack, b, offset, strip, rows, cols, depth);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def panel_shim(tmp_path_factory):
+    lib = ctypes.CDLL(str(compile_cpu(PANEL_SHIM, out_dir=tmp_path_factory.mktemp("panels"), name="panels")))
+    p, i, q = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    lib.pack_b.argtypes = [i, p, p, q, q, q, i, i]
+    lib.gemm_panel.argtypes = [p, i, p, p, q, i, i, i, i]
+    return lib
+
+
+# (N, K, block_n, block_k): edge column blocks and K steps, a last strip of 1 and of NR - 1 columns,
+# a block narrower than a strip, N and K smaller than a block.
+PANEL_CASES = [(2 * NR + 1, 37, NR + 7, 16), (3 * NR - 1, 48, 2 * NR, 48), (NR - 3, 5, 16, 4), (7, 3, 64, 32)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["kn", "nk"])
+@pytest.mark.parametrize("case", PANEL_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_packed_panels_are_the_bytes_the_c_packing_writes(case, transposed, dtype, panel_shim):
+    """PackedPanels.pack (numpy, at build time) holds, at each panel's offset, exactly the bytes
+    tessera_cpu_pack_b_<dtype> writes for that (column block, K step) when the tile program packs
+    it at run time: the same strides and counts the program passes, padded last strip included."""
+    N, K, block_n, block_k = case
+    panels = PackedPanels(block_n, block_k, NR)
+    rng = np.random.default_rng(N * K + transposed)
+    b = rng.standard_normal((N, K) if transposed else (K, N)).astype(dtype)
+    packed = panels.pack(b, transposed=transposed)
+    assert packed.dtype == np.float32 and packed.shape == (panels.elements(N, K),)
+    k_stride, col_stride = (1, K) if transposed else (N, 1)
+    covered = 0
+    for bx in range(-(-N // block_n)):
+        cols = min(block_n, N - bx * block_n)
+        for kb in range(-(-K // block_k)):
+            depth = min(block_k, K - kb * block_k)
+            size = -(-cols // NR) * NR * depth
+            panel = np.full(size + 64, np.nan, dtype=np.float32)
+            origin = (bx * block_n, kb * block_k) if transposed else (kb * block_k, bx * block_n)
+            offset = origin[0] * b.shape[1] + origin[1]
+            panel_shim.pack_b(
+                dtype == "float16", panel.ctypes.data, b.ctypes.data, offset, k_stride, col_stride, cols, depth
+            )
+            start = panels.offset(N, K, bx, kb)
+            np.testing.assert_array_equal(packed[start : start + size].view(np.uint32), panel[:size].view(np.uint32))
+            covered += size
+    assert covered == packed.size  # the panels tile the packed operand, nothing in between
+
+
+def test_a_panel_packed_for_another_strip_width_is_repacked(panel_shim):
+    """A module built for a CPU whose NR differs passes its strip width: the micro-kernel repacks."""
+    rows, cols, depth = MR + 2, NR + 5, 19
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((rows, depth)).astype(np.float32)
+    b = rng.standard_normal((depth, cols)).astype(np.float32)
+    a_panel = pack_strips(a, MR)
+    for strip in (NR, NR // 2, 8):
+        b_panel = PackedPanels(cols, depth, strip).pack(b, transposed=False)
+        acc = np.zeros((rows, cols), dtype=np.float32)
+        panel_shim.gemm_panel(
+            acc.ctypes.data, cols, a_panel.ctypes.data, b_panel.ctypes.data, 0, strip, rows, cols, depth
+        )
+        assert_close(acc, a.astype(np.float64) @ b, "float32", atol_scale=np.sqrt(depth))
+
+
+def _packed(spec: GemmSpec, schedule: TileSchedule, arrays: dict) -> tuple[GemmSpec, dict]:
+    """``spec`` reading B packed ahead for ``schedule`` (what Relax offload does with a constant), and
+    ``arrays`` with B packed."""
+    panels = cpu_packed_b(spec, schedule)
+    packed = dataclasses.replace(spec, packed_b=panels, dtype_b="float32", transpose_b=False)
+    return packed, {**arrays, "B": panels.pack(arrays["B"], transposed=spec.transpose_b)}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # a linear's [N, K] weight shared by a batch (batch_b=()), bias + GELU, ragged blocks
+        GemmSpec(
+            MR + 3, 2 * NR + 9, 41, batch=(2,), batch_b=(), transpose_b=True, dtype_a="float32", epilogue=BIAS_GELU
+        ),
+        # [K, N] weights per batch element, fp16 (widened when packed), A transposed
+        GemmSpec(29, NR + 1, 23, batch=(2,), transpose_a=True, dtype_a="float16", dtype_out="float32"),
+    ],
+    ids=["shared_nk_bias_gelu", "batched_kn_f16"],
+)
+def test_a_gemm_on_b_packed_ahead_matches_numpy(spec, cpu_config, tmp_path):
+    schedule = SCHEDULES["ragged_blocks"]
+    arrays = random_inputs(spec, seed=spec.M)
+    packed_spec, packed_arrays = _packed(spec, schedule, arrays)
+    script = build_tile_program(packed_spec, schedule, "c").script()
+    # B's panel is passed, not packed: the K loop packs A only
+    assert '"tessera_cpu_gemm_panel_f32"' in script and '"tessera_cpu_pack_a_' in script
+    assert "tessera_cpu_pack_b_" not in script and '"tessera_cpu_gemm_f32"' not in script
+    out = run_cpu(packed_spec, packed_arrays, cpu_config, tmp_path, schedule=schedule)["C"]
+    assert_close(out, reference(spec, arrays), "float32", atol_scale=np.sqrt(spec.K))
+
+
+def test_b_packed_ahead_is_a_spec_field_and_refused_where_it_cannot_be_read():
+    spec = GemmSpec(64, 96, 40, dtype_a="float32", transpose_b=True)
+    schedule = SCHEDULES["tile_multiples"]
+    packed, _ = _packed(spec, schedule, {"B": np.zeros(spec.shape_b, np.float32)})
+    assert packed.inputs()[1] == ("B", (PackedPanels(2 * NR, 16, NR).elements(96, 40),), "float32")
+    assert packed.fingerprint() != dataclasses.replace(spec, transpose_b=False).fingerprint()
+    with pytest.raises(SpecError, match="schedule's blocks"):
+        build_tile_program(packed, SCHEDULES["ragged_blocks"], "c")
+    with pytest.raises(SpecError, match="thread-block GEMM reads B as it is"):
+        build_tile_program(packed, TileSchedule(block_m=64, block_n=64, block_k=32), "cuda")
+    # bf16 x bf16 reads k-pairs (AVX512-BF16 only): it packs its B at run time
+    assert cpu_packed_b(GemmSpec(64, 96, 40, dtype_a="bfloat16"), schedule) is None

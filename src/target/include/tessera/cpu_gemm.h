@@ -8,6 +8,10 @@
 //   tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth)     // acc += A * B
 //   tessera_cpu_gemm_set_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth) // acc = A * B
 //
+// or, for a B packed ahead (a constant weight), no B packing and
+//
+//   tessera_cpu_gemm_panel_f32(acc, acc_stride, a_pack, B, offset of the panel, strip, rows, cols, depth)
+//
 // Packing copies the operands into the order the micro-kernel reads them, converting fp16/bf16 to
 // fp32 on the way; transposed operands are packed through their strides. A is packed as strips of
 // TESSERA_GEMM_MR rows (element (k, r) of a strip at k * MR + r), B as strips of TESSERA_GEMM_NR
@@ -21,6 +25,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -524,6 +529,36 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_str
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                          int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_strips<float, tessera_gemm_micro<true>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  return 0;
+}
+
+// acc[0:rows, 0:cols] += A * B, A packed by tessera_cpu_pack_a_*, B a panel packed ahead (a constant
+// weight, packed when the module was built: tessera_tvm/tile/panels.py) at b + b_offset, in strips of
+// `strip` columns laid out as tessera_pack_strips writes them. A panel packed for another strip width
+// than this build's NR (a module built for another CPU) is repacked into NR strips first.
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_panel_f32(float *acc, int32_t acc_stride, float *a_pack, float *b,
+                                                           int64_t b_offset, int32_t strip, int32_t rows,
+                                                           int32_t cols, int32_t depth) {
+  const float *panel = b + b_offset;
+  const int NR = TESSERA_GEMM_NR;
+  if (strip == NR) {
+    tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, panel, rows, cols, depth);
+    return 0;
+  }
+  const int32_t padded = (cols + NR - 1) / NR * NR;
+  float *repacked = (float *)malloc(sizeof(float) * (size_t)padded * (size_t)depth);
+  if (repacked == nullptr) {
+    return -1;
+  }
+  for (int32_t c = 0; c < padded; ++c) {
+    const float *from = panel + (int64_t)(c / strip) * strip * depth + c % strip;
+    float *to = repacked + (int64_t)(c / NR) * NR * depth + c % NR;
+    for (int32_t k = 0; k < depth; ++k) {
+      to[(int64_t)k * NR] = c < cols ? from[(int64_t)k * strip] : 0.0f;
+    }
+  }
+  tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, repacked, rows, cols, depth);
+  free(repacked);
   return 0;
 }
 
