@@ -21,6 +21,8 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -525,6 +527,33 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc
                                                          int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_strips<float, tessera_gemm_micro<true>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
+}
+
+// ------------------------------------------------------------------------------------ workspace
+// Packed panels a block keeps for longer than one step and that would not fit its stack arrays (CPU
+// attention packs a kv head's K and V once for all its query blocks: 1 MiB at 2048 keys of D=64). One
+// buffer per thread (the grid's blocks run on a thread one after another), grown on demand and kept
+// for the next block and call; freed when the thread exits. 64-byte aligned. Out of memory aborts:
+// a kernel has no error path.
+struct tessera_thread_buffer {
+  void *data = nullptr;
+  int64_t bytes = 0;
+  ~tessera_thread_buffer() { free(data); }
+};
+
+TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t bytes) {
+  static thread_local tessera_thread_buffer buffer;
+  if (bytes > buffer.bytes) {
+    const int64_t rounded = (bytes + 4095) / 4096 * 4096;  // aligned_alloc wants a multiple of the alignment
+    free(buffer.data);
+    buffer.data = aligned_alloc(64, (size_t)rounded);
+    if (buffer.data == nullptr) {
+      fprintf(stderr, "tessera: out of memory for a %lld-byte kernel workspace\n", (long long)bytes);
+      abort();
+    }
+    buffer.bytes = rounded;
+  }
+  return buffer.data;
 }
 
 // ------------------------------------------------------------------------------------ bf16 pairs
