@@ -18,7 +18,7 @@ tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tess
 
 from __future__ import annotations
 
-from .._tvm import T, named, prim_func
+from .._tvm import T, named, pointer_buffer, prim_func
 from .common import LOG2E, all_of, cpu_exp_nonpositive, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .schedule import TileSchedule
@@ -378,14 +378,11 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
             if owned > 0:
                 # Every query block of the piece sees at most the keys its last one sees.
                 key_blocks = _key_blocks(spec, (piece + (owned - 1) * packs) * block_m, block_m, block_n)
-                workspace = T.make_tensor_from_addr(
-                    T.call_extern("handle", "tessera_cpu_workspace", T.cast(key_blocks, "int64") * (panel * 4)),
-                    (key_blocks * panel,),
-                    ACC,
-                )
+                workspace = (key_blocks * panel, panel, k_elems)
                 for kb in T.serial(key_blocks):
-                    _pack_k(spec, io, T.address_of(workspace[kb * panel]), batch, kv_head, kb, block_n)
-                    _pack_v(spec, io, T.address_of(workspace[kb * panel + k_elems]), batch, kv_head, kb, block_n)
+                    kv = _workspace_panels(workspace, kb)
+                    _pack_k(spec, io, T.address_of(kv[0]), batch, kv_head, kb, block_n)
+                    _pack_v(spec, io, T.address_of(kv[k_elems]), batch, kv_head, kb, block_n)
                 for g in T.serial(spec.groups):
                     for i in T.serial(owned):
                         _cpu_query_block(
@@ -398,7 +395,7 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
                             kv_head,
                             (piece + i * packs) * block_m,
                             None,
-                            (workspace, panel, k_elems),
+                            workspace,
                         )
 
     return main
@@ -418,22 +415,20 @@ def _pack_v(spec: AttentionSpec, io, panel, batch, kv_head, kb, block_n: int):
     return cpu_pack("b", cpu_pack_suffix(spec.dtype_in), panel, io.v.data, first, spec.D, 1, spec.D, keys)
 
 
-def _kv_panel(panels, workspace, kb, which: int):
-    """The address of key block ``kb``'s K (``which`` 0) or V (1) panel: the stack array of ``panels``,
-    or its place in ``workspace`` (buffer, floats per key block, floats of a K panel). An expression,
-    not a variable: a handle bound to one loses its element type in the C source."""
-    if workspace is None:
-        return T.address_of(panels[which][0])
-    buffer, panel, k_elems = workspace
-    return T.address_of(buffer[kb * panel + which * k_elems])
+def _workspace_panels(workspace, kb):
+    """A buffer over key block ``kb``'s K and V panels in the thread's workspace (``workspace``: its
+    floats, floats per key block, floats of a K panel; the V panel follows the K panel)."""
+    floats, panel, _ = workspace
+    address = T.call_extern("handle", "tessera_cpu_workspace", T.cast(floats, "int64"), T.cast(kb * panel, "int64"))
+    return pointer_buffer(address, (panel,), ACC)
 
 
 @T.macro
 def _cpu_query_block(spec, s, io, buffers, batch, head, kv_head, first_query, panels, workspace):
     """The ``block_m`` queries from ``first_query`` of (``batch``, ``head``) over their keys, into O.
     K and V: ``panels``, (K panel, V panel) stack arrays that each key block is packed into here, or
-    ``workspace``, (buffer, floats per key block, floats of a K panel) holding every key block packed
-    already (key block ``kb``'s K panel at ``kb * panel``, its V panel after it)."""
+    ``workspace`` (see :func:`_workspace_panels`), the thread's workspace holding every key block
+    packed already."""
     block_m, block_n, D = s.block_m, s.block_n, spec.D
     scale = spec.scale
     acc, scores, q_pack, p_pack, row_max, new_max, rescale, row_sum, bias_t = buffers
@@ -444,10 +439,16 @@ def _cpu_query_block(spec, s, io, buffers, batch, head, kv_head, first_query, pa
         row_sum[i] = T.cast(0, ACC)
     if transposed_bias:  # lanes past the last query read zeros, not stale values
         T.clear(bias_t)
-    T.clear(acc)
+    # (Loops, not T.clear: TileLang unrolls a clear's rows, and tl.StorageRewrite then failed on 224
+    # rows of scores inside the per-head form's query loop.)
+    for i in T.serial(block_m):
+        for d in T.serial(D):
+            acc[i, d] = T.cast(0, ACC)
     # The GEMM of each key block writes its first `rows` queries only: the lanes past them (the last
     # block of queries) are computed too and never stored; finite values from the start.
-    T.clear(scores)
+    for j in T.serial(block_n):
+        for i in T.serial(block_m):
+            scores[j, i] = T.cast(0, ACC)
     # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
     cpu_pack(
         "b",
@@ -462,9 +463,15 @@ def _cpu_query_block(spec, s, io, buffers, batch, head, kv_head, first_query, pa
     )
     for kb in T.serial(_key_blocks(spec, first_query, block_m, block_n)):
         keys = T.min(block_n, spec.S_kv - kb * block_n)
-        if workspace is None:
-            _pack_k(spec, io, _kv_panel(panels, workspace, kb, 0), batch, kv_head, kb, block_n)
-        cpu_gemm(scores, block_m, _kv_panel(panels, workspace, kb, 0), q_pack, keys, rows, D, overwrite=True)
+        if workspace is None:  # K and V panels on the stack, packed here
+            k_panel, v_panel = panels
+            v_at = 0
+            _pack_k(spec, io, T.address_of(k_panel[0]), batch, kv_head, kb, block_n)
+        else:  # both in one buffer over the workspace's panels of key block kb
+            k_panel = _workspace_panels(workspace, kb)
+            v_panel = k_panel
+            v_at = workspace[2]
+        cpu_gemm(scores, block_m, k_panel, q_pack, keys, rows, D, overwrite=True)
         for i in T.serial(block_m):
             new_max[i] = row_max[i]
         # Only key blocks that reach past the block's first query need the mask; a select in the
@@ -488,8 +495,8 @@ def _cpu_query_block(spec, s, io, buffers, batch, head, kv_head, first_query, pa
         # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
         cpu_pack("a", "f32", T.address_of(p_pack[0]), T.address_of(scores[0, 0]), 0, 1, block_m, rows, keys)
         if workspace is None:
-            _pack_v(spec, io, _kv_panel(panels, workspace, kb, 1), batch, kv_head, kb, block_n)
-        cpu_gemm(acc, D, p_pack, _kv_panel(panels, workspace, kb, 1), rows, D, keys)
+            _pack_v(spec, io, T.address_of(v_panel[0]), batch, kv_head, kb, block_n)
+        cpu_gemm(acc, D, p_pack, T.address_of(v_panel[v_at]), rows, D, keys)
     for i in T.serial(rows):
         for d in T.serial(D):
             io.out[batch, head, first_query + i, d] = T.cast(

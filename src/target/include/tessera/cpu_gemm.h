@@ -541,8 +541,12 @@ struct tessera_thread_buffer {
   ~tessera_thread_buffer() { free(data); }
 };
 
-TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t bytes) {
+// The address of float `at` of this thread's workspace, grown first to hold `floats` floats. The tile
+// program asks for each panel's address (a pointer per panel, not one indexed by a large stride: the
+// index's stride became a vector width in tl.StorageRewrite, which fails past 32767 lanes).
+TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t floats, int64_t at) {
   static thread_local tessera_thread_buffer buffer;
+  const int64_t bytes = floats * (int64_t)sizeof(float);
   if (bytes > buffer.bytes) {
     const int64_t rounded = (bytes + 4095) / 4096 * 4096;  // aligned_alloc wants a multiple of the alignment
     free(buffer.data);
@@ -553,7 +557,7 @@ TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t bytes) {
     }
     buffer.bytes = rounded;
   }
-  return buffer.data;
+  return (float *)buffer.data + at;
 }
 
 // ------------------------------------------------------------------------------------ bf16 pairs
