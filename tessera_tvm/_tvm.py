@@ -238,6 +238,17 @@ def named(buffer, name: str):
     return buffer
 
 
+def pointer_buffer(address, shape, dtype: str):
+    """A 1-D or n-D buffer over the memory ``address`` points to (a handle expression: an extern call
+    that returns a pointer), inside a tile program: the address bound to a typed pointer and the
+    buffer declared (``DeclBuffer``). ``T.make_tensor_from_addr`` leaves the declaration out, which
+    ``tirx.StorageRewrite`` and the well-formedness check reject."""
+    from tvm.tirx.script.builder import bind, decl_buffer
+
+    pointer = bind(address, type_annotation=tvm.ir.PointerType(tvm.ir.PrimType(dtype), "global"))
+    return decl_buffer(shape, dtype, data=pointer)
+
+
 def is_jit_kernel(obj) -> bool:
     """Whether ``obj`` is what ``@tilelang.jit`` returned, or a kernel it compiled."""
     from tilelang.jit import JITImpl

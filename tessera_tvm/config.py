@@ -86,6 +86,7 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "rasterize": ("L2 rasterization panel width, 0 = off", 0),
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
     "overlap": ("GPU attention: overlap one key block's softmax with the previous block's P V (bool)", None),
+    "kv_packs_per_head": ("CPU attention: packings of each kv head's K and V, 0 = per query block", 0),
 }
 #: The schedule fields that are switches (a bool), not ints.
 SCHEDULE_SWITCHES = ("overlap",)

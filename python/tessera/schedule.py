@@ -71,6 +71,10 @@ OVERRIDABLE = {
     "threads": "threads per block",
     "swizzle": "L2 rasterization panel width for GEMM blocks (0 = off)",
     "overlap": "GPU attention: compute one key block's softmax while the tensor cores run the previous block's P V",
+    "kv_packs_per_head": (
+        "CPU attention: how often each (batch, kv head)'s K and V are packed (n >= 1: once per block of every "
+        "n-th query block of its query heads; 0: per query block, as each reaches a key block)"
+    ),
 }
 
 #: Override fields that take True or False (the others take ints).
@@ -148,6 +152,7 @@ class Schedule:
     autotune: TuningSummary | None = None  # set when the autotuner chose this schedule
     producer_threads: int = 0  # the config's hardware.producer_threads: what warp specialisation adds
     overlap: bool = False  # attention on a GPU: softmax of block kb beside the P V GEMM of block kb - 1
+    kv_packs_per_head: int = 0  # attention on the CPU: K and V packed once per block of a kv head's queries
 
     # Views ------------------------------------------------------------------------------------
     @property
@@ -166,6 +171,7 @@ class Schedule:
             rasterize=self.swizzle,
             mma=self.mma,
             overlap=self.overlap,
+            kv_packs_per_head=self.kv_packs_per_head,
         )
 
     def text(self) -> str:
@@ -186,6 +192,8 @@ class Schedule:
                 pipeline += " overlap=softmax(kb)|PV(kb-1)"
         elif self.parallel_grid:
             pipeline += " (CPU: the grid's blocks are shared among the cores' threads)"
+        if self.kv_packs_per_head:
+            pipeline += f" kv_packs_per_head={self.kv_packs_per_head} (K, V packed once per block, into a workspace)"
         elif backend.block_note is not None:  # how the backend's serial blocks run
             pipeline += backend.hook("block_note")(self)
         memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
@@ -220,6 +228,8 @@ class Schedule:
             del data["producer_threads"]
         if not self.overlap:
             del data["overlap"]
+        if not self.kv_packs_per_head:
+            del data["kv_packs_per_head"]
         return data
 
     def to_json(self) -> str:
@@ -303,6 +313,8 @@ def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
     if isinstance(spec, GemmSpec):
         return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
     if isinstance(spec, AttentionSpec):
+        if t.kv_packs_per_head:  # a block per piece of a kv head's queries (tessera_tvm/tile/attention.py)
+            return t.kv_packs_per_head, spec.H_kv, spec.B
         return cdiv(spec.S_q, t.block_m), spec.H, spec.B
     if isinstance(spec, ElementwiseSpec):
         return cdiv(spec.shape[-1], t.block_n), cdiv(math.prod(spec.shape[:-1]), t.block_m), 1
@@ -351,8 +363,8 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
         else:
             out += [
                 (q.name, "global"),
-                (k.name, "global"),
-                (v.name, "global"),
+                (k.name, "global -> workspace (packed once per block)" if t.kv_packs_per_head else "global"),
+                (v.name, "global -> workspace (packed once per block)" if t.kv_packs_per_head else "global"),
                 ("acc", f"local ({t.block_m}x{spec.D} f32, running max/sum per row)"),
             ]
         out += [(p.name, "global (read as the scores are scaled)") for p in spec.inputs()[3:]]
@@ -444,6 +456,7 @@ def choose_schedule(
         threads=tile.threads,
         swizzle=tile.rasterize,
         overlap=tile.overlap,
+        kv_packs_per_head=tile.kv_packs_per_head,
         warp_specialized=warp_specialized,
         producer_threads=producers if warp_specialized else 0,
         mma=tile.mma if gpu else None,

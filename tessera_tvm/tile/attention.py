@@ -18,7 +18,7 @@ tessera/cpu_gemm.h, the online softmax over contiguous queries (vectorised, tess
 
 from __future__ import annotations
 
-from .._tvm import T, named, prim_func
+from .._tvm import T, named, pointer_buffer, prim_func
 from .common import LOG2E, all_of, cpu_exp_nonpositive, declare_params, element_offset, lowest, to_compute
 from .gemm import cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix
 from .schedule import TileSchedule
@@ -319,104 +319,189 @@ def _attention_cpu_packed(spec: AttentionSpec, s: TileSchedule):
     Scores are computed transposed, ``S^T = K Q^T`` (keys x queries), so that the row statistics
     (max, sum) and the exponentials run over contiguous queries, each query an independent lane that
     g++ vectorises; ``O += P V`` reads P through the transposed-operand strides of the packing. Q is
-    packed once per block, K and V once per key block; exponentials by the inline
-    ``tessera_expf_nonpositive`` (every exponent is a score minus its row's max), the scale folded into
-    them where no mask or bias has to be added to the scaled scores first.
+    packed once per query block; exponentials by the inline ``tessera_expf_nonpositive`` (every
+    exponent is a score minus its row's max), the scale folded into them where no mask or bias has to
+    be added to the scaled scores first.
+
+    K and V (``kv_packs_per_head``): with 0, a block owns one query block of one head and packs each
+    key block's K and V into stack panels as it reaches it, so every query block of a head packs them
+    again; with n, a block owns every n-th query block of each query head that reads one kv head, and
+    first packs every key block those queries see, once, into the thread's workspace
+    (``tessera_cpu_workspace``): a key block's K panel, then its V panel.
     """
     block_m, block_n, D = s.block_m, s.block_n, spec.D
-    scale = spec.scale
-    groups = spec.groups
-    dtype = cpu_pack_suffix(spec.dtype_in)
     params = spec.params()
     k_elems, q_elems = cpu_pack_elements(block_n, block_m, D)  # S^T = K Q^T: A = K block, B = Q^T
     p_elems, v_elems = cpu_pack_elements(block_m, D, block_n)  # O += P V: A = P, B = V block
     transposed_bias = _bias_varies_in_both(spec)
+    packs = s.kv_packs_per_head
+    query_blocks = T.ceildiv(spec.S_q, block_m)
+
+    def block_buffers():
+        """The block's stack arrays: O, S^T (then P^T), packed Q^T and P, the row statistics (running
+        max, this step's max, rescale factor, running sum) and the block's bias, transposed."""
+        return (
+            T.alloc_local((block_m, D), ACC),
+            T.alloc_local((block_n, block_m), ACC),
+            T.alloc_local((q_elems,), ACC),
+            T.alloc_local((p_elems,), ACC),
+            T.alloc_local((block_m,), ACC),
+            T.alloc_local((block_m,), ACC),
+            T.alloc_local((block_m,), ACC),
+            T.alloc_local((block_m,), ACC),
+            T.alloc_local((block_n, block_m) if transposed_bias else (1,), ACC),
+        )
+
+    if packs == 0:
+
+        @prim_func
+        def main():
+            io = declare_params(params, _roles(spec))
+            with T.Kernel(query_blocks, spec.H, spec.B) as (bx, head, batch):
+                buffers = block_buffers()
+                k_pack = T.alloc_local((k_elems,), ACC)
+                v_pack = T.alloc_local((v_elems,), ACC)
+                _cpu_query_block(
+                    spec, s, io, buffers, batch, head, head // spec.groups, bx * block_m, (k_pack, v_pack), None
+                )
+
+        return main
+
+    panel = k_elems + v_elems  # the workspace's floats per key block
 
     @prim_func
     def main():
         io = declare_params(params, _roles(spec))
-        with T.Kernel(T.ceildiv(spec.S_q, block_m), spec.H, spec.B) as (bx, head, batch):
-            acc = T.alloc_local((block_m, D), ACC)
-            scores = T.alloc_local((block_n, block_m), ACC)  # S^T, then P^T
-            q_pack = T.alloc_local((q_elems,), ACC)
-            k_pack = T.alloc_local((k_elems,), ACC)
-            p_pack = T.alloc_local((p_elems,), ACC)
-            v_pack = T.alloc_local((v_elems,), ACC)
-            row_max = T.alloc_local((block_m,), ACC)
-            new_max = T.alloc_local((block_m,), ACC)
-            rescale = T.alloc_local((block_m,), ACC)
-            row_sum = T.alloc_local((block_m,), ACC)
-            bias_t = T.alloc_local((block_n, block_m) if transposed_bias else (1,), ACC)
-            kv_head = head // groups
-            rows = T.min(block_m, spec.S_q - bx * block_m)
-            for i in T.serial(block_m):
-                row_max[i] = lowest(ACC)
-                row_sum[i] = T.cast(0, ACC)
-            if transposed_bias:  # lanes past the last query read zeros, not stale values
-                T.clear(bias_t)
-            T.clear(acc)
-            # The GEMM of each key block writes its first `rows` queries only: the lanes past them (the
-            # last block of queries) are computed too and never stored; finite values from the start.
-            T.clear(scores)
-            # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
-            cpu_pack("b", dtype, q_pack, io.q.data, element_offset(io.q, (batch, head, bx * block_m, 0)), 1, D, rows, D)
-            for kb in T.serial(_key_blocks(spec, bx * block_m, block_m, block_n)):
-                keys = T.min(block_n, spec.S_kv - kb * block_n)
-                cpu_pack(
-                    "a",
-                    dtype,
-                    k_pack,
-                    io.k.data,
-                    element_offset(io.k, (batch, kv_head, kb * block_n, 0)),
-                    D,
-                    1,
-                    keys,
-                    D,
-                )
-                cpu_gemm(scores, block_m, k_pack, q_pack, keys, rows, D, overwrite=True)
-                for i in T.serial(block_m):
-                    new_max[i] = row_max[i]
-                # Only key blocks that reach past the block's first query need the mask; a select in
-                # the loop stops g++ vectorising it (causal ran at 86% of full attention's time).
-                bias = None if spec.bias is None else (spec, io, batch, head, bx * block_m, kb * block_n)
-                if transposed_bias:  # the block's bias transposed, rows in order (contiguous reads)
-                    for i in T.serial(rows):
-                        for j in T.serial(keys):
-                            bias_t[j, i] = _bias_value(
-                                spec, io, batch, head, bx * block_m + i, kb * block_n + j, clamp=False
-                            )
-                    bias = bias_t
-                softmax = (scores, row_max, new_max, rescale, row_sum, acc, keys, rows, block_m, D)
-                if spec.causal and (kb + 1) * block_n - 1 > bx * block_m + spec.causal_offset:
-                    _scale_and_max(scores, new_max, keys, block_m, scale, (spec, bx * block_m, kb * block_n), bias)
-                    _online_softmax(*softmax, None)
-                elif bias is None and scale > 0:  # the scale goes into the exponentials: one pass less
-                    _max_of_scaled(scores, new_max, keys, block_m, scale)
-                    _online_softmax(*softmax, scale)
-                else:
-                    _scale_and_max(scores, new_max, keys, block_m, scale, None, bias)
-                    _online_softmax(*softmax, None)
-                # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
-                cpu_pack("a", "f32", p_pack, T.address_of(scores[0, 0]), 0, 1, block_m, rows, keys)
-                cpu_pack(
-                    "b",
-                    dtype,
-                    v_pack,
-                    io.v.data,
-                    element_offset(io.v, (batch, kv_head, kb * block_n, 0)),
-                    D,
-                    1,
-                    D,
-                    keys,
-                )
-                cpu_gemm(acc, D, p_pack, v_pack, rows, D, keys)
-            for i in T.serial(rows):
-                for d in T.serial(D):
-                    io.out[batch, head, bx * block_m + i, d] = T.cast(
-                        T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, d] / row_sum[i]), spec.dtype_out
-                    )
+        with T.Kernel(packs, spec.H_kv, spec.B) as (piece, kv_head, batch):
+            buffers = block_buffers()
+            owned = T.ceildiv(query_blocks - piece, packs)  # query blocks piece, piece + packs, ...
+            if owned > 0:
+                # Every query block of the piece sees at most the keys its last one sees.
+                key_blocks = _key_blocks(spec, (piece + (owned - 1) * packs) * block_m, block_m, block_n)
+                workspace = (key_blocks * panel, panel, k_elems)
+                for kb in T.serial(key_blocks):
+                    kv = _workspace_panels(workspace, kb)
+                    _pack_k(spec, io, T.address_of(kv[0]), batch, kv_head, kb, block_n)
+                    _pack_v(spec, io, T.address_of(kv[k_elems]), batch, kv_head, kb, block_n)
+                for g in T.serial(spec.groups):
+                    for i in T.serial(owned):
+                        _cpu_query_block(
+                            spec,
+                            s,
+                            io,
+                            buffers,
+                            batch,
+                            kv_head * spec.groups + g,
+                            kv_head,
+                            (piece + i * packs) * block_m,
+                            None,
+                            workspace,
+                        )
 
     return main
+
+
+def _pack_k(spec: AttentionSpec, io, panel, batch, kv_head, kb, block_n: int):
+    """Key block ``kb`` of K as the A operand of S^T = K Q^T, into ``panel`` (an address)."""
+    keys = T.min(block_n, spec.S_kv - kb * block_n)
+    first = element_offset(io.k, (batch, kv_head, kb * block_n, 0))
+    return cpu_pack("a", cpu_pack_suffix(spec.dtype_in), panel, io.k.data, first, spec.D, 1, keys, spec.D)
+
+
+def _pack_v(spec: AttentionSpec, io, panel, batch, kv_head, kb, block_n: int):
+    """Key block ``kb`` of V as the B operand of O += P V, into ``panel`` (an address)."""
+    keys = T.min(block_n, spec.S_kv - kb * block_n)
+    first = element_offset(io.v, (batch, kv_head, kb * block_n, 0))
+    return cpu_pack("b", cpu_pack_suffix(spec.dtype_in), panel, io.v.data, first, spec.D, 1, spec.D, keys)
+
+
+def _workspace_panels(workspace, kb):
+    """A buffer over key block ``kb``'s K and V panels in the thread's workspace (``workspace``: its
+    floats, floats per key block, floats of a K panel; the V panel follows the K panel)."""
+    floats, panel, _ = workspace
+    address = T.call_extern("handle", "tessera_cpu_workspace", T.cast(floats, "int64"), T.cast(kb * panel, "int64"))
+    return pointer_buffer(address, (panel,), ACC)
+
+
+@T.macro
+def _cpu_query_block(spec, s, io, buffers, batch, head, kv_head, first_query, panels, workspace):
+    """The ``block_m`` queries from ``first_query`` of (``batch``, ``head``) over their keys, into O.
+    K and V: ``panels``, (K panel, V panel) stack arrays that each key block is packed into here, or
+    ``workspace`` (see :func:`_workspace_panels`), the thread's workspace holding every key block
+    packed already."""
+    block_m, block_n, D = s.block_m, s.block_n, spec.D
+    scale = spec.scale
+    acc, scores, q_pack, p_pack, row_max, new_max, rescale, row_sum, bias_t = buffers
+    transposed_bias = _bias_varies_in_both(spec)
+    rows = T.min(block_m, spec.S_q - first_query)
+    for i in T.serial(block_m):
+        row_max[i] = lowest(ACC)
+        row_sum[i] = T.cast(0, ACC)
+    if transposed_bias:  # lanes past the last query read zeros, not stale values
+        T.clear(bias_t)
+    # (Loops, not T.clear: TileLang unrolls a clear's rows, and tl.StorageRewrite then failed on 224
+    # rows of scores inside the per-head form's query loop.)
+    for i in T.serial(block_m):
+        for d in T.serial(D):
+            acc[i, d] = T.cast(0, ACC)
+    # The GEMM of each key block writes its first `rows` queries only: the lanes past them (the last
+    # block of queries) are computed too and never stored; finite values from the start.
+    for j in T.serial(block_n):
+        for i in T.serial(block_m):
+            scores[j, i] = T.cast(0, ACC)
+    # Q^T as the B operand of S^T = K Q^T: element (d, query i) is Q[i, d].
+    cpu_pack(
+        "b",
+        cpu_pack_suffix(spec.dtype_in),
+        T.address_of(q_pack[0]),
+        io.q.data,
+        element_offset(io.q, (batch, head, first_query, 0)),
+        1,
+        D,
+        rows,
+        D,
+    )
+    for kb in T.serial(_key_blocks(spec, first_query, block_m, block_n)):
+        keys = T.min(block_n, spec.S_kv - kb * block_n)
+        if workspace is None:  # K and V panels on the stack, packed here
+            k_panel, v_panel = panels
+            v_at = 0
+            _pack_k(spec, io, T.address_of(k_panel[0]), batch, kv_head, kb, block_n)
+        else:  # both in one buffer over the workspace's panels of key block kb
+            k_panel = _workspace_panels(workspace, kb)
+            v_panel = k_panel
+            v_at = workspace[2]
+        cpu_gemm(scores, block_m, k_panel, q_pack, keys, rows, D, overwrite=True)
+        for i in T.serial(block_m):
+            new_max[i] = row_max[i]
+        # Only key blocks that reach past the block's first query need the mask; a select in the
+        # loop stops g++ vectorising it (causal ran at 86% of full attention's time).
+        bias = None if spec.bias is None else (spec, io, batch, head, first_query, kb * block_n)
+        if transposed_bias:  # the block's bias transposed, rows in order (contiguous reads)
+            for i in T.serial(rows):
+                for j in T.serial(keys):
+                    bias_t[j, i] = _bias_value(spec, io, batch, head, first_query + i, kb * block_n + j, clamp=False)
+            bias = bias_t
+        softmax = (scores, row_max, new_max, rescale, row_sum, acc, keys, rows, block_m, D)
+        if spec.causal and (kb + 1) * block_n - 1 > first_query + spec.causal_offset:
+            _scale_and_max(scores, new_max, keys, block_m, scale, (spec, first_query, kb * block_n), bias)
+            _online_softmax(*softmax, None)
+        elif bias is None and scale > 0:  # the scale goes into the exponentials: one pass less
+            _max_of_scaled(scores, new_max, keys, block_m, scale)
+            _online_softmax(*softmax, scale)
+        else:
+            _scale_and_max(scores, new_max, keys, block_m, scale, None, bias)
+            _online_softmax(*softmax, None)
+        # P (queries x keys) as the A operand: element (i, key j) is P^T[j, i].
+        cpu_pack("a", "f32", T.address_of(p_pack[0]), T.address_of(scores[0, 0]), 0, 1, block_m, rows, keys)
+        if workspace is None:
+            _pack_v(spec, io, T.address_of(v_panel[0]), batch, kv_head, kb, block_n)
+        cpu_gemm(acc, D, p_pack, T.address_of(v_panel[v_at]), rows, D, keys)
+    for i in T.serial(rows):
+        for d in T.serial(D):
+            io.out[batch, head, first_query + i, d] = T.cast(
+                T.if_then_else(row_sum[i] == 0, T.cast(0, ACC), acc[i, d] / row_sum[i]), spec.dtype_out
+            )
 
 
 def _attention_cpu_loops(spec: AttentionSpec, s: TileSchedule):

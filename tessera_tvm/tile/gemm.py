@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .._tvm import T, prim_func
+from .._tvm import T, prim_func, tvm
 from .base import SpecError
 from .common import (
     all_of,
@@ -173,15 +173,20 @@ def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, in
     return (block_m + CPU_PACK_PAD) * block_k, (block_n + CPU_PACK_PAD) * block_k
 
 
+def _panel_address(panel):
+    """A panel's first element: ``panel`` a buffer, or already an address (``T.address_of``)."""
+    return T.address_of(panel[0]) if isinstance(panel, tvm.tirx.Buffer) else panel
+
+
 def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stride_k, count, depth):
     """``tessera_cpu_pack_<operand>_<dtype>`` (tessera/cpu_gemm.h): ``count`` rows (A) or columns (B)
     of ``depth`` elements, read from ``source`` + ``offset`` through the two element strides, into the
-    fp32 ``panel`` that :func:`cpu_gemm` reads. Offset and strides are passed as int64 (an operand may
+    fp32 ``panel`` (a buffer, or the address of a panel inside one) that :func:`cpu_gemm` reads. Offset and strides are passed as int64 (an operand may
     hold 2^31 elements or more: :func:`~.common.element_offset`), the counts as int32 (a block's)."""
     return T.call_extern(
         "int32",
         f"tessera_cpu_pack_{operand}_{dtype}",
-        T.address_of(panel[0]),
+        _panel_address(panel),
         source,
         as_index(offset, "int64"),
         as_index(stride_outer, "int64"),
@@ -193,7 +198,7 @@ def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stri
 
 def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False, overwrite=False):
     """``tessera_cpu_gemm_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``, from
-    panels packed by :func:`cpu_pack`; ``acc`` rows are ``row_stride`` elements apart. ``pairs``:
+    panels packed by :func:`cpu_pack` (buffers or addresses); ``acc`` rows are ``row_stride`` elements apart. ``pairs``:
     ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``). ``overwrite``
     (fp32 panels): ``tessera_cpu_gemm_set_f32``, ``acc[rows, cols] = A x B`` (acc is not read)."""
     assert not (pairs and overwrite), "tessera_cpu_gemm_bf16x2 only accumulates"
@@ -202,8 +207,8 @@ def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=Fals
         "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_set_f32" if overwrite else "tessera_cpu_gemm_f32",
         T.address_of(acc[0, 0]),
         row_stride,
-        T.address_of(a_panel[0]),
-        T.address_of(b_panel[0]),
+        _panel_address(a_panel),
+        _panel_address(b_panel),
         as_index(rows, "int32"),  # at most a block: int32 even where the matrix has 2^31 rows or more
         as_index(cols, "int32"),
         as_index(depth, "int32"),

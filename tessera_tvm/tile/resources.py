@@ -69,9 +69,10 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
 
         packed = 0
         if cpu_pack_suffix(spec.dtype_in) is not None:
-            packed = sum(cpu_pack_elements(s.block_n, s.block_m, spec.D)) + sum(
-                cpu_pack_elements(s.block_m, spec.D, s.block_n)
-            )
+            k_elems, q_elems = cpu_pack_elements(s.block_n, s.block_m, spec.D)
+            p_elems, v_elems = cpu_pack_elements(s.block_m, spec.D, s.block_n)
+            # K and V panels on the stack, unless packed once per block into the thread's (heap) workspace
+            packed = q_elems + p_elems + (0 if s.kv_packs_per_head else k_elems + v_elems)
         from .attention import _bias_varies_in_both  # the block's bias, transposed
 
         bias = s.block_m * s.block_n if packed and _bias_varies_in_both(spec) else 0

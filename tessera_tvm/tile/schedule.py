@@ -40,6 +40,10 @@ class TileSchedule:
     - attention: ``block_m`` query rows per block, ``block_n`` keys per step; ``stages`` K/V buffers;
       ``overlap`` (Hopper): one key block's softmax runs while the tensor cores compute the previous
       block's P V (FlashAttention-3's intra-warpgroup overlap on asynchronous wgmma; ``stages`` >= 2).
+      ``kv_packs_per_head`` (CPU): 0, a block owns ``block_m`` queries of one head and packs each key
+      block's K and V as it reaches it (every query block packs them again); n >= 1, each (batch, kv
+      head) is split into n blocks, each owning every n-th query block of all the query heads that
+      read the kv head, and packing the K and V they read once, into a per-thread workspace.
     - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
@@ -56,12 +60,22 @@ class TileSchedule:
     rasterize: int = 0
     mma: tuple[int, int, int] | None = None  # the target's MMA instruction shape (informational)
     overlap: bool = False
+    kv_packs_per_head: int = 0
 
     def __post_init__(self) -> None:
         for f in ("block_m", "block_n", "block_k", "stages", "threads"):
             _check_positive("TileSchedule", f, getattr(self, f))
         if isinstance(self.rasterize, bool) or not isinstance(self.rasterize, int) or self.rasterize < 0:
             raise _fail("TileSchedule", f"rasterize is {self.rasterize!r}; expected an int >= 0 (0 = off)")
+        if (
+            isinstance(self.kv_packs_per_head, bool)
+            or not isinstance(self.kv_packs_per_head, int)
+            or self.kv_packs_per_head < 0
+        ):
+            raise _fail(
+                "TileSchedule",
+                f"kv_packs_per_head is {self.kv_packs_per_head!r}; expected an int >= 0 (0 = per query block)",
+            )
         if not isinstance(self.overlap, bool):
             raise _fail("TileSchedule", f"overlap is {self.overlap!r}; expected True or False")
         if self.mma is not None:
@@ -107,6 +121,8 @@ class TileSchedule:
         values = {**_kind_defaults(kind, codegen_kind, base), **per_kind.get(kind, {})}
         if kind != "attention":  # a switch of attention's program only
             values.pop("overlap", None)
+        if kind != "attention" or _thread_blocks(codegen_kind):  # the CPU attention program's only
+            values.pop("kv_packs_per_head", None)
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
@@ -210,6 +226,29 @@ def _spread_cpu_attention(spec: AttentionSpec, block_m: int) -> int:
     return min(block_m, _round_up(math.ceil(spec.S_q / blocks), tile)) if blocks > 1 else block_m
 
 
+def _cpu_kv_packs(spec: AttentionSpec, block_m: int) -> int:
+    """How often CPU attention packs each (batch, kv head)'s K and V (``kv_packs_per_head``): once
+    where the kv heads alone give every core blocks of equal work (as many as the cores, a multiple
+    of them, or 4 per core or more), else a few times, each block owning every n-th query block
+    (interleaved, so that causal blocks get equal work too) and at least two of them; 0 (packed by
+    every query block as it goes) where no split gives every core a block or nothing would be packed
+    twice anyway (one query block of one query head per kv head), and for dtypes the packing routines
+    do not read (serial loops, tile/attention.py)."""
+    from .gemm import cpu_pack_suffix
+
+    if cpu_pack_suffix(spec.dtype_in) is None:
+        return 0
+    query_blocks = math.ceil(spec.S_q / block_m)
+    cores = os.cpu_count() or 1
+    heads = spec.B * spec.H_kv
+    for packs in range(1, query_blocks + 1):
+        blocks = heads * packs
+        if blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores):
+            reused = math.ceil(query_blocks / packs) * spec.groups  # (query block, head)s per packing
+            return packs if reused >= 2 else 0
+    return 0
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -254,6 +293,7 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str, wg
             block_m = max(block_m, 16 * warps, 64 if wgmma else 16)
         else:
             block_m = _spread_cpu_attention(spec, block_m)
+            changes["kv_packs_per_head"] = _cpu_kv_packs(spec, block_m)
         changes.update(block_m=block_m, block_n=min(schedule.block_n, _pow2_at_least(spec.S_kv, floor)))
     elif isinstance(spec, SoftmaxSpec | NormSpec | ReduceSpec):
         rows, cols = _rows_cols(spec)

@@ -201,6 +201,7 @@ CHANGED = {
     "rasterize": 4,
     "mma": (16, 8, 16),
     "overlap": True,
+    "kv_packs_per_head": 2,
 }
 
 

@@ -19,6 +19,8 @@ def reference(spec: AttentionSpec, arrays):
     k = np.repeat(k, spec.groups, axis=1)  # query head h reads kv head h // groups
     v = np.repeat(v, spec.groups, axis=1)
     scores = q @ np.swapaxes(k, -1, -2) * spec.scale
+    if spec.bias is not None:  # broadcast over its dims of 1
+        scores = scores + as64(arrays[spec.name_bias])
     if spec.causal:
         i = np.arange(spec.S_q)[:, None]
         j = np.arange(spec.S_kv)[None, :]
@@ -87,6 +89,62 @@ def test_cpu_attention_source_uses_the_micro_kernel_and_vector_exp():
     assert "tessera_cpu_gemm_set_f32((&(scores[0]))" in source  # S^T = K Q^T, written
     assert "tessera_cpu_gemm_f32((&(acc[0]))" in source  # O += P V
     assert "expf(" not in source  # no libm call
+
+
+# ---------------------------------------------------------------------------------------------
+# K and V packed once per kv head (kv_packs_per_head)
+# ---------------------------------------------------------------------------------------------
+
+PER_HEAD_CASES = [
+    # GQA, causal bottom-right with S_q < S_kv (offset 16), ragged ends, fp16; two interleaved pieces
+    # per kv head (3 query blocks: pieces of 2 and 1).
+    (dict(B=2, H=4, H_kv=2, S_q=37, S_kv=53, D=16, causal=True, causal_align="bottom_right"), "float16", None, 2),
+    # A bias with a query and a key dim (ALiBi-like: the transposed-bias path), causal top-left with
+    # S_q > S_kv (the last queries see every key, the first ones few), bf16, MQA, once per head.
+    (dict(B=1, H=3, H_kv=1, S_q=45, S_kv=29, D=8, causal=True), "bfloat16", "alibi", 1),
+    # A padding mask ([B, 1, 1, S_kv], -inf keys); more pieces than query blocks (piece 2 owns none).
+    (dict(B=2, H=2, H_kv=2, S_q=20, S_kv=40, D=12), "float32", "padding", 3),
+]
+
+
+def _with_bias(spec: AttentionSpec, arrays, kind: str | None):
+    """``arrays`` with the bias of ``kind`` (every query keeps a key it can see)."""
+    if kind is not None:
+        bias = arrays[spec.name_bias].astype(np.float32) * 2
+        bias[..., 3:7] = -np.inf
+        arrays[spec.name_bias] = bias.astype(arrays[spec.name_bias].dtype)
+    return arrays
+
+
+@pytest.mark.parametrize("args, dtype, bias, packs", PER_HEAD_CASES, ids=lambda v: str(v))
+def test_cpu_attention_packs_kv_once_per_head(args, dtype, bias, packs, cpu_config, tmp_path):
+    shape = {"alibi": (1, args["H"], args["S_q"], args["S_kv"]), "padding": (args["B"], 1, 1, args["S_kv"])}
+    spec = AttentionSpec(**args, dtype_in=dtype, bias=shape.get(bias))
+    arrays = _with_bias(spec, random_inputs(spec, seed=3), bias)
+    schedule = SMALL.replace(kv_packs_per_head=packs)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=schedule)["O"]
+    assert_close(out, reference(spec, arrays), dtype)
+
+
+@pytest.mark.parametrize(
+    "shape, packs",
+    [
+        ((1, 8, 8, 2048), 1),  # 8 kv heads on 2 cores: a block per head, K and V packed once
+        ((1, 8, 1, 2048), 2),  # one kv head: two pieces of interleaved query blocks
+        ((2, 4, 2, 1000), 1),  # GQA: 4 kv heads, each block serves their 2 query heads
+        ((1, 3, 3, 2048), 2),  # 3 blocks would leave a core idle a third of the time: 6 pieces
+        ((1, 1, 1, 300), 0),  # two query blocks, one per core: no packing would serve two of them
+        ((1, 1, 1, 100), 0),  # one query block of one head: nothing is packed twice
+    ],
+)
+def test_cpu_attention_planner_packs_kv_once_where_every_core_gets_work(shape, packs, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    B, H, H_kv, S = shape
+    spec = AttentionSpec(B, H, H_kv, S, S, 64, True, dtype_in="float32")
+    schedule = TileSchedule.from_config("cpu", spec)
+    assert schedule.kv_packs_per_head == packs
+    script = build_tile_program(spec, schedule, "c").script()
+    assert ("tessera_cpu_workspace" in script) == (packs > 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ CPU = register_backend(
         # A block's body is serial code, so no program reads threads or stages.
         program_fields={
             "gemm": ("block_m", "block_n", "block_k"),
-            "attention": ("block_m", "block_n"),
+            "attention": ("block_m", "block_n", "kv_packs_per_head"),
             "softmax": ("block_m",),  # a row at a time, in vector lanes of a fixed width: no block_n
             "norm": ("block_m",),
             "reduce": ("block_m",),

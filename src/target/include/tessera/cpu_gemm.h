@@ -25,6 +25,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -560,6 +561,35 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_panel_f32(float *acc, int32_t a
   tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, repacked, rows, cols, depth);
   free(repacked);
   return 0;
+// ------------------------------------------------------------------------------------ workspace
+// Packed panels a block keeps for longer than one step and that would not fit its stack arrays (CPU
+// attention packs a kv head's K and V once for all its query blocks: 1 MiB at 2048 keys of D=64). One
+// buffer per thread (the grid's blocks run on a thread one after another), grown on demand and kept
+// for the next block and call; freed when the thread exits. 64-byte aligned. Out of memory aborts:
+// a kernel has no error path.
+struct tessera_thread_buffer {
+  void *data = nullptr;
+  int64_t bytes = 0;
+  ~tessera_thread_buffer() { free(data); }
+};
+
+// The address of float `at` of this thread's workspace, grown first to hold `floats` floats. The tile
+// program asks for each panel's address (a pointer per panel, not one indexed by a large stride: the
+// index's stride became a vector width in tl.StorageRewrite, which fails past 32767 lanes).
+TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t floats, int64_t at) {
+  static thread_local tessera_thread_buffer buffer;
+  const int64_t bytes = floats * (int64_t)sizeof(float);
+  if (bytes > buffer.bytes) {
+    const int64_t rounded = (bytes + 4095) / 4096 * 4096;  // aligned_alloc wants a multiple of the alignment
+    free(buffer.data);
+    buffer.data = aligned_alloc(64, (size_t)rounded);
+    if (buffer.data == nullptr) {
+      fprintf(stderr, "tessera: out of memory for a %lld-byte kernel workspace\n", (long long)bytes);
+      abort();
+    }
+    buffer.bytes = rounded;
+  }
+  return (float *)buffer.data + at;
 }
 
 // ------------------------------------------------------------------------------------ bf16 pairs
