@@ -561,6 +561,8 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_panel_f32(float *acc, int32_t a
   tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, repacked, rows, cols, depth);
   free(repacked);
   return 0;
+}
+
 // ------------------------------------------------------------------------------------ workspace
 // Packed panels a block keeps for longer than one step and that would not fit its stack arrays (CPU
 // attention packs a kv head's K and V once for all its query blocks: 1 MiB at 2048 keys of D=64). One
