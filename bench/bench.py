@@ -905,16 +905,28 @@ def bench_upstream(quick: bool) -> None:
         )
 
 
+#: CPU features that change which kernels run fast (matrix units, bf16 dot products, AVX-512).
+_FEATURES = ("amx_tile", "amx_bf16", "avx512_bf16", "avx512f", "avx2")
+
+
 def machine() -> str:
-    model = "unknown"
+    """nproc, the CPU's model name, family and model numbers (a virtual machine's model name may be
+    only "AMD EPYC": the family tells Zen 4 (25) from Zen 5 (26)), its matrix-relevant features."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if not line.strip() and fields:
+                break  # the first processor's entry is enough
     except OSError:
         pass
-    return f"{os.cpu_count()} cores (nproc), {model}, {platform.machine()}, Python {platform.python_version()}"
+    model = fields.get("model name", "unknown")
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    flags = set(fields.get("flags", "").split())
+    features = ", ".join(f for f in _FEATURES if f in flags) or "no AVX2"
+    return f"{os.cpu_count()} cores (nproc), {model} [{features}], {platform.machine()}, Python {platform.python_version()}"
 
 
 def _dated_sections(path: Path) -> str:
