@@ -192,10 +192,10 @@ class Schedule:
                 pipeline += " overlap=softmax(kb)|PV(kb-1)"
         elif self.parallel_grid:
             pipeline += " (CPU: the grid's blocks are shared among the cores' threads)"
-        if self.kv_packs_per_head:
-            pipeline += f" kv_packs_per_head={self.kv_packs_per_head} (K, V packed once per block, into a workspace)"
         elif backend.block_note is not None:  # how the backend's serial blocks run
             pipeline += backend.hook("block_note")(self)
+        if self.kv_packs_per_head:
+            pipeline += f" kv_packs_per_head={self.kv_packs_per_head} (K, V packed once per block, into a workspace)"
         memory = "  ".join(f"{name}: {place}" for name, place in self.memory)
         launch = f"grid=[{', '.join(map(str, self.grid))}] threads={self.launch_threads}"
         if self.launch_threads != self.threads:
