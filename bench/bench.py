@@ -912,15 +912,9 @@ _FEATURES = ("amx_tile", "amx_bf16", "avx512_bf16", "avx512f", "avx2")
 def machine() -> str:
     """nproc, the CPU's model name, family and model numbers (a virtual machine's model name may be
     only "AMD EPYC": the family tells Zen 4 (25) from Zen 5 (26)), its matrix-relevant features."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-            if not line.strip() and fields:
-                break  # the first processor's entry is enough
-    except OSError:
-        pass
+    from tessera_tvm.capture import cpu_info
+
+    fields = cpu_info()
     model = fields.get("model name", "unknown")
     if "cpu family" in fields:
         model += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"

@@ -53,6 +53,7 @@ __all__ = [
     "Capture",
     "capture_of",
     "capture_root",
+    "cpu_info",
     "disabled",
     "environment",
     "expanded_config_yaml",
@@ -358,12 +359,24 @@ def _package_version(name: str) -> str:
         return ""
 
 
-def _cpu_model() -> str:
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``cpu family``, ``flags``,
+    ...), {} where there is none: what the captures, the tuning cache and the bench say a CPU is."""
+    fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
+            if not line.strip():
+                if fields:
+                    break  # the end of the first processor's entry
+                continue
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _cpu_model() -> str:
+    model = cpu_info().get("model name")
+    return platform.processor() if model is None else model
 
 
 def environment() -> dict[str, Any]:

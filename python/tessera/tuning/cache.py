@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tessera_tvm.cache import KernelCache, versions
+from tessera_tvm.capture import cpu_info
 
 from .space import _Plan
 
@@ -25,12 +26,7 @@ _FORMAT = 2  # of the tuning cache's records (2: fastest sample, not the median)
 
 def _machine() -> str:
     """What the timings were measured on (timings from another CPU are not this one's)."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), model)
-    except OSError:
-        pass
+    model = cpu_info().get("model name", platform.processor() or platform.machine())
     return f"{platform.system()} {platform.machine()} {model} x{os.cpu_count()}"
 
 
