@@ -855,10 +855,15 @@ def bench_hf(quick: bool) -> None:
         "LLaMA (2 layers, D=256, GQA 8/4)": "llama",
         "Qwen2 (2 layers, D=256, GQA 8/4)": "qwen2",
         "BERT (2 layers, D=256)": "bert",
+        "ViT (2 layers, D=256, 224x224 in 16x16 patches)": "vit",
     }
     for name, kind in models.items():
-        model = hf_model.make_model(kind, **sizes)
-        ids = (torch.randint(0, 1024, (1, 128)),)
+        if kind == "vit":
+            model = hf_model.make_model(kind, **sizes, image_size=224, patch_size=16)
+            ids = hf_model.vit_inputs(model, batch=1)
+        else:
+            model = hf_model.make_model(kind, **sizes)
+            ids = (torch.randint(0, 1024, (1, 128)),)
         try:
             built, got, expected, seconds = hf_model.build_and_compare(model, ids)
         except Exception as exc:  # noqa: BLE001 - a row that says why

@@ -3,7 +3,7 @@ nothing downloaded), exported with torch.export, imported with TVM's own torch f
 to Tessera kernels, built, run and compared with torch.
 
     python examples/hf_model.py                  # a small LLaMA (GQA, rotary), both import routes
-    python examples/hf_model.py bert gpt2 qwen2  # others
+    python examples/hf_model.py bert gpt2 qwen2 vit  # others
     TESSERA_NUM_THREADS=2 python examples/hf_model.py
 
 Needs ``transformers`` (in the test extras: ``pip install -e .[test]``). Threads: Tessera's CPU
@@ -31,9 +31,12 @@ def make_model(
     heads: int = 4,
     vocab: int = 256,
     positions: int = 64,
+    image_size: int = 32,
+    patch_size: int = 8,
 ):
-    """A ``name`` (llama, qwen2, bert, gpt2) of the given sizes with random weights, in eval mode, its
-    first output a plain tensor. LLaMA and Qwen2 get half as many KV heads (grouped-query attention);
+    """A ``name`` (llama, qwen2, bert, gpt2, vit) of the given sizes with random weights, in eval mode,
+    its first output a plain tensor (ViT takes images of ``image_size`` cut into ``patch_size``
+    patches: ``vit_inputs``). LLaMA and Qwen2 get half as many KV heads (grouped-query attention);
     the feed-forward width is ``ffn`` (default twice ``hidden``; GPT-2's is its own 4x). Decoders get
     ``use_cache=False``: the KV cache is for generation, and torch.export wants plain tensors out."""
     import transformers as hf
@@ -54,25 +57,36 @@ def make_model(
         model = hf.Qwen2ForCausalLM(hf.Qwen2Config(**common, **decoder))
     elif name == "bert":
         model = hf.BertModel(hf.BertConfig(**common))
+    elif name == "vit":  # images: the patch embedding is a strided convolution
+        config = hf.ViTConfig(**common, image_size=image_size, patch_size=patch_size)
+        return FirstOutput(hf.ViTModel(config, add_pooling_layer=False), "pixel_values").eval()
     elif name == "gpt2":
         config = hf.GPT2Config(
             n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=positions, use_cache=False
         )
         model = hf.GPT2LMHeadModel(config)
     else:
-        raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, bert, gpt2")
+        raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, bert, gpt2, vit")
     return FirstOutput(model).eval()
 
 
 class FirstOutput(nn.Module):
-    """The model's first output (logits, or BERT's last hidden state) as a plain tensor."""
+    """The model's first output (logits, or BERT's and ViT's last hidden state) as a plain tensor."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, takes: str = "input_ids") -> None:
         super().__init__()
-        self.model = model
+        self.model, self.takes = model, takes
 
-    def forward(self, ids, mask=None):
-        return self.model(input_ids=ids, attention_mask=mask)[0]
+    def forward(self, x, mask=None):
+        if self.takes == "pixel_values":
+            return self.model(pixel_values=x)[0]
+        return self.model(input_ids=x, attention_mask=mask)[0]
+
+
+def vit_inputs(model: nn.Module, batch: int = 2) -> tuple[torch.Tensor]:
+    """Random images of the size ``model`` (a ``make_model("vit")``) was configured for."""
+    config = model.model.config
+    return (torch.randn(batch, config.num_channels, config.image_size, config.image_size),)
 
 
 def build_and_compare(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, decompose: bool = True):
@@ -99,6 +113,8 @@ def main(names: list[str]) -> None:
         mask = torch.ones(2, 12, dtype=torch.int64)
         mask[1, :3] = 0  # the second sequence padded
         inputs = (ids, mask) if name != "gpt2" else (ids[:1],)  # torch 2.13 cannot decompose batched GPT-2
+        if name == "vit":
+            inputs = vit_inputs(model)
         for decompose in (True, False):
             built, got, expected, seconds = build_and_compare(model, inputs, decompose=decompose)
             route = "decomposed" if decompose else "not decomposed"

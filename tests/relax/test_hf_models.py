@@ -38,15 +38,17 @@ example = _example()
 
 @pytest.mark.parametrize(
     "name, decompose, padded",
-    [("llama", False, "left"), ("bert", False, "right"), ("gpt2", True, None)],
-    ids=["llama (GQA, rotary), not decomposed", "bert, not decomposed", "gpt2, decomposed"],
+    [("llama", False, "left"), ("bert", False, "right"), ("gpt2", True, None), ("vit", False, None)],
+    ids=["llama (GQA, rotary), not decomposed", "bert, not decomposed", "gpt2, decomposed", "vit, not decomposed"],
 )
 def test_a_transformers_model_imports_builds_and_matches_torch(name, decompose, padded):
     # Two sequences, the second padded (left for the decoder, right for BERT) through the
     # attention_mask input. (GPT-2 is exported with one sequence and no mask: torch 2.13's own
     # decomposition of its batched graph fails, "Cannot view a tensor ... as a tensor with shape".)
     model = example.make_model(name)
-    if padded is None:
+    if name == "vit":  # two images, 16 patches each
+        inputs = example.vit_inputs(model)
+    elif padded is None:
         inputs = (torch.randint(0, 256, (1, 12)),)
     else:
         mask = torch.ones(2, 12, dtype=torch.int64)
@@ -61,6 +63,8 @@ def test_a_transformers_model_imports_builds_and_matches_torch(name, decompose, 
     assert families.count("gemm") >= 8, built.report  # every projection of both layers
     if not decompose:  # SDPA imported whole: one attention kernel per layer
         assert families.count("attention") == 2, built.report
+    if name == "vit":  # the patch embedding: a 8x8 convolution of stride 8
+        assert families.count("conv2d") == 1, built.report
     if name == "gpt2":  # its default activation, gelu_new, written out: each fc GEMM's epilogue
         assert built.report.rebuilt["gelu_tanh"] == 2, built.report
         assert not {row.op for row in built.report.not_offloaded} & {"R.power", "R.tanh"}, built.report
