@@ -872,6 +872,88 @@ def bench_hf(quick: bool) -> None:
         _versus_torch("hf", name, model, ids, built, seconds, got, expected, quick)
 
 
+def _gpu_model_cases(quick: bool) -> dict:
+    """{name: (model, inputs)} of the gpu-models section: the transformer models of the models and hf
+    sections (CNNs stay with TVM on the GPU: Tessera has no CUDA convolution yet), in bf16 where the
+    input is a float tensor."""
+    import hf_model
+    import torch_models
+
+    torch.manual_seed(0)
+    cases = {
+        "GPT-2 block (B=1 S=128 D=256 H=4)": (torch_models.Gpt2Block(256, 4, 1024), (torch.randn(1, 128, 256),)),
+        "LLaMA block (B=1 S=128 D=256 H=8/4)": (
+            torch_models.LlamaBlock(256, 8, 4, 688, 128),
+            (torch.randn(1, 128, 256),),
+        ),
+    }
+    sizes = dict(hidden=256, ffn=688, layers=2, heads=8, vocab=1024, positions=256)
+    for kind in ("llama", "bert") if quick else ("gpt2", "llama", "qwen2", "bert"):
+        cases[f"HF {kind} (2 layers, D=256)"] = (
+            hf_model.make_model(kind, **sizes),
+            (torch.randint(0, 1024, (1, 128)),),
+        )
+    return cases
+
+
+def bench_gpu_models(quick: bool, target: str) -> None:
+    """Issue #39 item 9: whole models in bf16 on the GPU, imported as the models section imports them,
+    built for ``target`` (Tessera's kernels for what it offloads, TVM's GPU schedules for the rest),
+    run in the Relax VM on ``tvm.cuda()``, against torch eager and ``torch.compile`` (inductor, default
+    mode) on CUDA with the same inputs; each timed with CUDA events. Run on a lent GPU by
+    ``bash bench/device_run.sh models`` (bench/README.md)."""
+    if not torch.cuda.is_available():
+        row("gpu-models", "skipped: no NVIDIA GPU", "-", "-", "-")
+        return
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from tessera_tvm import tvm
+    from tessera_tvm.relax import build
+
+    reps = 10 if quick else 30
+    for name, (model, inputs) in _gpu_model_cases(quick).items():
+        model = model.eval().to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
+        try:
+            start = time.perf_counter()
+            exported = torch.export.export(model, inputs)
+            built = build(from_exported_program(exported, keep_params_as_input=False), target)
+            vm = built.vm(tvm.cuda())["main"]
+            args = [tvm.runtime.from_dlpack(t.cuda()) for t in inputs]
+            got = vm(*args)
+            got = torch.from_dlpack(got if hasattr(got, "shape") else got[0])  # a tensor, or a tuple of one
+            seconds = time.perf_counter() - start
+            cuda_model, cuda_inputs = model.cuda(), tuple(t.cuda() for t in inputs)
+            compiled = torch.compile(cuda_model)
+            with torch.no_grad():
+                expected = cuda_model(*cuda_inputs)
+                expected = expected[0] if isinstance(expected, tuple) else expected
+                start = time.perf_counter()
+                compiled(*cuda_inputs)
+                torch.cuda.synchronize()
+                compile_seconds = time.perf_counter() - start
+                times = {
+                    "tessera": gpu_time(lambda: vm(*args), reps),
+                    "eager": gpu_time(lambda: cuda_model(*cuda_inputs), reps),
+                    "compile": gpu_time(lambda: compiled(*cuda_inputs), reps),
+                }
+            error = float((got.float() - expected.float()).abs().max() / expected.float().abs().max())
+        except Exception as exc:  # noqa: BLE001 - a row that says why; the other models still run
+            traceback.print_exc()
+            row("gpu-models", f"{name} ({target}) failed", type(exc).__name__, str(exc)[:60], "-")
+            continue
+        counts = f"{len(built.report.offloaded)} offloaded, {len(built.report.not_offloaded)} left"
+        for peer in ("eager", "compile"):
+            row(
+                "gpu-models",
+                f"{name} bf16 ({target}; {counts}) vs torch {peer} (rel err {error:.0e}; built in {seconds:.0f} s, "
+                f"torch.compile {compile_seconds:.0f} s)",
+                f"{times['tessera'] * 1e3:.3f} ms",
+                f"{times[peer] * 1e3:.3f} ms",
+                f"{times[peer] / times['tessera']:.2f}x",
+            )
+
+
 def bench_upstream(quick: bool) -> None:
     """The models on upstream apache-tvm (bench/upstream_models.py in the apache-tvm venv that
     ``./tessera.sh apache-tvm-run`` makes): with Tessera offload vs upstream alone (LLVM, its
@@ -943,7 +1025,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument(
-        "--only", default="cpu,threads,models,hf,upstream,compile,gpu", help="sections, comma-separated"
+        "--only", default="cpu,threads,models,hf,upstream,compile,gpu,gpu-models", help="sections, comma-separated"
     )
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
@@ -969,6 +1051,8 @@ def main(argv=None) -> int:
         bench_compile(args.quick)
     if "gpu" in sections:
         bench_gpu(args.quick, args.gpu_target)
+    if "gpu-models" in sections:
+        bench_gpu_models(args.quick, args.gpu_target)
     total = time.perf_counter() - start
     lines = [
         "# Tessera benchmark results",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the lent GPU machine (device tool, carry ['.whl'], filled by bench/device_wheels.sh here):
-#   bash bench/device_run.sh [tests|bench|sweep|all]   (default all: tests, then bench; sweep: bench/gpu_sweep.py)
+#   bash bench/device_run.sh [tests|bench|models|sweep|all]   (default all: tests, then bench; models: the
+#   gpu-models section, whole models in bf16; sweep: bench/gpu_sweep.py)
 # Installs TileLang into /tmp/tessera-site and Tessera (editable) next to that machine's own torch, then runs the
 # GPU and nvcc tests (pytest -m "gpu or nvcc") and the GPU benchmark. Logs, the JUnit report and the
 # benchmark table go to $OUT (the device tool brings them back), else to bench/device-out/.
@@ -48,6 +49,13 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     timeout -k 10 "${TESSERA_BENCH_LIMIT:-240}" python3 bench/bench.py --only gpu --out "$out/RESULTS-gpu.md" 2>&1 \
         | tee "$out/bench-gpu.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "$what" = models ]; then
+    # Issue #39 item 9: whole models in bf16 on the GPU against torch eager and torch.compile (a run of
+    # its own: building each model and torch.compile's first calls take minutes).
+    timeout -k 10 "${TESSERA_BENCH_LIMIT:-400}" python3 bench/bench.py --quick --only gpu-models \
+        --out "$out/RESULTS-gpu-models.md" 2>&1 | tee "$out/bench-gpu-models.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "$what" = sweep ]; then
