@@ -18,10 +18,18 @@ clips) on the accumulator as it is stored. There is no GPU program yet.
 
 from __future__ import annotations
 
-from .._tvm import T, prim_func
+from .._tvm import T, pointer_buffer, prim_func
 from .base import INT32_ELEMENTS, SpecError
 from .common import as_index, element_offset
-from .gemm import apply_epilogue, cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix, declare_gemm_params
+from .gemm import (
+    CPU_PACK_PAD,
+    apply_epilogue,
+    cpu_gemm,
+    cpu_pack,
+    cpu_pack_elements,
+    cpu_pack_suffix,
+    declare_gemm_params,
+)
 from .schedule import TileSchedule
 from .specs import Conv2dSpec
 
@@ -56,8 +64,10 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
         )
     if spec.depthwise:
         return _depthwise_cpu_program(spec)
-    OH, OW, groups = spec.OH, spec.OW, spec.groups
     _check_pixels(spec)
+    if s.conv_algorithm == "direct":
+        return _direct_cpu_program(spec, s)
+    OH, OW, groups = spec.OH, spec.OW, spec.groups
     group_in, group_out = spec.C // groups, spec.O // groups
     # One group's implicit GEMM (the pixels are a TIR expression when the batch is symbolic).
     pixels, channels, depth_total = spec.N * OH * OW, group_out, group_in * spec.R * spec.S
@@ -104,6 +114,124 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     pixel = by * block_m + i
                     n, rest = pixel // (OH * OW), pixel % (OH * OW)
                     _store(spec, io, acc[i, j], n, first + j, rest // OW, rest % OW)
+
+    return main
+
+
+#: Floats past a block's padded pixels that the direct program keeps in its accumulators and past its
+#: padded input (TESSERA_CONV_SLACK in tessera/cpu_conv.h): the last pixel tile runs over both.
+DIRECT_SLACK = 48
+
+
+def direct_applies(spec: Conv2dSpec) -> str | None:
+    """Why the direct program cannot compute ``spec`` (None where it can): it reads the window of
+    consecutive output pixels as consecutive input elements, so both strides must be 1."""
+    if spec.depthwise:
+        return "a depthwise convolution runs its own program"
+    if spec.stride != (1, 1):
+        return f"the direct program takes stride (1, 1), not {spec.stride}"
+    return None
+
+
+def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
+    """The direct program's local sizes for blocks of ``rows`` output rows: the padded width ``PW``,
+    the padded input's ``plane`` per channel and its ``xpad`` floats, the accumulator's row stride
+    (``acc_stride``, one row per output channel) and the padded ``pixels`` of a full block."""
+    top, left, bottom, right = spec.padding
+    padded_w = spec.W + left + right
+    plane = (rows + (spec.R - 1) * spec.dilation[0]) * padded_w
+    slack = DIRECT_SLACK + (spec.S - 1) * spec.dilation[1]
+    pixels = rows * padded_w
+    return {
+        "PW": padded_w,
+        "plane": plane,
+        "slack": slack,
+        "xpad": spec.C // spec.groups * plane + slack,
+        "pixels": pixels,
+        "acc_stride": -(-pixels // 16) * 16 + DIRECT_SLACK,
+    }
+
+
+def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
+    """Unit-stride convolution with the GEMM's roles swapped (tessera_cpu_conv_direct_f32,
+    tessera/cpu_conv.h): a block owns ``block_m`` output channels of ``block_n`` output rows of one
+    image and group. It copies the input rows they read into a zero-padded fp32 buffer in the thread's
+    workspace, and per K step packs its weights as A strips and accumulates acc[channel, padded pixel]
+    reading B in place; the epilogue stores each channel's rows, contiguous in acc and in Y."""
+    x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
+    OH, OW, R, S, groups = spec.OH, spec.OW, spec.R, spec.S, spec.groups
+    (dh, dw), (top, left, _, _) = spec.dilation, spec.padding
+    group_in, group_out = spec.C // groups, spec.O // groups
+    depth_total = group_in * R * S
+    block_m, rows, block_k = s.block_m, s.block_n, s.block_k
+    layout = direct_layout(spec, rows)
+    PW, plane, acc_stride = layout["PW"], layout["plane"], layout["acc_stride"]
+    a_elems = (block_m + CPU_PACK_PAD) * block_k
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec, ("x", "w"))
+        with T.Kernel(T.ceildiv(group_out, block_m), T.ceildiv(OH, rows), spec.N * groups) as (bx, by, bz):
+            acc = T.alloc_local((block_m * acc_stride,), "float32")
+            a_pack = T.alloc_local((a_elems,), "float32")
+            n, group = bz // groups, bz % groups
+            live_rows = T.min(rows, OH - by * rows)
+            channels = T.min(block_m, group_out - bx * block_m)
+            first = group * group_out + bx * block_m  # the block's first output channel
+            address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(layout["xpad"]), T.int64(0))
+            xpad = pointer_buffer(address, (layout["xpad"],), "float32")
+            T.call_extern(
+                "int32",
+                f"tessera_cpu_conv_rows_{x_dtype}",
+                T.address_of(xpad[0]),
+                io.x.data,
+                element_offset(io.x, (n, group * group_in, 0, 0)),
+                group_in,
+                spec.H,
+                spec.W,
+                by * rows - top,
+                T.int64(plane),
+                PW,
+                left,
+                layout["slack"],
+            )
+            for k in T.serial(T.ceildiv(depth_total, block_k)):
+                depth = T.min(block_k, depth_total - k * block_k)
+                w_offset = element_offset(io.w, (first, 0, 0, 0)) + as_index(k * block_k, "int64")
+                T.call_extern(
+                    "int32",
+                    f"tessera_cpu_conv_pack_w_{w_dtype}",
+                    T.address_of(a_pack[0]),
+                    io.w.data,
+                    w_offset,
+                    T.int64(depth_total),
+                    as_index(channels, "int32"),
+                    as_index(depth, "int32"),
+                )
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_conv_direct_f32",
+                    T.address_of(acc[0]),
+                    T.int64(acc_stride),
+                    T.address_of(a_pack[0]),
+                    T.address_of(xpad[0]),
+                    as_index(k * block_k, "int32"),
+                    as_index(depth, "int32"),
+                    as_index(channels, "int32"),
+                    as_index(live_rows * PW, "int32"),
+                    T.int64(plane),
+                    PW,
+                    R,
+                    S,
+                    dh,
+                    dw,
+                    T.Select(k == 0, 1, 0),
+                )
+            # Channel-major: each output row is a run of acc (row stride PW) and of Y.
+            for j in T.serial(channels):
+                for oh in T.serial(live_rows):
+                    for ow in T.serial(OW):
+                        _store(spec, io, acc[j * acc_stride + oh * PW + ow], n, first + j, by * rows + oh, ow)
 
     return main
 

@@ -31,6 +31,10 @@ from .specs import (
 )
 
 
+#: How a convolution is computed (TileSchedule.conv_algorithm): as its implicit GEMM, or directly.
+CONV_ALGORITHMS = ("implicit_gemm", "direct")
+
+
 @dataclass(frozen=True)
 class TileSchedule:
     """How a spec is tiled. What each field means per kernel kind:
@@ -47,6 +51,9 @@ class TileSchedule:
     - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
+    - conv2d: ``conv_algorithm`` "implicit_gemm" tiles it as the gemm above (output pixels x output
+      channels); "direct" (CPU, unit stride) gives a block ``block_m`` output channels of ``block_n``
+      output rows, and ``block_k`` is the K step (tile/conv.py).
 
     On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's
     body is serial code; ``threads`` and ``stages`` are ignored.
@@ -61,6 +68,7 @@ class TileSchedule:
     mma: tuple[int, int, int] | None = None  # the target's MMA instruction shape (informational)
     overlap: bool = False
     kv_packs_per_head: int = 0
+    conv_algorithm: str = "implicit_gemm"
 
     def __post_init__(self) -> None:
         for f in ("block_m", "block_n", "block_k", "stages", "threads"):
@@ -75,6 +83,11 @@ class TileSchedule:
             raise _fail(
                 "TileSchedule",
                 f"kv_packs_per_head is {self.kv_packs_per_head!r}; expected an int >= 0 (0 = per query block)",
+            )
+        if self.conv_algorithm not in CONV_ALGORITHMS:
+            raise _fail(
+                "TileSchedule",
+                f"conv_algorithm is {self.conv_algorithm!r}; expected one of {', '.join(map(repr, CONV_ALGORITHMS))}",
             )
         if not isinstance(self.overlap, bool):
             raise _fail("TileSchedule", f"overlap is {self.overlap!r}; expected True or False")
