@@ -22,7 +22,6 @@ from .._tvm import T, pointer_buffer, prim_func
 from .base import INT32_ELEMENTS, SpecError
 from .common import as_index, element_offset
 from .gemm import (
-    CPU_PACK_PAD,
     apply_epilogue,
     cpu_gemm,
     cpu_pack,
@@ -122,6 +121,10 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
 #: padded input (TESSERA_CONV_SLACK in tessera/cpu_conv.h): the last pixel tile runs over both.
 DIRECT_SLACK = 48
 
+#: Rows the direct program's packed weights add to block_m: the last strip of TESSERA_CONV_MR (at
+#: most 14) output channels is zero-padded.
+DIRECT_STRIP_PAD = 16
+
 
 def direct_applies(spec: Conv2dSpec) -> str | None:
     """Why the direct program cannot compute ``spec`` (None where it can): it reads the window of
@@ -152,6 +155,71 @@ def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
     }
 
 
+#: Output channels of the direct program's register tile (TESSERA_CONV_MR on AVX-512): block_m is
+#: rounded to it. Its pixel tile is DIRECT_TILE floats (TESSERA_CONV_TILE).
+DIRECT_CHANNELS, DIRECT_TILE = 8, 48
+
+#: What the implicit GEMM costs per multiply-add of its register tiles against the direct program's:
+#: packing A (the im2col gather) and the transposing store (measured on this Zen 5 at 1 thread, 3x3
+#: convs at 56x56 C=64 and 28x28 C=128, where neither wastes much of its tiles: 1.2-1.27).
+IMPLICIT_GEMM_COST = 1.2
+
+#: Floats of the direct program's accumulator per block, at most (rows of a block are cut to fit):
+#: with the packed weights it stays well under the CPU's local_memory_per_kernel.
+DIRECT_ACC_FLOATS = 112 * 1024
+
+#: K steps of the direct program at most: a 3x3 window of 64 input channels (its packed weights,
+#: 80 x 576 floats, 180 KiB, stay in L2 across a block's pixel tiles).
+DIRECT_BLOCK_K = 576
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def direct_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> TileSchedule:
+    """``schedule`` with the direct program's blocks for ``spec``: up to 64 output channels (whole register strips) by
+    as many output rows as the accumulator holds, split until every core has a block (a multiple of
+    the cores while there are few per core), rows evened out; the K step a whole window where it fits.
+    Few, large blocks measured best (56x56 C=64: 2 blocks of 28 rows, 0.53 ms on 2 cores, against
+    0.61-0.66 ms for 7-14 blocks of 4-8 rows)."""
+    group_out = spec.O // spec.groups
+    block_m = min(64, _round_up(group_out, DIRECT_CHANNELS))
+    padded_w = direct_layout(spec, 1)["PW"]
+    rows = max(1, min(spec.OH, (DIRECT_ACC_FLOATS // block_m - 2 * DIRECT_SLACK) // padded_w))
+    row_blocks = -(-spec.OH // rows)
+    others = -(-group_out // block_m) * spec.groups * (spec.N if isinstance(spec.N, int) else 1)
+    while rows > 1 and ((blocks := row_blocks * others) < cores or (blocks < 4 * cores and blocks % cores)):
+        row_blocks += 1
+        rows = -(-spec.OH // row_blocks)
+    rows = -(-spec.OH // -(-spec.OH // rows))  # even: 56 rows in 2 blocks of 28
+    depth = spec.C // spec.groups * spec.R * spec.S
+    block_k = depth if depth <= DIRECT_BLOCK_K else _round_up(-(-depth // -(-depth // DIRECT_BLOCK_K)), 8)
+    return schedule.replace(block_m=block_m, block_n=rows, block_k=block_k, conv_algorithm="direct")
+
+
+def direct_wins(spec: Conv2dSpec, direct: TileSchedule) -> bool:
+    """Whether the direct program under ``direct`` is estimated faster than the implicit GEMM: the
+    multiply-adds each computes for the outputs (the direct one pads every block's pixels to its
+    padded width and its pixel tile, and channels to its strips; the implicit GEMM pads pixels to
+    its 14 rows and channels to its 32 columns), the implicit GEMM's at IMPLICIT_GEMM_COST each.
+    On small planes the padded width wastes most (7x7: 9 of every 7 columns, in 48-pixel tiles):
+    there the implicit GEMM stays (measured 1.86 vs 2.38 ms at 7x7 C=512, 1.30 vs 1.37 at 14x14 C=256)."""
+    group_out, rows = spec.O // spec.groups, direct.block_n
+    padded_w = direct_layout(spec, rows)["PW"]
+    direct_waste = _round_up(rows * padded_w, DIRECT_TILE) / (rows * spec.OW)
+    direct_waste *= _round_up(group_out, DIRECT_CHANNELS) / group_out
+    pixels = spec.OH * spec.OW
+    implicit_waste = _round_up(pixels, 14) / pixels * _round_up(group_out, 32) / group_out
+    return direct_waste < IMPLICIT_GEMM_COST * implicit_waste
+
+
+def direct_local_floats(spec: Conv2dSpec, s: TileSchedule) -> int:
+    """Floats of the direct program's local arrays: the accumulator and the packed weights (the
+    padded input lives in the thread's workspace)."""
+    return s.block_m * direct_layout(spec, s.block_n)["acc_stride"] + (s.block_m + DIRECT_STRIP_PAD) * s.block_k
+
+
 def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     """Unit-stride convolution with the GEMM's roles swapped (tessera_cpu_conv_direct_f32,
     tessera/cpu_conv.h): a block owns ``block_m`` output channels of ``block_n`` output rows of one
@@ -166,7 +234,7 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     block_m, rows, block_k = s.block_m, s.block_n, s.block_k
     layout = direct_layout(spec, rows)
     PW, plane, acc_stride = layout["PW"], layout["plane"], layout["acc_stride"]
-    a_elems = (block_m + CPU_PACK_PAD) * block_k
+    a_elems = (block_m + DIRECT_STRIP_PAD) * block_k
 
     @prim_func
     def main():
