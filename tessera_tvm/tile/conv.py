@@ -156,13 +156,15 @@ def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
 
 
 #: Output channels of the direct program's register tile (TESSERA_CONV_MR on AVX-512): block_m is
-#: rounded to it. Its pixel tile is DIRECT_TILE floats (TESSERA_CONV_TILE).
-DIRECT_CHANNELS, DIRECT_TILE = 8, 48
+#: rounded to it. Its pixel tile is 48 floats (TESSERA_CONV_TILE), the last one of a block as narrow
+#: as a vector of DIRECT_TAIL floats.
+DIRECT_CHANNELS, DIRECT_TAIL = 8, 16
 
 #: What the implicit GEMM costs per multiply-add of its register tiles against the direct program's:
-#: packing A (the im2col gather) and the transposing store (measured on this Zen 5 at 1 thread, 3x3
-#: convs at 56x56 C=64 and 28x28 C=128, where neither wastes much of its tiles: 1.2-1.27).
-IMPLICIT_GEMM_COST = 1.2
+#: packing A (the im2col gather) and B (the weights, at every call) and the transposing store.
+#: Measured on this Zen 5 at 1 thread, 3x3 convs: 1.30 at 56x56 C=64 (1.36 vs 1.08 ms), 1.36 at 7x7
+#: C=512 (1.80 vs 1.52 ms, where the direct program computes 64 padded pixels per 49, the GEMM 56).
+IMPLICIT_GEMM_COST = 1.3
 
 #: Floats of the direct program's accumulator per block, at most (rows of a block are cut to fit):
 #: with the packed weights it stays well under the CPU's local_memory_per_kernel.
@@ -203,11 +205,11 @@ def direct_wins(spec: Conv2dSpec, direct: TileSchedule) -> bool:
     multiply-adds each computes for the outputs (the direct one pads every block's pixels to its
     padded width and its pixel tile, and channels to its strips; the implicit GEMM pads pixels to
     its 14 rows and channels to its 32 columns), the implicit GEMM's at IMPLICIT_GEMM_COST each.
-    On small planes the padded width wastes most (7x7: 9 of every 7 columns, in 48-pixel tiles):
-    there the implicit GEMM stays (measured 1.86 vs 2.38 ms at 7x7 C=512, 1.30 vs 1.37 at 14x14 C=256)."""
+    On small planes the padded width wastes most (7x7: 9 of every 7 columns): there the implicit
+    GEMM may stay."""
     group_out, rows = spec.O // spec.groups, direct.block_n
     padded_w = direct_layout(spec, rows)["PW"]
-    direct_waste = _round_up(rows * padded_w, DIRECT_TILE) / (rows * spec.OW)
+    direct_waste = _round_up(rows * padded_w, DIRECT_TAIL) / (rows * spec.OW)
     direct_waste *= _round_up(group_out, DIRECT_CHANNELS) / group_out
     pixels = spec.OH * spec.OW
     implicit_waste = _round_up(pixels, 14) / pixels * _round_up(group_out, 32) / group_out
@@ -217,7 +219,8 @@ def direct_wins(spec: Conv2dSpec, direct: TileSchedule) -> bool:
 def direct_local_floats(spec: Conv2dSpec, s: TileSchedule) -> int:
     """Floats of the direct program's local arrays: the accumulator and the packed weights (the
     padded input lives in the thread's workspace)."""
-    return s.block_m * direct_layout(spec, s.block_n)["acc_stride"] + (s.block_m + DIRECT_STRIP_PAD) * s.block_k
+    packed = (s.block_m + DIRECT_STRIP_PAD) * s.block_k if spec.dtype_w != "float32" else 1
+    return s.block_m * direct_layout(spec, s.block_n)["acc_stride"] + packed
 
 
 def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
@@ -234,7 +237,8 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     block_m, rows, block_k = s.block_m, s.block_n, s.block_k
     layout = direct_layout(spec, rows)
     PW, plane, acc_stride = layout["PW"], layout["plane"], layout["acc_stride"]
-    a_elems = (block_m + DIRECT_STRIP_PAD) * block_k
+    packs = spec.dtype_w != "float32"  # fp32 weights are read in place, rows contiguous in k
+    a_elems = (block_m + DIRECT_STRIP_PAD) * block_k if packs else 1
 
     @prim_func
     def main():
@@ -266,22 +270,23 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
             for k in T.serial(T.ceildiv(depth_total, block_k)):
                 depth = T.min(block_k, depth_total - k * block_k)
                 w_offset = element_offset(io.w, (first, 0, 0, 0)) + as_index(k * block_k, "int64")
-                T.call_extern(
-                    "int32",
-                    f"tessera_cpu_conv_pack_w_{w_dtype}",
-                    T.address_of(a_pack[0]),
-                    io.w.data,
-                    w_offset,
-                    T.int64(depth_total),
-                    as_index(channels, "int32"),
-                    as_index(depth, "int32"),
-                )
+                if packs:
+                    T.call_extern(
+                        "int32",
+                        f"tessera_cpu_conv_pack_w_{w_dtype}",
+                        T.address_of(a_pack[0]),
+                        io.w.data,
+                        w_offset,
+                        T.int64(depth_total),
+                        as_index(channels, "int32"),
+                        as_index(depth, "int32"),
+                    )
                 T.call_extern(
                     "int32",
                     "tessera_cpu_conv_direct_f32",
                     T.address_of(acc[0]),
                     T.int64(acc_stride),
-                    T.address_of(a_pack[0]),
+                    *((T.address_of(a_pack[0]), T.int64(0), T.int64(0)) if packs else (io.w.data, w_offset, T.int64(depth_total))),
                     T.address_of(xpad[0]),
                     as_index(k * block_k, "int32"),
                     as_index(depth, "int32"),

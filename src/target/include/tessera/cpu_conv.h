@@ -227,10 +227,11 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *pla
 #define TESSERA_CONV_SLACK 48
 static_assert(TESSERA_CONV_TILE <= TESSERA_CONV_SLACK, "the tile program's slack is too small for this pixel tile");
 
-// c[r * ldc + 0:TILE] (Set: =, else +=) sum over k of a[k * MR + r] * x[off[k] + 0:TILE], for the
-// first `rows` rows (the rest of the strip is zero padding).
+// c[r * ldc + 0:TILE] (Set: =, else +=) sum over k of A[r, k] * x[off[k] + 0:TILE], for the first
+// `rows` rows. A is a packed strip (lda 0: A[r, k] at a[k * MR + r], zero past `rows`) or rows of
+// the weights themselves (A[r, k] at a[r * lda + k]; rows past `rows` read row 0, not stored).
 template <int MR, int NV, bool Set>
-static inline void tessera_conv_micro(const float *__restrict a, const float *__restrict x,
+static inline void tessera_conv_micro(const float *__restrict a, int64_t lda, const float *__restrict x,
                                       const int32_t *__restrict off, int32_t depth, float *__restrict c, int64_t ldc,
                                       int32_t rows) {
   const int VEC = TESSERA_GEMM_VEC;
@@ -240,16 +241,34 @@ static inline void tessera_conv_micro(const float *__restrict a, const float *__
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) sum[r][v] = (tessera_vf){};
   }
-  for (int32_t k = 0; k < depth; ++k) {
-    const float *xk = x + off[k];
-    tessera_vf bv[NV];
+  if (lda == 0) {
+    for (int32_t k = 0; k < depth; ++k) {
+      const float *xk = x + off[k];
+      tessera_vf bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = *(const tessera_vf_unaligned *)(xk + v * VEC);
+      for (int v = 0; v < NV; ++v) bv[v] = *(const tessera_vf_unaligned *)(xk + v * VEC);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const float w = a[(int64_t)k * MR + r];
+      for (int r = 0; r < MR; ++r) {
+        const float w = a[(int64_t)k * MR + r];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) sum[r][v] += w * bv[v];
+        for (int v = 0; v < NV; ++v) sum[r][v] += w * bv[v];
+      }
+    }
+  } else {
+    const float *row[MR];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) row[r] = a + (r < rows ? r * lda : 0);
+    for (int32_t k = 0; k < depth; ++k) {
+      const float *xk = x + off[k];
+      tessera_vf bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = *(const tessera_vf_unaligned *)(xk + v * VEC);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const float w = row[r][k];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) sum[r][v] += w * bv[v];
+      }
     }
   }
 #pragma GCC unroll 16
@@ -265,13 +284,14 @@ static inline void tessera_conv_micro(const float *__restrict a, const float *__
 }
 
 // acc[o * acc_stride + p] (set: =, else +=) the k steps k0 .. k0 + depth of the block's `channels`
-// output channels (A packed by tessera_cpu_conv_pack_w_*) at its padded pixels 0 .. pixels (rounded
-// up to the pixel tile: acc and xpad hold the slack).
+// output channels at its padded pixels 0 .. pixels (rounded up to the pixel tile: acc and xpad hold
+// the slack). The weights: packed strips (tessera_cpu_conv_pack_w_*, lda 0), or fp32 weights read in
+// place, channel o's k step k0 at a[o * lda] (no packing: the strips' rows are contiguous in k).
 template <bool Set>
-static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride, const float *__restrict a_pack,
-                                       const float *__restrict xpad, int32_t k0, int32_t depth, int32_t channels,
-                                       int32_t pixels, int64_t plane, int32_t PW, int32_t R, int32_t S, int32_t dh,
-                                       int32_t dw) {
+static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride, const float *__restrict a,
+                                       int64_t lda, const float *__restrict xpad, int32_t k0, int32_t depth,
+                                       int32_t channels, int32_t pixels, int64_t plane, int32_t PW, int32_t R,
+                                       int32_t S, int32_t dh, int32_t dw) {
   const int MR = TESSERA_CONV_MR, NV = TESSERA_CONV_NV, TILE = TESSERA_CONV_TILE;
   int32_t off[depth];
   for (int32_t k = 0, c = k0 / (R * S), r = k0 / S % R, s = k0 % S; k < depth; ++k) {
@@ -285,24 +305,39 @@ static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride
     }
   }
   // Pixel tiles outside, channel strips inside: a tile's window (the k steps' inputs) stays in L1
-  // for every strip.
+  // for every strip. The last tile is one to NV vectors wide, whichever covers the pixels left
+  // (a 7x7 plane's 63 padded pixels: 4 vectors, not 2 tiles of 3).
+  const int VEC = TESSERA_GEMM_VEC;
   for (int32_t p = 0; p < pixels; p += TILE) {
+    const int32_t left = pixels - p;
     for (int32_t o = 0; o < channels; o += MR) {
       const int32_t rows = channels - o < MR ? channels - o : MR;
-      tessera_conv_micro<MR, NV, Set>(a_pack + (int64_t)o * depth, xpad + p, off, depth, acc + o * acc_stride + p,
-                                      acc_stride, rows);
+      const float *strip = a + (lda ? o * lda : (int64_t)o * depth);
+      float *c = acc + o * acc_stride + p;
+      if (NV > 2 && left <= 2 * VEC) {
+        if (left <= VEC) {
+          tessera_conv_micro<MR, 1, Set>(strip, lda, xpad + p, off, depth, c, acc_stride, rows);
+        } else {
+          tessera_conv_micro<MR, 2, Set>(strip, lda, xpad + p, off, depth, c, acc_stride, rows);
+        }
+      } else {
+        tessera_conv_micro<MR, NV, Set>(strip, lda, xpad + p, off, depth, c, acc_stride, rows);
+      }
     }
   }
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t acc_stride, float *a_pack, float *xpad,
-                                                            int32_t k0, int32_t depth, int32_t channels,
-                                                            int32_t pixels, int64_t plane, int32_t PW, int32_t R,
-                                                            int32_t S, int32_t dh, int32_t dw, int32_t set) {
+TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t acc_stride, float *a, int64_t a_offset,
+                                                            int64_t lda, float *xpad, int32_t k0, int32_t depth,
+                                                            int32_t channels, int32_t pixels, int64_t plane,
+                                                            int32_t PW, int32_t R, int32_t S, int32_t dh, int32_t dw,
+                                                            int32_t set) {
   if (set) {
-    tessera_conv_direct<true>(acc, acc_stride, a_pack, xpad, k0, depth, channels, pixels, plane, PW, R, S, dh, dw);
+    tessera_conv_direct<true>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane, PW, R, S,
+                              dh, dw);
   } else {
-    tessera_conv_direct<false>(acc, acc_stride, a_pack, xpad, k0, depth, channels, pixels, plane, PW, R, S, dh, dw);
+    tessera_conv_direct<false>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane, PW, R, S,
+                               dh, dw);
   }
   return 0;
 }
