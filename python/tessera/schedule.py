@@ -77,8 +77,8 @@ OVERRIDABLE = {
         "n-th query block of its query heads; 0: per query block, as each reaches a key block)"
     ),
     "conv_algorithm": (
-        "a convolution's program: 'implicit_gemm' (output pixels x output channels) or 'direct' (CPU, unit "
-        "stride: block_m output channels x block_n output rows); the planner chooses where not given"
+        "a convolution's program: 'implicit_gemm' (output pixels x output channels) or 'direct' (CPU: "
+        "block_m output channels x block_n output rows); the planner chooses where not given"
     ),
 }
 

@@ -127,26 +127,33 @@ DIRECT_STRIP_PAD = 16
 
 
 def direct_applies(spec: Conv2dSpec) -> str | None:
-    """Why the direct program cannot compute ``spec`` (None where it can): it reads the window of
-    consecutive output pixels as consecutive input elements, so both strides must be 1."""
+    """Why the direct program cannot compute ``spec`` (None where it can)."""
     if spec.depthwise:
         return "a depthwise convolution runs its own program"
-    if spec.stride != (1, 1):
-        return f"the direct program takes stride (1, 1), not {spec.stride}"
     return None
 
 
+def _phases(taps: int, stride: int, dilation: int) -> int:
+    """Phases of a stride that some tap of the window reads (tessera_conv_phase_used)."""
+    return len({t * dilation % stride for t in range(taps)})
+
+
 def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
-    """The direct program's local sizes for blocks of ``rows`` output rows: the padded width ``PW``,
-    the padded input's ``plane`` per channel and its ``xpad`` floats, the accumulator's row stride
-    (``acc_stride``, one row per output channel) and the padded ``pixels`` of a full block."""
+    """The direct program's local sizes for blocks of ``rows`` output rows (tessera/cpu_conv.h): the
+    phase width ``Wp`` (the padded width over the column stride), the floats of a phase
+    (``phase_plane``) and of a channel (``plane``, its kept phases) of the padded input, and of all
+    of it (``xpad``, with ``slack``), the accumulator's row stride (``acc_stride``, one row per output
+    channel) and the padded ``pixels`` of a full block."""
     top, left, bottom, right = spec.padding
-    padded_w = spec.W + left + right
-    plane = (rows + (spec.R - 1) * spec.dilation[0]) * padded_w
-    slack = DIRECT_SLACK + (spec.S - 1) * spec.dilation[1]
-    pixels = rows * padded_w
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    phase_w = -(-(spec.W + left + right) // sw)
+    phase_plane = (rows + (spec.R - 1) * dh // sh) * phase_w
+    plane = _phases(spec.R, sh, dh) * _phases(spec.S, sw, dw) * phase_plane
+    slack = DIRECT_SLACK + (spec.S - 1) * dw
+    pixels = rows * phase_w
     return {
-        "PW": padded_w,
+        "Wp": phase_w,
+        "phase_plane": phase_plane,
         "plane": plane,
         "slack": slack,
         "xpad": spec.C // spec.groups * plane + slack,
@@ -187,7 +194,7 @@ def direct_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> Til
     0.61-0.66 ms for 7-14 blocks of 4-8 rows)."""
     group_out = spec.O // spec.groups
     block_m = min(64, _round_up(group_out, DIRECT_CHANNELS))
-    padded_w = direct_layout(spec, 1)["PW"]
+    padded_w = direct_layout(spec, 1)["Wp"]
     rows = max(1, min(spec.OH, (DIRECT_ACC_FLOATS // block_m - 2 * DIRECT_SLACK) // padded_w))
     row_blocks = -(-spec.OH // rows)
     others = -(-group_out // block_m) * spec.groups * (spec.N if isinstance(spec.N, int) else 1)
@@ -208,7 +215,7 @@ def direct_wins(spec: Conv2dSpec, direct: TileSchedule) -> bool:
     On small planes the padded width wastes most (7x7: 9 of every 7 columns): there the implicit
     GEMM may stay."""
     group_out, rows = spec.O // spec.groups, direct.block_n
-    padded_w = direct_layout(spec, rows)["PW"]
+    padded_w = direct_layout(spec, rows)["Wp"]
     direct_waste = _round_up(rows * padded_w, DIRECT_TAIL) / (rows * spec.OW)
     direct_waste *= _round_up(group_out, DIRECT_CHANNELS) / group_out
     pixels = spec.OH * spec.OW
@@ -224,19 +231,21 @@ def direct_local_floats(spec: Conv2dSpec, s: TileSchedule) -> int:
 
 
 def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
-    """Unit-stride convolution with the GEMM's roles swapped (tessera_cpu_conv_direct_f32,
-    tessera/cpu_conv.h): a block owns ``block_m`` output channels of ``block_n`` output rows of one
-    image and group. It copies the input rows they read into a zero-padded fp32 buffer in the thread's
-    workspace, and per K step packs its weights as A strips and accumulates acc[channel, padded pixel]
-    reading B in place; the epilogue stores each channel's rows, contiguous in acc and in Y."""
+    """Convolution with the GEMM's roles swapped (tessera_cpu_conv_direct_f32, tessera/cpu_conv.h): a
+    block owns ``block_m`` output channels of ``block_n`` output rows of one image and group. It
+    copies the input rows they read into a zero-padded fp32 buffer in the thread's workspace (split
+    into phases by the strides), and per K step accumulates acc[channel, padded pixel] from the
+    weights (fp32: read in place; fp16/bf16: packed as A strips) and the buffer, read in place as B;
+    the epilogue stores each channel's rows, contiguous in acc and in Y."""
     x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
     OH, OW, R, S, groups = spec.OH, spec.OW, spec.R, spec.S, spec.groups
-    (dh, dw), (top, left, _, _) = spec.dilation, spec.padding
+    (sh, sw), (dh, dw), (top, left, _, _) = spec.stride, spec.dilation, spec.padding
     group_in, group_out = spec.C // groups, spec.O // groups
     depth_total = group_in * R * S
     block_m, rows, block_k = s.block_m, s.block_n, s.block_k
     layout = direct_layout(spec, rows)
-    PW, plane, acc_stride = layout["PW"], layout["plane"], layout["acc_stride"]
+    Wp, plane, phase_plane, acc_stride = layout["Wp"], layout["plane"], layout["phase_plane"], layout["acc_stride"]
+    window = (Wp, R, S, sh, sw, dh, dw)
     packs = spec.dtype_w != "float32"  # fp32 weights are read in place, rows contiguous in k
     a_elems = (block_m + DIRECT_STRIP_PAD) * block_k if packs else 1
 
@@ -261,9 +270,11 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                 group_in,
                 spec.H,
                 spec.W,
-                by * rows - top,
+                by * rows,
                 T.int64(plane),
-                PW,
+                T.int64(phase_plane),
+                *window,
+                top,
                 left,
                 layout["slack"],
             )
@@ -291,20 +302,17 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     as_index(k * block_k, "int32"),
                     as_index(depth, "int32"),
                     as_index(channels, "int32"),
-                    as_index(live_rows * PW, "int32"),
+                    as_index(live_rows * Wp, "int32"),
                     T.int64(plane),
-                    PW,
-                    R,
-                    S,
-                    dh,
-                    dw,
+                    T.int64(phase_plane),
+                    *window,
                     T.Select(k == 0, 1, 0),
                 )
-            # Channel-major: each output row is a run of acc (row stride PW) and of Y.
+            # Channel-major: each output row is a run of acc (row stride Wp) and of Y.
             for j in T.serial(channels):
                 for oh in T.serial(live_rows):
                     for ow in T.serial(OW):
-                        _store(spec, io, acc[j * acc_stride + oh * PW + ow], n, first + j, by * rows + oh, ow)
+                        _store(spec, io, acc[j * acc_stride + oh * Wp + ow], n, first + j, by * rows + oh, ow)
 
     return main
 

@@ -54,7 +54,7 @@ class TileSchedule:
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
     - conv2d: ``conv_algorithm`` "implicit_gemm" tiles it as the gemm above (output pixels x output
-      channels); "direct" (CPU, unit stride) gives a block ``block_m`` output channels of ``block_n``
+      channels); "direct" (CPU) gives a block ``block_m`` output channels of ``block_n``
       output rows, and ``block_k`` is the K step (tile/conv.py). The planner chooses ("" until then).
 
     On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's

@@ -205,14 +205,16 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *pla
 }
 
 // ------------------------------------------------------------------------------------ direct
-// A unit-stride convolution of one image and group (tessera_tvm/tile/conv.py: the direct program).
-// A block copies the input rows its output rows read into `xpad`, a zero-padded fp32 buffer of
-// padded width PW = W + left + right: channel c's rows at c * plane, `plane` = rows * PW floats,
-// then `slack` floats of zeros. It computes its outputs on the padded-width grid: padded pixel
-// p = oh * PW + ow reads, at k = (c, r, s), xpad[p + c * plane + r * dh * PW + s * dw], so the
-// window of a run of consecutive pixels is a run of consecutive floats at an offset per k: the
-// GEMM acc[o, p] = sum_k W[o, k] * xpad[p + offset(k)], with the weights packed as A strips of MR
-// output channels and B read in place, two or three unaligned vector loads per k. Columns
+// A convolution of one image and group (tessera_tvm/tile/conv.py: the direct program). A block
+// copies the input rows its output rows read into `xpad`, a zero-padded fp32 buffer, split into
+// phases by the strides: phase (a, b) holds the padded input's rows y = a, a + sh, ... and columns
+// x = b, b + sw, ..., each phase row Wp = ceil(PW / sw) floats (PW = W + left + right), so that at
+// k = (c, r, s) consecutive output pixels read consecutive floats (unit strides: one phase, the
+// padded rows themselves). Only the phases some tap reads are kept (a 1x1 stride-2 window: one).
+// The block computes its outputs on the phase-width grid: pixel p = oh * Wp + ow reads, at k,
+// xpad[p + offset(k)], offset(k) = c * plane + phase(r, s) * phase_plane + (r * dh / sh) * Wp +
+// s * dw / sw: the GEMM acc[o, p] = sum_k W[o, k] * xpad[p + offset(k)], the weights as A (strips
+// of MR output channels), B read in place with one to three unaligned vector loads per k. Columns
 // ow >= OW are computed and discarded (they read the next row, or the slack).
 #if defined(__AVX512F__)
 #define TESSERA_CONV_MR 8  // 8 x 3 accumulators: ResNet's channel counts (64, 128, ...) fill whole strips
@@ -226,6 +228,21 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *pla
 // (tessera_tvm/tile/conv.py: DIRECT_SLACK): the last pixel tile runs past both.
 #define TESSERA_CONV_SLACK 48
 static_assert(TESSERA_CONV_TILE <= TESSERA_CONV_SLACK, "the tile program's slack is too small for this pixel tile");
+
+// Whether some tap t < taps of a window (dilation `dilation`) reads phase `phase` of a stride.
+static inline bool tessera_conv_phase_used(int32_t phase, int32_t taps, int32_t stride, int32_t dilation) {
+  for (int32_t t = 0; t < taps; ++t) {
+    if (t * dilation % stride == phase) return true;
+  }
+  return false;
+}
+
+// The kept phases below `phase` (phase = stride: how many are kept): the phase's place in xpad.
+static inline int32_t tessera_conv_phase_rank(int32_t phase, int32_t taps, int32_t stride, int32_t dilation) {
+  int32_t rank = 0;
+  for (int32_t q = 0; q < phase; ++q) rank += tessera_conv_phase_used(q, taps, stride, dilation);
+  return rank;
+}
 
 // c[r * ldc + 0:TILE] (Set: =, else +=) sum over k of A[r, k] * x[off[k] + 0:TILE], for the first
 // `rows` rows. A is a packed strip (lda 0: A[r, k] at a[k * MR + r], zero past `rows`) or rows of
@@ -290,12 +307,16 @@ static inline void tessera_conv_micro(const float *__restrict a, int64_t lda, co
 template <bool Set>
 static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride, const float *__restrict a,
                                        int64_t lda, const float *__restrict xpad, int32_t k0, int32_t depth,
-                                       int32_t channels, int32_t pixels, int64_t plane, int32_t PW, int32_t R,
-                                       int32_t S, int32_t dh, int32_t dw) {
+                                       int32_t channels, int32_t pixels, int64_t plane, int64_t phase_plane,
+                                       int32_t Wp, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t dh,
+                                       int32_t dw) {
   const int MR = TESSERA_CONV_MR, NV = TESSERA_CONV_NV, TILE = TESSERA_CONV_TILE;
   int32_t off[depth];
+  const int32_t col_phases = tessera_conv_phase_rank(sw, S, sw, dw);
   for (int32_t k = 0, c = k0 / (R * S), r = k0 / S % R, s = k0 % S; k < depth; ++k) {
-    off[k] = (int32_t)(c * plane + (int64_t)r * dh * PW + s * dw);
+    const int32_t phase = tessera_conv_phase_rank(r * dh % sh, R, sh, dh) * col_phases +
+                          tessera_conv_phase_rank(s * dw % sw, S, sw, dw);
+    off[k] = (int32_t)(c * plane + phase * phase_plane + (int64_t)(r * dh / sh) * Wp + s * dw / sw);
     if (++s == S) {
       s = 0;
       if (++r == R) {
@@ -330,37 +351,57 @@ static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride
 TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t acc_stride, float *a, int64_t a_offset,
                                                             int64_t lda, float *xpad, int32_t k0, int32_t depth,
                                                             int32_t channels, int32_t pixels, int64_t plane,
-                                                            int32_t PW, int32_t R, int32_t S, int32_t dh, int32_t dw,
+                                                            int64_t phase_plane, int32_t Wp, int32_t R, int32_t S,
+                                                            int32_t sh, int32_t sw, int32_t dh, int32_t dw,
                                                             int32_t set) {
   if (set) {
-    tessera_conv_direct<true>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane, PW, R, S,
-                              dh, dw);
+    tessera_conv_direct<true>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane,
+                              phase_plane, Wp, R, S, sh, sw, dh, dw);
   } else {
-    tessera_conv_direct<false>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane, PW, R, S,
-                               dh, dw);
+    tessera_conv_direct<false>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane,
+                               phase_plane, Wp, R, S, sh, sw, dh, dw);
   }
   return 0;
 }
 
-// xpad[c * plane + i * PW + j] = x[c, y0 + i, j - left] (0 outside the image) for the `channels`
-// channels of one image (x: its first channel, planes of H x W), rows i < plane / PW; then `slack`
+// xpad for output rows oh0.. of one image's `channels` channels (x: its first channel, planes of
+// H x W): for each channel and kept phase (a, b), rows i < phase_plane / Wp of element
+// x[c, (oh0 + i) * sh + a - top, j * sw + b - left] (0 outside the image), j < Wp; then `slack`
 // zeros. Converts fp16/bf16 to fp32.
 template <typename T>
 static inline void tessera_conv_rows(float *__restrict xpad, const T *__restrict x, int32_t channels, int32_t H,
-                                     int32_t W, int32_t y0, int64_t plane, int32_t PW, int32_t left, int32_t slack) {
-  const int32_t rows = (int32_t)(plane / PW), right = PW - left - W;
+                                     int32_t W, int32_t oh0, int64_t plane, int64_t phase_plane, int32_t Wp,
+                                     int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t dh, int32_t dw,
+                                     int32_t top, int32_t left, int32_t slack) {
+  const int32_t rows = (int32_t)(phase_plane / Wp), col_phases = tessera_conv_phase_rank(sw, S, sw, dw);
   for (int32_t c = 0; c < channels; ++c) {
-    for (int32_t i = 0; i < rows; ++i) {
-      float *dst = xpad + c * plane + (int64_t)i * PW;
-      const int32_t y = y0 + i;
-      if ((uint32_t)y >= (uint32_t)H) {
-        memset(dst, 0, sizeof(float) * (size_t)PW);
-        continue;
+    for (int32_t a = 0; a < sh; ++a) {
+      if (!tessera_conv_phase_used(a, R, sh, dh)) continue;
+      for (int32_t b = 0; b < sw; ++b) {
+        if (!tessera_conv_phase_used(b, S, sw, dw)) continue;
+        const int32_t phase = tessera_conv_phase_rank(a, R, sh, dh) * col_phases + tessera_conv_phase_rank(b, S, sw, dw);
+        float *dst_plane = xpad + c * plane + phase * phase_plane;
+        for (int32_t i = 0; i < rows; ++i) {
+          float *dst = dst_plane + (int64_t)i * Wp;
+          const int32_t y = (oh0 + i) * sh + a - top;
+          if ((uint32_t)y >= (uint32_t)H) {
+            memset(dst, 0, sizeof(float) * (size_t)Wp);
+            continue;
+          }
+          const T *src = x + ((int64_t)c * H + y) * W;
+          if (sw == 1) {  // the padded row: zeros, the row, zeros
+            const int32_t right = Wp - left - W;
+            for (int32_t j = 0; j < left; ++j) dst[j] = 0.0f;
+            for (int32_t j = 0; j < W; ++j) dst[left + j] = tessera_to_float(src[j]);
+            for (int32_t j = 0; j < right; ++j) dst[left + W + j] = 0.0f;
+            continue;
+          }
+          for (int32_t j = 0; j < Wp; ++j) {
+            const int32_t xx = j * sw + b - left;
+            dst[j] = (uint32_t)xx < (uint32_t)W ? tessera_to_float(src[xx]) : 0.0f;
+          }
+        }
       }
-      const T *src = x + ((int64_t)c * H + y) * W;
-      for (int32_t j = 0; j < left; ++j) dst[j] = 0.0f;
-      for (int32_t j = 0; j < W; ++j) dst[left + j] = tessera_to_float(src[j]);
-      for (int32_t j = 0; j < right; ++j) dst[left + W + j] = 0.0f;
     }
   }
   memset(xpad + channels * plane, 0, sizeof(float) * (size_t)slack);
@@ -369,12 +410,14 @@ static inline void tessera_conv_rows(float *__restrict xpad, const T *__restrict
 // Weights as A strips of TESSERA_CONV_MR output channels (rows `row_stride` = C/g*R*S apart, k
 // contiguous), as tessera_cpu_pack_a_* packs TESSERA_GEMM_MR.
 #define TESSERA_DEFINE_CONV_DIRECT(SUFFIX, T, STORAGE)                                                          \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_rows_##SUFFIX(float *xpad, T *x, int64_t offset, int32_t channels, \
-                                                                 int32_t H, int32_t W, int32_t y0, int64_t plane,      \
-                                                                 int32_t PW, int32_t left, int32_t slack) {            \
-    tessera_conv_rows(xpad, (const STORAGE *)x + offset, channels, H, W, y0, plane, PW, left, slack);                  \
-    return 0;                                                                                                          \
-  }                                                                                                                    \
+  TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_rows_##SUFFIX(                                                  \
+      float *xpad, T *x, int64_t offset, int32_t channels, int32_t H, int32_t W, int32_t oh0, int64_t plane,          \
+      int64_t phase_plane, int32_t Wp, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t dh, int32_t dw,          \
+      int32_t top, int32_t left, int32_t slack) {                                                                    \
+    tessera_conv_rows(xpad, (const STORAGE *)x + offset, channels, H, W, oh0, plane, phase_plane, Wp, R, S, sh, sw,  \
+                      dh, dw, top, left, slack);                                                                     \
+    return 0;                                                                                                        \
+  }                                                                                                                  \
   TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_pack_w_##SUFFIX(float *pack, T *w, int64_t offset,                 \
                                                                    int64_t row_stride, int32_t rows, int32_t depth) {  \
     tessera_pack_strips<TESSERA_CONV_MR>(pack, (const STORAGE *)w + offset, row_stride, 1, rows, depth);              \
