@@ -297,7 +297,11 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     "tessera_cpu_conv_direct_f32",
                     T.address_of(acc[0]),
                     T.int64(acc_stride),
-                    *((T.address_of(a_pack[0]), T.int64(0), T.int64(0)) if packs else (io.w.data, w_offset, T.int64(depth_total))),
+                    *(
+                        (T.address_of(a_pack[0]), T.int64(0), T.int64(0))
+                        if packs
+                        else (io.w.data, w_offset, T.int64(depth_total))
+                    ),
                     T.address_of(xpad[0]),
                     as_index(k * block_k, "int32"),
                     as_index(depth, "int32"),

@@ -31,7 +31,6 @@ from .specs import (
     SoftmaxSpec,
 )
 
-
 #: How a convolution is computed (TileSchedule.conv_algorithm): as its implicit GEMM, or directly;
 #: "" where nothing chose (the planner chooses for a convolution; a program given "" runs the GEMM).
 CONV_ALGORITHMS = ("", *SCHEDULE_CHOICES["conv_algorithm"])
