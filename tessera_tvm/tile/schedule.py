@@ -138,12 +138,12 @@ class TileSchedule:
             values.pop("overlap", None)
         if kind != "attention" or _thread_blocks(codegen_kind):  # the CPU attention program's only
             values.pop("kv_packs_per_head", None)
-        values.pop("conv_algorithm", None)  # the planner's choice (fit_schedule), or the caller's
+        configured = values.pop("conv_algorithm", "")
+        if kind == "conv2d":  # the caller's, else the config's, else the planner's (fit_schedule)
+            values["conv_algorithm"] = conv_algorithm or configured
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
-        if conv_algorithm:
-            schedule = schedule.replace(conv_algorithm=conv_algorithm)
         schedule = fit_schedule(spec, schedule, codegen_kind, wgmma=bool(config.fact("wgmma")))
         if _dynamic_pipeline_unsupported(spec, config):
             schedule = schedule.replace(stages=1)

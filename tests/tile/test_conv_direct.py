@@ -127,3 +127,21 @@ def test_the_schedule_text_names_the_algorithm():
     assert "grid=[1, 2, 1]" in text
     gemm = choose_schedule("conv", "conv2d", spec, "cpu", {"conv_algorithm": "implicit_gemm"}).text()
     assert "conv_algorithm=implicit_gemm" in gemm
+
+
+def test_a_config_may_pin_the_algorithm(tmp_path):
+    from pathlib import Path
+
+    from tessera_tvm import ConfigError, load_config
+
+    cpu = (Path(__file__).parents[2] / "configs" / "cpu.yaml").read_text()
+    assert "\nschedule:\n" in cpu
+    spec = Conv2dSpec(1, 64, 56, 56, 64, 3, 3, padding=(1, 1, 1, 1))
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: implicit_gemm}\n"))
+    assert planner.schedule_for(spec, load_config(pinned)).conv_algorithm == "implicit_gemm"
+    assert planner.schedule_for(spec, load_config(pinned), {"conv_algorithm": "direct"}).conv_algorithm == "direct"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: winograd}\n"))
+    with pytest.raises(ConfigError, match="conv_algorithm"):
+        load_config(bad)
