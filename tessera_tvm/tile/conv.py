@@ -121,6 +121,9 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
 #: padded input (TESSERA_CONV_SLACK in tessera/cpu_conv.h): the last pixel tile runs over both.
 DIRECT_SLACK = 48
 
+#: K steps of one call of the direct program at most (TESSERA_CONV_MAX_DEPTH: its offsets' array).
+DIRECT_MAX_K = 4096
+
 #: Rows the direct program's packed weights add to block_m: the last strip of TESSERA_CONV_MR (at
 #: most 14) output channels is zero-padded.
 DIRECT_STRIP_PAD = 16
@@ -238,6 +241,10 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
     weights (fp32: read in place; fp16/bf16: packed as A strips) and the buffer, read in place as B;
     the epilogue stores each channel's rows, contiguous in acc and in Y."""
     x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
+    if s.block_k > DIRECT_MAX_K:
+        raise SpecError(
+            f"Conv2dSpec: block_k={s.block_k}; the direct convolution takes K steps of at most {DIRECT_MAX_K}"
+        )
     OH, OW, R, S, groups = spec.OH, spec.OW, spec.R, spec.S, spec.groups
     (sh, sw), (dh, dw), (top, left, _, _) = spec.stride, spec.dilation, spec.padding
     group_in, group_out = spec.C // groups, spec.O // groups

@@ -227,6 +227,8 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *pla
 // The tile program keeps this many floats past a block's pixels in acc and past xpad's planes
 // (tessera_tvm/tile/conv.py: DIRECT_SLACK): the last pixel tile runs past both.
 #define TESSERA_CONV_SLACK 48
+// K steps of one call at most (their offsets live on the stack; tile/conv.py: DIRECT_MAX_K).
+#define TESSERA_CONV_MAX_DEPTH 4096
 static_assert(TESSERA_CONV_TILE <= TESSERA_CONV_SLACK, "the tile program's slack is too small for this pixel tile");
 
 // Whether some tap t < taps of a window (dilation `dilation`) reads phase `phase` of a stride.
@@ -311,7 +313,7 @@ static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride
                                        int32_t Wp, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t dh,
                                        int32_t dw) {
   const int MR = TESSERA_CONV_MR, NV = TESSERA_CONV_NV, TILE = TESSERA_CONV_TILE;
-  int32_t off[depth];
+  int32_t off[TESSERA_CONV_MAX_DEPTH];  // depth <= TESSERA_CONV_MAX_DEPTH (tessera_cpu_conv_direct_f32)
   const int32_t col_phases = tessera_conv_phase_rank(sw, S, sw, dw);
   for (int32_t k = 0, c = k0 / (R * S), r = k0 / S % R, s = k0 % S; k < depth; ++k) {
     const int32_t phase = tessera_conv_phase_rank(r * dh % sh, R, sh, dh) * col_phases +
@@ -354,6 +356,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t 
                                                             int64_t phase_plane, int32_t Wp, int32_t R, int32_t S,
                                                             int32_t sh, int32_t sw, int32_t dh, int32_t dw,
                                                             int32_t set) {
+  if (depth > TESSERA_CONV_MAX_DEPTH) return -1;  // the tile program refuses such a block_k
   if (set) {
     tessera_conv_direct<true>(acc, acc_stride, a + a_offset, lda, xpad, k0, depth, channels, pixels, plane,
                               phase_plane, Wp, R, S, sh, sw, dh, dw);
