@@ -7,12 +7,18 @@ channels (the grid's third axis is the group), and for each K step packs its A p
 the input through the window arithmetic (``tessera_cpu_pack_a_conv_*``, zeros in the padding; the
 im2col matrix is never built) and its B panel from the weights, read as ``[O, C/g*R*S]``.
 
+CPU, direct (``TileSchedule.conv_algorithm == "direct"``, chosen by the planner where it wastes fewer
+multiply-adds than the implicit GEMM costs): the GEMM's roles swapped. The register tile's rows are
+output channels (A: the weights, read in place when fp32) and its vector columns output pixels, read
+in place from a block's zero-padded copy of its input rows (split into phases by the strides), so
+nothing is gathered per K step and the epilogue stores rows of NCHW as they lie in the accumulator.
+
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
 would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
 input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_gemm.h) sums the
 window for segments of a row held in vector registers, with no bounds to test.
 
-Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
+Each runs the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
 clips) on the accumulator as it is stored. There is no GPU program yet.
 """
 
