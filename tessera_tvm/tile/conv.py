@@ -15,7 +15,7 @@ nothing is gathered per K step and the epilogue stores rows of NCHW as they lie 
 
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
 would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
-input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_gemm.h) sums the
+input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_conv.h) sums the
 window for segments of a row held in vector registers, with no bounds to test.
 
 Each runs the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
