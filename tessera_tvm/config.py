@@ -87,9 +87,12 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
     "overlap": ("GPU attention: overlap one key block's softmax with the previous block's P V (bool)", None),
     "kv_packs_per_head": ("CPU attention: packings of each kv head's K and V, 0 = per query block", 0),
+    "conv_algorithm": ("conv2d: 'implicit_gemm' or 'direct' (CPU); the planner chooses where not given", None),
 }
 #: The schedule fields that are switches (a bool), not ints.
 SCHEDULE_SWITCHES = ("overlap",)
+#: The schedule fields that take one of a few names (a kernel's overrides; the planner chooses them).
+SCHEDULE_CHOICES = {"conv_algorithm": ("implicit_gemm", "direct")}
 #: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
 SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
 
@@ -379,6 +382,9 @@ def schedule_value_expected(field_name: str, value: Any, *, yaml: bool = False) 
     The one rule for a config's ``schedule:`` and ``autotune:``, a kernel's overrides and a space."""
     if field_name in SCHEDULE_SWITCHES:
         return None if isinstance(value, bool) else ("true or false" if yaml else "True or False")
+    if field_name in SCHEDULE_CHOICES:
+        names = SCHEDULE_CHOICES[field_name]
+        return None if value in names else f"one of {', '.join(map(repr, names))}"
     low = SCHEDULE_KEYS["rasterize" if field_name == "swizzle" else field_name][1]
     return None if isinstance(value, int) and not isinstance(value, bool) and value >= low else f"an int >= {low}"
 

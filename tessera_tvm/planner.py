@@ -9,7 +9,8 @@ looks like whichever way it was asked for:
 - Relax offload (``tessera_tvm.relax.patterns.plan_kernel``, ``relax.offload``).
 
 The rules: the config's ``schedule:`` defaults fitted to the problem (:meth:`TileSchedule.from_config`;
-a symbolic dim is fitted at its hint), a user's overrides (an attention ``overlap`` the target cannot
+a symbolic dim is fitted at its hint; a convolution's algorithm, direct or implicit GEMM, chosen on the
+CPU where it is not overridden), a user's overrides (an attention ``overlap`` the target cannot
 run is refused, GPU blocks must tile into the config's MMA shape), the resource checks
 (:func:`validate_schedule`), the spec as the backend holds it (its ``tile_spec`` hook: the CPU holds
 fp8 as float32) and the backend's codegen kind, never the config's TVM kind (Tenstorrent's TVM
@@ -80,7 +81,8 @@ def schedule_for(
     fit the MMA shape), :class:`SpecError` or :class:`~tessera_tvm.errors.ResourceError`."""
     config = load_config(config)
     fitted = bind_dims(spec, dict(hints)) if hints else spec
-    tile = TileSchedule.from_config(config, fitted)
+    # A convolution's algorithm decides what its blocks mean: the defaults are fitted for the one chosen.
+    tile = TileSchedule.from_config(config, fitted, conv_algorithm=(overrides or {}).get("conv_algorithm", ""))
     if overrides:
         tile = settle_overlap(fitted, tile.replace(**overrides), config, strict=True)
         if backend_for(config).thread_blocks:  # MMA instructions take whole warp tiles

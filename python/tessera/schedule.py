@@ -44,6 +44,7 @@ from tessera_tvm.errors import ResourceError
 from tessera_tvm.target.backend import backend_for, backend_of_device
 from tessera_tvm.tile import (
     AttentionSpec,
+    Conv2dSpec,
     ElementwiseSpec,
     GemmSpec,
     KernelSpec,
@@ -74,6 +75,10 @@ OVERRIDABLE = {
     "kv_packs_per_head": (
         "CPU attention: how often each (batch, kv head)'s K and V are packed (n >= 1: once per block of every "
         "n-th query block of its query heads; 0: per query block, as each reaches a key block)"
+    ),
+    "conv_algorithm": (
+        "a convolution's program: 'implicit_gemm' (output pixels x output channels) or 'direct' (CPU: "
+        "block_m output channels x block_n output rows); the planner chooses where not given"
     ),
 }
 
@@ -153,6 +158,7 @@ class Schedule:
     producer_threads: int = 0  # the config's hardware.producer_threads: what warp specialisation adds
     overlap: bool = False  # attention on a GPU: softmax of block kb beside the P V GEMM of block kb - 1
     kv_packs_per_head: int = 0  # attention on the CPU: K and V packed once per block of a kv head's queries
+    conv_algorithm: str = ""  # a convolution's program: "implicit_gemm" or "direct" ("" for other kernels)
 
     # Views ------------------------------------------------------------------------------------
     @property
@@ -172,6 +178,7 @@ class Schedule:
             mma=self.mma,
             overlap=self.overlap,
             kv_packs_per_head=self.kv_packs_per_head,
+            conv_algorithm=self.conv_algorithm,
         )
 
     def text(self) -> str:
@@ -179,8 +186,10 @@ class Schedule:
         backend = backend_of_device(self.device)
         gpu = backend.thread_blocks
         tile = f"block_m={self.block_m} block_n={self.block_n}"
-        if self.family == "gemm":
+        if self.family == "gemm" or self.conv_algorithm:
             tile += f" block_k={self.block_k}"
+        if self.conv_algorithm:
+            tile += f"  conv_algorithm={self.conv_algorithm}"
         if self.mma is not None and self.family in ("gemm", "attention"):
             tile += "  mma=" + "x".join(map(str, self.mma))
         # stages only matter for the pipelined main loops of GEMM and attention.
@@ -230,6 +239,8 @@ class Schedule:
             del data["overlap"]
         if not self.kv_packs_per_head:
             del data["kv_packs_per_head"]
+        if not self.conv_algorithm:
+            del data["conv_algorithm"]
         return data
 
     def to_json(self) -> str:
@@ -312,6 +323,10 @@ def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
 
     if isinstance(spec, GemmSpec):
         return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
+    if isinstance(spec, Conv2dSpec) and t.conv_algorithm == "direct":  # (channels, rows, image x group)
+        return cdiv(spec.O // spec.groups, t.block_m), cdiv(spec.OH, t.block_n), spec.N * spec.groups
+    if isinstance(spec, Conv2dSpec) and not spec.depthwise:  # (channels, pixels, group): its implicit GEMM
+        return cdiv(spec.O // spec.groups, t.block_n), cdiv(spec.N * spec.OH * spec.OW, t.block_m), spec.groups
     if isinstance(spec, AttentionSpec):
         if t.kv_packs_per_head:  # a block per piece of a kv head's queries (tessera_tvm/tile/attention.py)
             return t.kv_packs_per_head, spec.H_kv, spec.B
@@ -457,6 +472,7 @@ def choose_schedule(
         swizzle=tile.rasterize,
         overlap=tile.overlap,
         kv_packs_per_head=tile.kv_packs_per_head,
+        conv_algorithm=tile.conv_algorithm,
         warp_specialized=warp_specialized,
         producer_threads=producers if warp_specialized else 0,
         mma=tile.mma if gpu else None,

@@ -7,21 +7,34 @@ channels (the grid's third axis is the group), and for each K step packs its A p
 the input through the window arithmetic (``tessera_cpu_pack_a_conv_*``, zeros in the padding; the
 im2col matrix is never built) and its B panel from the weights, read as ``[O, C/g*R*S]``.
 
+CPU, direct (``TileSchedule.conv_algorithm == "direct"``, chosen by the planner where it wastes fewer
+multiply-adds than the implicit GEMM costs): the GEMM's roles swapped. The register tile's rows are
+output channels (A: the weights, read in place when fp32) and its vector columns output pixels, read
+in place from a block's zero-padded copy of its input rows (split into phases by the strides), so
+nothing is gathered per K step and the epilogue stores rows of NCHW as they lie in the accumulator.
+
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
 would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
-input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_gemm.h) sums the
+input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_conv.h) sums the
 window for segments of a row held in vector registers, with no bounds to test.
 
-Both run the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
+Each runs the epilogue (bias ``[1, O, 1, 1]``, residual or gate of the output's shape, activations,
 clips) on the accumulator as it is stored. There is no GPU program yet.
 """
 
 from __future__ import annotations
 
-from .._tvm import T, prim_func
+from .._tvm import T, pointer_buffer, prim_func
 from .base import INT32_ELEMENTS, SpecError
 from .common import as_index, element_offset
-from .gemm import apply_epilogue, cpu_gemm, cpu_pack, cpu_pack_elements, cpu_pack_suffix, declare_gemm_params
+from .gemm import (
+    apply_epilogue,
+    cpu_gemm,
+    cpu_pack,
+    cpu_pack_elements,
+    cpu_pack_suffix,
+    declare_gemm_params,
+)
 from .schedule import TileSchedule
 from .specs import Conv2dSpec
 
@@ -56,8 +69,10 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
         )
     if spec.depthwise:
         return _depthwise_cpu_program(spec)
-    OH, OW, groups = spec.OH, spec.OW, spec.groups
     _check_pixels(spec)
+    if s.conv_algorithm == "direct":
+        return _direct_cpu_program(spec, s)
+    OH, OW, groups = spec.OH, spec.OW, spec.groups
     group_in, group_out = spec.C // groups, spec.O // groups
     # One group's implicit GEMM (the pixels are a TIR expression when the batch is symbolic).
     pixels, channels, depth_total = spec.N * OH * OW, group_out, group_in * spec.R * spec.S
@@ -104,6 +119,217 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                     pixel = by * block_m + i
                     n, rest = pixel // (OH * OW), pixel % (OH * OW)
                     _store(spec, io, acc[i, j], n, first + j, rest // OW, rest % OW)
+
+    return main
+
+
+#: Floats past a block's padded pixels that the direct program keeps in its accumulators and past its
+#: padded input (TESSERA_CONV_SLACK in tessera/cpu_conv.h): the last pixel tile runs over both.
+DIRECT_SLACK = 48
+
+#: K steps of one call of the direct program at most (TESSERA_CONV_MAX_DEPTH: its offsets' array).
+DIRECT_MAX_K = 4096
+
+#: Rows the direct program's packed weights add to block_m: the last strip of TESSERA_CONV_MR (at
+#: most 14) output channels is zero-padded.
+DIRECT_STRIP_PAD = 16
+
+
+def direct_applies(spec: Conv2dSpec) -> str | None:
+    """Why the direct program cannot compute ``spec`` (None where it can)."""
+    if spec.depthwise:
+        return "a depthwise convolution runs its own program"
+    return None
+
+
+def _phases(taps: int, stride: int, dilation: int) -> int:
+    """Phases of a stride that some tap of the window reads (tessera_conv_phase_used)."""
+    return len({t * dilation % stride for t in range(taps)})
+
+
+def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
+    """The direct program's local sizes for blocks of ``rows`` output rows (tessera/cpu_conv.h): the
+    phase width ``Wp`` (the padded width over the column stride), the floats of a phase
+    (``phase_plane``) and of a channel (``plane``, its kept phases) of the padded input, and of all
+    of it (``xpad``, with ``slack``), the accumulator's row stride (``acc_stride``, one row per output
+    channel) and the padded ``pixels`` of a full block."""
+    top, left, bottom, right = spec.padding
+    (sh, sw), (dh, dw) = spec.stride, spec.dilation
+    phase_w = -(-(spec.W + left + right) // sw)
+    phase_plane = (rows + (spec.R - 1) * dh // sh) * phase_w
+    plane = _phases(spec.R, sh, dh) * _phases(spec.S, sw, dw) * phase_plane
+    slack = DIRECT_SLACK + (spec.S - 1) * dw
+    pixels = rows * phase_w
+    return {
+        "Wp": phase_w,
+        "phase_plane": phase_plane,
+        "plane": plane,
+        "slack": slack,
+        "xpad": spec.C // spec.groups * plane + slack,
+        "pixels": pixels,
+        "acc_stride": -(-pixels // 16) * 16 + DIRECT_SLACK,
+    }
+
+
+#: Output channels of the direct program's register tile (TESSERA_CONV_MR on AVX-512): block_m is
+#: rounded to it. Its pixel tile is 48 floats (TESSERA_CONV_TILE), the last one of a block as narrow
+#: as a vector of DIRECT_TAIL floats.
+DIRECT_CHANNELS, DIRECT_TAIL = 8, 16
+
+#: What the implicit GEMM costs per multiply-add of its register tiles against the direct program's:
+#: packing A (the im2col gather) and B (the weights, at every call) and the transposing store.
+#: Measured on this Zen 5 at 1 thread, 3x3 convs: 1.30 at 56x56 C=64 (1.36 vs 1.08 ms), 1.36 at 7x7
+#: C=512 (1.80 vs 1.52 ms, where the direct program computes 64 padded pixels per 49, the GEMM 56).
+IMPLICIT_GEMM_COST = 1.3
+
+#: Floats of the direct program's accumulator per block, at most (rows of a block are cut to fit):
+#: with the packed weights it stays well under the CPU's local_memory_per_kernel.
+DIRECT_ACC_FLOATS = 112 * 1024
+
+#: K steps of the direct program at most: a 3x3 window of 64 input channels (its packed weights,
+#: 80 x 576 floats, 180 KiB, stay in L2 across a block's pixel tiles).
+DIRECT_BLOCK_K = 576
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def direct_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> TileSchedule:
+    """``schedule`` with the direct program's blocks for ``spec``: up to 64 output channels (whole register strips) by
+    as many output rows as the accumulator holds, split until every core has a block (a multiple of
+    the cores while there are few per core), rows evened out; the K step a whole window where it fits.
+    Few, large blocks measured best (56x56 C=64: 2 blocks of 28 rows, 0.53 ms on 2 cores, against
+    0.61-0.66 ms for 7-14 blocks of 4-8 rows)."""
+    group_out = spec.O // spec.groups
+    block_m = min(64, _round_up(group_out, DIRECT_CHANNELS))
+    padded_w = direct_layout(spec, 1)["Wp"]
+    rows = max(1, min(spec.OH, (DIRECT_ACC_FLOATS // block_m - 2 * DIRECT_SLACK) // padded_w))
+    row_blocks = -(-spec.OH // rows)
+    others = -(-group_out // block_m) * spec.groups * (spec.N if isinstance(spec.N, int) else 1)
+    while rows > 1 and ((blocks := row_blocks * others) < cores or (blocks < 4 * cores and blocks % cores)):
+        row_blocks += 1
+        rows = -(-spec.OH // row_blocks)
+    rows = -(-spec.OH // -(-spec.OH // rows))  # even: 56 rows in 2 blocks of 28
+    depth = spec.C // spec.groups * spec.R * spec.S
+    block_k = depth if depth <= DIRECT_BLOCK_K else _round_up(-(-depth // -(-depth // DIRECT_BLOCK_K)), 8)
+    return schedule.replace(block_m=block_m, block_n=rows, block_k=block_k, conv_algorithm="direct")
+
+
+def direct_wins(spec: Conv2dSpec, direct: TileSchedule) -> bool:
+    """Whether the direct program under ``direct`` is estimated faster than the implicit GEMM: the
+    multiply-adds each computes for the outputs (the direct one pads every block's pixels to its
+    padded width and its pixel tile, and channels to its strips; the implicit GEMM pads pixels to
+    its 14 rows and channels to its 32 columns), the implicit GEMM's at IMPLICIT_GEMM_COST each.
+    On small planes the padded width wastes most (7x7: 9 of every 7 columns): there the implicit
+    GEMM may stay."""
+    group_out, rows = spec.O // spec.groups, direct.block_n
+    padded_w = direct_layout(spec, rows)["Wp"]
+    direct_waste = _round_up(rows * padded_w, DIRECT_TAIL) / (rows * spec.OW)
+    direct_waste *= _round_up(group_out, DIRECT_CHANNELS) / group_out
+    pixels = spec.OH * spec.OW
+    implicit_waste = _round_up(pixels, 14) / pixels * _round_up(group_out, 32) / group_out
+    return direct_waste < IMPLICIT_GEMM_COST * implicit_waste
+
+
+def direct_local_floats(spec: Conv2dSpec, s: TileSchedule) -> int:
+    """Floats of the direct program's local arrays: the accumulator and the packed weights (the
+    padded input lives in the thread's workspace)."""
+    packed = (s.block_m + DIRECT_STRIP_PAD) * s.block_k if spec.dtype_w != "float32" else 1
+    return s.block_m * direct_layout(spec, s.block_n)["acc_stride"] + packed
+
+
+def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
+    """Convolution with the GEMM's roles swapped (tessera_cpu_conv_direct_f32, tessera/cpu_conv.h): a
+    block owns ``block_m`` output channels of ``block_n`` output rows of one image and group. It
+    copies the input rows they read into a zero-padded fp32 buffer in the thread's workspace (split
+    into phases by the strides), and per K step accumulates acc[channel, padded pixel] from the
+    weights (fp32: read in place; fp16/bf16: packed as A strips) and the buffer, read in place as B;
+    the epilogue stores each channel's rows, contiguous in acc and in Y."""
+    x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
+    if s.block_k > DIRECT_MAX_K:
+        raise SpecError(
+            f"Conv2dSpec: block_k={s.block_k}; the direct convolution takes K steps of at most {DIRECT_MAX_K}"
+        )
+    OH, OW, R, S, groups = spec.OH, spec.OW, spec.R, spec.S, spec.groups
+    (sh, sw), (dh, dw), (top, left, _, _) = spec.stride, spec.dilation, spec.padding
+    group_in, group_out = spec.C // groups, spec.O // groups
+    depth_total = group_in * R * S
+    block_m, rows, block_k = s.block_m, s.block_n, s.block_k
+    layout = direct_layout(spec, rows)
+    Wp, plane, phase_plane, acc_stride = layout["Wp"], layout["plane"], layout["phase_plane"], layout["acc_stride"]
+    window = (Wp, R, S, sh, sw, dh, dw)
+    packs = spec.dtype_w != "float32"  # fp32 weights are read in place, rows contiguous in k
+    a_elems = (block_m + DIRECT_STRIP_PAD) * block_k if packs else 1
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec, ("x", "w"))
+        with T.Kernel(T.ceildiv(group_out, block_m), T.ceildiv(OH, rows), spec.N * groups) as (bx, by, bz):
+            acc = T.alloc_local((block_m * acc_stride,), "float32")
+            a_pack = T.alloc_local((a_elems,), "float32")
+            n, group = bz // groups, bz % groups
+            live_rows = T.min(rows, OH - by * rows)
+            channels = T.min(block_m, group_out - bx * block_m)
+            first = group * group_out + bx * block_m  # the block's first output channel
+            address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(layout["xpad"]), T.int64(0))
+            xpad = pointer_buffer(address, (layout["xpad"],), "float32")
+            T.call_extern(
+                "int32",
+                f"tessera_cpu_conv_rows_{x_dtype}",
+                T.address_of(xpad[0]),
+                io.x.data,
+                element_offset(io.x, (n, group * group_in, 0, 0)),
+                group_in,
+                spec.H,
+                spec.W,
+                by * rows,
+                T.int64(plane),
+                T.int64(phase_plane),
+                *window,
+                top,
+                left,
+                layout["slack"],
+            )
+            for k in T.serial(T.ceildiv(depth_total, block_k)):
+                depth = T.min(block_k, depth_total - k * block_k)
+                w_offset = element_offset(io.w, (first, 0, 0, 0)) + as_index(k * block_k, "int64")
+                if packs:
+                    T.call_extern(
+                        "int32",
+                        f"tessera_cpu_conv_pack_w_{w_dtype}",
+                        T.address_of(a_pack[0]),
+                        io.w.data,
+                        w_offset,
+                        T.int64(depth_total),
+                        as_index(channels, "int32"),
+                        as_index(depth, "int32"),
+                    )
+                T.call_extern(
+                    "int32",
+                    "tessera_cpu_conv_direct_f32",
+                    T.address_of(acc[0]),
+                    T.int64(acc_stride),
+                    *(
+                        (T.address_of(a_pack[0]), T.int64(0), T.int64(0))
+                        if packs
+                        else (io.w.data, w_offset, T.int64(depth_total))
+                    ),
+                    T.address_of(xpad[0]),
+                    as_index(k * block_k, "int32"),
+                    as_index(depth, "int32"),
+                    as_index(channels, "int32"),
+                    as_index(live_rows * Wp, "int32"),
+                    T.int64(plane),
+                    T.int64(phase_plane),
+                    *window,
+                    T.Select(k == 0, 1, 0),
+                )
+            # Channel-major: each output row is a run of acc (row stride Wp) and of Y.
+            for j in T.serial(channels):
+                for oh in T.serial(live_rows):
+                    for ow in T.serial(OW):
+                        _store(spec, io, acc[j * acc_stride + oh * Wp + ow], n, first + j, by * rows + oh, ow)
 
     return main
 

@@ -57,6 +57,10 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
             from .conv import depthwise_planes
 
             return 4 * sum(depthwise_planes(spec))
+        if schedule.conv_algorithm == "direct":  # the accumulator and packed weights (the input: workspace)
+            from .conv import direct_local_floats
+
+            return 4 * direct_local_floats(spec, schedule)
         spec = spec.as_gemm()  # the implicit GEMM's accumulator and packed panels
     s = schedule
     if isinstance(spec, GemmSpec):

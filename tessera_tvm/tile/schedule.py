@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import SCHEDULE_CHOICES
 from .base import _check_positive, _fail, _fingerprint, _set
 from .resources import smem_bytes
 from .specs import (
@@ -29,6 +30,10 @@ from .specs import (
     ReduceSpec,
     SoftmaxSpec,
 )
+
+#: How a convolution is computed (TileSchedule.conv_algorithm): as its implicit GEMM, or directly;
+#: "" where nothing chose (the planner chooses for a convolution; a program given "" runs the GEMM).
+CONV_ALGORITHMS = ("", *SCHEDULE_CHOICES["conv_algorithm"])
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class TileSchedule:
     - softmax / norm / reduce: ``block_m`` rows per block, ``block_n`` columns per step along the
       reduced axis.
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
+    - conv2d: ``conv_algorithm`` "implicit_gemm" tiles it as the gemm above (output pixels x output
+      channels); "direct" (CPU) gives a block ``block_m`` output channels of ``block_n``
+      output rows, and ``block_k`` is the K step (tile/conv.py). The planner chooses ("" until then).
 
     On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's
     body is serial code; ``threads`` and ``stages`` are ignored.
@@ -61,6 +69,7 @@ class TileSchedule:
     mma: tuple[int, int, int] | None = None  # the target's MMA instruction shape (informational)
     overlap: bool = False
     kv_packs_per_head: int = 0
+    conv_algorithm: str = ""
 
     def __post_init__(self) -> None:
         for f in ("block_m", "block_n", "block_k", "stages", "threads"):
@@ -75,6 +84,11 @@ class TileSchedule:
             raise _fail(
                 "TileSchedule",
                 f"kv_packs_per_head is {self.kv_packs_per_head!r}; expected an int >= 0 (0 = per query block)",
+            )
+        if self.conv_algorithm not in CONV_ALGORITHMS:
+            raise _fail(
+                "TileSchedule",
+                f"conv_algorithm is {self.conv_algorithm!r}; expected one of {', '.join(map(repr, CONV_ALGORITHMS))}",
             )
         if not isinstance(self.overlap, bool):
             raise _fail("TileSchedule", f"overlap is {self.overlap!r}; expected True or False")
@@ -98,12 +112,13 @@ class TileSchedule:
         return _fingerprint(self)
 
     @classmethod
-    def from_config(cls, config: Any, kind: str | KernelSpec = "gemm") -> TileSchedule:
+    def from_config(cls, config: Any, kind: str | KernelSpec = "gemm", *, conv_algorithm: str = "") -> TileSchedule:
         """Defaults for ``kind`` (a spec family name or a spec) on ``config`` (a TargetConfig or its name).
 
         GEMMs take the config's ``schedule:`` section as is; other kinds derive theirs from it (a
         config may also hold a per-kind mapping, e.g. ``schedule: {attention: {block_m: 64}}``).
         With a spec, blocks larger than the problem are shrunk (a 1 x 8 softmax gets no 64-row block).
+        ``conv_algorithm``: a convolution's, where the caller chose it (raises where it cannot run).
         """
         from ..config import load_config
 
@@ -123,6 +138,9 @@ class TileSchedule:
             values.pop("overlap", None)
         if kind != "attention" or _thread_blocks(codegen_kind):  # the CPU attention program's only
             values.pop("kv_packs_per_head", None)
+        configured = values.pop("conv_algorithm", "")
+        if kind == "conv2d":  # the caller's, else the config's, else the planner's (fit_schedule)
+            values["conv_algorithm"] = conv_algorithm or configured
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule
@@ -269,6 +287,11 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str, wg
     wgmma = gpu and wgmma  # the config's hardware.wgmma
     changes: dict[str, int] = {}
     if isinstance(spec, Conv2dSpec):
+        direct = _fit_conv_algorithm(spec, schedule, gpu)
+        if direct is not None:
+            return direct
+        if not spec.depthwise:
+            changes["conv_algorithm"] = "implicit_gemm"
         spec = spec.as_gemm()  # tiled as its implicit GEMM (output pixels x output channels)
     if isinstance(spec, GemmSpec):
         floor = 16 if gpu else 1
@@ -304,6 +327,24 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str, wg
         rows = math.prod(spec.shape[:-1])
         changes["block_m"] = min(schedule.block_m, _pow2_at_least(rows, 1))
     return schedule.replace(**changes) if changes else schedule
+
+
+def _fit_conv_algorithm(spec: Conv2dSpec, schedule: TileSchedule, gpu: bool) -> TileSchedule | None:
+    """The direct program's schedule where it runs ``spec`` (tile/conv.py): chosen by the caller
+    (``schedule.conv_algorithm``), else where estimated faster than the implicit GEMM (CPU only);
+    None for the implicit GEMM. Raises where the caller chose an algorithm that cannot run ``spec``."""
+    from .conv import direct_applies, direct_schedule, direct_wins
+
+    chosen = schedule.conv_algorithm
+    why = "the GPU has no direct convolution" if gpu else direct_applies(spec)
+    if chosen == "direct" and why is not None:
+        raise _fail("TileSchedule", f"conv_algorithm='direct' cannot run this convolution: {why}")
+    if chosen == "implicit_gemm" and spec.depthwise:
+        raise _fail("TileSchedule", "conv_algorithm='implicit_gemm': a depthwise convolution runs its own program")
+    if why is not None or chosen == "implicit_gemm":
+        return None
+    direct = direct_schedule(spec, schedule, os.cpu_count() or 1)
+    return direct if chosen == "direct" or direct_wins(spec, direct) else None
 
 
 def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:

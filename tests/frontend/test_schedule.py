@@ -252,7 +252,7 @@ def test_decorator_form():
             "hopper",
             {"blok_m": 64},
             "kernel linear: schedule key 'blok_m' is neither a schedule field nor a fused kernel (did you mean "
-            "'block_m'?); fields: block_m, block_n, block_k, stages, threads, swizzle, overlap, kv_packs_per_head; kernels: fused_matmul_cast_add_gelu",
+            "'block_m'?); fields: block_m, block_n, block_k, stages, threads, swizzle, overlap, kv_packs_per_head, conv_algorithm; kernels: fused_matmul_cast_add_gelu",
         ),
         (
             "hopper",

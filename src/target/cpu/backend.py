@@ -38,7 +38,7 @@ CPU = register_backend(
             "norm": ("block_m",),
             "reduce": ("block_m",),
             "elementwise": ("block_m", "block_n"),
-            "conv2d": ("block_m", "block_n", "block_k"),
+            "conv2d": ("block_m", "block_n", "block_k", "conv_algorithm"),
             "pool2d": (),  # a block per plane
         },
         default_config="cpu",
