@@ -145,3 +145,35 @@ def test_a_config_may_pin_the_algorithm(tmp_path):
     bad.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: winograd}\n"))
     with pytest.raises(ConfigError, match="conv_algorithm"):
         load_config(bad)
+
+
+def test_both_programs_without_avx512(tmp_path):
+    # The register tiles of a CPU without AVX-512 (AVX2: 6 x 2 vectors of 8 floats for both programs;
+    # its pixel tile, 16 floats, is narrower than the slack). This machine compiles with -march=native;
+    # a config that asks for x86-64-v3 builds the kernels without AVX-512, as such a CPU would.
+    import platform
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86-64 ISA level")
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) shows which registers the library uses")
+    cpu = (Path(__file__).parents[2] / "configs" / "cpu.yaml").read_text()
+    assert "-march=native" in cpu
+    avx2 = tmp_path / "cpu_avx2.yaml"
+    avx2.write_text(cpu.replace("-march=native", "-march=x86-64-v3"))
+    spec = Conv2dSpec(1, 6, 9, 11, 20, 3, 3, stride=(2, 1), padding=(1, 1, 1, 1), epilogue=EPILOGUE)
+    for algorithm in ("direct", "implicit_gemm"):
+        schedule = planner.schedule_for(spec, "cpu", {"conv_algorithm": algorithm})
+        inputs = random_inputs(spec)
+        out = run_cpu(spec, inputs, str(avx2), tmp_path / algorithm, schedule)["Y"]
+        # Built for the ISA level asked for: no AVX-512 register in the library's code.
+        (library,) = (tmp_path / algorithm).glob("*.so")
+        code = subprocess.run([objdump, "-d", str(library)], capture_output=True, text=True, check=True).stdout
+        assert "%ymm" in code and "%zmm" not in code, algorithm
+        expected = conv2d_reference(inputs["X"], inputs["W"], spec.stride, spec.padding, spec.dilation, 1)
+        expected = np.maximum(expected + as64(inputs["b"]) + as64(inputs["skip"]), 0)
+        assert_close(out, expected, "float32", atol_scale=spec.C * 9 / 16)
