@@ -43,6 +43,7 @@ from .kernel_store import (  # noqa: F401  (the directory's names, as before)
     warn_once,
     write_manifest,
 )
+from .target.backend import backend_for
 from .version import __version__
 
 # 2: CUDA entries carry the runtime library and the program's buffer order; 3: its buffer shapes;
@@ -83,6 +84,9 @@ def versions(config: TargetConfig) -> dict[str, str]:
         "compiler": _compiler_version(config.codegen_dict["compiler"]),
     }
     found["code"] = _code_digest()
+    isa = backend_for(config).hook("isa_identity")
+    if isa is not None:  # what -march=native means here: a kernel for another CPU's instructions is another kernel
+        found["isa"] = isa(tuple(config.codegen_dict["flags"]), config.codegen_dict["compiler"])
     return found
 
 

@@ -155,6 +155,28 @@ def test_second_lower_is_served_from_the_cache(private_cache, tmp_path):
     assert np.all(c == 40.0)
 
 
+def test_a_cpu_kernel_for_another_cpus_instructions_is_a_miss(private_cache, monkeypatch):
+    # -march=native: the same config builds other code on another CPU, so a cache shared by two
+    # machines (or copied from one) must not serve this one a kernel with instructions it lacks.
+    from tessera_tvm.target.cpu import build as cpu_build
+
+    prog = programs.cpu_gemm(64, 48, 32)
+    first = tessera_tvm.lower(prog, "cpu")
+    here = cpu_build.instruction_sets(cpu_build.DEFAULT_CPU_FLAGS)
+    assert first.metadata[0]["instruction_sets"] == list(here)  # what the library may execute
+    assert tessera_tvm.lower(prog, "cpu").from_cache
+    real = cpu_build._macros_of
+
+    def without_avx512(flags, compiler):  # the same g++ on a CPU of x86-64-v3's level (AVX2, no AVX-512)
+        return real(tuple("-march=x86-64-v3" if f == "-march=native" else f for f in flags), compiler)
+
+    monkeypatch.setattr(cpu_build, "_macros_of", without_avx512)
+    other = tessera_tvm.lower(prog, "cpu")
+    assert not other.from_cache
+    assert "avx512f" not in other.metadata[0]["instruction_sets"]
+    assert tessera_tvm.lower(prog, "cpu").from_cache  # that CPU's own entry, from then on
+
+
 def test_config_change_is_a_miss(private_cache):
     prog = programs.gemm(256, 256, 256, 64, 64, 32, stages=2)
     tessera_tvm.lower(prog, "hopper", build=False)

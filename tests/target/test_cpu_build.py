@@ -449,6 +449,7 @@ def test_caches_share_one_prelude_through_tessera_pch_dir(tmp_path, monkeypatch,
 def test_prelude_identity_follows_the_machine(tmp_path, monkeypatch):
     """-march=native means other code on another CPU: a shared cache keeps one prelude per CPU."""
     from tessera_tvm.target.cpu import _prelude_identity
+    from tessera_tvm.target.cpu import build as cpu_build
 
     fake = tmp_path / "g++"
     fake.write_text(
@@ -460,7 +461,9 @@ def test_prelude_identity_follows_the_machine(tmp_path, monkeypatch):
     identities = set()
     for feature in ("__AVX512F__", "__AVX2__", "__AVX2__"):
         monkeypatch.setenv("FAKE_CPU_FEATURE", feature)
+        cpu_build._predefined_macros.cache_clear()  # asked once per process: here, once per machine
         identities.add(_prelude_identity.__wrapped__(str(fake), DEFAULT_CPU_FLAGS))
+    cpu_build._predefined_macros.cache_clear()
     assert len(identities) == 2 and None not in identities
     clang = tmp_path / "clang++"
     clang.write_text('#!/bin/sh\necho "clang version 17"\n')

@@ -60,6 +60,7 @@ CPU = register_backend(
         kernels_in_host=True,
         upstream_sources="tessera_tvm.relax.bridge:host_c_sources",
         packed_weights="tessera_tvm.tile.gemm:cpu_packed_b",
+        isa_identity="tessera_tvm.target.cpu.build:isa_identity",
         # TileLang's C codegen cannot put these in a kernel signature (ts.compile widens them; Relax cannot).
         relax_unsupported_dtypes=("bfloat16", *_WIDENED),
     )

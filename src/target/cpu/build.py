@@ -42,6 +42,8 @@ __all__ = [
     "RUNTIME_INCLUDE_DIR",
     "compile_cpu",
     "cpu_build_command",
+    "instruction_sets",
+    "isa_identity",
     "precompiled_prelude",
     "with_spec_pragmas",
 ]
@@ -234,6 +236,47 @@ def _build_prelude(cxx: str, flags: tuple[str, ...], gch: Path) -> None:
 
 
 @functools.cache
+def _predefined_macros(cxx: str, flags: tuple[str, ...]) -> str | None:
+    """The macros ``cxx`` defines for ``flags`` on this machine (``g++ -E -dM``), sorted, one per line:
+    with ``-march=native``, what the host's instruction sets are (``__AVX512F__``, ``__AMX_BF16__``...).
+    None where the compiler cannot say (not on PATH, or it rejects the flags)."""
+    try:
+        macros = run_tool([cxx, *_COMPILE_OPTIONS, *flags, "-E", "-dM", "-x", "c++-header", os.devnull], timeout=60)
+    except TesseraError:
+        return None
+    return "\n".join(sorted(macros.stdout.splitlines()))
+
+
+#: The predefined macros that name an x86 or Arm instruction-set extension (matrix and vector units).
+_ISA_MACRO = re.compile(r"#define __(AVX\w*|AMX\w*|FMA|F16C|SSE\w*|ARM_FEATURE_\w*|ARM_NEON)__ ")
+
+
+def instruction_sets(flags: Sequence[str], compiler: str = "g++") -> tuple[str, ...]:
+    """The instruction-set extensions a kernel built with ``flags`` may use, as the compiler says
+    (``-march=native``: this CPU's): ``("amx_bf16", "avx2", "avx512bf16", "avx512f", ...)``, sorted;
+    () where the compiler is not found. Recorded in a CPU kernel's metadata."""
+    macros = _macros_of(flags, compiler) or ""
+    names = (m.group(1).lower() for line in macros.splitlines() if (m := _ISA_MACRO.match(line + " ")))
+    return tuple(sorted(n for n in names if not n.endswith("_math")))  # __SSE_MATH__: how float math is done
+
+
+def isa_identity(flags: Sequence[str], compiler: str = "g++") -> str:
+    """A digest of every macro the compiler predefines for ``flags`` on this machine: part of a CPU
+    kernel's cache key, so that ``-march=native`` code built on one CPU is never served on another
+    (a shared cache directory, a copied one) that lacks its instructions. "" where it cannot say."""
+    macros = _macros_of(flags, compiler)
+    return "" if macros is None else hashlib.sha256(macros.encode()).hexdigest()[:24]
+
+
+def _macros_of(flags: Sequence[str], compiler: str) -> str | None:
+    try:
+        cxx = require_tool(compiler) if compiler in ("g++", "gcc") else compiler
+    except TesseraError:
+        return None
+    return _predefined_macros(cxx, tuple(flags))
+
+
+@functools.cache
 def _prelude_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
     """What the precompiled prelude depends on, hashed: GCC's version, the flags, the macros they
     define on this machine (``-march=native`` differs from CPU to CPU, and GCC would ignore a prelude
@@ -241,12 +284,11 @@ def _prelude_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
     does not look for ``.gch`` files next to headers)."""
     try:
         version = run_tool([cxx, "--version"], timeout=60).output
-        if "Free Software Foundation" not in version:
-            return None
-        macros = run_tool([cxx, *_COMPILE_OPTIONS, *flags, "-E", "-dM", "-x", "c++-header", os.devnull], timeout=60)
     except TesseraError:
         return None
-    macro_lines = "\n".join(sorted(macros.stdout.splitlines()))
+    macro_lines = _predefined_macros(cxx, flags)
+    if "Free Software Foundation" not in version or macro_lines is None:
+        return None
     digest = hashlib.sha256(f"{cxx}\0{version}\0{flags}\0{macro_lines}".encode())
     templates = Path(tilelang_include_dirs()[0]) / Path(PRELUDE).parent
     for path in sorted(templates.glob("*.h*")):

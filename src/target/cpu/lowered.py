@@ -14,7 +14,8 @@ from typing import Any
 
 from ..._tvm import tvm
 from ...errors import TesseraError
-from .build import compile_cpu
+from ..metadata import write_metadata
+from .build import compile_cpu, instruction_sets
 from .loader import KernelParam, load_cpu_kernel
 
 
@@ -73,9 +74,14 @@ def written_vars(func) -> set[str]:
 
 def build(lowered, out_dir: Path) -> None:
     """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
+    codegen = lowered.config.codegen_dict
     lowered.artifacts["library"] = compile_cpu(
-        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(lowered.config.codegen_dict["flags"])
+        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(codegen["flags"])
     )
+    isa = instruction_sets(codegen["flags"], codegen["compiler"])
+    for kernel in lowered.metadata:  # what the library may execute (and the cache key's isa digest covers)
+        kernel["instruction_sets"] = list(isa)
+    write_metadata(lowered)
     _load(lowered)
 
 
