@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .._tvm import T, prim_func, tvm
+from .._tvm import T, pointer_buffer, prim_func, tvm
 from .base import SpecError
 from .common import (
     all_of,
@@ -341,6 +341,8 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
 
     if spec.packed_b is not None:
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
+    if cpu_b_shared_by_row_blocks(spec, s):
+        return _gemm_cpu_pairs_shared_b(spec, s, a_offset, a_row_stride, b_k_stride, b_col_stride)
 
     @prim_func
     def main():
@@ -377,6 +379,79 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
                     pack_a(io, a_pack, a_batch, by, k, rows, depth)
                     cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
             _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
+
+    return main
+
+
+def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
+    """Whether the CPU GEMM of ``spec`` under ``s`` packs B once for all row blocks of a column: a
+    bf16 x bf16 GEMM with A read in place whose column blocks alone give every core equal work (as
+    many as the cores, a multiple of them, or 4 per core or more) and has more than one row block."""
+    import os
+
+    if not (cpu_reads_a_in_place(spec) and spec.packed_b is None):
+        return False
+    if not all(isinstance(dim, int) for dim in (spec.M, spec.N, spec.K)):
+        return False
+    cores = os.cpu_count() or 1
+    blocks = math.ceil(spec.N / s.block_n) * math.prod(spec.batch)
+    return spec.M > s.block_m and blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores)
+
+
+def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_stride, b_k_stride, b_col_stride):
+    """The bf16 x bf16 CPU GEMM with A read in place, a block per column of ``block_n`` columns (and
+    batch): it packs B's panels for every K step once, into the thread's workspace
+    (``tessera_cpu_workspace``), then runs its row blocks over them one after another (each block
+    of the grid packing its own B panel packed B once per row block: 4-5% of a 1024^3 GEMM)."""
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    n_batch = math.prod(spec.batch)
+    _, b_elems = cpu_pack_elements(block_m, block_n, block_k, pairs=True)
+    steps = math.ceil(K / block_k)
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec)
+        with T.Kernel(T.ceildiv(N, block_n), n_batch) as (bx, bz):
+            acc = T.alloc_local((block_m, block_n), "float32")
+            address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(steps * b_elems), T.int64(0))
+            panels = pointer_buffer(address, (steps * b_elems,), "float32")
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            cols = T.min(block_n, N - bx * block_n)
+            for k in T.serial(steps):
+                b_index = (
+                    (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
+                )
+                cpu_pack(
+                    "b",
+                    "bf16x2",
+                    T.address_of(panels[k * b_elems]),
+                    io.b.data,
+                    element_offset(io.b, b_index),
+                    b_k_stride,
+                    b_col_stride,
+                    cols,
+                    T.min(block_k, K - k * block_k),
+                )
+            for by in T.serial(T.ceildiv(M, block_m)):
+                rows = T.min(block_m, M - by * block_m)
+                T.clear(acc)
+                for k in T.serial(steps):
+                    depth = T.min(block_k, K - k * block_k)
+                    offset = a_offset(io, a_batch, by, k)
+                    # The panel's address inline: bound to a name, it would reach the C call as void*.
+                    cpu_gemm_rows(
+                        acc,
+                        block_n,
+                        io.a.data,
+                        offset,
+                        a_row_stride,
+                        T.address_of(panels[k * b_elems]),
+                        rows,
+                        cols,
+                        depth,
+                    )
+                _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main
 

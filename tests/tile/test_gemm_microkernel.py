@@ -162,6 +162,23 @@ def test_bf16_pairs_edges_and_transposes(shape, transpose, schedule, cpu_config,
     assert_close(out, reference(spec, arrays), "float32", atol_scale=np.sqrt(K))
 
 
+@pytest.mark.parametrize("transpose_b", [False, True], ids=["b", "b_transposed"])
+def test_bf16_b_packed_once_for_all_row_blocks(transpose_b, cpu_config, tmp_path, monkeypatch):
+    """With A read in place and column blocks enough for the cores, a block packs B's panels for every
+    K step once into the thread's workspace and runs all its column's row blocks over them: ragged
+    row and column blocks, an odd K, a batch, a bias + GELU epilogue."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # 3 column blocks x 2 batches: 3 blocks per core
+    spec = GemmSpec(
+        4 * PMR + 7, 2 * PNR + 22, 67, dtype_a="bfloat16", transpose_b=transpose_b, batch=(2,), epilogue=BIAS_GELU
+    )
+    schedule = PAIR_SCHEDULES["ragged_blocks"]  # 17 x 73 blocks, K steps of 33
+    tile = build_tile_program(spec, schedule, "c").script()
+    assert '"tessera_cpu_workspace"' in tile and '"tessera_cpu_gemm_bf16x2_rows"' in tile
+    arrays = random_inputs(spec, seed=7)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=schedule)["C"]
+    assert_close(out, reference(spec, arrays), spec.dtype_out, atol_scale=np.sqrt(spec.K))
+
+
 # The bf16 entry points of tessera/cpu_gemm.h behind plain C functions, for ctypes.
 PAIRS_SHIM = """
 #include <tessera/cpu_gemm.h>
