@@ -398,11 +398,19 @@ def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
     return spec.M > s.block_m and blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores)
 
 
+def _workspace_panel(floats: int, at, size: int):
+    """A buffer over the ``size`` floats at float ``at`` of the thread's workspace of ``floats`` floats
+    (``tessera_cpu_workspace``): one address per panel, as CPU attention's (an index into one buffer
+    over all panels, a stride of 32768 floats or more, fails in tl.StorageRewrite)."""
+    address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(floats), T.cast(at, "int64"))
+    return pointer_buffer(address, (size,), "float32")
+
+
 def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_stride, b_k_stride, b_col_stride):
     """The bf16 x bf16 CPU GEMM with A read in place, a block per column of ``block_n`` columns (and
     batch): it packs B's panels for every K step once, into the thread's workspace
-    (``tessera_cpu_workspace``), then runs its row blocks over them one after another (each block
-    of the grid packing its own B panel packed B once per row block: 4-5% of a 1024^3 GEMM)."""
+    (``tessera_cpu_workspace``), then runs its row blocks over them one after another (a block per
+    row block packs B once per row block: 4-5% of a 1024^3 GEMM)."""
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
@@ -414,18 +422,17 @@ def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_st
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), n_batch) as (bx, bz):
             acc = T.alloc_local((block_m, block_n), "float32")
-            address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(steps * b_elems), T.int64(0))
-            panels = pointer_buffer(address, (steps * b_elems,), "float32")
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
             cols = T.min(block_n, N - bx * block_n)
             for k in T.serial(steps):
                 b_index = (
                     (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
                 )
+                panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
                 cpu_pack(
                     "b",
                     "bf16x2",
-                    T.address_of(panels[k * b_elems]),
+                    panel,
                     io.b.data,
                     element_offset(io.b, b_index),
                     b_k_stride,
@@ -439,18 +446,8 @@ def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_st
                 for k in T.serial(steps):
                     depth = T.min(block_k, K - k * block_k)
                     offset = a_offset(io, a_batch, by, k)
-                    # The panel's address inline: bound to a name, it would reach the C call as void*.
-                    cpu_gemm_rows(
-                        acc,
-                        block_n,
-                        io.a.data,
-                        offset,
-                        a_row_stride,
-                        T.address_of(panels[k * b_elems]),
-                        rows,
-                        cols,
-                        depth,
-                    )
+                    panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
+                    cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth)
                 _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main
