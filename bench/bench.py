@@ -274,23 +274,26 @@ def bench_cpu(quick: bool) -> None:
 
     # Not a goal of the suite, measured to say where Tessera stands: both use the CPU's bf16 dot
     # products where it has them (Tessera: bf16 k-pairs and vdpbf16ps, tessera/cpu_gemm.h).
-    n = 1024
-    a = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
-    b = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
-    k = ts.compile(matmul_bf16, target="cpu", shapes={"M": n, "N": n, "K": n})
-    exact = a.astype(np.float32) @ b.astype(np.float32)
-    err = float(np.abs(k(a, b).astype(np.float32) - exact).max() / np.abs(exact).max())
-    ta, tb = (torch.from_numpy(x.astype(np.float32)).bfloat16() for x in (a, b))
-    times = interleaved_medians({"tessera": lambda: k(a, b), "torch": lambda: torch.matmul(ta, tb)}, 3 if quick else 5)
-    t, tt = times["tessera"], times["torch"]
-    row(
-        "cpu",
-        f"gemm bf16 {n}^3 vs torch (rel err {err:.0e})",
-        f"{2 * n**3 / t / 1e9:.1f} GFLOP/s",
-        f"{2 * n**3 / tt / 1e9:.1f} GFLOP/s",
-        f"{tt / t:.2f}x",
-        of_peak(2 * n**3 / t / 1e9, "bf16"),
-    )
+    for n in (512, 1024, 2048):
+        a = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        b = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        k = ts.compile(matmul_bf16, target="cpu", shapes={"M": n, "N": n, "K": n})
+        exact = a.astype(np.float32) @ b.astype(np.float32)
+        err = float(np.abs(k(a, b).astype(np.float32) - exact).max() / np.abs(exact).max())
+        ta, tb = (torch.from_numpy(x.astype(np.float32)).bfloat16() for x in (a, b))
+        times = interleaved_medians(
+            {"tessera": lambda: k(a, b), "torch": lambda: torch.matmul(ta, tb)},  # noqa: B023
+            3 if quick else 5,
+        )
+        t, tt = times["tessera"], times["torch"]
+        row(
+            "cpu",
+            f"gemm bf16 {n}^3 vs torch (rel err {err:.0e})",
+            f"{2 * n**3 / t / 1e9:.1f} GFLOP/s",
+            f"{2 * n**3 / tt / 1e9:.1f} GFLOP/s",
+            f"{tt / t:.2f}x",
+            of_peak(2 * n**3 / t / 1e9, "bf16"),
+        )
 
     x = rng.standard_normal((4096, 4096), dtype=np.float32)
     w = rng.standard_normal(4096, dtype=np.float32)

@@ -317,11 +317,15 @@ def _short_reason(exc: Exception) -> str:
     return str(exc).split(": ", 1)[-1]  # SpecError: "<spec>: <what is wrong>"
 
 
-def _grid(spec: KernelSpec, t: TileSchedule) -> tuple[int, int, int]:
+def _grid(spec: KernelSpec, t: TileSchedule, gpu: bool) -> tuple[int, int, int]:
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
 
     if isinstance(spec, GemmSpec):
+        from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+
+        if not gpu and cpu_b_shared_by_row_blocks(spec, t):  # a block per column (tessera_tvm/tile/gemm.py)
+            return cdiv(spec.N, t.block_n), 1, math.prod(spec.batch)
         return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
     if isinstance(spec, Conv2dSpec) and t.conv_algorithm == "direct":  # (channels, rows, image x group)
         return cdiv(spec.O // spec.groups, t.block_m), cdiv(spec.OH, t.block_n), spec.N * spec.groups
@@ -359,9 +363,12 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
                 ("acc", f"registers ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
             ]
         else:
+            from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+
+            shared = cpu_b_shared_by_row_blocks(spec, t)
             out += [
                 (a.name, "global"),
-                (b.name, "global"),
+                (b.name, "global -> workspace (packed once per block)" if shared else "global"),
                 ("acc", f"local ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
             ]
         out += [(p.name, "global (read in the epilogue)") for p in spec.inputs()[2:]]
@@ -478,7 +485,7 @@ def choose_schedule(
         mma=tile.mma if gpu else None,
         memory=_memory(spec, tile, gpu, config),
         epilogue=_epilogue(spec),
-        grid=_grid(spec, tile),
+        grid=_grid(spec, tile, gpu),
         smem_bytes=smem_bytes(spec, tile, backend.kind),
         local_bytes=local_bytes(spec, tile, backend.kind) if not gpu else 0,
         device=device,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .._tvm import T, prim_func, tvm
+from .._tvm import T, pointer_buffer, prim_func, tvm
 from .base import SpecError
 from .common import (
     all_of,
@@ -154,6 +154,10 @@ CPU_PACK_PAD = 64
 #: CPU blocks are rounded to multiples of it (tile/schedule.py) so no strip is partly empty.
 CPU_MICRO_TILE = (14, 32)
 
+#: The register tile of the bf16 x bf16 micro-kernel on bf16 k-pairs (TESSERA_PAIRS_MR x
+#: TESSERA_PAIRS_NR): 6 rows of A read in place x 4 vectors.
+CPU_PAIRS_MICRO_TILE = (6, 64)
+
 #: Input dtypes the packing routines read, by the suffix of their names (tessera_cpu_pack_a_f16, ...).
 _CPU_PACK_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
@@ -168,9 +172,27 @@ def cpu_pack_suffix(dtype: str) -> str | None:
     return _CPU_PACK_DTYPES.get(dtype)
 
 
-def cpu_pack_elements(block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
-    """fp32 elements of the packed A and B panels of a CPU GEMM block."""
-    return (block_m + CPU_PACK_PAD) * block_k, (block_n + CPU_PACK_PAD) * block_k
+def cpu_gemm_pairs(spec: GemmSpec) -> bool:
+    """Whether the CPU GEMM of ``spec`` runs on bf16 k-pairs (bf16 x bf16: vdpbf16ps with AVX512-BF16)."""
+    return cpu_gemm_packs(spec) and _CPU_PACK_DTYPES[spec.dtype_a] == _CPU_PACK_DTYPES[spec.dtype_b] == "bf16"
+
+
+def cpu_micro_tile(spec: GemmSpec) -> tuple[int, int]:
+    """Rows x columns of the register tile the CPU GEMM of ``spec`` runs (blocks are rounded to it)."""
+    return CPU_PAIRS_MICRO_TILE if cpu_gemm_pairs(spec) else CPU_MICRO_TILE
+
+
+def cpu_pack_elements(block_m: int, block_n: int, block_k: int, *, pairs: bool = False) -> tuple[int, int]:
+    """fp32 elements of the packed A and B panels of a CPU GEMM block (``pairs``: 32-bit bf16 k-pairs,
+    half as many)."""
+    depth = (block_k + 1) // 2 if pairs else block_k
+    return (block_m + CPU_PACK_PAD) * depth, (block_n + CPU_PACK_PAD) * depth
+
+
+def cpu_reads_a_in_place(spec: GemmSpec) -> bool:
+    """Whether the CPU GEMM of ``spec`` reads A where it is instead of packing it: a row-major bf16 A
+    of a bf16 x bf16 GEMM, whose k-pairs are 32-bit words of its rows (``tessera_cpu_gemm_bf16x2_rows``)."""
+    return cpu_gemm_pairs(spec) and not spec.transpose_a
 
 
 def _panel_address(panel):
@@ -215,6 +237,25 @@ def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=Fals
     )
 
 
+def cpu_gemm_rows(acc, row_stride, a, a_offset, a_row_stride, b_panel, rows, cols, depth):
+    """``tessera_cpu_gemm_bf16x2_rows`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``,
+    A the ``rows`` rows of a row-major bf16 operand from ``a`` + ``a_offset``, ``a_row_stride`` elements
+    apart (offset and stride int64), read in place; B a panel of k-pairs packed by :func:`cpu_pack`."""
+    return T.call_extern(
+        "int32",
+        "tessera_cpu_gemm_bf16x2_rows",
+        T.address_of(acc[0, 0]),
+        row_stride,
+        a,
+        as_index(a_offset, "int64"),
+        as_index(a_row_stride, "int64"),
+        _panel_address(b_panel),
+        as_index(rows, "int32"),
+        as_index(cols, "int32"),
+        as_index(depth, "int32"),
+    )
+
+
 def cpu_gemm_panel(acc, row_stride, a_panel, b, b_offset, strip, rows, cols, depth):
     """``tessera_cpu_gemm_panel_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``,
     A from a panel packed by :func:`cpu_pack`, B from the panel packed ahead at ``b`` + ``b_offset``
@@ -239,8 +280,7 @@ def cpu_packed_b(spec: GemmSpec, s: TileSchedule) -> PackedPanels | None:
     (the CPU backend's ``packed_weights`` hook), None where it packs B itself: the serial loops, bf16 x
     bf16 (k-pairs, which only CPUs with AVX512-BF16 read), a dim that stays symbolic. The strips are
     the AVX-512 register tile's columns; a kernel built where NR differs repacks them."""
-    pairs = _CPU_PACK_DTYPES.get(spec.dtype_a) == _CPU_PACK_DTYPES.get(spec.dtype_b) == "bf16"
-    if not cpu_gemm_packs(spec) or pairs or spec.packed_b is not None:
+    if not cpu_gemm_packs(spec) or cpu_gemm_pairs(spec) or spec.packed_b is not None:
         return None
     if not (isinstance(spec.N, int) and isinstance(spec.K, int)):
         return None
@@ -275,33 +315,41 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
     dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
-    # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none).
-    pairs = dtype_a == dtype_b == "bf16"
+    # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none), a
+    # row-major A read in place.
+    pairs = cpu_gemm_pairs(spec)
+    a_in_place = cpu_reads_a_in_place(spec)
     if pairs:
         dtype_a = dtype_b = "bf16x2"
-    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k)
+    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, pairs=pairs)
     # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
     a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
     b_strides = _row_major_strides((N, K) if spec.transpose_b else (K, N))
     a_row_stride, a_k_stride = a_strides[::-1] if spec.transpose_a else a_strides
     b_k_stride, b_col_stride = b_strides[::-1] if spec.transpose_b else b_strides
 
+    def a_offset(io, a_batch, by, k):
+        """The element offset of K step ``k``'s panel of A for row block ``by``."""
+        index = (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
+        return element_offset(io.a, index)
+
     def pack_a(io, a_pack, a_batch, by, k, rows, depth):
         """K step ``k``'s panel of A for row block ``by`` (a transposed A is read through its strides)."""
-        index = (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
         return cpu_pack(
-            "a", dtype_a, a_pack, io.a.data, element_offset(io.a, index), a_row_stride, a_k_stride, rows, depth
+            "a", dtype_a, a_pack, io.a.data, a_offset(io, a_batch, by, k), a_row_stride, a_k_stride, rows, depth
         )
 
     if spec.packed_b is not None:
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
+    if cpu_b_shared_by_row_blocks(spec, s):
+        return _gemm_cpu_pairs_shared_b(spec, s, a_offset, a_row_stride, b_k_stride, b_col_stride)
 
     @prim_func
     def main():
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
             acc = T.alloc_local((block_m, block_n), "float32")
-            a_pack = T.alloc_local((a_elems,), "float32")
+            a_pack = T.alloc_local((1 if a_in_place else a_elems,), "float32")
             b_pack = T.alloc_local((b_elems,), "float32")
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
             rows = T.min(block_m, M - by * block_m)
@@ -312,7 +360,6 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
                 b_index = (
                     (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
                 )
-                pack_a(io, a_pack, a_batch, by, k, rows, depth)
                 cpu_pack(
                     "b",
                     dtype_b,
@@ -324,8 +371,84 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
                     cols,
                     depth,
                 )
-                cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
+                if a_in_place:
+                    cpu_gemm_rows(
+                        acc, block_n, io.a.data, a_offset(io, a_batch, by, k), a_row_stride, b_pack, rows, cols, depth
+                    )
+                else:
+                    pack_a(io, a_pack, a_batch, by, k, rows, depth)
+                    cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
             _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
+
+    return main
+
+
+def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
+    """Whether the CPU GEMM of ``spec`` under ``s`` packs B once for all row blocks of a column: a
+    bf16 x bf16 GEMM with A read in place whose column blocks alone give every core equal work (as
+    many as the cores, a multiple of them, or 4 per core or more) and has more than one row block."""
+    import os
+
+    if not (cpu_reads_a_in_place(spec) and spec.packed_b is None):
+        return False
+    if not all(isinstance(dim, int) for dim in (spec.M, spec.N, spec.K)):
+        return False
+    cores = os.cpu_count() or 1
+    blocks = math.ceil(spec.N / s.block_n) * math.prod(spec.batch)
+    return spec.M > s.block_m and blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores)
+
+
+def _workspace_panel(floats: int, at, size: int):
+    """A buffer over the ``size`` floats at float ``at`` of the thread's workspace of ``floats`` floats
+    (``tessera_cpu_workspace``): one address per panel, as CPU attention's (an index into one buffer
+    over all panels, a stride of 32768 floats or more, fails in tl.StorageRewrite)."""
+    address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(floats), T.cast(at, "int64"))
+    return pointer_buffer(address, (size,), "float32")
+
+
+def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_stride, b_k_stride, b_col_stride):
+    """The bf16 x bf16 CPU GEMM with A read in place, a block per column of ``block_n`` columns (and
+    batch): it packs B's panels for every K step once, into the thread's workspace
+    (``tessera_cpu_workspace``), then runs its row blocks over them one after another (a block per
+    row block packs B once per row block: 4-5% of a 1024^3 GEMM)."""
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    n_batch = math.prod(spec.batch)
+    _, b_elems = cpu_pack_elements(block_m, block_n, block_k, pairs=True)
+    steps = math.ceil(K / block_k)
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec)
+        with T.Kernel(T.ceildiv(N, block_n), n_batch) as (bx, bz):
+            acc = T.alloc_local((block_m, block_n), "float32")
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            cols = T.min(block_n, N - bx * block_n)
+            for k in T.serial(steps):
+                b_index = (
+                    (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
+                )
+                panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
+                cpu_pack(
+                    "b",
+                    "bf16x2",
+                    panel,
+                    io.b.data,
+                    element_offset(io.b, b_index),
+                    b_k_stride,
+                    b_col_stride,
+                    cols,
+                    T.min(block_k, K - k * block_k),
+                )
+            for by in T.serial(T.ceildiv(M, block_m)):
+                rows = T.min(block_m, M - by * block_m)
+                T.clear(acc)
+                for k in T.serial(steps):
+                    depth = T.min(block_k, K - k * block_k)
+                    offset = a_offset(io, a_batch, by, k)
+                    panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
+                    cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth)
+                _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main
 

@@ -64,9 +64,21 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
         spec = spec.as_gemm()  # the implicit GEMM's accumulator and packed panels
     s = schedule
     if isinstance(spec, GemmSpec):
-        from .gemm import cpu_gemm_packs, cpu_pack_elements  # the packed A/B panels of the micro-kernel
+        from .gemm import (
+            cpu_b_shared_by_row_blocks,
+            cpu_gemm_packs,
+            cpu_gemm_pairs,
+            cpu_pack_elements,
+            cpu_reads_a_in_place,
+        )
 
-        packed = sum(cpu_pack_elements(s.block_m, s.block_n, s.block_k)) * 4 if cpu_gemm_packs(spec) else 0
+        # The packed A/B panels of the micro-kernel: bf16 k-pairs take half; a row-major bf16 A is read
+        # in place, and a B packed once for all row blocks lives in the thread's (heap) workspace.
+        packed = 0
+        if cpu_gemm_packs(spec):
+            a_elems, b_elems = cpu_pack_elements(s.block_m, s.block_n, s.block_k, pairs=cpu_gemm_pairs(spec))
+            a_elems = 1 if cpu_reads_a_in_place(spec) else a_elems
+            packed = 4 * (a_elems + (0 if cpu_b_shared_by_row_blocks(spec, s) else b_elems))
         return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed
     if isinstance(spec, AttentionSpec):
         from .gemm import cpu_pack_elements, cpu_pack_suffix  # packed K, Q^T, P and V panels

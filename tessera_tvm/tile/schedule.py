@@ -207,9 +207,9 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
     the blocks is: each block packs its own panels, so rows x cols blocks pack K x (cols x M + rows x N)
     elements (K x cols x M where B is a constant packed ahead, tile/panels.py), least for square blocks (a GPT-2 MLP's 128 x 1024 -> 256 linear in two 128 x 128 blocks,
     not two 64 x 256: 152 -> 164 GFLOP/s)."""
-    from .gemm import CPU_MICRO_TILE
+    from .gemm import cpu_micro_tile
 
-    tile_m, tile_n = CPU_MICRO_TILE
+    tile_m, tile_n = cpu_micro_tile(spec)
     batch = math.prod(spec.batch)
     rows, cols = math.ceil(spec.M / block_m), math.ceil(spec.N / block_n)
     if spec.M * spec.N * spec.K * batch >= CPU_GEMM_SPREAD_MIN_WORK:

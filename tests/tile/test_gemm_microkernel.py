@@ -15,13 +15,14 @@ import pytest
 import tessera_tvm
 from tessera_tvm.target.cpu import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR, compile_cpu
 from tessera_tvm.tile import EpilogueOp, GemmSpec, SpecError, TileSchedule, build_tile_program
-from tessera_tvm.tile.gemm import CPU_MICRO_TILE, CPU_PACK_PAD, cpu_gemm_packs, cpu_packed_b
+from tessera_tvm.tile.gemm import CPU_MICRO_TILE, CPU_PACK_PAD, CPU_PAIRS_MICRO_TILE, cpu_gemm_packs, cpu_packed_b
 from tessera_tvm.tile.panels import PackedPanels, pack_strips
 
 from .conftest import assert_close, random_inputs, run_cpu
 from .test_gemm import BIAS_GELU, reference
 
 MR, NR = CPU_MICRO_TILE  # 14 x 32 on AVX-512
+PMR, PNR = CPU_PAIRS_MICRO_TILE  # bf16 k-pairs: 6 x 64
 
 # Blocks that are and are not multiples of the register tile, K steps that do not divide K.
 SCHEDULES = {
@@ -98,11 +99,16 @@ def test_tile_ir_and_c_source_show_the_micro_kernel():
 
 
 def test_bf16_gemm_packs_k_pairs_for_the_bf16_dot_products():
-    # bf16 x bf16 runs on bf16 k-pairs (vdpbf16ps with AVX512-BF16, fp32 packing without it);
-    # bf16 x f16 mixes dtypes and keeps the fp32 panels.
+    # bf16 x bf16 runs on bf16 k-pairs (vdpbf16ps with AVX512-BF16, fp32 packing without it): B packed
+    # as pairs, a row-major A read in place, a transposed A packed as pairs; bf16 x f16 mixes dtypes
+    # and keeps the fp32 panels.
     pairs = build_tile_program(GemmSpec(64, 64, 31, dtype_a="bfloat16"), SCHEDULES["ragged_blocks"], "c").script()
-    assert '"tessera_cpu_pack_a_bf16x2"' in pairs and '"tessera_cpu_pack_b_bf16x2"' in pairs
-    assert '"tessera_cpu_gemm_bf16x2"' in pairs and "tessera_cpu_gemm_f32" not in pairs
+    assert '"tessera_cpu_pack_b_bf16x2"' in pairs and '"tessera_cpu_gemm_bf16x2_rows"' in pairs
+    assert "tessera_cpu_pack_a" not in pairs and "tessera_cpu_gemm_f32" not in pairs
+    transposed = build_tile_program(
+        GemmSpec(64, 64, 31, dtype_a="bfloat16", transpose_a=True), SCHEDULES["ragged_blocks"], "c"
+    ).script()
+    assert '"tessera_cpu_pack_a_bf16x2"' in transposed and '"tessera_cpu_gemm_bf16x2"' in transposed
     mixed = build_tile_program(
         GemmSpec(64, 64, 31, dtype_a="bfloat16", dtype_b="float16"), SCHEDULES["ragged_blocks"], "c"
     ).script()
@@ -123,6 +129,10 @@ def test_header_and_tile_program_agree_on_the_padding_and_tile():
     rows = int(re.search(r"#define TESSERA_GEMM_MR (\d+)", avx512).group(1))
     vectors = int(re.search(r"#define TESSERA_GEMM_NV (\d+)", avx512).group(1))
     assert (rows, lanes * vectors) == CPU_MICRO_TILE
+    pairs = header[header.index("bf16 pairs") :]
+    rows = int(re.search(r"#define TESSERA_PAIRS_MR (\d+)", pairs).group(1))
+    vectors = int(re.search(r"#define TESSERA_PAIRS_NV (\d+)", pairs).group(1))
+    assert (rows, 16 * vectors) == CPU_PAIRS_MICRO_TILE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,10 +143,10 @@ def test_header_and_tile_program_agree_on_the_padding_and_tile():
 # packer, each with a ragged edge: odd block_k (the last pair of every K step padded with zero),
 # blocks that are not multiples of the register tile.
 PAIR_SCHEDULES = {
-    "odd_block_k": TileSchedule(block_m=3 * MR, block_n=2 * NR, block_k=67),
-    "ragged_blocks": TileSchedule(block_m=2 * MR + 5, block_n=NR + 9, block_k=33),
+    "odd_block_k": TileSchedule(block_m=3 * PMR, block_n=2 * PNR, block_k=67),
+    "ragged_blocks": TileSchedule(block_m=2 * PMR + 5, block_n=PNR + 9, block_k=33),
 }
-PAIR_SHAPES = [(2 * MR + 3, 3 * NR + 7, 141), (16, 16, 32), (MR + 1, 17, 1)]
+PAIR_SHAPES = [(2 * PMR + 3, 3 * PNR + 7, 141), (16, 16, 32), (PMR + 1, 17, 1)]
 
 
 @pytest.mark.parametrize("schedule", sorted(PAIR_SCHEDULES))
@@ -150,6 +160,31 @@ def test_bf16_pairs_edges_and_transposes(shape, transpose, schedule, cpu_config,
     out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=PAIR_SCHEDULES[schedule])["C"]
     # bf16 products are exact in fp32; vdpbf16ps sums them in fp32 (a different order than numpy).
     assert_close(out, reference(spec, arrays), "float32", atol_scale=np.sqrt(K))
+
+
+# Ragged blocks; panels of 320 x 128 pairs (over 32767 floats: an index into one buffer over all of
+# them failed in tl.StorageRewrite).
+SHARED_B_SCHEDULES = {
+    "ragged_blocks": PAIR_SCHEDULES["ragged_blocks"],
+    "large_panels": TileSchedule(block_m=2 * PMR, block_n=256, block_k=256),
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(SHARED_B_SCHEDULES))
+@pytest.mark.parametrize("transpose_b", [False, True], ids=["b", "b_transposed"])
+def test_bf16_b_packed_once_for_all_row_blocks(transpose_b, schedule, cpu_config, tmp_path, monkeypatch):
+    """With A read in place and column blocks enough for the cores, a block packs B's panels for every
+    K step once into the thread's workspace and runs all its column's row blocks over them: ragged
+    row and column blocks, an odd K, a batch, a bias + GELU epilogue."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # column blocks x 2 batches: a multiple of the cores
+    spec = GemmSpec(
+        4 * PMR + 7, 2 * PNR + 22, 301, dtype_a="bfloat16", transpose_b=transpose_b, batch=(2,), epilogue=BIAS_GELU
+    )
+    tile = build_tile_program(spec, SHARED_B_SCHEDULES[schedule], "c").script()
+    assert '"tessera_cpu_workspace"' in tile and '"tessera_cpu_gemm_bf16x2_rows"' in tile
+    arrays = random_inputs(spec, seed=7)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=SHARED_B_SCHEDULES[schedule])["C"]
+    assert_close(out, reference(spec, arrays), spec.dtype_out, atol_scale=np.sqrt(spec.K))
 
 
 # The bf16 entry points of tessera/cpu_gemm.h behind plain C functions, for ctypes.
@@ -171,6 +206,10 @@ extern "C" int32_t gemm(float *acc, int32_t acc_stride, float *a_panel, float *b
                         int32_t depth) {
   return tessera_cpu_gemm_bf16x2(acc, acc_stride, a_panel, b_panel, rows, cols, depth);
 }
+extern "C" int32_t gemm_rows(float *acc, int32_t acc_stride, uint16_t *a, int32_t offset, int32_t row_stride,
+                             float *b_panel, int32_t rows, int32_t cols, int32_t depth) {
+  return tessera_cpu_gemm_bf16x2_rows(acc, acc_stride, a, offset, row_stride, b_panel, rows, cols, depth);
+}
 """
 
 
@@ -179,6 +218,7 @@ def _pairs_shim(out_dir, flags=DEFAULT_CPU_FLAGS):
     p, i = ctypes.c_void_p, ctypes.c_int32
     lib.pack.argtypes = [i, p, p, i, i, i, i, i]
     lib.gemm.argtypes = [p, i, p, p, i, i, i]
+    lib.gemm_rows.argtypes = [p, i, p, i, i, p, i, i, i]
     return lib
 
 
@@ -188,7 +228,7 @@ def pairs_shim(tmp_path_factory):
 
 
 def _pack(lib, operand: str, bits: np.ndarray, offset: int, stride: int, k_stride: int, count: int, depth: int):
-    width = MR if operand == "a" else NR
+    width = PMR if operand == "a" else PNR
     panel = np.full(-(-count // width) * width * depth + 64, 0xDEADBEEF, dtype=np.uint32)
     lib.pack(0 if operand == "a" else 1, panel.ctypes.data, bits.ctypes.data, offset, stride, k_stride, count, depth)
     return panel
@@ -207,7 +247,7 @@ def _expected_pairs(width: int, element, count: int, depth: int) -> np.ndarray:
 
 # (count, depth) inside a larger operand, so a read past either edge would show: one short of and
 # past a 16-lane group and a 16-pair chunk, odd depths.
-PACK_CASES = [(1, 1), (MR, 32), (MR + 3, 33), (NR - 1, 31), (NR + 5, 67), (45, 2)]
+PACK_CASES = [(1, 1), (PMR, 32), (PMR + 3, 33), (PNR - 1, 31), (PNR + 5, 67), (45, 2)]
 
 
 @pytest.mark.parametrize("layout", ["k_contiguous", "elements_contiguous", "strided"])
@@ -229,7 +269,7 @@ def test_bf16_pair_packing_matches_its_definition(case, operand, layout, pairs_s
     }[layout]
     panel = _pack(pairs_shim, operand, bits, offset, stride, k_stride, count, depth)
     expected = _expected_pairs(
-        MR if operand == "a" else NR, lambda i, k: bits[offset + i * stride + k * k_stride], count, depth
+        PMR if operand == "a" else PNR, lambda i, k: bits[offset + i * stride + k * k_stride], count, depth
     )
     np.testing.assert_array_equal(panel[: expected.size], expected)
 
@@ -241,7 +281,7 @@ def test_bf16_pair_entries_with_and_without_bf16_dot_products(native, pairs_shim
     if not native and platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("-mno-avx512bf16 is an x86 flag")
     lib = pairs_shim if native else _pairs_shim(tmp_path, (*DEFAULT_CPU_FLAGS, "-mno-avx512bf16"))
-    M, N, K = MR + 5, NR + 3, 37
+    M, N, K = 2 * PMR + 5, PNR + 3, 37  # edge rows and columns of the register tile, an odd depth
     rng = np.random.default_rng(11)
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
@@ -250,10 +290,18 @@ def test_bf16_pair_entries_with_and_without_bf16_dot_products(native, pairs_shim
     a_bits, b_bits = a.view(np.uint16), b.view(np.uint16)
     lib.pack(0, a_panel.ctypes.data, a_bits.ctypes.data, 0, K, 1, M, K)  # row stride K, k stride 1
     lib.pack(1, b_panel.ctypes.data, b_bits.ctypes.data, 0, 1, N, N, K)  # column stride 1, k stride N
+    # Exact products, fp32 sums in another order than numpy's.
+    expected = a.astype(np.float64) @ b.astype(np.float64)
     acc = np.zeros((M, N), dtype=np.float32)
     lib.gemm(acc.ctypes.data, N, a_panel.ctypes.data, b_panel.ctypes.data, M, N, K)
-    # Exact products, fp32 sums in another order than numpy's.
-    assert_close(acc, a.astype(np.float64) @ b.astype(np.float64), "float32", atol_scale=np.sqrt(K))
+    assert_close(acc, expected, "float32", atol_scale=np.sqrt(K))
+    # A read in place from inside a wider operand whose other elements are NaN: a read past the odd
+    # depth (the last pair's high half) or past the last row would turn the sums into NaN.
+    wide = np.full((M + 1, K + 3), np.nan, dtype=ml_dtypes.bfloat16)
+    wide[:M, 2 : 2 + K] = a
+    acc = np.full((M, N), 1.5, dtype=np.float32)
+    lib.gemm_rows(acc.ctypes.data, N, wide.view(np.uint16).ctypes.data, 2, K + 3, b_panel.ctypes.data, M, N, K)
+    assert_close(acc, expected + 1.5, "float32", atol_scale=np.sqrt(K))
 
 
 # The fp32 pack entries behind a plain C function, for ctypes.

@@ -401,12 +401,21 @@ TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t floats, int64_t at) 
 }
 
 // ------------------------------------------------------------------------------------ bf16 pairs
-// bf16 x bf16 GEMMs: with AVX512-BF16, A and B are packed as pairs of consecutive k (element pair
-// (p, r) of an A strip at p * MR + r holds A[r, 2p] in its low and A[r, 2p + 1] in its high 16 bits;
-// B likewise per column) and the micro-kernel runs vdpbf16ps: per pair, MR x NV dot products of
-// pairs accumulated in fp32 (the CPU's rounding: round to nearest even, bf16 denormals read as zero).
-// An odd depth pads the last pair with zero. The panels take half the floats of the fp32 packing,
-// so the tile program's buffers hold them. Without AVX512-BF16 the same entries pack to fp32.
+// bf16 x bf16 GEMMs: with AVX512-BF16 the micro-kernel runs vdpbf16ps on pairs of consecutive k: per
+// pair, MR x NV dot products of pairs accumulated in fp32 (the CPU's rounding: round to nearest even,
+// bf16 denormals read as zero). B is packed as pairs (element pair (p, c) of a B strip at p * NR + c
+// holds B[2p, c] in its low and B[2p + 1, c] in its high 16 bits; an odd depth pads the last pair with
+// zero). A row-major A is read in place: a pair is one 32-bit word of its row, broadcast from memory
+// (packing A cost 4-5% of a 1024^3 GEMM); a transposed A is packed as pairs in strips of MR rows
+// (pair (p, r) at p * MR + r). The register tile is 6 rows x 4 vectors (oneDNN's brgemm shape): 6 rows
+// read in place stay clear of the L1 set conflicts that 14 rows 4 KiB apart (K = 2048) hit. The
+// panels take half the floats of the fp32 packing. Without AVX512-BF16 the same entries run fp32.
+
+#define TESSERA_PAIRS_MR 6  // 6 x 4 accumulators + 4 B vectors + 1 broadcast of the 32 zmm registers
+#define TESSERA_PAIRS_NV 4
+#define TESSERA_PAIRS_NR (TESSERA_PAIRS_NV * 16)
+static_assert(TESSERA_PAIRS_MR - 1 <= TESSERA_GEMM_PAD && TESSERA_PAIRS_NR - 1 <= TESSERA_GEMM_PAD,
+              "the packed buffers the tile program allocates are too small for the pairs' micro-tile");
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && TESSERA_GEMM_VEC == 16
 
@@ -526,36 +535,55 @@ static inline void tessera_pack_pairs(uint32_t *__restrict pack, const uint16_t 
   }
 }
 
-static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const uint32_t *__restrict b,
-                                            int32_t pairs, float *__restrict c, int64_t ldc, int32_t rows,
-                                            int32_t cols) {
-  const int MR = TESSERA_GEMM_MR, NV = TESSERA_GEMM_NV, VEC = TESSERA_GEMM_VEC;
-  __m512 sum[MR][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
+// The 32-bit word at `p` (2-byte aligned: a k-pair of a bf16 row).
+static inline uint32_t tessera_load_pair(const uint16_t *p) {
+  uint32_t word;
+  memcpy(&word, p, sizeof word);
+  return word;
+}
+
+// c[0:R, 0:cols] += A x B over `pairs` k-pairs, then with `odd` one last k alone (its pair's high half
+// zero). A: R rows of bf16 at `a` with row stride `lda` (Packed: a strip, pair (p, r) at word
+// p * MR + r). B: a packed strip of NR columns, zero past `cols`.
+template <int R, bool Packed>
+static inline void tessera_gemm_micro_pairs(const uint16_t *__restrict a, int64_t lda, const uint32_t *__restrict b,
+                                            int32_t pairs, bool odd, float *__restrict c, int64_t ldc, int32_t cols) {
+  const int MR = TESSERA_PAIRS_MR, NV = TESSERA_PAIRS_NV, VEC = 16;
+  __m512 sum[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       sum[r][v] = _mm512_setzero_ps();
     }
   }
-  for (int32_t p = 0; p < pairs; ++p) {
+  // One k-pair step; `word(r)` is row r's pair.
+  auto step = [&](int32_t p, auto word) __attribute__((always_inline)) {
     __m512bh bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       bv[v] = (__m512bh)_mm512_loadu_si512((const void *)(b + (int64_t)p * NV * VEC + v * VEC));
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(int64_t)p * MR + r]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32((int)word(r));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         sum[r][v] = _mm512_dpbf16_ps(sum[r][v], x, bv[v]);
       }
     }
+  };
+  for (int32_t p = 0; p < pairs; ++p) {
+    step(p, [&](int r) __attribute__((always_inline)) {
+      return tessera_load_pair(Packed ? a + 2 * ((int64_t)p * MR + r) : a + r * lda + 2 * p);
+    });
   }
-  if (rows == MR && cols == NV * VEC) {
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+  if (odd) {  // the last k alone: its row may end there
+    step(pairs, [&](int r) __attribute__((always_inline)) { return (uint32_t)a[r * lda + 2 * pairs]; });
+  }
+  if (cols == NV * VEC) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         float *dst = c + r * ldc + v * VEC;
@@ -564,41 +592,78 @@ static inline void tessera_gemm_micro_pairs(const uint32_t *__restrict a, const 
     }
     return;
   }
-  // An edge tile: masked vector adds of its live rows and columns (skinny GEMMs have many of them).
+  // An edge tile: masked vector adds of its live columns (skinny GEMMs have many of them).
   __mmask16 live[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     const int32_t lanes = cols - v * VEC;
     live[v] = (__mmask16)tessera_lanes(lanes < 0 ? 0 : lanes);
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r < rows) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float *dst = c + r * ldc + v * VEC;
-        _mm512_mask_storeu_ps(dst, live[v], _mm512_add_ps(_mm512_maskz_loadu_ps(live[v], dst), sum[r][v]));
-      }
+    for (int v = 0; v < NV; ++v) {
+      float *dst = c + r * ldc + v * VEC;
+      _mm512_mask_storeu_ps(dst, live[v], _mm512_add_ps(_mm512_maskz_loadu_ps(live[v], dst), sum[r][v]));
     }
   }
 }
 
+// acc[0:rows, 0:cols] += A x B over `depth`: the micro-kernel over every MR x NR tile, a register tile
+// of the live rows only at the bottom edge. A: row-major bf16 at `a` with row stride `lda` (Packed:
+// strips of MR rows packed as pairs), B: strips of NR columns packed as pairs.
+template <bool Packed>
+static inline void tessera_gemm_pairs(float *acc, int64_t acc_stride, const uint16_t *a, int64_t lda,
+                                      const uint32_t *b_pack, int32_t rows, int32_t cols, int32_t depth) {
+  const int MR = TESSERA_PAIRS_MR, NR = TESSERA_PAIRS_NR;
+  const int32_t steps = (depth + 1) / 2;  // pairs of a packed strip, the last one padded for an odd depth
+  const int32_t pairs = Packed ? steps : depth / 2;
+  const bool odd = !Packed && depth % 2;
+  for (int32_t j = 0; j < cols; j += NR) {
+    const int32_t live_cols = cols - j < NR ? cols - j : NR;
+    const uint32_t *b = b_pack + (int64_t)j * steps;
+    for (int32_t i = 0; i < rows; i += MR) {
+      const uint16_t *strip = Packed ? a + (int64_t)2 * i * steps : a + i * lda;
+      float *c = acc + i * acc_stride + j;
+      switch (rows - i < MR ? rows - i : MR) {
+        case 1: tessera_gemm_micro_pairs<1, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
+        case 2: tessera_gemm_micro_pairs<2, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
+        case 3: tessera_gemm_micro_pairs<3, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
+        case 4: tessera_gemm_micro_pairs<4, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
+        case 5: tessera_gemm_micro_pairs<5, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
+        default: tessera_gemm_micro_pairs<6, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols);
+      }
+    }
+  }
+}
+static_assert(TESSERA_PAIRS_MR == 6, "tessera_gemm_pairs dispatches the edge rows of a 6-row register tile");
+
+// A transposed A, packed as pairs in strips of MR rows (a row-major A is read in place instead).
 TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
                                                           int64_t k_stride, int32_t rows, int32_t depth) {
-  tessera_pack_pairs<TESSERA_GEMM_MR>((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
+  tessera_pack_pairs<TESSERA_PAIRS_MR>((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
   return 0;
 }
 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
                                                           int64_t col_stride, int32_t cols, int32_t depth) {
-  tessera_pack_pairs<TESSERA_GEMM_NR>((uint32_t *)pack, (const uint16_t *)b + offset, col_stride, k_stride, cols, depth);
+  tessera_pack_pairs<TESSERA_PAIRS_NR>((uint32_t *)pack, (const uint16_t *)b + offset, col_stride, k_stride, cols, depth);
   return 0;
 }
 
+// acc += A x B, A packed by tessera_cpu_pack_a_bf16x2.
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                         int32_t rows, int32_t cols, int32_t depth) {
-  tessera_gemm_strips<uint32_t, tessera_gemm_micro_pairs>(acc, acc_stride, (const uint32_t *)a_pack,
-                                                         (const uint32_t *)b_pack, rows, cols, (depth + 1) / 2);
+  tessera_gemm_pairs<true>(acc, acc_stride, (const uint16_t *)a_pack, 0, (const uint32_t *)b_pack, rows, cols, depth);
+  return 0;
+}
+
+// acc += A x B, A row-major bf16 read in place: its `rows` rows from a + offset, `row_stride` apart.
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
+                                                             int64_t row_stride, float *b_pack, int32_t rows,
+                                                             int32_t cols, int32_t depth) {
+  tessera_gemm_pairs<false>(acc, acc_stride, (const uint16_t *)a + offset, row_stride, (const uint32_t *)b_pack, rows,
+                            cols, depth);
   return 0;
 }
 
@@ -617,6 +682,21 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t 
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                         int32_t rows, int32_t cols, int32_t depth) {
   return tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+}
+
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
+                                                             int64_t row_stride, float *b_pack, int32_t rows,
+                                                             int32_t cols, int32_t depth) {
+  // Packs A to fp32 (a heap panel: worker threads have small stacks) for the fp32 micro-kernel.
+  const int MR = TESSERA_GEMM_MR;
+  float *a_pack = (float *)malloc(sizeof(float) * (size_t)((rows + MR - 1) / MR * MR) * (size_t)depth);
+  if (a_pack == nullptr) {
+    return -1;
+  }
+  tessera_cpu_pack_a_bf16(a_pack, a, offset, row_stride, 1, rows, depth);
+  tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
+  free(a_pack);
+  return 0;
 }
 
 #endif
