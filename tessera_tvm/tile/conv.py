@@ -35,7 +35,7 @@ from .gemm import (
     cpu_pack_suffix,
     declare_gemm_params,
 )
-from .schedule import TileSchedule
+from .schedule import TileSchedule, _cores_evenly_busy, _round_up
 from .specs import Conv2dSpec
 
 
@@ -167,7 +167,7 @@ def direct_layout(spec: Conv2dSpec, rows: int) -> dict[str, int]:
         "slack": slack,
         "xpad": spec.C // spec.groups * plane + slack,
         "pixels": pixels,
-        "acc_stride": -(-pixels // 16) * 16 + DIRECT_SLACK,
+        "acc_stride": _round_up(pixels, 16) + DIRECT_SLACK,
     }
 
 
@@ -191,10 +191,6 @@ DIRECT_ACC_FLOATS = 112 * 1024
 DIRECT_BLOCK_K = 576
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def direct_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> TileSchedule:
     """``schedule`` with the direct program's blocks for ``spec``: up to 64 output channels (whole register strips) by
     as many output rows as the accumulator holds, split until every core has a block (a multiple of
@@ -207,7 +203,7 @@ def direct_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> Til
     rows = max(1, min(spec.OH, (DIRECT_ACC_FLOATS // block_m - 2 * DIRECT_SLACK) // padded_w))
     row_blocks = -(-spec.OH // rows)
     others = -(-group_out // block_m) * spec.groups * (spec.N if isinstance(spec.N, int) else 1)
-    while rows > 1 and ((blocks := row_blocks * others) < cores or (blocks < 4 * cores and blocks % cores)):
+    while rows > 1 and not _cores_evenly_busy(row_blocks * others, cores):
         row_blocks += 1
         rows = -(-spec.OH // row_blocks)
     rows = -(-spec.OH // -(-spec.OH // rows))  # even: 56 rows in 2 blocks of 28

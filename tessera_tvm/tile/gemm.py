@@ -38,7 +38,7 @@ from .common import (
     unravel,
 )
 from .panels import PackedPanels
-from .schedule import TileSchedule
+from .schedule import TileSchedule, _cores_evenly_busy
 from .specs import GemmSpec
 
 
@@ -333,6 +333,13 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
         index = (*a_batch, k * block_k, by * block_m) if spec.transpose_a else (*a_batch, by * block_m, k * block_k)
         return element_offset(io.a, index)
 
+    def pack_b(io, b_pack, b_batch, bx, k, cols, depth):
+        """K step ``k``'s panel of B for column block ``bx`` (a transposed B is read through its strides)."""
+        index = (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
+        return cpu_pack(
+            "b", dtype_b, b_pack, io.b.data, element_offset(io.b, index), b_k_stride, b_col_stride, cols, depth
+        )
+
     def pack_a(io, a_pack, a_batch, by, k, rows, depth):
         """K step ``k``'s panel of A for row block ``by`` (a transposed A is read through its strides)."""
         return cpu_pack(
@@ -342,7 +349,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     if spec.packed_b is not None:
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
     if cpu_b_shared_by_row_blocks(spec, s):
-        return _gemm_cpu_pairs_shared_b(spec, s, a_offset, a_row_stride, b_k_stride, b_col_stride)
+        return _gemm_cpu_pairs_shared_b(spec, s, a_offset, pack_b, a_row_stride)
 
     @prim_func
     def main():
@@ -357,20 +364,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
             T.clear(acc)
             for k in T.serial(T.ceildiv(K, block_k)):
                 depth = T.min(block_k, K - k * block_k)
-                b_index = (
-                    (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
-                )
-                cpu_pack(
-                    "b",
-                    dtype_b,
-                    b_pack,
-                    io.b.data,
-                    element_offset(io.b, b_index),
-                    b_k_stride,
-                    b_col_stride,
-                    cols,
-                    depth,
-                )
+                pack_b(io, b_pack, b_batch, bx, k, cols, depth)
                 if a_in_place:
                     cpu_gemm_rows(
                         acc, block_n, io.a.data, a_offset(io, a_batch, by, k), a_row_stride, b_pack, rows, cols, depth
@@ -393,9 +387,8 @@ def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
         return False
     if not all(isinstance(dim, int) for dim in (spec.M, spec.N, spec.K)):
         return False
-    cores = os.cpu_count() or 1
     blocks = math.ceil(spec.N / s.block_n) * math.prod(spec.batch)
-    return spec.M > s.block_m and blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores)
+    return spec.M > s.block_m and _cores_evenly_busy(blocks, os.cpu_count() or 1)
 
 
 def _workspace_panel(floats: int, at, size: int):
@@ -406,7 +399,7 @@ def _workspace_panel(floats: int, at, size: int):
     return pointer_buffer(address, (size,), "float32")
 
 
-def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_stride, b_k_stride, b_col_stride):
+def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_stride):
     """The bf16 x bf16 CPU GEMM with A read in place, a block per column of ``block_n`` columns (and
     batch): it packs B's panels for every K step once, into the thread's workspace
     (``tessera_cpu_workspace``), then runs its row blocks over them one after another (a block per
@@ -425,21 +418,8 @@ def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, a_row_st
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
             cols = T.min(block_n, N - bx * block_n)
             for k in T.serial(steps):
-                b_index = (
-                    (*b_batch, bx * block_n, k * block_k) if spec.transpose_b else (*b_batch, k * block_k, bx * block_n)
-                )
                 panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
-                cpu_pack(
-                    "b",
-                    "bf16x2",
-                    panel,
-                    io.b.data,
-                    element_offset(io.b, b_index),
-                    b_k_stride,
-                    b_col_stride,
-                    cols,
-                    T.min(block_k, K - k * block_k),
-                )
+                pack_b(io, panel, b_batch, bx, k, cols, T.min(block_k, K - k * block_k))
             for by in T.serial(T.ceildiv(M, block_m)):
                 rows = T.min(block_m, M - by * block_m)
                 T.clear(acc)

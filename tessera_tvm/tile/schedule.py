@@ -214,8 +214,7 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
     rows, cols = math.ceil(spec.M / block_m), math.ceil(spec.N / block_n)
     if spec.M * spec.N * spec.K * batch >= CPU_GEMM_SPREAD_MIN_WORK:
         cores = os.cpu_count() or 1
-        # At least one block per core, and a multiple of the cores while there are fewer than 4 per core.
-        while (blocks := rows * cols * batch) < cores or (blocks < 4 * cores and blocks % cores):
+        while not _cores_evenly_busy(rows * cols * batch, cores):
             can_rows, can_cols = spec.M >= (rows + 1) * tile_m, spec.N >= (cols + 1) * tile_n
             if can_rows and (not can_cols or spec.M / rows >= spec.N / cols):
                 rows += 1
@@ -260,8 +259,7 @@ def _cpu_kv_packs(spec: AttentionSpec, block_m: int) -> int:
     cores = os.cpu_count() or 1
     heads = spec.B * spec.H_kv
     for packs in range(1, query_blocks + 1):
-        blocks = heads * packs
-        if blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores):
+        if _cores_evenly_busy(heads * packs, cores):
             reused = math.ceil(query_blocks / packs) * spec.groups  # (query block, head)s per packing
             return packs if reused >= 2 else 0
     return 0
@@ -269,6 +267,13 @@ def _cpu_kv_packs(spec: AttentionSpec, block_m: int) -> int:
 
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
+
+
+def _cores_evenly_busy(blocks: int, cores: int) -> bool:
+    """Whether ``blocks`` blocks of equal work, run in parallel, keep ``cores`` cores equally busy: at
+    least one each, and a multiple of the cores while there are fewer than 4 per core (the CPU
+    programs' rule for splitting a grid)."""
+    return blocks >= cores and (blocks % cores == 0 or blocks >= 4 * cores)
 
 
 def _pow2_at_least(n: int, floor: int) -> int:
