@@ -348,6 +348,10 @@ def _grid(spec: KernelSpec, t: TileSchedule, gpu: bool) -> tuple[int, int, int]:
     return cdiv(rows, t.block_m), 1, 1
 
 
+#: Where a CPU program keeps an operand it packs once per block (not per K step): its thread's workspace.
+_PACKED_ONCE = "global -> workspace (packed once per block)"
+
+
 def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple[str, str], ...]:
     """Where each operand lives while the kernel runs."""
     copy = "TMA" if config.fact("tma") else ("cp.async" if config.fact("cp_async") else "global loads")
@@ -368,7 +372,7 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
             shared = cpu_b_shared_by_row_blocks(spec, t)
             out += [
                 (a.name, "global"),
-                (b.name, "global -> workspace (packed once per block)" if shared else "global"),
+                (b.name, _PACKED_ONCE if shared else "global"),
                 ("acc", f"local ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
             ]
         out += [(p.name, "global (read in the epilogue)") for p in spec.inputs()[2:]]
@@ -385,8 +389,8 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
         else:
             out += [
                 (q.name, "global"),
-                (k.name, "global -> workspace (packed once per block)" if t.kv_packs_per_head else "global"),
-                (v.name, "global -> workspace (packed once per block)" if t.kv_packs_per_head else "global"),
+                (k.name, _PACKED_ONCE if t.kv_packs_per_head else "global"),
+                (v.name, _PACKED_ONCE if t.kv_packs_per_head else "global"),
                 ("acc", f"local ({t.block_m}x{spec.D} f32, running max/sum per row)"),
             ]
         out += [(p.name, "global (read as the scores are scaled)") for p in spec.inputs()[3:]]
