@@ -97,6 +97,14 @@ class DeviceKernel:
 _NUMPY_DLPACK = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
+def _bf16_through_torch(array: np.ndarray) -> Any:
+    """A bf16 numpy array (ml_dtypes, which has no DLPack) as a torch bf16 tensor over the same memory,
+    which tvm-ffi takes: its bits viewed as uint16, then as bf16 (no copy)."""
+    import torch
+
+    return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+
+
 @dataclass(frozen=True)
 class Launch:
     """One fused kernel's run, prepared once per instance: the graph values it reads (as its tile
@@ -140,10 +148,12 @@ class Instance:
 
     @functools.cached_property
     def host_entry(self) -> tuple[Any, Any, bool] | None:
-        """``(function, plan, takes_numpy)``: the tvm-ffi entry that runs every device kernel in one
-        call (its backend's ``linked_module``, CPU), and whether numpy can hand it every argument
-        (not bf16: ml_dtypes has no DLPack). None where there is none: another backend, a kernel not
-        built, or a plan the entry cannot run."""
+        """``(function, plan, bf16)``: the tvm-ffi entry that runs every device kernel in one call (its
+        backend's ``linked_module``, CPU), and ``bf16`` the positions of its bf16 arguments (inputs,
+        then outputs) where numpy arrays can be handed to it, False where they cannot: those of
+        DLPack's dtypes go as they are, bf16 ones as torch views of the same memory (ml_dtypes has
+        no DLPack); fp8 cannot (the CPU programs take it as float32). None where there is no entry:
+        another backend, a kernel not built, or a plan the entry cannot run."""
         from tessera_tvm.target.backend import backend_for
         from tessera_tvm.target.module import ModuleError
 
@@ -157,8 +167,9 @@ class Instance:
             plan = module_plan(self)
         except ModuleError:
             return None
-        takes_numpy = all(t.dtype in _NUMPY_DLPACK for t in (*plan.inputs, *plan.outputs))
-        return link(plan, libraries), plan, takes_numpy
+        dtypes = [t.dtype for t in (*plan.inputs, *plan.outputs)]
+        takes_numpy = set(dtypes) <= {*_NUMPY_DLPACK, "bfloat16"}
+        return link(plan, libraries), plan, takes_numpy and tuple(i for i, d in enumerate(dtypes) if d == "bfloat16")
 
     @functools.cached_property
     def gpu_entry(self) -> tuple[Any, Any] | None:
@@ -193,17 +204,20 @@ class Instance:
         entry = self.host_entry
         if entry is None:
             return None
-        function, plan, takes_numpy = entry
+        function, plan, bf16 = entry
         if len(arrays) != len(plan.inputs):
             return None
         if arrays and all(type(a) is np.ndarray for a in arrays):
-            if not takes_numpy:
+            if bf16 is False:
                 return None
             for array, t in zip(arrays, plan.inputs, strict=True):
                 if not (array.dtype.name == t.dtype and array.shape == t.shape and array.flags.c_contiguous):
                     return None
             arrays = [readable(a) for a in arrays]
-            outs = [np.empty(t.shape, t.dtype) for t in plan.outputs]
+            outs = [np.empty(t.shape, _numpy_dtype(t.dtype)) for t in plan.outputs]
+            args = [*arrays, *outs]
+            for i in bf16:
+                args[i] = _bf16_through_torch(args[i])
         elif exact_only:  # the caller has not checked the arguments: numpy arrays only
             return None
         else:  # torch CPU tensors (_check_args let nothing else through)
@@ -212,7 +226,8 @@ class Instance:
             from .gpu import torch_dtype
 
             outs = [torch.empty(t.shape, dtype=torch_dtype(t.dtype)) for t in plan.outputs]
-        function(*arrays, *outs)
+            args = [*arrays, *outs]
+        function(*args)
         return tuple(outs) if self.graph.simplified.tuple_output else outs[0]
 
     def run(
