@@ -1,12 +1,19 @@
-// The machine's arithmetic peak, for bench.py's "of peak" column: an FMA-bound loop in f32 and, where
-// the CPU has AVX512-BF16, a loop of bf16 dot products (vdpbf16ps), each on `threads` threads.
+// The machine's arithmetic peak, for bench.py's "of peak" column: an FMA-bound loop in f32, where
+// the CPU has AVX512-BF16 a loop of bf16 dot products (vdpbf16ps), and where it has AMX-BF16 a loop
+// of tile dot products (tdpbf16ps), each on `threads` threads.
 //
-//   peak <threads> <seconds>   prints "f32 <GFLOP/s>" and "bf16 <GFLOP/s>" (0 without bf16 dot products)
+//   peak <threads> <seconds>   prints "f32 <GFLOP/s>", "bf16 <GFLOP/s>" and "amx_bf16 <GFLOP/s>" (0
+//                              where the CPU, or Linux for AMX, has no such unit)
 //
 // Each thread keeps 12 independent accumulator registers so the FMA latency is hidden behind the
 // throughput (the chain loop fully unrolled, so they stay in registers); the multiplier and addend are read from volatile memory so the compiler cannot fold the
 // loop. Built by bench/peak.py with g++ -O2 -march=native.
 #include <immintrin.h>
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -79,6 +86,54 @@ double bf16_loop(long blocks, float* sink) {
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+// AMX: tdpbf16ps on four 16 x 16 fp32 accumulator tiles from two A and two B tiles that stay in the
+// tile registers (16 rows x 32 bf16 each): 16 * 16 * 32 * 2 FLOPs an instruction.
+struct alignas(64) TileConfig {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+bool amx_granted() {  // Linux hands a process the tile registers only when asked
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+
+double amx_loop(long blocks, float* sink) {
+  TileConfig config = {};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) static thread_local uint16_t operand[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) operand[i] = 0x3f80;  // 1.0
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const long inner = kInner / 16;
+  for (long b = 0; b < blocks; ++b) {
+    for (long k = 0; k < inner; ++k) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  *sink = out[0];
+  return 4.0 * 16 * 16 * 32 * 2 * double(inner) * double(blocks);
+}
+#endif
+
 // GFLOP/s of `loop` on `threads` threads: each first times one block, then runs blocks for ~seconds.
 template <typename Loop>
 double measure(Loop loop, int threads, double seconds) {
@@ -121,6 +176,11 @@ int main(int argc, char** argv) {
   std::printf("bf16 %.1f\n", measure(bf16_loop, threads, seconds));
 #else
   std::printf("bf16 0\n");
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+  std::printf("amx_bf16 %.1f\n", amx_granted() ? measure(amx_loop, threads, seconds) : 0.0);
+#else
+  std::printf("amx_bf16 0\n");
 #endif
   return 0;
 }

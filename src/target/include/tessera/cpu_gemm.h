@@ -41,6 +41,7 @@ class half;
 }
 using half_float::half;
 
+#include "cpu_amx.h"       // the tile unit of the bf16 GEMM where the CPU has AMX
 #include "cpu_parallel.h"  // TESSERA_EXTERN_C
 
 #if defined(__AVX512F__)
@@ -609,21 +610,23 @@ static inline void tessera_gemm_micro_pairs(const uint16_t *__restrict a, int64_
   }
 }
 
-// acc[0:rows, 0:cols] += A x B over `depth`: the micro-kernel over every MR x NR tile, a register tile
-// of the live rows only at the bottom edge. A: row-major bf16 at `a` with row stride `lda` (Packed:
-// strips of MR rows packed as pairs), B: strips of NR columns packed as pairs.
+// acc[0:rows, 0:cols] += A x B over `depth` from k-pair `first` on (0 for a packed A): the micro-kernel
+// over every MR x NR tile, a register tile of the live rows only at the bottom edge. A: row-major bf16
+// at `a` with row stride `lda` (Packed: strips of MR rows packed as pairs), B: strips of NR columns
+// packed as pairs.
 template <bool Packed>
 static inline void tessera_gemm_pairs(float *acc, int64_t acc_stride, const uint16_t *a, int64_t lda,
-                                      const uint32_t *b_pack, int32_t rows, int32_t cols, int32_t depth) {
+                                      const uint32_t *b_pack, int32_t rows, int32_t cols, int32_t depth,
+                                      int32_t first = 0) {
   const int MR = TESSERA_PAIRS_MR, NR = TESSERA_PAIRS_NR;
   const int32_t steps = (depth + 1) / 2;  // pairs of a packed strip, the last one padded for an odd depth
-  const int32_t pairs = Packed ? steps : depth / 2;
+  const int32_t pairs = Packed ? steps : depth / 2 - first;
   const bool odd = !Packed && depth % 2;
   for (int32_t j = 0; j < cols; j += NR) {
     const int32_t live_cols = cols - j < NR ? cols - j : NR;
-    const uint32_t *b = b_pack + (int64_t)j * steps;
+    const uint32_t *b = b_pack + (int64_t)j * steps + (int64_t)first * NR;
     for (int32_t i = 0; i < rows; i += MR) {
-      const uint16_t *strip = Packed ? a + (int64_t)2 * i * steps : a + i * lda;
+      const uint16_t *strip = Packed ? a + (int64_t)2 * i * steps : a + i * lda + 2 * first;
       float *c = acc + i * acc_stride + j;
       switch (rows - i < MR ? rows - i : MR) {
         case 1: tessera_gemm_micro_pairs<1, Packed>(strip, lda, b, pairs, odd, c, acc_stride, live_cols); break;
@@ -659,11 +662,28 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_
 }
 
 // acc += A x B, A row-major bf16 read in place: its `rows` rows from a + offset, `row_stride` apart.
+// With AMX (cpu_amx.h): the whole 16-row groups over the whole 32-k steps on the tile unit, the rest of
+// the rows and of the k on the micro-kernel.
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
                                                              int64_t row_stride, float *b_pack, int32_t rows,
                                                              int32_t cols, int32_t depth) {
-  tessera_gemm_pairs<false>(acc, acc_stride, (const uint16_t *)a + offset, row_stride, (const uint32_t *)b_pack, rows,
-                            cols, depth);
+  const uint16_t *rows_a = (const uint16_t *)a + offset;
+  const uint32_t *b = (const uint32_t *)b_pack;
+#if defined(TESSERA_AMX)
+  const int32_t tile_rows = rows / 16 * 16, tile_steps = depth / 32;
+  if (tile_rows > 0 && tile_steps > 0 && tessera_amx_state() == 1) {
+    tessera_amx_gemm_pairs(acc, acc_stride, rows_a, row_stride, b, (depth + 1) / 2, tile_rows, cols, tile_steps);
+    if (depth > 32 * tile_steps) {
+      tessera_gemm_pairs<false>(acc, acc_stride, rows_a, row_stride, b, tile_rows, cols, depth, 16 * tile_steps);
+    }
+    if (rows > tile_rows) {
+      tessera_gemm_pairs<false>(acc + (int64_t)tile_rows * acc_stride, acc_stride, rows_a + tile_rows * row_stride,
+                                row_stride, b, rows - tile_rows, cols, depth);
+    }
+    return 0;
+  }
+#endif
+  tessera_gemm_pairs<false>(acc, acc_stride, rows_a, row_stride, b, rows, cols, depth);
   return 0;
 }
 
