@@ -90,6 +90,11 @@ def apply_epilogue(
         elif op.kind == "min_scalar":
             value = nan_min(value, const(op.value, compute))
         elif op.kind == "cast":
+            if compute.startswith("int") and not op.dtype.startswith("int"):
+                # An integer accumulator cast to a float (a dequantisation): the steps after it compute
+                # in float32 (in int32, a scale of 0.25 became 0).
+                value, compute = T.cast(value, "float32"), "float32"
+                zero = T.cast(0, compute)
             value = round_to(value, op.dtype, compute)
         else:
             value = unary(op.kind, value, compute, host=host)
@@ -163,8 +168,16 @@ _CPU_PACK_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
 def cpu_gemm_packs(spec: GemmSpec) -> bool:
-    """Whether the CPU GEMM of ``spec`` runs the packed micro-kernel (else serial loops)."""
-    return spec.dtype_acc == "float32" and spec.dtype_a in _CPU_PACK_DTYPES and spec.dtype_b in _CPU_PACK_DTYPES
+    """Whether the CPU GEMM of ``spec`` runs a packed micro-kernel (else serial loops)."""
+    floats = spec.dtype_acc == "float32" and spec.dtype_a in _CPU_PACK_DTYPES and spec.dtype_b in _CPU_PACK_DTYPES
+    return floats or cpu_gemm_quads(spec)
+
+
+def cpu_gemm_quads(spec: GemmSpec) -> bool:
+    """Whether the CPU GEMM of ``spec`` runs on int8 k-quads (int8 x int8 -> int32 with A row-major:
+    tessera/cpu_int8.h, vpdpbusd with AVX512-VNNI, AMX tiles where the CPU has them); a transposed A
+    keeps the serial loops."""
+    return spec.dtype_a == spec.dtype_b == "int8" and spec.dtype_acc == "int32" and not spec.transpose_a
 
 
 def cpu_pack_suffix(dtype: str) -> str | None:
@@ -174,25 +187,32 @@ def cpu_pack_suffix(dtype: str) -> str | None:
 
 def cpu_gemm_pairs(spec: GemmSpec) -> bool:
     """Whether the CPU GEMM of ``spec`` runs on bf16 k-pairs (bf16 x bf16: vdpbf16ps with AVX512-BF16)."""
-    return cpu_gemm_packs(spec) and _CPU_PACK_DTYPES[spec.dtype_a] == _CPU_PACK_DTYPES[spec.dtype_b] == "bf16"
+    return spec.dtype_acc == "float32" and spec.dtype_a == spec.dtype_b == "bfloat16"
+
+
+def cpu_k_per_word(spec: GemmSpec) -> int:
+    """Consecutive k in a 32-bit word of the CPU GEMM's packed B: 2 (bf16 k-pairs), 4 (int8 k-quads),
+    else 1 (fp32 panels)."""
+    return 2 if cpu_gemm_pairs(spec) else 4 if cpu_gemm_quads(spec) else 1
 
 
 def cpu_micro_tile(spec: GemmSpec) -> tuple[int, int]:
     """Rows x columns of the register tile the CPU GEMM of ``spec`` runs (blocks are rounded to it)."""
-    return CPU_PAIRS_MICRO_TILE if cpu_gemm_pairs(spec) else CPU_MICRO_TILE
+    return CPU_PAIRS_MICRO_TILE if cpu_k_per_word(spec) > 1 else CPU_MICRO_TILE  # int8 quads: the same 6 x 64
 
 
-def cpu_pack_elements(block_m: int, block_n: int, block_k: int, *, pairs: bool = False) -> tuple[int, int]:
-    """fp32 elements of the packed A and B panels of a CPU GEMM block (``pairs``: 32-bit bf16 k-pairs,
-    half as many)."""
-    depth = (block_k + 1) // 2 if pairs else block_k
+def cpu_pack_elements(block_m: int, block_n: int, block_k: int, *, per_word: int = 1) -> tuple[int, int]:
+    """fp32 elements (32-bit words) of the packed A and B panels of a CPU GEMM block, ``per_word`` k
+    in a word (:func:`cpu_k_per_word`: bf16 k-pairs take half as many, int8 k-quads a quarter)."""
+    depth = -(-block_k // per_word)
     return (block_m + CPU_PACK_PAD) * depth, (block_n + CPU_PACK_PAD) * depth
 
 
 def cpu_reads_a_in_place(spec: GemmSpec) -> bool:
     """Whether the CPU GEMM of ``spec`` reads A where it is instead of packing it: a row-major bf16 A
-    of a bf16 x bf16 GEMM, whose k-pairs are 32-bit words of its rows (``tessera_cpu_gemm_bf16x2_rows``)."""
-    return cpu_gemm_pairs(spec) and not spec.transpose_a
+    of a bf16 x bf16 GEMM, whose k-pairs are 32-bit words of its rows (``tessera_cpu_gemm_bf16x2_rows``),
+    and a row-major int8 A of an int8 GEMM (k-quads: ``tessera_cpu_gemm_s8x4_rows``)."""
+    return cpu_k_per_word(spec) > 1 and not spec.transpose_a
 
 
 def _panel_address(panel):
@@ -237,13 +257,14 @@ def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=Fals
     )
 
 
-def cpu_gemm_rows(acc, row_stride, a, a_offset, a_row_stride, b_panel, rows, cols, depth):
+def cpu_gemm_rows(acc, row_stride, a, a_offset, a_row_stride, b_panel, rows, cols, depth, *, quads=False):
     """``tessera_cpu_gemm_bf16x2_rows`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``,
     A the ``rows`` rows of a row-major bf16 operand from ``a`` + ``a_offset``, ``a_row_stride`` elements
-    apart (offset and stride int64), read in place; B a panel of k-pairs packed by :func:`cpu_pack`."""
+    apart (offset and stride int64), read in place; B a panel of k-pairs packed by :func:`cpu_pack`.
+    ``quads``: ``tessera_cpu_gemm_s8x4_rows`` (tessera/cpu_int8.h), int8 A and k-quads, int32 ``acc``."""
     return T.call_extern(
         "int32",
-        "tessera_cpu_gemm_bf16x2_rows",
+        "tessera_cpu_gemm_s8x4_rows" if quads else "tessera_cpu_gemm_bf16x2_rows",
         T.address_of(acc[0, 0]),
         row_stride,
         a,
@@ -280,7 +301,7 @@ def cpu_packed_b(spec: GemmSpec, s: TileSchedule) -> PackedPanels | None:
     (the CPU backend's ``packed_weights`` hook), None where it packs B itself: the serial loops, bf16 x
     bf16 (k-pairs, which only CPUs with AVX512-BF16 read), a dim that stays symbolic. The strips are
     the AVX-512 register tile's columns; a kernel built where NR differs repacks them."""
-    if not cpu_gemm_packs(spec) or cpu_gemm_pairs(spec) or spec.packed_b is not None:
+    if not cpu_gemm_packs(spec) or cpu_k_per_word(spec) > 1 or spec.packed_b is not None:
         return None
     if not (isinstance(spec.N, int) and isinstance(spec.K, int)):
         return None
@@ -314,14 +335,16 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
-    dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
-    # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none), a
-    # row-major A read in place.
-    pairs = cpu_gemm_pairs(spec)
+    # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none); int8 x
+    # int8: k-quads and an int32 accumulator; both with a row-major A read in place.
+    pairs, quads = cpu_gemm_pairs(spec), cpu_gemm_quads(spec)
     a_in_place = cpu_reads_a_in_place(spec)
-    if pairs:
-        dtype_a = dtype_b = "bf16x2"
-    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, pairs=pairs)
+    if pairs or quads:
+        dtype_a = dtype_b = "bf16x2" if pairs else "s8x4"
+    else:
+        dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
+    acc_dtype = "int32" if quads else "float32"
+    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, per_word=cpu_k_per_word(spec))
     # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
     a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
     b_strides = _row_major_strides((N, K) if spec.transpose_b else (K, N))
@@ -349,13 +372,13 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     if spec.packed_b is not None:
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
     if cpu_b_shared_by_row_blocks(spec, s):
-        return _gemm_cpu_pairs_shared_b(spec, s, a_offset, pack_b, a_row_stride)
+        return _gemm_cpu_shared_b(spec, s, a_offset, pack_b, a_row_stride)
 
     @prim_func
     def main():
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
-            acc = T.alloc_local((block_m, block_n), "float32")
+            acc = T.alloc_local((block_m, block_n), acc_dtype)
             a_pack = T.alloc_local((1 if a_in_place else a_elems,), "float32")
             b_pack = T.alloc_local((b_elems,), "float32")
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
@@ -366,9 +389,8 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
                 depth = T.min(block_k, K - k * block_k)
                 pack_b(io, b_pack, b_batch, bx, k, cols, depth)
                 if a_in_place:
-                    cpu_gemm_rows(
-                        acc, block_n, io.a.data, a_offset(io, a_batch, by, k), a_row_stride, b_pack, rows, cols, depth
-                    )
+                    offset = a_offset(io, a_batch, by, k)
+                    cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, b_pack, rows, cols, depth, quads=quads)
                 else:
                     pack_a(io, a_pack, a_batch, by, k, rows, depth)
                     cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
@@ -379,7 +401,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
 
 def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
     """Whether the CPU GEMM of ``spec`` under ``s`` packs B once for all row blocks of a column: a
-    bf16 x bf16 GEMM with A read in place whose column blocks alone give every core equal work (as
+    bf16 x bf16 or int8 GEMM with A read in place whose column blocks alone give every core equal work (as
     many as the cores, a multiple of them, or 4 per core or more) and has more than one row block."""
     import os
 
@@ -399,22 +421,23 @@ def _workspace_panel(floats: int, at, size: int):
     return pointer_buffer(address, (size,), "float32")
 
 
-def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_stride):
-    """The bf16 x bf16 CPU GEMM with A read in place, a block per column of ``block_n`` columns (and
-    batch): it packs B's panels for every K step once, into the thread's workspace
+def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_stride):
+    """The bf16 x bf16 (or int8) CPU GEMM with A read in place, a block per column of ``block_n``
+    columns (and batch): it packs B's panels for every K step once, into the thread's workspace
     (``tessera_cpu_workspace``), then runs its row blocks over them one after another (a block per
     row block packs B once per row block: 4-5% of a 1024^3 GEMM)."""
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
-    _, b_elems = cpu_pack_elements(block_m, block_n, block_k, pairs=True)
+    quads = cpu_gemm_quads(spec)
+    _, b_elems = cpu_pack_elements(block_m, block_n, block_k, per_word=cpu_k_per_word(spec))
     steps = math.ceil(K / block_k)
 
     @prim_func
     def main():
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), n_batch) as (bx, bz):
-            acc = T.alloc_local((block_m, block_n), "float32")
+            acc = T.alloc_local((block_m, block_n), "int32" if quads else "float32")
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
             cols = T.min(block_n, N - bx * block_n)
             for k in T.serial(steps):
@@ -427,7 +450,7 @@ def _gemm_cpu_pairs_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, 
                     depth = T.min(block_k, K - k * block_k)
                     offset = a_offset(io, a_batch, by, k)
                     panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
-                    cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth)
+                    cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth, quads=quads)
                 _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main

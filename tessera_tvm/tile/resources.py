@@ -67,7 +67,7 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
         from .gemm import (
             cpu_b_shared_by_row_blocks,
             cpu_gemm_packs,
-            cpu_gemm_pairs,
+            cpu_k_per_word,
             cpu_pack_elements,
             cpu_reads_a_in_place,
         )
@@ -76,7 +76,7 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
         # in place, and a B packed once for all row blocks lives in the thread's (heap) workspace.
         packed = 0
         if cpu_gemm_packs(spec):
-            a_elems, b_elems = cpu_pack_elements(s.block_m, s.block_n, s.block_k, pairs=cpu_gemm_pairs(spec))
+            a_elems, b_elems = cpu_pack_elements(s.block_m, s.block_n, s.block_k, per_word=cpu_k_per_word(spec))
             a_elems = 1 if cpu_reads_a_in_place(spec) else a_elems
             packed = 4 * (a_elems + (0 if cpu_b_shared_by_row_blocks(spec, s) else b_elems))
         return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed

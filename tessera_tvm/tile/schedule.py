@@ -141,6 +141,13 @@ class TileSchedule:
         configured = values.pop("conv_algorithm", "")
         if kind == "conv2d":  # the caller's, else the config's, else the planner's (fit_schedule)
             values["conv_algorithm"] = conv_algorithm or configured
+        if isinstance(spec, GemmSpec) and not _thread_blocks(codegen_kind) and "block_k" not in per_kind.get(kind, {}):
+            from .gemm import cpu_gemm_quads
+
+            if cpu_gemm_quads(spec):
+                # int8 k-quads: a K step of as many packed words as fp32's (128 int8 a step ran 0.90x
+                # torch._int_mm at 1024^3, 512 0.94x: a call's fixed costs over 4x the work).
+                values["block_k"] = 4 * values.get("block_k", TileSchedule.block_k)
         schedule = cls(**{k: v for k, v in values.items() if k in _FIELDS})
         if spec is None:
             return schedule

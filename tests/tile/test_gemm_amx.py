@@ -1,6 +1,6 @@
-"""The bf16 GEMM on AMX tiles (tessera/cpu_amx.h): its tile program run on an emulation of the five
-tile instructions where the CPU has no AMX (a build with TESSERA_AMX_EMULATE), the real build compiled
-for a CPU that has it, and, on such a CPU, the tile unit itself."""
+"""The bf16 and int8 GEMMs on AMX tiles (tessera/cpu_amx.h): their tile program run on an emulation
+of the six tile instructions where the CPU has no AMX (a build with TESSERA_AMX_EMULATE), the real
+build compiled for a CPU that has it, and, on such a CPU, the tile unit itself."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .test_gemm import BIAS_GELU, reference
 EMULATE = "-DTESSERA_AMX_EMULATE"
 
 SHIM = """
-#include <tessera/cpu_gemm.h>
+#include <tessera/cpu.h>
 extern "C" int32_t gemm_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset, int64_t row_stride,
                              float *b_panel, int32_t rows, int32_t cols, int32_t depth) {
   return tessera_cpu_gemm_bf16x2_rows(acc, acc_stride, a, offset, row_stride, b_panel, rows, cols, depth);
@@ -33,6 +33,14 @@ extern "C" int32_t pack_b(float *panel, uint16_t *b, int64_t offset, int64_t k_s
   return tessera_cpu_pack_b_bf16x2(panel, b, offset, k_stride, col_stride, cols, depth);
 }
 extern "C" int32_t amx_state() { return tessera_cpu_amx_state(); }
+extern "C" int32_t gemm_rows_s8(int32_t *acc, int32_t acc_stride, int8_t *a, int64_t offset, int64_t row_stride,
+                                float *b_panel, int32_t rows, int32_t cols, int32_t depth) {
+  return tessera_cpu_gemm_s8x4_rows(acc, acc_stride, a, offset, row_stride, b_panel, rows, cols, depth);
+}
+extern "C" int32_t pack_b_s8(float *panel, int8_t *b, int64_t offset, int64_t k_stride, int64_t col_stride,
+                             int32_t cols, int32_t depth) {
+  return tessera_cpu_pack_b_s8x4(panel, b, offset, k_stride, col_stride, cols, depth);
+}
 """
 
 
@@ -53,6 +61,8 @@ def _shim(out_dir: Path, name: str, flags=DEFAULT_CPU_FLAGS):
     p, i, q = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     lib.gemm_rows.argtypes = [p, i, p, q, q, p, i, i, i]
     lib.pack_b.argtypes = [p, p, q, q, q, i, i]
+    lib.gemm_rows_s8.argtypes = [p, i, p, q, q, p, i, i, i]
+    lib.pack_b_s8.argtypes = [p, p, q, q, q, i, i]
     return lib
 
 
@@ -93,6 +103,34 @@ def test_tiles_and_their_edges_match_numpy(shape, emulated):
     assert np.all(acc[:, N:] == 1.5), "a column past the live ones was written"
 
 
+# (M, N, K) of int8: one 32 x 32 grid of one 64-k step; rows, columns and k past the tiles; a strip
+# whose second half has 2 live columns; fewer rows than a tile.
+INT8_SHAPES = [(32, 32, 64), (37, 100, 150), (48, 98, 131), (15, 64, 128)]
+
+
+def _gemm_rows_s8(lib, M: int, N: int, K: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """As _gemm_rows for int8 over the whole range (accumulator 7, A inside an operand of 127s)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
+    wide = np.full((M + 1, K + 3), 127, dtype=np.int8)
+    wide[:M, 2 : 2 + K] = a
+    panel = np.zeros(-(-N // 64) * 64 * -(-K // 4) + 64, np.uint32)
+    lib.pack_b_s8(panel.ctypes.data, b.ctypes.data, 0, N, 1, N, K)
+    acc = np.full((M, N + 5), 7, np.int32)
+    lib.gemm_rows_s8(acc.ctypes.data, N + 5, wide.ctypes.data, 2, K + 3, panel.ctypes.data, M, N, K)
+    return acc, a.astype(np.int64) @ b.astype(np.int64) + 7
+
+
+@pytest.mark.parametrize("shape", INT8_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_int8_tiles_and_their_edges_match_numpy(shape, emulated):
+    assert emulated.amx_state() == 1
+    acc, expected = _gemm_rows_s8(emulated, *shape, seed=sum(shape))
+    N = shape[1]
+    np.testing.assert_array_equal(acc[:, :N], expected)
+    assert np.all(acc[:, N:] == 7), "a column past the live ones was written"
+
+
 def test_turned_off_it_runs_the_vdpbf16ps_micro_kernel(tmp_path, monkeypatch, emulated):
     monkeypatch.setenv("TESSERA_CPU_AMX", "0")
     lib = _shim(tmp_path, "amx_off", (*DEFAULT_CPU_FLAGS, EMULATE))  # a library that has not probed yet
@@ -124,7 +162,7 @@ def test_the_tile_unit_build_compiles_to_tile_instructions(tmp_path):
     flags = [f.replace("-march=native", "-march=sapphirerapids") for f in DEFAULT_CPU_FLAGS]
     library = compile_cpu(SHIM, out_dir=tmp_path, name="amx_spr", flags=flags)
     code = subprocess.run([objdump, "-d", str(library)], capture_output=True, text=True, check=True).stdout
-    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tilestored", "tilerelease"):
+    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tdpbssd", "tilestored", "tilerelease"):
         assert instruction in code, instruction
 
 
@@ -141,3 +179,6 @@ def test_on_the_tile_unit(tmp_path, cpu_config):
         M, N, K = shape
         assert_close(acc[:, :N], expected, "float32", atol_scale=np.sqrt(K))
         assert np.all(acc[:, N:] == 1.5)
+    for shape in INT8_SHAPES:
+        acc, expected = _gemm_rows_s8(lib, *shape, seed=sum(shape))
+        np.testing.assert_array_equal(acc[:, : shape[1]], expected)

@@ -115,10 +115,12 @@ def test_bf16_gemm_packs_k_pairs_for_the_bf16_dot_products():
     assert '"tessera_cpu_pack_a_bf16"' in mixed and '"tessera_cpu_gemm_f32"' in mixed and "bf16x2" not in mixed
 
 
-def test_integer_gemm_keeps_serial_loops():
-    spec = GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32")
+def test_integer_gemm_keeps_serial_loops_but_int8():
+    spec = GemmSpec(16, 16, 16, dtype_a="int32", dtype_acc="int32", dtype_out="int32")
     assert not cpu_gemm_packs(spec)
     assert "tessera_cpu_gemm" not in build_tile_program(spec, None, "c").script()
+    spec = GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32")  # tests/tile/test_gemm_int8.py
+    assert cpu_gemm_packs(spec) and "tessera_cpu_gemm_s8x4_rows" in build_tile_program(spec, None, "c").script()
 
 
 def test_header_and_tile_program_agree_on_the_padding_and_tile():

@@ -7,11 +7,14 @@
 //
 //   cpu_parallel.h  the kernel grid as an OpenMP parallel region (TESSERA_PARALLEL_BEGIN/END)
 //   cpu_gemm.h      operand packing and the register-blocked GEMM micro-kernel
+//   cpu_int8.h      the int8 GEMM on k-quads (AVX512-VNNI)
+//   cpu_amx.h       the bf16 and int8 GEMMs' AMX tiles, where the CPU has them
 //   cpu_conv.h      the convolutions: implicit GEMM packing, depthwise, direct
 //   cpu_math.h      math g++ can vectorise (tessera_expf)
 #pragma once
 
 #include "cpu_parallel.h"
 #include "cpu_gemm.h"
+#include "cpu_int8.h"
 #include "cpu_conv.h"
 #include "cpu_math.h"

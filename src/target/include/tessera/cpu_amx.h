@@ -1,23 +1,24 @@
-// AMX tiles for the bf16 x bf16 CPU GEMM (cpu_gemm.h's tessera_cpu_gemm_bf16x2_rows).
+// AMX tiles for the CPU's bf16 x bf16 and int8 x int8 GEMMs (tessera_cpu_gemm_bf16x2_rows in
+// cpu_gemm.h, tessera_cpu_gemm_s8x4_rows in cpu_int8.h).
 //
-// On a CPU with AMX-BF16 (built with -march=native there: __AMX_TILE__ and __AMX_BF16__), the
-// 16-row groups of a block's rows run on the tile unit over whole steps of 32 k: per step, two A
-// tiles (16 rows x 32 bf16 read in place from the row-major A, its k-pairs being 32-bit words) and
-// two B tiles (16 k-pairs x 16 columns: the same pair layout the vdpbf16ps micro-kernel reads, a tile
-// row being 16 words of a 64-column strip, 256 bytes apart) into a 2 x 2 grid of 16 x 16 fp32
-// accumulator tiles (tdpbf16ps). The accumulators start at zero and are stored to a staging tile,
-// then added into the block's accumulator under masks, so ragged columns need no other tile shape.
-// The rows past the last whole 16, and the k past the last whole 32, run on the vdpbf16ps
-// micro-kernel as before. Tile numbers: tmm0-3 the accumulators C[i][j] (tmm 2i + j), tmm4/5 A's
-// rows 0-15 and 16-31, tmm6/7 B's columns 0-15 and 16-31.
+// On a CPU with AMX (built with -march=native there: __AMX_TILE__, __AMX_BF16__, __AMX_INT8__), the
+// 16-row groups of a block's rows run on the tile unit over whole steps of 64 bytes of k (32 bf16 or
+// 64 int8): per step, two A tiles (16 rows x 64 bytes read in place from the row-major A, its k-pairs
+// or k-quads being 32-bit words) and two B tiles (16 words of k x 16 columns: the same layout the
+// AVX-512 micro-kernels read, a tile row being 16 words of a 64-column strip, 256 bytes apart) into
+// a 2 x 2 grid of 16 x 16 accumulator tiles (tdpbf16ps: fp32; tdpbssd: int32). The accumulators
+// start at zero and are stored to a staging tile, then added into the block's accumulator under
+// masks, so ragged columns need no other tile shape. The rows past the last whole 16, and the k past
+// the last whole step, run on the AVX-512 micro-kernels. Tile numbers: tmm0-3 the accumulators
+// C[i][j] (tmm 2i + j), tmm4/5 A's rows 0-15 and 16-31, tmm6/7 B's columns 0-15 and 16-31.
 //
 // Linux hands a process the tile registers only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM); each
-// library asks once, then checks the unit on a product it knows (small integers, exact in fp32)
-// before it uses it for a kernel's results. tessera_cpu_amx_state() says what came of it; the
-// environment's TESSERA_CPU_AMX=0 turns the unit off (the vdpbf16ps micro-kernel runs everything).
+// library asks once, then checks the unit on products it knows (small integers, exact in fp32) before
+// it uses it for a kernel's results. tessera_cpu_amx_state() says what came of it; the environment's
+// TESSERA_CPU_AMX=0 turns the unit off (the AVX-512 micro-kernels run everything).
 //
-// TESSERA_AMX_EMULATE (a test build's define) runs the same tile program on an emulation of the
-// five tile instructions it uses, written from their definitions in Intel's ISA reference, so its
+// TESSERA_AMX_EMULATE (a test build's define) runs the same tile program on an emulation of the six
+// tile instructions it uses, written from their definitions in Intel's ISA reference, so its
 // indexing, layouts and edges are tested on CPUs without AMX (tests/tile/test_gemm_amx.py).
 #pragma once
 
@@ -26,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cpu_parallel.h"  // TESSERA_EXTERN_C
 
 // The staging adds and the micro-kernel around the tiles are AVX-512 (every AMX CPU has it).
@@ -33,7 +36,7 @@
 #if defined(TESSERA_AMX_EMULATE)
 #define TESSERA_AMX 1
 #include <immintrin.h>
-#elif defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#elif defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__linux__)
 #define TESSERA_AMX 1
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -115,10 +118,29 @@ static inline void tessera_amx_dpbf16ps(int c, int a, int b) {
     }
   }
 }
+// tdpbssd c, a, b: c[m][n] += the sum over t < 4 of a[m][4k + t] * b[k][4n + t] (signed bytes, int32
+// sums that wrap) over the k-quads of a's rows, for c's rows and int32 columns.
+static inline void tessera_amx_dpbssd(int c, int a, int b) {
+  const tessera_amx_config &cfg = tessera_amx_emulated.config;
+  auto &t = tessera_amx_emulated.tile;
+  for (int m = 0; m < cfg.rows[c]; ++m) {
+    for (int n = 0; n < cfg.colsb[c] / 4; ++n) {
+      uint32_t sum;
+      memcpy(&sum, &t[c][m][4 * n], sizeof sum);
+      for (int k = 0; k < cfg.colsb[a] / 4; ++k) {
+        for (int q = 0; q < 4; ++q) {
+          sum += (uint32_t)((int32_t)(int8_t)t[a][m][4 * k + q] * (int32_t)(int8_t)t[b][k][4 * n + q]);
+        }
+      }
+      memcpy(&t[c][m][4 * n], &sum, sizeof sum);
+    }
+  }
+}
 #define TESSERA_TILE_ZERO(t) tessera_amx_zero(t)
 #define TESSERA_TILE_LOAD(t, base, stride) tessera_amx_load(t, base, stride)
 #define TESSERA_TILE_STORE(t, base, stride) tessera_amx_store(t, base, stride)
 #define TESSERA_TILE_DP(c, a, b) tessera_amx_dpbf16ps(c, a, b)
+#define TESSERA_TILE_DP_S8(c, a, b) tessera_amx_dpbssd(c, a, b)
 
 #else  // the tile unit
 
@@ -128,26 +150,35 @@ static inline void tessera_amx_release() { _tile_release(); }
 #define TESSERA_TILE_LOAD(t, base, stride) _tile_loadd(t, base, stride)
 #define TESSERA_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define TESSERA_TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#define TESSERA_TILE_DP_S8(c, a, b) _tile_dpbssd(c, a, b)
 
 #endif
 
-// acc[0:rows, 0:cols] += A x B over the first 32 * steps k, on the tile unit. A: row-major bf16 at
-// `a`, rows `lda` elements apart, `rows` a multiple of 16. B: strips of 64 columns packed as pairs
-// (cpu_gemm.h), strip j / 64 at b_pack + j * b_pairs (b_pairs: the strips' k-pairs), zero past `cols`.
-static inline void tessera_amx_gemm_pairs(float *acc, int64_t acc_stride, const uint16_t *a, int64_t lda,
-                                          const uint32_t *b_pack, int32_t b_pairs, int32_t rows, int32_t cols,
-                                          int32_t steps) {
+// acc[0:rows, 0:cols] += A x B over the first 64 bytes' worth of k times `steps`, on the tile unit:
+// bf16 (Int8 false: 32 k a step, fp32 acc, tdpbf16ps) or int8 (64 k a step, int32 acc, tdpbssd). A:
+// row-major at `a`, rows `lda` elements apart, `rows` a multiple of 16. B: strips of 64 columns packed
+// as 32-bit words of 2 (bf16) or 4 (int8) consecutive k (cpu_gemm.h, cpu_int8.h), strip j / 64 at
+// b_pack + j * b_words (b_words: the words of a strip's column), zero past `cols`.
+template <bool Int8>
+static inline void tessera_amx_gemm(void *acc_base, int64_t acc_stride, const void *a_base, int64_t lda,
+                                    const uint32_t *b_pack, int32_t b_words, int32_t rows, int32_t cols,
+                                    int32_t steps) {
+  using Acc = typename std::conditional<Int8, int32_t, float>::type;
+  using Elem = typename std::conditional<Int8, int8_t, uint16_t>::type;
+  const int K_STEP = 64 / (int)sizeof(Elem);  // a tile row of A: 64 bytes
+  Acc *acc = (Acc *)acc_base;
+  const Elem *a = (const Elem *)a_base;
   tessera_amx_config config = {};
   config.palette = 1;
-  for (int t = 0; t < 8; ++t) {  // every tile 16 rows of 64 bytes: 16 x 16 fp32, 16 x 32 bf16, 16 pairs x 16
+  for (int t = 0; t < 8; ++t) {  // every tile 16 rows of 64 bytes: 16 x 16 accumulators, A's 16 rows, 16 words of B
     config.rows[t] = 16;
     config.colsb[t] = 64;
   }
   tessera_amx_load_config(&config);
-  alignas(64) float stage[32][32];
-  const int64_t a_bytes = lda * (int64_t)sizeof(uint16_t);
+  alignas(64) Acc stage[32][32];
+  const int64_t a_bytes = lda * (int64_t)sizeof(Elem);
   for (int32_t j = 0; j < cols; j += 64) {
-    const uint32_t *strip = b_pack + (int64_t)j * b_pairs;
+    const uint32_t *strip = b_pack + (int64_t)j * b_words;
     for (int32_t h = 0; h < 64 && j + h < cols; h += 32) {
       const int32_t live = cols - j - h < 32 ? cols - j - h : 32;
       for (int32_t i = 0; i < rows; i += 32) {
@@ -156,18 +187,28 @@ static inline void tessera_amx_gemm_pairs(float *acc, int64_t acc_stride, const 
         TESSERA_TILE_ZERO(1);
         TESSERA_TILE_ZERO(2);
         TESSERA_TILE_ZERO(3);
-        const uint16_t *a_rows = a + i * lda;
+        const Elem *a_rows = a + i * lda;
         for (int32_t s = 0; s < steps; ++s) {
-          const uint32_t *b = strip + (int64_t)s * 16 * 64 + h;  // 16 pairs of the strip, columns h...
-          TESSERA_TILE_LOAD(4, a_rows + 32 * s, a_bytes);
+          const uint32_t *b = strip + (int64_t)s * 16 * 64 + h;  // 16 words of k of the strip, columns h...
+          TESSERA_TILE_LOAD(4, a_rows + K_STEP * s, a_bytes);
           TESSERA_TILE_LOAD(6, b, 64 * sizeof(uint32_t));
           TESSERA_TILE_LOAD(7, b + 16, 64 * sizeof(uint32_t));
-          TESSERA_TILE_DP(0, 4, 6);
-          TESSERA_TILE_DP(1, 4, 7);
+          if (Int8) {
+            TESSERA_TILE_DP_S8(0, 4, 6);
+            TESSERA_TILE_DP_S8(1, 4, 7);
+          } else {
+            TESSERA_TILE_DP(0, 4, 6);
+            TESSERA_TILE_DP(1, 4, 7);
+          }
           if (two) {
-            TESSERA_TILE_LOAD(5, a_rows + 16 * lda + 32 * s, a_bytes);
-            TESSERA_TILE_DP(2, 5, 6);
-            TESSERA_TILE_DP(3, 5, 7);
+            TESSERA_TILE_LOAD(5, a_rows + 16 * lda + K_STEP * s, a_bytes);
+            if (Int8) {
+              TESSERA_TILE_DP_S8(2, 5, 6);
+              TESSERA_TILE_DP_S8(3, 5, 7);
+            } else {
+              TESSERA_TILE_DP(2, 5, 6);
+              TESSERA_TILE_DP(3, 5, 7);
+            }
           }
         }
         TESSERA_TILE_STORE(0, &stage[0][0], sizeof stage[0]);
@@ -177,11 +218,19 @@ static inline void tessera_amx_gemm_pairs(float *acc, int64_t acc_stride, const 
         const __mmask16 first = (__mmask16)(live >= 16 ? 0xffffu : (1u << live) - 1u);
         const __mmask16 second = (__mmask16)(live >= 32 ? 0xffffu : live <= 16 ? 0u : (1u << (live - 16)) - 1u);
         for (int r = 0; r < (two ? 32 : 16); ++r) {
-          float *dst = acc + (int64_t)(i + r) * acc_stride + j + h;
-          _mm512_mask_storeu_ps(dst, first,
-                                _mm512_add_ps(_mm512_maskz_loadu_ps(first, dst), _mm512_load_ps(&stage[r][0])));
-          _mm512_mask_storeu_ps(dst + 16, second,
-                                _mm512_add_ps(_mm512_maskz_loadu_ps(second, dst + 16), _mm512_load_ps(&stage[r][16])));
+          Acc *dst = acc + (int64_t)(i + r) * acc_stride + j + h;
+          for (int half = 0; half < 2; ++half) {
+            const __mmask16 mask = half ? second : first;
+            if (Int8) {
+              const __m512i sum = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, dst + 16 * half),
+                                                   _mm512_load_si512((const void *)&stage[r][16 * half]));
+              _mm512_mask_storeu_epi32(dst + 16 * half, mask, sum);
+            } else {
+              const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst + 16 * half),
+                                               _mm512_load_ps((const float *)&stage[r][16 * half]));
+              _mm512_mask_storeu_ps(dst + 16 * half, mask, sum);
+            }
+          }
         }
       }
     }
@@ -189,38 +238,51 @@ static inline void tessera_amx_gemm_pairs(float *acc, int64_t acc_stride, const 
   tessera_amx_release();
 }
 
-// The tile unit on a product it knows: 32 x 48 = (32 x 64) x (64 x 48) of small integers (exact in
-// fp32 whatever the order of the sums), through tessera_amx_gemm_pairs itself.
+// The tile unit on a product it knows: 32 x 48 = (32 x K) x (K x 48) of small integers (exact in fp32
+// whatever the order of the sums) through tessera_amx_gemm itself, for bf16 (K = 64) and int8 (K = 128).
+template <bool Int8>
 static inline bool tessera_amx_self_check() {
-  enum { M = 32, N = 48, K = 64, PAIRS = K / 2 };
-  static uint16_t a[M * K];
-  static uint32_t b[64 * PAIRS];  // one strip of 64 columns, zero past N
-  static float acc[M * N];
-  auto bf16 = [](int v) { float f = (float)v; uint32_t bits; memcpy(&bits, &f, sizeof bits); return (uint16_t)(bits >> 16); };
+  enum { M = 32, N = 48, K = Int8 ? 128 : 64, PER_WORD = Int8 ? 4 : 2, WORDS = K / PER_WORD };
+  using Elem = typename std::conditional<Int8, int8_t, uint16_t>::type;
+  using Acc = typename std::conditional<Int8, int32_t, float>::type;
+  static Elem a[M * K];
+  static uint32_t b[64 * WORDS];  // one strip of 64 columns, zero past N
+  static Acc acc[M * N];
+  auto element = [](int v) -> uint32_t {  // bf16 bits, or the int8 byte
+    if (Int8) {
+      return (uint32_t)(uint8_t)(int8_t)v;
+    }
+    const float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits >> 16;
+  };
   auto a_at = [](int i, int k) { return (i * 3 + k * 5) % 7 - 3; };
   auto b_at = [](int k, int j) { return (k * 2 + j * 7) % 5 - 2; };
   for (int i = 0; i < M; ++i) {
     for (int k = 0; k < K; ++k) {
-      a[i * K + k] = bf16(a_at(i, k));
+      a[i * K + k] = (Elem)element(a_at(i, k));
     }
   }
   memset(b, 0, sizeof b);
-  for (int p = 0; p < PAIRS; ++p) {
+  for (int w = 0; w < WORDS; ++w) {
     for (int j = 0; j < N; ++j) {
-      b[p * 64 + j] = (uint32_t)bf16(b_at(2 * p, j)) | (uint32_t)bf16(b_at(2 * p + 1, j)) << 16;
+      for (int t = 0; t < PER_WORD; ++t) {
+        b[w * 64 + j] |= element(b_at(PER_WORD * w + t, j)) << (32 / PER_WORD * t);
+      }
     }
   }
   for (int i = 0; i < M * N; ++i) {
-    acc[i] = 1.0f;
+    acc[i] = 1;
   }
-  tessera_amx_gemm_pairs(acc, N, a, K, b, PAIRS, M, N, K / 32);
+  tessera_amx_gemm<Int8>(acc, N, a, K, b, WORDS, M, N, 2);
   for (int i = 0; i < M; ++i) {
     for (int j = 0; j < N; ++j) {
       int want = 1;
       for (int k = 0; k < K; ++k) {
         want += a_at(i, k) * b_at(k, j);
       }
-      if (acc[i * N + j] != (float)want) {
+      if (acc[i * N + j] != (Acc)want) {
         return false;
       }
     }
@@ -228,7 +290,7 @@ static inline bool tessera_amx_self_check() {
   return true;
 }
 
-// 1: the tile unit runs this library's bf16 GEMMs; -1: Linux did not grant the tile registers; -2:
+// 1: the tile unit runs this library's bf16 and int8 GEMMs; -1: Linux did not grant the tile registers; -2:
 // the unit failed the self-check; -3: TESSERA_CPU_AMX=0 in the environment.
 static inline int tessera_amx_probe() {
   const char *setting = getenv("TESSERA_CPU_AMX");
@@ -241,8 +303,8 @@ static inline int tessera_amx_probe() {
     return -1;
   }
 #endif
-  if (!tessera_amx_self_check()) {
-    fprintf(stderr, "tessera: the AMX tile unit failed its bf16 self-check; bf16 GEMMs run on AVX512-BF16\n");
+  if (!tessera_amx_self_check<false>() || !tessera_amx_self_check<true>()) {
+    fprintf(stderr, "tessera: the AMX tile unit failed its self-check; bf16 and int8 GEMMs run on AVX-512\n");
     return -2;
   }
   return 1;
@@ -255,7 +317,7 @@ static inline int tessera_amx_state() {
 
 #endif  // TESSERA_AMX
 
-// What the bf16 GEMMs of this library run on: 0 built without AMX, 1 the tile unit, -1 not granted
+// What the bf16 and int8 GEMMs of this library run on: 0 built without AMX, 1 the tile unit, -1 not granted
 // by Linux, -2 failed the self-check, -3 turned off (TESSERA_CPU_AMX=0).
 TESSERA_EXTERN_C inline int32_t tessera_cpu_amx_state() {
 #if defined(TESSERA_AMX)

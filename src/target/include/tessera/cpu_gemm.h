@@ -672,7 +672,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t
 #if defined(TESSERA_AMX)
   const int32_t tile_rows = rows / 16 * 16, tile_steps = depth / 32;
   if (tile_rows > 0 && tile_steps > 0 && tessera_amx_state() == 1) {
-    tessera_amx_gemm_pairs(acc, acc_stride, rows_a, row_stride, b, (depth + 1) / 2, tile_rows, cols, tile_steps);
+    tessera_amx_gemm<false>(acc, acc_stride, rows_a, row_stride, b, (depth + 1) / 2, tile_rows, cols, tile_steps);
     if (depth > 32 * tile_steps) {
       tessera_gemm_pairs<false>(acc, acc_stride, rows_a, row_stride, b, tile_rows, cols, depth, 16 * tile_steps);
     }
