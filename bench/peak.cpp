@@ -1,9 +1,10 @@
 // The machine's arithmetic peak, for bench.py's "of peak" column: an FMA-bound loop in f32, where
-// the CPU has AVX512-BF16 a loop of bf16 dot products (vdpbf16ps), and where it has AMX-BF16 a loop
-// of tile dot products (tdpbf16ps), each on `threads` threads.
+// the CPU has AVX512-BF16 a loop of bf16 dot products (vdpbf16ps), where it has AVX512-VNNI one of
+// int8 dot products (vpdpbusd), and where it has AMX loops of tile dot products (tdpbf16ps,
+// tdpbssd), each on `threads` threads.
 //
-//   peak <threads> <seconds>   prints "f32 <GFLOP/s>", "bf16 <GFLOP/s>" and "amx_bf16 <GFLOP/s>" (0
-//                              where the CPU, or Linux for AMX, has no such unit)
+//   peak <threads> <seconds>   prints "f32", "bf16", "int8", "amx_bf16" and "amx_int8", each with its
+//                              G(FL)OP/s (0 where the CPU, or Linux for AMX, has no such unit)
 //
 // Each thread keeps 12 independent accumulator registers so the FMA latency is hidden behind the
 // throughput (the chain loop fully unrolled, so they stay in registers); the multiplier and addend are read from volatile memory so the compiler cannot fold the
@@ -86,6 +87,24 @@ double bf16_loop(long blocks, float* sink) {
 }
 #endif
 
+#if defined(__AVX512VNNI__)
+double int8_loop(long blocks, float* sink) {  // vpdpbusd: 64 byte products (and their adds) a lane group
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i x = _mm512_set1_epi8(static_cast<char>(int(g_add * 1e7f)));
+  for (long b = 0; b < blocks; ++b) {
+    for (long k = 0; k < kInner; ++k) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], x, x);
+    }
+  }
+  int s = 0;
+  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_epi32(acc[i]);
+  *sink = float(s);
+  return 2.0 * 64 * kChains * kInner * double(blocks);
+}
+#endif
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
 // AMX: tdpbf16ps on four 16 x 16 fp32 accumulator tiles from two A and two B tiles that stay in the
 // tile registers (16 rows x 32 bf16 each): 16 * 16 * 32 * 2 FLOPs an instruction.
@@ -99,6 +118,7 @@ bool amx_granted() {  // Linux hands a process the tile registers only when aske
   return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
 }
 
+template <bool Int8>
 double amx_loop(long blocks, float* sink) {
   TileConfig config = {};
   config.palette = 1;
@@ -120,17 +140,24 @@ double amx_loop(long blocks, float* sink) {
   const long inner = kInner / 16;
   for (long b = 0; b < blocks; ++b) {
     for (long k = 0; k < inner; ++k) {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      if (Int8) {  // 16 x 16 x 64 byte products
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
     }
   }
   alignas(64) float out[16 * 16];
   _tile_stored(0, out, 64);
   _tile_release();
   *sink = out[0];
-  return 4.0 * 16 * 16 * 32 * 2 * double(inner) * double(blocks);
+  return 4.0 * 16 * 16 * (Int8 ? 64 : 32) * 2 * double(inner) * double(blocks);
 }
 #endif
 
@@ -177,10 +204,17 @@ int main(int argc, char** argv) {
 #else
   std::printf("bf16 0\n");
 #endif
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
-  std::printf("amx_bf16 %.1f\n", amx_granted() ? measure(amx_loop, threads, seconds) : 0.0);
+#if defined(__AVX512VNNI__)
+  std::printf("int8 %.1f\n", measure(int8_loop, threads, seconds));
 #else
-  std::printf("amx_bf16 0\n");
+  std::printf("int8 0\n");
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__linux__)
+  const bool granted = amx_granted();
+  std::printf("amx_bf16 %.1f\n", granted ? measure(amx_loop<false>, threads, seconds) : 0.0);
+  std::printf("amx_int8 %.1f\n", granted ? measure(amx_loop<true>, threads, seconds) : 0.0);
+#else
+  std::printf("amx_bf16 0\namx_int8 0\n");
 #endif
   return 0;
 }
