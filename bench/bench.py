@@ -85,6 +85,27 @@ def measure_peak(threads: int) -> None:
         row("peak", f"{label}, {threads} thread(s)", figure, "-", "-", "100%" if kind in PEAK else "-")
 
 
+def _gemm_vs_torch(dtype: str, kernel, a, b, check, peer, quick: bool) -> None:
+    """A cpu row: ``kernel`` on square ``a`` x ``b`` against ``peer`` (torch's call), with ``check`` of
+    its result in the case's name and the fraction of the best peak loop of ``dtype`` (AMX's where
+    the CPU has it: the unit the kernel then runs on)."""
+    n = a.shape[0]
+    k = ts.compile(kernel, target="cpu", shapes={"M": n, "N": n, "K": n})
+    note = check(k(a, b))
+    times = interleaved_medians({"tessera": lambda: k(a, b), "torch": peer}, 3 if quick else 5)
+    t, tt = times["tessera"], times["torch"]
+    unit = "GOP/s" if dtype == "int8" else "GFLOP/s"
+    peer_name = "torch._int_mm" if dtype == "int8" else "torch"
+    row(
+        "cpu",
+        f"gemm {dtype} {n}^3 vs {peer_name} ({note})",
+        f"{2 * n**3 / t / 1e9:.1f} {unit}",
+        f"{2 * n**3 / tt / 1e9:.1f} {unit}",
+        f"{tt / t:.2f}x",
+        of_peak(2 * n**3 / t / 1e9, f"amx_{dtype}" if f"amx_{dtype}" in PEAK else dtype),
+    )
+
+
 def of_peak(gflops: float, kind: str = "f32") -> str:
     """``gflops`` as a percentage of the measured peak of ``kind`` ("-" when it was not measured)."""
     return f"{100 * gflops / PEAK[kind]:.0f}%" if kind in PEAK else "-"
@@ -291,45 +312,26 @@ def bench_cpu(quick: bool) -> None:
     for n in (512, 1024, 2048):
         a = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
         b = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
-        k = ts.compile(matmul_bf16, target="cpu", shapes={"M": n, "N": n, "K": n})
         exact = a.astype(np.float32) @ b.astype(np.float32)
-        err = float(np.abs(k(a, b).astype(np.float32) - exact).max() / np.abs(exact).max())
         ta, tb = (torch.from_numpy(x.astype(np.float32)).bfloat16() for x in (a, b))
-        times = interleaved_medians(
-            {"tessera": lambda: k(a, b), "torch": lambda: torch.matmul(ta, tb)},  # noqa: B023
-            3 if quick else 5,
-        )
-        t, tt = times["tessera"], times["torch"]
-        row(
-            "cpu",
-            f"gemm bf16 {n}^3 vs torch (rel err {err:.0e})",
-            f"{2 * n**3 / t / 1e9:.1f} GFLOP/s",
-            f"{2 * n**3 / tt / 1e9:.1f} GFLOP/s",
-            f"{tt / t:.2f}x",
-            of_peak(2 * n**3 / t / 1e9, "amx_bf16" if "amx_bf16" in PEAK else "bf16"),  # the unit it runs on
-        )
+
+        def check(out, exact=exact):
+            return f"rel err {float(np.abs(out.astype(np.float32) - exact).max() / np.abs(exact).max()):.0e}"
+
+        _gemm_vs_torch("bf16", matmul_bf16, a, b, check, functools.partial(torch.matmul, ta, tb), quick)
 
     # int8 x int8 -> int32 (not a goal of the issue): k-quads and vpdpbusd where the CPU has
     # AVX512-VNNI, AMX tiles where it has them (tessera/cpu_int8.h), against torch._int_mm (oneDNN).
     for n in (512, 1024, 2048):
         a = rng.integers(-128, 128, size=(n, n), dtype=np.int8)
         b = rng.integers(-128, 128, size=(n, n), dtype=np.int8)
-        k = ts.compile(matmul_int8, target="cpu", shapes={"M": n, "N": n, "K": n})
-        exact = np.array_equal(k(a, b), (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        times = interleaved_medians(
-            {"tessera": lambda: k(a, b), "torch": lambda: torch._int_mm(ta, tb)},  # noqa: B023
-            3 if quick else 5,
-        )
-        t, tt = times["tessera"], times["torch"]
-        row(
-            "cpu",
-            f"gemm int8 {n}^3 vs torch._int_mm ({'exact' if exact else 'WRONG'})",
-            f"{2 * n**3 / t / 1e9:.1f} GOP/s",
-            f"{2 * n**3 / tt / 1e9:.1f} GOP/s",
-            f"{tt / t:.2f}x",
-            of_peak(2 * n**3 / t / 1e9, "amx_int8" if "amx_int8" in PEAK else "int8"),
-        )
+        exact = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+
+        def check(out, exact=exact):
+            return "exact" if np.array_equal(out, exact) else "WRONG"
+
+        peer = functools.partial(torch._int_mm, torch.from_numpy(a), torch.from_numpy(b))
+        _gemm_vs_torch("int8", matmul_int8, a, b, check, peer, quick)
 
     x = rng.standard_normal((4096, 4096), dtype=np.float32)
     w = rng.standard_normal(4096, dtype=np.float32)

@@ -17,13 +17,14 @@ import pytest
 from tessera_tvm.target.cpu import DEFAULT_CPU_FLAGS, compile_cpu
 from tessera_tvm.tile import GemmSpec, TileSchedule
 
+from . import test_gemm_int8 as int8_cases
 from .conftest import assert_close, random_inputs, run_cpu
 from .test_gemm import BIAS_GELU, reference
 
 EMULATE = "-DTESSERA_AMX_EMULATE"
 
 SHIM = """
-#include <tessera/cpu.h>
+#include <tessera/cpu_gemm.h>
 extern "C" int32_t gemm_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset, int64_t row_stride,
                              float *b_panel, int32_t rows, int32_t cols, int32_t depth) {
   return tessera_cpu_gemm_bf16x2_rows(acc, acc_stride, a, offset, row_stride, b_panel, rows, cols, depth);
@@ -33,14 +34,6 @@ extern "C" int32_t pack_b(float *panel, uint16_t *b, int64_t offset, int64_t k_s
   return tessera_cpu_pack_b_bf16x2(panel, b, offset, k_stride, col_stride, cols, depth);
 }
 extern "C" int32_t amx_state() { return tessera_cpu_amx_state(); }
-extern "C" int32_t gemm_rows_s8(int32_t *acc, int32_t acc_stride, int8_t *a, int64_t offset, int64_t row_stride,
-                                float *b_panel, int32_t rows, int32_t cols, int32_t depth) {
-  return tessera_cpu_gemm_s8x4_rows(acc, acc_stride, a, offset, row_stride, b_panel, rows, cols, depth);
-}
-extern "C" int32_t pack_b_s8(float *panel, int8_t *b, int64_t offset, int64_t k_stride, int64_t col_stride,
-                             int32_t cols, int32_t depth) {
-  return tessera_cpu_pack_b_s8x4(panel, b, offset, k_stride, col_stride, cols, depth);
-}
 """
 
 
@@ -61,8 +54,6 @@ def _shim(out_dir: Path, name: str, flags=DEFAULT_CPU_FLAGS):
     p, i, q = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     lib.gemm_rows.argtypes = [p, i, p, q, q, p, i, i, i]
     lib.pack_b.argtypes = [p, p, q, q, q, i, i]
-    lib.gemm_rows_s8.argtypes = [p, i, p, q, q, p, i, i, i]
-    lib.pack_b_s8.argtypes = [p, p, q, q, q, i, i]
     return lib
 
 
@@ -108,27 +99,26 @@ def test_tiles_and_their_edges_match_numpy(shape, emulated):
 INT8_SHAPES = [(32, 32, 64), (37, 100, 150), (48, 98, 131), (15, 64, 128)]
 
 
-def _gemm_rows_s8(lib, M: int, N: int, K: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """As _gemm_rows for int8 over the whole range (accumulator 7, A inside an operand of 127s)."""
+def _int8_matches_numpy(lib, M: int, N: int, K: int, seed: int) -> None:
+    """tests/tile/test_gemm_int8.py's check of tessera_cpu_gemm_s8x4_rows, over the whole int8 range."""
     rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
-    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
-    wide = np.full((M + 1, K + 3), 127, dtype=np.int8)
-    wide[:M, 2 : 2 + K] = a
-    panel = np.zeros(-(-N // 64) * 64 * -(-K // 4) + 64, np.uint32)
-    lib.pack_b_s8(panel.ctypes.data, b.ctypes.data, 0, N, 1, N, K)
-    acc = np.full((M, N + 5), 7, np.int32)
-    lib.gemm_rows_s8(acc.ctypes.data, N + 5, wide.ctypes.data, 2, K + 3, panel.ctypes.data, M, N, K)
-    return acc, a.astype(np.int64) @ b.astype(np.int64) + 7
+    a, b = int8_cases.full_range((M, K), rng), int8_cases.full_range((K, N), rng)
+    got = int8_cases.gemm_rows(lib, a, int8_cases.pack(lib, b, transposed=False), N)
+    np.testing.assert_array_equal(got, (a.astype(np.int64) @ b.astype(np.int64) + 7).astype(np.int32))
+
+
+@pytest.fixture(scope="module")
+def emulated_int8(tmp_path_factory):
+    lib = int8_cases.shim(tmp_path_factory.mktemp("amx_int8"), "amx_int8_emulated", (*DEFAULT_CPU_FLAGS, EMULATE))
+    if lib.amx_state() == 0:
+        pytest.skip("no AVX512-BF16: the AMX path (and its emulation) is not built")
+    return lib
 
 
 @pytest.mark.parametrize("shape", INT8_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_int8_tiles_and_their_edges_match_numpy(shape, emulated):
-    assert emulated.amx_state() == 1
-    acc, expected = _gemm_rows_s8(emulated, *shape, seed=sum(shape))
-    N = shape[1]
-    np.testing.assert_array_equal(acc[:, :N], expected)
-    assert np.all(acc[:, N:] == 7), "a column past the live ones was written"
+def test_int8_tiles_and_their_edges_match_numpy(shape, emulated_int8):
+    assert emulated_int8.amx_state() == 1
+    _int8_matches_numpy(emulated_int8, *shape, seed=sum(shape))
 
 
 def test_turned_off_it_runs_the_vdpbf16ps_micro_kernel(tmp_path, monkeypatch, emulated):
@@ -155,15 +145,16 @@ def test_a_whole_gemm_tile_program_on_emulated_tiles(tmp_path, emulated):
 
 @pytest.mark.skipif(not X86, reason="AMX is an x86 unit")
 def test_the_tile_unit_build_compiles_to_tile_instructions(tmp_path):
-    """What -march=native makes of cpu_amx.h on a CPU with AMX-BF16 (Sapphire Rapids), built here."""
+    """What -march=native makes of cpu_amx.h on a CPU with AMX (Sapphire Rapids), built here."""
     objdump = shutil.which("objdump")
     if objdump is None:
         pytest.skip("objdump (binutils) shows the library's instructions")
     flags = [f.replace("-march=native", "-march=sapphirerapids") for f in DEFAULT_CPU_FLAGS]
-    library = compile_cpu(SHIM, out_dir=tmp_path, name="amx_spr", flags=flags)
-    code = subprocess.run([objdump, "-d", str(library)], capture_output=True, text=True, check=True).stdout
-    for instruction in ("ldtilecfg", "tileloadd", "tdpbf16ps", "tdpbssd", "tilestored", "tilerelease"):
-        assert instruction in code, instruction
+    for source, name, dot in ((SHIM, "amx_spr", "tdpbf16ps"), (int8_cases.SHIM, "amx_int8_spr", "tdpbssd")):
+        library = compile_cpu(source, out_dir=tmp_path, name=name, flags=flags)
+        code = subprocess.run([objdump, "-d", str(library)], capture_output=True, text=True, check=True).stdout
+        for instruction in ("ldtilecfg", "tileloadd", dot, "tilestored", "tilerelease"):
+            assert instruction in code, (name, instruction)
 
 
 @pytest.mark.skipif(not HAS_AMX, reason="the CPU has no AMX-BF16 tile unit")
@@ -179,6 +170,7 @@ def test_on_the_tile_unit(tmp_path, cpu_config):
         M, N, K = shape
         assert_close(acc[:, :N], expected, "float32", atol_scale=np.sqrt(K))
         assert np.all(acc[:, N:] == 1.5)
+    lib = int8_cases.shim(tmp_path, "amx_int8_native")
+    assert lib.amx_state() == 1
     for shape in INT8_SHAPES:
-        acc, expected = _gemm_rows_s8(lib, *shape, seed=sum(shape))
-        np.testing.assert_array_equal(acc[:, : shape[1]], expected)
+        _int8_matches_numpy(lib, *shape, seed=sum(shape))

@@ -30,6 +30,7 @@ extern "C" int32_t pack_b(float *panel, int8_t *b, int64_t offset, int64_t k_str
   return tessera_cpu_pack_b_s8x4(panel, b, offset, k_stride, col_stride, cols, depth);
 }
 extern "C" uint32_t b_offset() { return TESSERA_QUADS_B_OFFSET; }
+extern "C" int32_t amx_state() { return tessera_cpu_amx_state(); }
 extern "C" int32_t has_vnni() {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   return 1;
