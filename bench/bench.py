@@ -124,6 +124,20 @@ def numpy_threads() -> int:
         return os.cpu_count() or 1
 
 
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A torch tensor as numpy; bfloat16 as ml_dtypes.bfloat16 (torch's .numpy() refuses it)."""
+    return t.float().numpy().astype(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+@functools.cache
+def cpu_has_avx512_bf16() -> bool:
+    """Whether this CPU has AVX512-BF16 (g++ -march=native): the bf16 model rows run only there, where
+    Tessera's bf16 GEMM uses its dot products (elsewhere it widens to f32 and says little)."""
+    from tessera_tvm.target.cpu.build import instruction_sets
+
+    return "avx512bf16" in instruction_sets(("-march=native",))
+
+
 # ------------------------------------------------------------------------------------------- kernels
 
 
@@ -774,6 +788,12 @@ def bench_models(quick: bool) -> None:
             None,
         ),
         "MLP (B=64, 784-1024-1024-10)": (torch_models.Mlp((784, 1024, 1024, 10)), torch.randn(64, 784), None),
+        # the same MLP in bf16 (weights and input), vs torch's bf16 eager and torch.compile
+        "MLP bf16 (B=64, 784-1024-1024-10)": (
+            torch_models.Mlp((784, 1024, 1024, 10)).to(torch.bfloat16),
+            torch.randn(64, 784).to(torch.bfloat16),
+            None,
+        ),
         "ResNet basic block (B=1 C=64 56x56)": (torch_models.BasicBlock(64), torch.randn(1, 64, 56, 56), None),
         "ResNet-18 (B=1 224x224)": (torch_models.ResNet18(), torch.randn(1, 3, 224, 224), None),
         "MobileNetV2 inverted residual (B=1 C=32 x6 56x56)": (
@@ -784,16 +804,20 @@ def bench_models(quick: bool) -> None:
     }
     for name, (model, x, axis) in cases.items():
         model = model.eval()
+        if x.dtype == torch.bfloat16 and not cpu_has_avx512_bf16():
+            row("models", name, "skipped", "this CPU has no AVX512-BF16", "-")
+            continue
         try:
             start = time.perf_counter()
             built = build(torch_models.import_model(model, x, dynamic_axis=axis), "cpu")
-            (got,) = built.run("main", x.numpy())
+            (got,) = built.run("main", to_numpy(x))
             seconds = time.perf_counter() - start
         except Exception as exc:  # noqa: BLE001 - a row that says why
             row("models", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
             continue
         with torch.no_grad():
-            expected = model(x).numpy()
+            expected = model(x).float().numpy()  # bf16: torch's bf16 eager output, compared in f32
+        got = got.astype(np.float32)
         report = built.report
         counts = f"{len(report.offloaded)} offloaded, {len(report.not_offloaded)} left"
         _versus_torch("models", f"{name} ({counts})", model, (x,), built, seconds, got, expected, quick)
@@ -857,7 +881,7 @@ def _versus_torch(section, name, model, inputs, built, seconds, got, expected, q
     torch.compile's first call."""
     from tessera_tvm import tvm
 
-    vm, args = built.vm()["main"], [tvm.runtime.tensor(t.numpy()) for t in inputs]
+    vm, args = built.vm()["main"], [tvm.runtime.tensor(to_numpy(t)) for t in inputs]
     compiled = torch.compile(model)
     with torch.no_grad():
         start = time.perf_counter()
@@ -897,14 +921,23 @@ def bench_hf(quick: bool) -> None:
         "Qwen2 (2 layers, D=256, GQA 8/4)": "qwen2",
         "BERT (2 layers, D=256)": "bert",
         "ViT (2 layers, D=256, 224x224 in 16x16 patches)": "vit",
+        # in bf16 (.to(torch.bfloat16)), vs torch's bf16 eager and torch.compile
+        "GPT-2 bf16 (2 layers, D=256, gelu_new)": "gpt2 bf16",
+        "LLaMA bf16 (2 layers, D=256, GQA 8/4)": "llama bf16",
     }
     for name, kind in models.items():
+        kind, _, dtype = kind.partition(" ")
+        if dtype == "bf16" and not cpu_has_avx512_bf16():
+            row("hf", name, "skipped", "this CPU has no AVX512-BF16", "-")
+            continue
         if kind == "vit":
             model = hf_model.make_model(kind, **sizes, image_size=224, patch_size=16)
             ids = hf_model.vit_inputs(model, batch=1)
         else:
             model = hf_model.make_model(kind, **sizes)
             ids = (torch.randint(0, 1024, (1, 128)),)
+        if dtype == "bf16":
+            model = model.to(torch.bfloat16)
         try:
             built, got, expected, seconds = hf_model.build_and_compare(model, ids)
         except Exception as exc:  # noqa: BLE001 - a row that says why

@@ -91,19 +91,19 @@ def vit_inputs(model: nn.Module, batch: int = 2) -> tuple[torch.Tensor]:
 
 def build_and_compare(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, decompose: bool = True):
     """``model`` exported, imported (``run_ep_decomposition=decompose``), built for the CPU and run;
-    returns (the build, its output, torch's output, seconds from import to first result)."""
+    returns (the build, its output and torch's as float32, seconds from import to first result)."""
     from tessera_tvm.relax import build  # first: it makes TileLang's TVM the process's `tvm`
 
     # isort: split
     from tvm.relax.frontend.torch import from_exported_program
 
     with torch.no_grad():
-        expected = model(*inputs).numpy()
+        expected = model(*inputs).float().numpy()  # a bf16 model's output compared in float32
     exported = torch.export.export(model, inputs)
     start = time.perf_counter()
     built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
     (got,) = built.run("main", *(t.numpy() for t in inputs))
-    return built, got, expected, time.perf_counter() - start
+    return built, got.astype(np.float32), expected, time.perf_counter() - start
 
 
 def main(names: list[str]) -> None:

@@ -60,6 +60,9 @@ ANCHORS = {f"relax.{relax}": op.name for op in op_table.ANCHORS for relax in op.
 
 #: The GEMM epilogue grammar; every sub-sequence (in this order) is a pattern.
 _EPILOGUE = ("cast", "add", "act", "mul", "add", "cast")  # mul: a gate of the output's shape (SwiGLU)
+#: A half-precision linear imports as an f32 product plus an f32 bias, rounded to f16/bf16 before
+#: its activation or residual (as torch rounds it): the epilogue takes that cast too.
+_HALF_LINEAR_CHAINS = (("add", "cast", "act"), ("add", "cast", "add"), ("add", "cast", "act", "add"))
 #: A convolution's: its bias (or a folded batch norm's), a residual, then the activation (ResNet).
 _CONV_EPILOGUE = ("cast", "add", "add", "act", "add", "cast")
 
@@ -113,13 +116,16 @@ def _with_epilogue(out, steps: tuple[str, ...]):
     return out
 
 
-def _epilogue_chains(grammar: tuple[str, ...] = _EPILOGUE) -> list[tuple[str, ...]]:
-    """Every order-preserving sub-sequence of the epilogue ``grammar``, longest first, each once."""
+def _epilogue_chains(
+    grammar: tuple[str, ...] = _EPILOGUE, extra: tuple[tuple[str, ...], ...] = ()
+) -> list[tuple[str, ...]]:
+    """Every order-preserving sub-sequence of the epilogue ``grammar`` and the ``extra`` chains,
+    longest first, each once."""
     chains = {
         tuple(s for s, keep in zip(grammar, mask, strict=True) if keep)
         for mask in itertools.product((True, False), repeat=len(grammar))
     }
-    return sorted(chains, key=lambda c: (-len(c), c))
+    return sorted(chains | set(extra), key=lambda c: (-len(c), c))
 
 
 def _attention_tessera_form(bias: bool):
@@ -657,7 +663,7 @@ def tessera_patterns(
 
     patterns = []
     gemm_check = make_check("gemm", config, log, dim_hints)
-    for chain in _epilogue_chains():
+    for chain in _epilogue_chains(extra=_HALF_LINEAR_CHAINS):
         for transpose_a, transpose_b in ((True, True), (False, True), (True, False), (False, False)):
             patterns.append(
                 fusion_pattern("tessera.gemm", _gemm_pattern(chain, transpose_a, transpose_b), {}, gemm_check)

@@ -26,6 +26,8 @@ import functools
 import re
 from typing import Any
 
+import numpy as np
+
 from .._tvm import tvm
 from ..config import TargetConfig, available_configs, load_config
 from ..errors import TesseraError
@@ -253,6 +255,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         if rest.functions and backend_for(config).thread_blocks:  # a GPU target (_check_target: the config's)
             rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
+        out = _constant_reinterprets_folded(out)
         _check_tvm_codegen(out, config)
         for gv, func in kernels.items():
             host, carrier = lower_kernel(func, config, name)
@@ -310,6 +313,36 @@ def _on_one_thread(func):
         binding = tirx.IterVar(tvm.ir.Range(0, 1), var, tirx.IterVar.ThreadIndex, tag)
         body = tirx.For(var, 0, 1, tirx.ForKind.THREAD_BINDING, body, thread_binding=binding)
     return func.with_body(body)
+
+
+def _constant_reinterprets_folded(mod):
+    """``mod`` with each ``reinterpret`` of a float constant replaced by the constant's bits.
+
+    TVM's bfloat16 legalisation rounds a float32 to bfloat16 through ``reinterpret`` of its bits,
+    which the C code generator prints as ``*(uint32_t *)(&(x))``: of a constant, ``&(0.0f)``, which
+    no C compiler takes ("lvalue required as unary '&' operand"). A bfloat16 ``zeros_like`` (the
+    unused indices of a bfloat16 ``max_pool2d``) stopped the build of the operators left to TVM."""
+    tirx = tvm.tirx
+    reinterpret = tvm.ir.Op.get("tirx.reinterpret")
+    widths = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
+
+    def fold(expr):
+        if not (isinstance(expr, tirx.Call) and expr.op.same_as(reinterpret) and len(expr.args) == 1):
+            return None
+        (value,) = expr.args
+        if not isinstance(value, tirx.FloatImm) or str(value.dtype) not in widths or expr.dtype.lanes != 1:
+            return None
+        bits = np.asarray(value.value, dtype=widths[str(value.dtype)]).view(f"uint{value.dtype.bits}")
+        if str(expr.dtype) != f"uint{value.dtype.bits}":
+            return None
+        return tirx.IntImm(str(expr.dtype), int(bits))
+
+    out = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            func = func.with_body(tirx.stmt_functor.ir_transform(func.body, None, fold, ["tirx.Call"]))
+        out[gv] = func
+    return tvm.IRModule(out, attrs=mod.attrs)
 
 
 def _bound_target(mod, config: TargetConfig):

@@ -338,6 +338,17 @@ def _is_empty_row_guard(guard, zeros, scores, bindings) -> bool:
     return limit is not None and limit == -np.inf
 
 
+def _holds(const, value: float) -> bool:
+    """Whether the scalar ``const`` is ``value``: within 1e-6 of it, or ``value`` rounded to the
+    constant's dtype (a Python number in a float16 or bfloat16 model is imported in that dtype:
+    GPT-2's 0.044715 as 0.044677734375 in bfloat16)."""
+    got = _scalar(const)
+    if got is None:
+        return False
+    rounded = float(np.asarray(value, dtype=const.data.numpy().dtype))
+    return abs(got - value) <= 1e-6 * max(1.0, abs(value)) or got == rounded
+
+
 def _scalar_of(expr) -> float | None:
     return _scalar(expr) if isinstance(expr, relax.Constant) else None
 
@@ -698,7 +709,8 @@ def recover_gelu_tanh(mod) -> tuple[Any, int]:
     transformers' ``NewGELUActivation`` and ``gelu_pytorch_tanh`` written out) -> ``R.nn.gelu_tanh(x)``,
     so that a GEMM takes it as its epilogue instead of TVM computing ``power`` and Tessera two
     element-wise kernels. ``x**3`` as ``power(x, 3)`` or ``x * x * x``; each product and sum in
-    either order; the constants within 1e-6 of their values."""
+    either order; the constants within 1e-6 of their values, or their values rounded to a half-precision
+    model's dtype (:func:`_holds`)."""
     x = dpl.wildcard()
     three, a, s, one, half = (dpl.is_const() for _ in range(5))
     square = _either("relax.multiply", x, x)
@@ -712,11 +724,8 @@ def recover_gelu_tanh(mod) -> tuple[Any, int]:
     want = {three: 3.0, a: 0.044715, s: math.sqrt(2.0 / math.pi), one: 1.0, half: 0.5}
 
     def rewrite(orig, m, bindings):
-        for const, value in want.items():
-            if const in m and not (
-                _scalar(m[const]) is not None and abs(_scalar(m[const]) - value) <= 1e-6 * max(1.0, value)
-            ):
-                return None
+        if any(const in m and not _holds(m[const], value) for const, value in want.items()):
+            return None
         if str(m[x].struct_info.dtype) != str(orig.struct_info.dtype):
             return None
         return relax.op.nn.gelu_tanh(m[x])
