@@ -32,9 +32,19 @@ def test_peak_rows_and_the_fraction_of_peak_column():
     bench = _bench()
     bench.measure_peak(1)
     assert bench.PEAK["f32"] > 1.0, bench.ROWS  # GFLOP/s: any CPU with FMA does far more than 1
-    assert ("bf16" in bench.PEAK) == ("avx512_bf16" in _cpu_flags())
+    flags = _cpu_flags()
+    # Each loop where the CPU has its unit (AMX where Linux grants the tiles too), and only there.
+    units = {"bf16": "avx512_bf16", "int8": "avx512_vnni", "amx_bf16": "amx_bf16", "amx_int8": "amx_int8"}
+    for kind, flag in units.items():
+        assert kind not in bench.PEAK or flag in flags, (kind, bench.ROWS)
+    assert ("bf16" in bench.PEAK) == ("avx512_bf16" in flags)
+    assert ("int8" in bench.PEAK) == ("avx512_vnni" in flags)
     peak_rows = [r for r in bench.ROWS if r[0] == "peak"]
-    assert [r[-1] for r in peak_rows] == ["100%", "100%" if "bf16" in bench.PEAK else "-"]
+    kinds = ["f32", *units]
+    assert [r[-1] for r in peak_rows] == ["100%" if kind in bench.PEAK else "-" for kind in kinds]
+    assert [r[2].endswith("GOP/s") for r in peak_rows if r[-1] == "100%"] == [
+        kind.endswith("int8") for kind in kinds if kind in bench.PEAK
+    ]
     half = bench.PEAK["f32"] / 2
     assert bench.of_peak(half) == "50%"
     assert bench.of_peak(half, "fp64") == "-"  # a kind never measured is not a percentage
