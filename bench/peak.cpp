@@ -52,56 +52,47 @@ inline float sum(vec v) {
 
 volatile float g_mul = 0.999999f, g_add = 1e-7f;
 
-// FLOPs done by one thread in `blocks` blocks; the accumulators' sum goes to `sink` so nothing is dead.
-double f32_loop(long blocks, float* sink) {
-  vec acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = splat(float(i));
-  const vec m = splat(g_mul), a = splat(g_add);
+// The chain loop of one thread: kChains accumulators of type V from `start(i)`, each advanced by
+// `step` kInner times a block, for `blocks` blocks; their `total`s go to `sink` so nothing is dead.
+// Returns the operations done, `per_step` a step.
+template <typename V, typename Start, typename Step, typename Total>
+double chain_loop(long blocks, float* sink, Start start, Step step, Total total, double per_step) {
+  V acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = start(i);
   for (long b = 0; b < blocks; ++b) {
     for (long k = 0; k < kInner; ++k) {
 #pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = fma(acc[i], m, a);
+      for (int i = 0; i < kChains; ++i) acc[i] = step(acc[i]);
     }
   }
   float s = 0;
-  for (int i = 0; i < kChains; ++i) s += sum(acc[i]);
+  for (int i = 0; i < kChains; ++i) s += total(acc[i]);
   *sink = s;
-  return 2.0 * kLanes * kChains * kInner * double(blocks);
+  return per_step * kChains * kInner * double(blocks);
+}
+
+double f32_loop(long blocks, float* sink) {
+  const vec m = splat(g_mul), a = splat(g_add);
+  return chain_loop<vec>(
+      blocks, sink, [](int i) { return splat(float(i)); }, [=](vec v) { return fma(v, m, a); },
+      [](vec v) { return sum(v); }, 2.0 * kLanes);
 }
 
 #if defined(__AVX512BF16__)
-double bf16_loop(long blocks, float* sink) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
+double bf16_loop(long blocks, float* sink) {  // 16 lanes, 2 products + 2 adds each
   const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(g_mul), _mm512_set1_ps(g_add));
-  for (long b = 0; b < blocks; ++b) {
-    for (long k = 0; k < kInner; ++k) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, x);
-    }
-  }
-  float s = 0;
-  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  *sink = s;
-  return 4.0 * 16 * kChains * kInner * double(blocks);  // 16 lanes, 2 products + 2 adds each
+  return chain_loop<__m512>(
+      blocks, sink, [](int i) { return _mm512_set1_ps(float(i)); }, [=](__m512 v) { return _mm512_dpbf16_ps(v, x, x); },
+      [](__m512 v) { return _mm512_reduce_add_ps(v); }, 4.0 * 16);
 }
 #endif
 
 #if defined(__AVX512VNNI__)
-double int8_loop(long blocks, float* sink) {  // vpdpbusd: 64 byte products (and their adds) a lane group
-  __m512i acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+double int8_loop(long blocks, float* sink) {  // vpdpbusd: 64 byte products (and their adds) a vector
   const __m512i x = _mm512_set1_epi8(static_cast<char>(int(g_add * 1e7f)));
-  for (long b = 0; b < blocks; ++b) {
-    for (long k = 0; k < kInner; ++k) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], x, x);
-    }
-  }
-  int s = 0;
-  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_epi32(acc[i]);
-  *sink = float(s);
-  return 2.0 * 64 * kChains * kInner * double(blocks);
+  return chain_loop<__m512i>(
+      blocks, sink, [](int i) { return _mm512_set1_epi32(i); }, [=](__m512i v) { return _mm512_dpbusd_epi32(v, x, x); },
+      [](__m512i v) { return float(_mm512_reduce_add_epi32(v)); }, 2.0 * 64);
 }
 #endif
 

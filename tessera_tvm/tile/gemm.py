@@ -343,7 +343,6 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
         dtype_a = dtype_b = "bf16x2" if pairs else "s8x4"
     else:
         dtype_a, dtype_b = _CPU_PACK_DTYPES[spec.dtype_a], _CPU_PACK_DTYPES[spec.dtype_b]
-    acc_dtype = "int32" if quads else "float32"
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, per_word=cpu_k_per_word(spec))
     # (row, k) strides of A and (k, column) strides of B: a transposed operand is read through them.
     a_strides = _row_major_strides((K, M) if spec.transpose_a else (M, K))
@@ -378,7 +377,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     def main():
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), n_batch) as (bx, by, bz):
-            acc = T.alloc_local((block_m, block_n), acc_dtype)
+            acc = T.alloc_local((block_m, block_n), spec.dtype_acc)  # float32; int32 for int8 quads
             a_pack = T.alloc_local((1 if a_in_place else a_elems,), "float32")
             b_pack = T.alloc_local((b_elems,), "float32")
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
@@ -437,7 +436,7 @@ def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_
     def main():
         io = declare_gemm_params(spec)
         with T.Kernel(T.ceildiv(N, block_n), n_batch) as (bx, bz):
-            acc = T.alloc_local((block_m, block_n), "int32" if quads else "float32")
+            acc = T.alloc_local((block_m, block_n), spec.dtype_acc)
             a_batch, b_batch, out_batch = _batch_coords(spec, bz)
             cols = T.min(block_n, N - bx * block_n)
             for k in T.serial(steps):

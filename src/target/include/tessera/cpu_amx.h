@@ -154,6 +154,17 @@ static inline void tessera_amx_release() { _tile_release(); }
 
 #endif
 
+// tmm c += tmm a x tmm b: tdpbssd (int8) or tdpbf16ps (bf16). A macro: GCC's tile intrinsics spell
+// their tile numbers into the instruction's text, so they must be literals, not template arguments.
+#define TESSERA_TILE_DOT(int8, c, a, b) \
+  do {                                  \
+    if (int8) {                         \
+      TESSERA_TILE_DP_S8(c, a, b);      \
+    } else {                            \
+      TESSERA_TILE_DP(c, a, b);         \
+    }                                   \
+  } while (0)
+
 // acc[0:rows, 0:cols] += A x B over the first 64 bytes' worth of k times `steps`, on the tile unit:
 // bf16 (Int8 false: 32 k a step, fp32 acc, tdpbf16ps) or int8 (64 k a step, int32 acc, tdpbssd). A:
 // row-major at `a`, rows `lda` elements apart, `rows` a multiple of 16. B: strips of 64 columns packed
@@ -193,22 +204,12 @@ static inline void tessera_amx_gemm(void *acc_base, int64_t acc_stride, const vo
           TESSERA_TILE_LOAD(4, a_rows + K_STEP * s, a_bytes);
           TESSERA_TILE_LOAD(6, b, 64 * sizeof(uint32_t));
           TESSERA_TILE_LOAD(7, b + 16, 64 * sizeof(uint32_t));
-          if (Int8) {
-            TESSERA_TILE_DP_S8(0, 4, 6);
-            TESSERA_TILE_DP_S8(1, 4, 7);
-          } else {
-            TESSERA_TILE_DP(0, 4, 6);
-            TESSERA_TILE_DP(1, 4, 7);
-          }
+          TESSERA_TILE_DOT(Int8, 0, 4, 6);
+          TESSERA_TILE_DOT(Int8, 1, 4, 7);
           if (two) {
             TESSERA_TILE_LOAD(5, a_rows + 16 * lda + K_STEP * s, a_bytes);
-            if (Int8) {
-              TESSERA_TILE_DP_S8(2, 5, 6);
-              TESSERA_TILE_DP_S8(3, 5, 7);
-            } else {
-              TESSERA_TILE_DP(2, 5, 6);
-              TESSERA_TILE_DP(3, 5, 7);
-            }
+            TESSERA_TILE_DOT(Int8, 2, 5, 6);
+            TESSERA_TILE_DOT(Int8, 3, 5, 7);
           }
         }
         TESSERA_TILE_STORE(0, &stage[0][0], sizeof stage[0]);
@@ -313,6 +314,31 @@ static inline int tessera_amx_probe() {
 static inline int tessera_amx_state() {
   static const int state = tessera_amx_probe();  // once per library (thread-safe initialisation)
   return state;
+}
+
+// acc[0:rows, 0:cols] += A x B over `depth` with the tile unit where this library uses it: the whole
+// 16-row groups over the whole steps of 64 bytes of k on the tiles (A: bf16 or int8 rows read in place,
+// B: its strips of 32-bit k-words), then `rest(acc, a, rows, first)` (the caller's micro-kernel: `rows`
+// rows of A from `a` into `acc`, from k-word `first` on, over all columns) for the k past the last step
+// and for the rows past the last group. False, with nothing done, where the unit is not in use or no
+// group or step is whole (the caller's micro-kernel then runs everything).
+template <typename Acc, typename Elem, typename Rest>
+static inline bool tessera_amx_gemm_rows(Acc *acc, int64_t acc_stride, const Elem *a, int64_t lda, const uint32_t *b,
+                                         int32_t rows, int32_t cols, int32_t depth, Rest rest) {
+  constexpr bool Int8 = sizeof(Elem) == 1;
+  const int32_t k_step = 64 / (int32_t)sizeof(Elem), per_word = 4 / (int32_t)sizeof(Elem);
+  const int32_t tile_rows = rows / 16 * 16, steps = depth / k_step;
+  if (tile_rows == 0 || steps == 0 || tessera_amx_state() != 1) {
+    return false;
+  }
+  tessera_amx_gemm<Int8>(acc, acc_stride, a, lda, b, (depth + per_word - 1) / per_word, tile_rows, cols, steps);
+  if (depth > k_step * steps) {
+    rest(acc, a, tile_rows, 16 * steps);  // a step is 16 words of k
+  }
+  if (rows > tile_rows) {
+    rest(acc + (int64_t)tile_rows * acc_stride, a + tile_rows * lda, rows - tile_rows, 0);
+  }
+  return true;
 }
 
 #endif  // TESSERA_AMX

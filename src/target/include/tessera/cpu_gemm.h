@@ -667,23 +667,16 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
                                                              int64_t row_stride, float *b_pack, int32_t rows,
                                                              int32_t cols, int32_t depth) {
-  const uint16_t *rows_a = (const uint16_t *)a + offset;
   const uint32_t *b = (const uint32_t *)b_pack;
+  auto micro = [&](float *c, const uint16_t *rows_a, int32_t n, int32_t first) {
+    tessera_gemm_pairs<false>(c, acc_stride, rows_a, row_stride, b, n, cols, depth, first);
+  };
 #if defined(TESSERA_AMX)
-  const int32_t tile_rows = rows / 16 * 16, tile_steps = depth / 32;
-  if (tile_rows > 0 && tile_steps > 0 && tessera_amx_state() == 1) {
-    tessera_amx_gemm<false>(acc, acc_stride, rows_a, row_stride, b, (depth + 1) / 2, tile_rows, cols, tile_steps);
-    if (depth > 32 * tile_steps) {
-      tessera_gemm_pairs<false>(acc, acc_stride, rows_a, row_stride, b, tile_rows, cols, depth, 16 * tile_steps);
-    }
-    if (rows > tile_rows) {
-      tessera_gemm_pairs<false>(acc + (int64_t)tile_rows * acc_stride, acc_stride, rows_a + tile_rows * row_stride,
-                                row_stride, b, rows - tile_rows, cols, depth);
-    }
+  if (tessera_amx_gemm_rows(acc, acc_stride, (const uint16_t *)a + offset, row_stride, b, rows, cols, depth, micro)) {
     return 0;
   }
 #endif
-  tessera_gemm_pairs<false>(acc, acc_stride, rows_a, row_stride, b, rows, cols, depth);
+  micro(acc, (const uint16_t *)a + offset, rows, 0);
   return 0;
 }
 

@@ -229,22 +229,15 @@ static inline void tessera_gemm_quads(int32_t *acc, int64_t acc_stride, const in
 TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4_rows(int32_t *acc, int32_t acc_stride, int8_t *a, int64_t offset,
                                                            int64_t row_stride, float *b_pack, int32_t rows, int32_t cols,
                                                            int32_t depth) {
-  const int8_t *rows_a = a + offset;
   const uint32_t *b = (const uint32_t *)b_pack;
+  auto micro = [&](int32_t *c, const int8_t *rows_a, int32_t n, int32_t first) {
+    tessera_gemm_quads(c, acc_stride, rows_a, row_stride, b, n, cols, depth, first);
+  };
 #if defined(TESSERA_AMX)
-  const int32_t tile_rows = rows / 16 * 16, tile_steps = depth / 64;
-  if (tile_rows > 0 && tile_steps > 0 && tessera_amx_state() == 1) {
-    tessera_amx_gemm<true>(acc, acc_stride, rows_a, row_stride, b, (depth + 3) / 4, tile_rows, cols, tile_steps);
-    if (depth > 64 * tile_steps) {
-      tessera_gemm_quads(acc, acc_stride, rows_a, row_stride, b, tile_rows, cols, depth, 16 * tile_steps);
-    }
-    if (rows > tile_rows) {
-      tessera_gemm_quads(acc + (int64_t)tile_rows * acc_stride, acc_stride, rows_a + tile_rows * row_stride, row_stride,
-                         b, rows - tile_rows, cols, depth);
-    }
+  if (tessera_amx_gemm_rows(acc, acc_stride, (const int8_t *)a + offset, row_stride, b, rows, cols, depth, micro)) {
     return 0;
   }
 #endif
-  tessera_gemm_quads(acc, acc_stride, rows_a, row_stride, b, rows, cols, depth);
+  micro(acc, (const int8_t *)a + offset, rows, 0);
   return 0;
 }
