@@ -241,12 +241,10 @@ def entry_header(plans, note: str = "") -> str:
 _HELPERS = r"""
 #include <tvm/ffi/c_api.h>
 
-#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 
 namespace {
 

@@ -8,6 +8,7 @@ calls the entry and compares with a C reference loop (float32 sums of 48 product
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import textwrap
@@ -169,6 +170,10 @@ def test_the_bundle_holds_library_header_and_metadata(bundle):
         "int __tvm_ffi_linear_relu(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result);" in header
     )
     assert "args[1]  w    float32 [48, 40]  input" in header
+    # The entry includes only the headers it uses: one kernel, no intermediates, no fp8 (<memory> and
+    # <cmath> took 3/4 of an entry's compile, which every first call of a kernel waits for).
+    includes = re.findall(r"^#include (.+)$", (bundle / "linear_relu.entry.cc").read_text(), re.M)
+    assert includes == ["<tvm/ffi/c_api.h>", "<cstdarg>", "<cstdint>", "<cstdio>", "<cstring>"], includes
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -34,7 +34,7 @@ from ..toolchain import (
     validate_artifact_name,
 )
 from .blas_threads import share_blas_threads
-from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR
+from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR, precompiled_prelude
 
 __all__ = ["build_module", "entry_source"]
 
@@ -49,7 +49,11 @@ def entry_source(plans: Sequence[ModulePlan]) -> str:
     lines += entry_helpers("kDLCPU", "the CPU").splitlines()
     lines.append("")
     pairs = [(plan, pair) for plan in plans for call in plan.calls for pair in (*call.converts_in, *call.converts_out)]
-    for dtype in sorted({_dtype_of(plan, pair) for plan, pair in pairs}):
+    fp8 = sorted({_dtype_of(plan, pair) for plan, pair in pairs})
+    # Only the headers an entry uses: <memory> and <cmath> would take 3/4 of its ~0.2 s compile.
+    lines += ["#include <memory>"] if any(plan.intermediates for plan in plans) else []
+    lines += ["#include <cmath>"] if fp8 else []
+    for dtype in fp8:
         lines += fp8_helpers(dtype)
     for i, plan in enumerate(plans):
         lines += ["", *_variant(plan, i, len(plans))]
@@ -228,6 +232,8 @@ def build_module(
             files[f"{kernel}{'' if len(plans) == 1 else f'_v{i}'}.cpp"] = source
     cxx = require_tool("g++")
     includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # what the kernel sources include
+    prelude = precompiled_prelude(cxx, flags)  # TileLang's prelude precompiled: ~0.5 s less per kernel source
+    includes = includes if prelude is None else [f"-I{prelude}", *includes]
     command = [*_entry_command(cxx, name, flags), *includes, *files, *_link_flags()]
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:

@@ -207,6 +207,8 @@ def entry_source(plans: Sequence[ModulePlan], *, cubins: Sequence[bytes] | None 
         "#include <tessera/cuda_driver.h>",
         "#include <tvm/ffi/extra/c_env_api.h>",
         "",
+        "#include <cmath>",
+        "#include <memory>",
         "#include <mutex>",
         "",
         "namespace cu = tessera::cuda;",
