@@ -63,6 +63,8 @@ _EPILOGUE = ("cast", "add", "act", "mul", "add", "cast")  # mul: a gate of the o
 #: A half-precision linear imports as an f32 product plus an f32 bias, rounded to f16/bf16 before
 #: its activation or residual (as torch rounds it): the epilogue takes that cast too.
 _HALF_LINEAR_CHAINS = (("add", "cast", "act"), ("add", "cast", "add"), ("add", "cast", "act", "add"))
+#: ... or without a bias, its activation computed in float32 between two casts (LLaMA's SiLU in bf16).
+_HALF_ACTIVATION_CHAINS = (("cast", "cast", "act", "cast"), ("add", "cast", "cast", "act", "cast"))
 #: A convolution's: its bias (or a folded batch norm's), a residual, then the activation (ResNet).
 _CONV_EPILOGUE = ("cast", "add", "add", "act", "add", "cast")
 
@@ -663,7 +665,7 @@ def tessera_patterns(
 
     patterns = []
     gemm_check = make_check("gemm", config, log, dim_hints)
-    for chain in _epilogue_chains(extra=_HALF_LINEAR_CHAINS):
+    for chain in _epilogue_chains(extra=_HALF_LINEAR_CHAINS + _HALF_ACTIVATION_CHAINS):
         for transpose_a, transpose_b in ((True, True), (False, True), (True, False), (False, False)):
             patterns.append(
                 fusion_pattern("tessera.gemm", _gemm_pattern(chain, transpose_a, transpose_b), {}, gemm_check)

@@ -598,7 +598,9 @@ def _shape_value(expr) -> tuple[int, ...] | None:
 # ---------------------------------------------------------------------------------------------
 
 #: Element-wise ops a GEMM epilogue can take, which commute with any reshape.
-_UNARY = tuple(f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape and op.relax)
+#: A cast sinks too: a half-precision model computes its activation in float32 between two casts
+#: (``astype(f32)``, SiLU, ``astype(bf16)`` after the linear's reshape back to 3-D).
+_UNARY = (*(f"relax.{op.relax}" for op in op_table.UNARY if op.sinks_reshape and op.relax), "relax.astype")
 _BINARY_EPILOGUE = ("relax.add", "relax.multiply")
 
 
