@@ -68,7 +68,7 @@ def apply_epilogue(
     ``bias_index`` (default ``(col,)``) and a residual or gate at ``tile_index`` (default
     ``(*out_coords, row, col)``): a convolution reads them in NCHW (tile/conv.py).
     """
-    compute = spec.dtype_acc
+    compute = held = spec.dtype_acc  # held: the dtype of the graph value the steps so far computed
     zero = T.cast(0, compute)
     value = acc
     bias_index = (col,) if bias_index is None else bias_index
@@ -95,9 +95,15 @@ def apply_epilogue(
                 # in float32 (in int32, a scale of 0.25 became 0).
                 value, compute = T.cast(value, "float32"), "float32"
                 zero = T.cast(0, compute)
-            value = round_to(value, op.dtype, compute)
+            value, held = round_to(value, op.dtype, compute), op.dtype
+            continue
         else:
             value = unary(op.kind, value, compute, host=host)
+        if held.startswith("int") and held != compute:
+            # An int8 step's result is int8: wrapped here, as the reference's, not at a later cast
+            # (through int32 where the steps compute in float32: a float past int8's range has no int8).
+            wide = value if compute.startswith("int") else T.cast(value, "int32")
+            value = to_compute(T.cast(wide, held), compute)
     return value
 
 
