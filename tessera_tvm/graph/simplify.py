@@ -84,19 +84,48 @@ def simplify(flat: FlatFunction) -> tuple[FlatFunction, int]:
                     ia, ib = inner.args
                     ic = constant_value(ib) if constant_value(ib) is not None else constant_value(ia)
                     iv = ia if constant_value(ib) is not None else ib
-                    if ic is not None and isinstance(iv, relax.Var):
+                    product = _folded_scale(ic, c, str(node.var.struct_info.dtype)) if ic is not None else None
+                    if product is not None and isinstance(iv, relax.Var):
                         iv = subst.get(iv, iv)
                         rewrites += 1
-                        if ic * c == 1.0 and _same_sinfo(iv, node.var):
+                        if product == 1 and _same_sinfo(iv, node.var):
                             subst[node.var] = iv
                             continue
-                        const = scalar_const(ic * c, str(node.var.struct_info.dtype))
+                        const = scalar_const(product, str(node.var.struct_info.dtype))
                         node = Node(node.var, node.op, [iv, const], relax.op.multiply(iv, const), node.attrs)
                         nodes.append(node)
                         continue
         nodes.append(node)
     outputs = [subst.get(o, o) if isinstance(o, relax.Var) else o for o in flat.outputs]
     return FlatFunction(flat.name, flat.params, nodes, outputs, flat.tuple_output), rewrites
+
+
+def _folded_scale(a: float, b: float, dtype: str) -> float | int | None:
+    """The one scale of ``dtype`` that ``(x * a) * b`` may be folded into, None where there is none.
+
+    Integers wrap as the kernels' arithmetic does, so their product is folded wrapped. A float
+    product is folded only where ``dtype`` holds it (float32: within its rounding, finite and not
+    subnormal): folded into a constant of ``dtype`` it was rounded there, and f16 ``(x * 256) * 256``
+    became ``x * inf`` (inf and NaN where the reference has 65.56 and 0), ``(x * 1e-3) * 1e-4`` a
+    subnormal scale 19% off."""
+    import numpy as np
+
+    if dtype.startswith("int"):
+        bits = int(dtype[3:])
+        return (int(a) * int(b) + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)
+    product = a * b  # exact in float64 for two float32 constants
+    if dtype == "float32":
+        with np.errstate(over="ignore"):
+            rounded = float(np.float32(product))
+        normal = abs(rounded) >= float(np.finfo(np.float32).tiny) or product == 0.0
+        return product if np.isfinite(rounded) and normal else None
+    if dtype in ("float16", "bfloat16"):
+        import ml_dtypes
+
+        with np.errstate(over="ignore"):
+            rounded = float(np.asarray(product, np.float16 if dtype == "float16" else ml_dtypes.bfloat16))
+        return product if rounded == product else None
+    return None
 
 
 def _same_sinfo(a, b) -> bool:

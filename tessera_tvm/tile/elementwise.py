@@ -19,28 +19,67 @@ from .expr import Binary, Const, Input, Unary
 from .schedule import TileSchedule
 from .specs import ElementwiseSpec
 
+#: Ops that integer operands compute exactly in int32; the others (exp, division, ...) compute in
+#: float32 and round back to the integer dtype, as the reference's integer ops do.
+INTEGER_OPS = frozenset({"add", "sub", "mul", "max", "min", "relu", "neg", "abs"})
 
-def evaluate(expr, values: dict, dtype: str, host: bool = False):
-    """The PrimExpr of ``expr`` given each input's (already cast) value (``host``: a CPU program)."""
+
+def compute_dtype(dtype: str, floats: str = "float32") -> str:
+    """What a value of ``dtype`` is computed in: int32 for integers (wrapping as the reference's
+    int32 arithmetic), ``floats`` (the spec's ``dtype_compute``) for floats."""
+    return "int32" if dtype.startswith("int") else floats
+
+
+def evaluate(expr, values: dict, dtypes: dict, floats: str, host: bool = False):
+    """``(value, dtype)``: the PrimExpr of ``expr`` given each input's value (already in its compute
+    dtype, :func:`compute_dtype`) and dtype (``host``: a CPU program), and the dtype of the graph value
+    it is. Integer values compute in int32 and an int8 result is rounded to int8 at each op, so they
+    wrap as the reference's do; float values stay in ``floats`` until a cast rounds them. A constant
+    is its ``Const`` node and dtype None until the op that reads it gives it one."""
     if isinstance(expr, Input):
-        return values[expr.name]
+        return values[expr.name], dtypes[expr.name]
     if isinstance(expr, Const):
-        return const(expr.value, dtype)
+        return expr, None
     if isinstance(expr, Unary):
-        return unary(expr.op, evaluate(expr.x, values, dtype, host), dtype, cast_to=expr.dtype, host=host)
+        x, dtype = evaluate(expr.x, values, dtypes, floats, host)
+        if expr.op == "cast":
+            value = to_compute(_in(x, compute_dtype(dtype or floats, floats)), expr.dtype)
+            return to_compute(value, compute_dtype(expr.dtype, floats)), expr.dtype
+        dtype = dtype or floats
+        return _integer_rounded(expr.op, dtype, floats, lambda c: unary(expr.op, _in(x, c), c, host=host)), dtype
     if isinstance(expr, Binary):
-        return binary(expr.op, evaluate(expr.x, values, dtype, host), evaluate(expr.y, values, dtype, host), host=host)
+        (x, dx), (y, dy) = (evaluate(e, values, dtypes, floats, host) for e in (expr.x, expr.y))
+        dtype = dx or dy or floats
+        return _integer_rounded(
+            expr.op, dtype, floats, lambda c: binary(expr.op, _in(x, c), _in(y, c), host=host)
+        ), dtype
     raise TypeError(f"not an expression node: {expr!r}")
+
+
+def _in(value, dtype: str):
+    """``value`` (a PrimExpr or a ``Const``) in compute dtype ``dtype``."""
+    return const(value.value, dtype) if isinstance(value, Const) else to_compute(value, dtype)
+
+
+def _integer_rounded(op: str, dtype: str, floats: str, compute):
+    """``compute(c)`` in compute dtype ``c``: for an integer ``dtype``, int32 (float32 for ops that are
+    not exact in integers) rounded to ``dtype`` and back to int32; ``floats`` otherwise."""
+    if not dtype.startswith("int"):
+        return compute(floats)
+    value = compute("int32" if op in INTEGER_OPS else "float32")
+    return value if dtype == "int32" and op in INTEGER_OPS else T.cast(T.cast(value, dtype), "int32")
 
 
 def element_value(spec: ElementwiseSpec, inputs: list, row, col, host: bool = False):
     """``expr`` at output element (row, col) of the [rows, cols] view, cast to ``dtype_out``."""
     coords = [*unravel(row, spec.shape[:-1]), col]
-    values = {}
+    values, dtypes = {}, {}
     for arg, buf in zip(spec.operands, inputs[: len(spec.operands)], strict=True):
         index = broadcast_coords(coords, arg.shape, spec.shape)
-        values[arg.name] = to_compute(buf[tuple(index)], spec.dtype_compute)
-    return T.cast(evaluate(spec.expr, values, spec.dtype_compute, host), spec.dtype_out)
+        values[arg.name] = to_compute(buf[tuple(index)], compute_dtype(arg.dtype, spec.dtype_compute))
+        dtypes[arg.name] = arg.dtype
+    value, dtype = evaluate(spec.expr, values, dtypes, spec.dtype_compute, host)
+    return T.cast(_in(value, compute_dtype(dtype or spec.dtype_out, spec.dtype_compute)), spec.dtype_out)
 
 
 def _out_index(spec: ElementwiseSpec, row, col) -> tuple:

@@ -2,7 +2,7 @@
 
 Every kernel views its input as ``[outer, R, inner]`` around the reduced axes: a *row* is one
 (outer, inner) pair and has ``R`` elements. A block owns ``block_m`` rows and walks each row in
-steps of ``block_n`` elements; statistics accumulate in fp32.
+steps of ``block_n`` elements; statistics accumulate in fp32 (an integer reduction in int32).
 
 GPU: a ``block_m x block_n`` fp32 fragment holds per-lane partial results across the steps, then
 ``T.reduce_sum`` / ``T.reduce_max`` combine the lanes. Reads past the row end or past the last row
@@ -71,8 +71,8 @@ class RowView:
         index = (*unravel(outer, self.outer_dims), *kept, *unravel(inner, self.inner_dims))
         return index or (0,)
 
-    def load(self, buf, row, r):
-        return to_compute(buf[self.index(row, r)], ACC)
+    def load(self, buf, row, r, dtype: str = ACC):
+        return to_compute(buf[self.index(row, r)], dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,17 +89,27 @@ def _reduce_setup(spec: ReduceSpec, schedule: TileSchedule) -> tuple:
     block_n = schedule.block_n
     is_max = spec.kind == "max"
     params = spec.params()
+    acc = reduce_acc(spec)
 
     def identity():
-        return lowest(ACC) if is_max else T.cast(0, ACC)
+        return (lowest(acc) if acc == ACC else T.min_value(acc)) if is_max else T.cast(0, acc)
 
-    def combine(acc, value, host=False):
-        return nan_max(acc, value, host) if is_max else acc + value
+    def combine(total, value, host=False):
+        return nan_max(total, value, host) if is_max else total + value
 
     def finish(total):
-        return total / T.cast(length, ACC) if spec.kind == "mean" else total
+        if spec.kind != "mean":
+            return total
+        # An integer mean truncates toward zero, as the reference's cast of its mean does.
+        return total / T.cast(length, acc) if acc == ACC else T.truncdiv(total, T.cast(length, acc))
 
     return view, rows, length, block_m, block_n, is_max, params, identity, combine, finish
+
+
+def reduce_acc(spec: ReduceSpec) -> str:
+    """The accumulator of a reduction: fp32, int32 for integer inputs (exact, wrapping as the
+    reference's int32 sums; in fp32 an int32 max lost its low bits and saturated)."""
+    return "int32" if spec.dtype_in.startswith("int") else ACC
 
 
 def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
@@ -110,14 +120,14 @@ def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
     def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m)) as bx:
-            lanes = T.alloc_local((CPU_LANES,), ACC)
+            lanes = T.alloc_local((CPU_LANES,), reduce_acc(spec))
             for i in T.serial(T.min(block_m, rows - bx * block_m)):
                 lane_reduce(
                     lanes,
                     length,
                     identity(),
                     lambda acc, value: combine(acc, value, host=True),
-                    lambda r, i=i: view.load(io.x, bx * block_m + i, r),
+                    lambda r, i=i: view.load(io.x, bx * block_m + i, r, reduce_acc(spec)),
                 )
                 io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(lanes[0]), spec.dtype_out)
 
@@ -127,14 +137,16 @@ def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
 def reduce_gpu_program(spec: ReduceSpec, schedule: TileSchedule):
     """sum / max / mean over consecutive axes on a thread-block target: a fragment of lanes, T.reduce_*."""
     view, rows, length, block_m, block_n, is_max, params, identity, combine, finish = _reduce_setup(spec, schedule)
+    acc = reduce_acc(spec)
+    nan_lanes = is_max and acc == ACC  # integers have no NaN
 
     @prim_func
     def main():
         io = declare_params(params, ("x", "out"))
         with T.Kernel(T.ceildiv(rows, block_m), threads=schedule.threads) as bx:
-            lanes = T.alloc_fragment((block_m, block_n), ACC)
-            total = T.alloc_fragment((block_m,), ACC)
-            nans = T.alloc_fragment((block_m,), ACC)
+            lanes = T.alloc_fragment((block_m, block_n), acc)
+            total = T.alloc_fragment((block_m,), acc)
+            nans = T.alloc_fragment((block_m,), acc)
             T.fill(lanes, identity())
             for step in T.serial(T.ceildiv(length, block_n)):
                 for i, j in T.Parallel(block_m, block_n):
@@ -142,23 +154,24 @@ def reduce_gpu_program(spec: ReduceSpec, schedule: TileSchedule):
                         lanes[i, j],
                         guard(
                             all_of(bx * block_m + i < rows, step * block_n + j < length),
-                            view.load(io.x, bx * block_m + i, step * block_n + j),
+                            view.load(io.x, bx * block_m + i, step * block_n + j, acc),
                             identity(),
                         ),
                     )
             if is_max:
+                T.reduce_max(lanes, total, dim=1)
+            else:
+                T.reduce_sum(lanes, total, dim=1)
+            if nan_lanes:
                 # T.reduce_max combines the lanes with fmaxf, which drops a NaN lane: the sum of the
                 # NaN lanes (0 without one) is added back, so a row with a NaN gives NaN.
-                T.reduce_max(lanes, total, dim=1)
                 for i, j in T.Parallel(block_m, block_n):
                     lanes[i, j] = T.if_then_else(T.isnan(lanes[i, j]), lanes[i, j], T.cast(0, ACC))
                 T.reduce_sum(lanes, nans, dim=1)
-            else:
-                T.reduce_sum(lanes, total, dim=1)
             for i in T.Parallel(block_m):
                 if bx * block_m + i < rows:
                     io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(
-                        finish(total[i] + nans[i] if is_max else total[i]), spec.dtype_out
+                        finish(total[i] + nans[i] if nan_lanes else total[i]), spec.dtype_out
                     )
 
     return main

@@ -265,7 +265,8 @@ class ElementwiseSpec(KernelSpec):
 
     ``operands`` lists the inputs as ``(name, shape, dtype)`` (the PrimFunc's input order); ``expr``
     refers to them with ``Input(name)``. Each input is cast to ``dtype_compute`` when loaded, the
-    expression is evaluated in ``dtype_compute`` and the result cast to ``dtype_out``.
+    expression is evaluated in ``dtype_compute`` and the result cast to ``dtype_out``; integer values
+    compute in int32 instead, each op's result wrapped to its dtype (tile/elementwise.py).
     """
 
     family: ClassVar[str] = "elementwise"

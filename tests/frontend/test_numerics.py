@@ -168,6 +168,50 @@ def test_matmul_int8_accumulates_in_int32():
     run(mm_i8, random_array(rng, (m, k), ts.int8), random_array(rng, (k, n), ts.int8))
 
 
+def full_range(rng: np.random.Generator, shape, dtype: ts.DType) -> np.ndarray:
+    """Integers over the whole range of ``dtype`` (random_array's are small: nothing wraps)."""
+    info = np.iinfo(dtype.numpy)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype.numpy)
+
+
+def test_int32_elementwise_is_exact_and_wraps():
+    """int32 arithmetic in int32, wrapping as numpy's (it ran in float32: the low bits of values past
+    2^24 were lost and every overflow saturated to INT_MIN)."""
+
+    @ts.kernel
+    def int32_chain(x: Tensor["M", "N", ts.int32], y: Tensor["M", "N", ts.int32]):
+        return x * y + x - 7
+
+    rng = np.random.default_rng(30)
+    out = run(int32_chain, full_range(rng, (9, 37), ts.int32), full_range(rng, (9, 37), ts.int32))
+    assert (out != np.iinfo(np.int32).min).all()
+
+
+def test_int8_ops_wrap_before_a_cast():
+    """An int8 op's result is int8 (wrapped) before a cast widens it, as in the reference (a fused
+    kernel kept a * b + a unwrapped in float32: 9638 where int8 arithmetic gives -90)."""
+
+    @ts.kernel
+    def widened(a: Tensor["M", "N", ts.int8], b: Tensor["M", "N", ts.int8]):
+        return ops.cast(a * b + a, ts.int32), ops.cast(a - b, ts.f32)
+
+    rng = np.random.default_rng(31)
+    run(widened, full_range(rng, (9, 37), ts.int8), full_range(rng, (9, 37), ts.int8))
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_int32_max_is_exact(axis):
+    """An int32 max in int32 (in float32 it rounded the low bits away and saturated INT_MAX)."""
+
+    @ts.kernel
+    def int32_max(x: Tensor["M", "N", ts.int32]):
+        return ops.max(x, axis=axis)
+
+    x = full_range(np.random.default_rng(32), (9, 37), ts.int32)
+    x[3, 5] = np.iinfo(np.int32).max
+    run(int32_max, x)
+
+
 def test_matmul_fp8_accumulates_in_f32():
     @ts.kernel
     def mm_fp8(a: Tensor["M", "K", ts.fp8_e4m3], b: Tensor["K", "N", ts.fp8_e4m3]) -> Tensor["M", "N", ts.f32]:

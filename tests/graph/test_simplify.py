@@ -93,3 +93,60 @@ def test_scale_chains_fold_into_one_multiply():
             return b
 
     tvm.ir.assert_structural_equal(run_pass(Before), Expected)
+
+
+def test_a_scale_chain_folds_only_into_a_scale_its_dtype_holds():
+    """f16 ``(x * 256) * 256`` stays two multiplies: one scale of 65536 is inf in f16 (the kernel gave
+    inf and NaN where the reference has 65.56 and 0), and 1e-3 * 1e-4 a subnormal 19% off."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def k(x: R.Tensor((4,), "float16")) -> R.Tensor((4,), "float16"):
+            with R.dataflow():
+                a = R.multiply(x, R.const(256.0, "float16"))
+                b = R.multiply(a, R.const(256.0, "float16"))
+                c = R.multiply(b, R.const(0.0009765625, "float16"))
+                d = R.multiply(c, R.const(0.0001, "float16"))
+                R.output(d)
+            return d
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def k(x: R.Tensor((4,), "float16")) -> R.Tensor((4,), "float16"):
+            with R.dataflow():
+                a = R.multiply(x, R.const(256.0, "float16"))
+                _b = R.multiply(a, R.const(256.0, "float16"))
+                c = R.multiply(a, R.const(0.25, "float16"))  # 256 * 2^-10: exact in f16
+                d = R.multiply(c, R.const(0.0001, "float16"))
+                R.output(d)
+            return d
+
+    tvm.ir.assert_structural_equal(run_pass(Before), Expected)
+
+
+def test_an_integer_scale_chain_folds_wrapped():
+    """int8 ``(x * 100) * 3`` is ``x * 44`` in int8 arithmetic (300 was an error: out of bounds for int8)."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def k(x: R.Tensor((4,), "int8")) -> R.Tensor((4,), "int8"):
+            with R.dataflow():
+                a = R.multiply(x, R.const(100, "int8"))
+                b = R.multiply(a, R.const(3, "int8"))
+                R.output(b)
+            return b
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def k(x: R.Tensor((4,), "int8")) -> R.Tensor((4,), "int8"):
+            with R.dataflow():
+                _a = R.multiply(x, R.const(100, "int8"))
+                b = R.multiply(x, R.const(44, "int8"))
+                R.output(b)
+            return b
+
+    tvm.ir.assert_structural_equal(run_pass(Before), Expected)

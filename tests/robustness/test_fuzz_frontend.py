@@ -178,6 +178,110 @@ def test_batched_matmul(dt, batch, m, n, k, broadcast_b, special, seed):
     check(bmm, random_array(rng, (*batch, m, k), dt), b)
 
 
+# --------------------------------------------------------------------------- int8 GEMMs
+
+#: Integer epilogue steps on an int32 GEMM result (exact, wrapping); "cast" switches between int32
+#: and int8 (the next steps take int8 operands), then optionally a cast to a float and float steps.
+INT_STEPS = {
+    "bias": lambda y, t: y + t["bias"],
+    "residual": lambda y, t: y + t["R"],
+    "gate": lambda y, t: y * t["R"],
+    "add_scalar": lambda y, t: y + t["number"],
+    "mul_scalar": lambda y, t: y * -3,
+}
+FLOAT_STEPS = {
+    "scale": lambda y, t: y * 0.001,
+    "bias": lambda y, t: y + t["fbias"],
+    "relu": lambda y, t: ops.relu(y),
+    "gelu": lambda y, t: ops.gelu(y * 1e-4),
+}
+
+
+@fuzz_settings(ci=4)
+@given(
+    m=sizes(150),
+    n=sizes(150),
+    k=sizes(300),
+    batch=st.sampled_from([(), (2,)]),
+    shared_b=st.booleans(),
+    transpose_a=st.booleans(),
+    transpose_b=st.booleans(),
+    int_steps=st.lists(st.sampled_from([*sorted(INT_STEPS), "cast"]), max_size=4),
+    to_float=st.sampled_from([None, ts.f32, ts.bf16, ts.f16]),
+    float_steps=st.lists(st.sampled_from(sorted(FLOAT_STEPS)), max_size=2),
+    seed=st.integers(0, 2**16),
+)
+def test_int8_matmul_epilogues(
+    m, n, k, batch, shared_b, transpose_a, transpose_b, int_steps, to_float, float_steps, seed
+):
+    """int8 x int8 GEMMs on the whole int8 range with integer epilogues, exact against numpy's int32
+    arithmetic (wrapping included), then optionally cast to a float with float steps."""
+    count("cpu int8 matmul+epilogue")
+    i8, i32 = ts.int8, ts.int32
+    lead = tuple(f"B{i}" for i in range(len(batch)))
+    a_dims = (*lead, "K", "M") if transpose_a else (*lead, "M", "K")
+    b_lead = () if shared_b else lead
+    b_dims = (*b_lead, "N", "K") if transpose_b else (*b_lead, "K", "N")
+    narrow_out = int_steps.count("cast") % 2 == 1
+    out_dtype = to_float or (i8 if narrow_out else i32)
+    fdt = to_float or ts.f32
+
+    @ts.kernel
+    def int8_linear(
+        A: Tensor[(*a_dims, i8)],
+        W: Tensor[(*b_dims, i8)],
+        bias: Tensor["N", i32],
+        R: Tensor[(*lead, "M", "N", i32)],
+        bias8: Tensor["N", i8],
+        R8: Tensor[(*lead, "M", "N", i8)],
+        fbias: Tensor["N", fdt],
+    ):
+        wide = {"bias": bias, "R": R, "number": 123456789}
+        narrow = {"bias": bias8, "R": R8, "number": 100}
+        y = ops.matmul(A, W, transpose_a=transpose_a, transpose_b=transpose_b)
+        held = wide
+        for step in int_steps:
+            if step == "cast":
+                y = ops.cast(y, i8 if held is wide else i32)
+                held = narrow if held is wide else wide
+            else:
+                y = INT_STEPS[step](y, held)
+        if to_float is not None:
+            y = ops.cast(y, to_float)
+            for step in float_steps:
+                y = FLOAT_STEPS[step](y, {"fbias": fbias})
+        return y
+
+    rng = np.random.default_rng(seed)
+
+    def full(shape, dtype):
+        info = np.iinfo(dtype.numpy)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype.numpy)
+
+    arrays = (
+        full((*batch, *((k, m) if transpose_a else (m, k))), i8),
+        full((*(() if shared_b else batch), *((n, k) if transpose_b else (k, n))), i8),
+        full((n,), i32),
+        full((*batch, m, n), i32),
+        full((n,), i8),
+        full((*batch, m, n), i8),
+        random_array(rng, (n,), fdt),
+    )
+    out = ts.compile(int8_linear, target="cpu")(*arrays)
+    ref = np.asarray(int8_linear.reference(*arrays))
+    what = f"{int8_linear.name} {[a.shape for a in arrays]} {int_steps} {to_float} {float_steps}"
+    assert out.dtype == ref.dtype == out_dtype.numpy and out.shape == ref.shape, what
+    if to_float is None:
+        np.testing.assert_array_equal(out, ref, err_msg=what)
+    else:
+        # The reference rounds at every op, the kernel at its casts only (f16 sums past 65504 are inf in both).
+        rtol, _ = TOLERANCE[to_float]
+        o, r = out.astype(np.float64), ref.astype(np.float64)
+        finite = np.isfinite(r)
+        top = np.abs(r[finite]).max() if finite.any() else 0.0
+        np.testing.assert_allclose(o, r, rtol=2 * rtol, atol=2 * rtol * (top + 1e-3), err_msg=what)
+
+
 # --------------------------------------------------------------------------- element-wise chains
 
 UNARY = {

@@ -197,3 +197,18 @@ def test_a_dequantising_kernel_matches_numpy():
     compiled = ts.compile(dequantised, target="cpu", shapes={"M": 20, "N": 40, "K": 30})
     assert len(compiled.inspect_ir("sched").split("sched.tile")) == 2  # one fused kernel
     np.testing.assert_array_equal(compiled(a, b), (a.astype(np.int64) @ b.astype(np.int64)) * 0.25)
+
+
+def test_int8_steps_of_an_epilogue_wrap_before_a_cast_to_float():
+    """``cast(matmul(A, B, out_dtype=int8) + b, f32)``: the int8 sum wraps before the cast, as the
+    reference's does (the epilogue added in int32 and cast the unwrapped sum: off by 128 or 256)."""
+
+    @ts.kernel
+    def wrapped(A: Tensor["M", "K", ts.int8], B: Tensor["K", "N", ts.int8], b: Tensor["N", ts.int8]):
+        return ops.cast(ops.matmul(A, B, out_dtype=ts.int8) + b, ts.f32) * 0.5
+
+    rng = np.random.default_rng(4)
+    a, b, bias = full_range((9, 70), rng), full_range((70, 13), rng), full_range((13,), rng)
+    compiled = ts.compile(wrapped, target="cpu", shapes={"M": 9, "N": 13, "K": 70})
+    assert len(compiled.inspect_ir("sched").split("sched.tile")) == 2  # one fused kernel
+    np.testing.assert_array_equal(compiled(a, b, bias), wrapped.reference(a, b, bias))
