@@ -180,10 +180,10 @@ def cpu_gemm_packs(spec: GemmSpec) -> bool:
 
 
 def cpu_gemm_quads(spec: GemmSpec) -> bool:
-    """Whether the CPU GEMM of ``spec`` runs on int8 k-quads (int8 x int8 -> int32 with A row-major:
-    tessera/cpu_int8.h, vpdpbusd with AVX512-VNNI, AMX tiles where the CPU has them); a transposed A
-    keeps the serial loops."""
-    return spec.dtype_a == spec.dtype_b == "int8" and spec.dtype_acc == "int32" and not spec.transpose_a
+    """Whether the CPU GEMM of ``spec`` runs on int8 k-quads (int8 x int8 -> int32: tessera/cpu_int8.h,
+    vpdpbusd with AVX512-VNNI, AMX tiles where the CPU has them); a row-major A is read in place, a
+    transposed one copied into row-major blocks first."""
+    return spec.dtype_a == spec.dtype_b == "int8" and spec.dtype_acc == "int32"
 
 
 def cpu_pack_suffix(dtype: str) -> str | None:
@@ -244,15 +244,18 @@ def cpu_pack(operand: str, dtype: str, panel, source, offset, stride_outer, stri
     )
 
 
-def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False, overwrite=False):
+def cpu_gemm(acc, row_stride, a_panel, b_panel, rows, cols, depth, *, pairs=False, quads=False, overwrite=False):
     """``tessera_cpu_gemm_f32`` (tessera/cpu_gemm.h): ``acc[rows, cols] += A x B`` over ``depth``, from
     panels packed by :func:`cpu_pack` (buffers or addresses); ``acc`` rows are ``row_stride`` elements apart. ``pairs``:
-    ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``). ``overwrite``
-    (fp32 panels): ``tessera_cpu_gemm_set_f32``, ``acc[rows, cols] = A x B`` (acc is not read)."""
-    assert not (pairs and overwrite), "tessera_cpu_gemm_bf16x2 only accumulates"
+    ``tessera_cpu_gemm_bf16x2``, on panels of bf16 k-pairs (packed as ``bf16x2``). ``quads``:
+    ``tessera_cpu_gemm_s8x4`` (tessera/cpu_int8.h), A a row-major int8 block (packed as ``s8x4``), B
+    k-quads, int32 ``acc``. ``overwrite`` (fp32 panels): ``tessera_cpu_gemm_set_f32``, ``acc[rows,
+    cols] = A x B`` (acc is not read)."""
+    assert not ((pairs or quads) and overwrite), "the bf16 and int8 micro-kernels only accumulate"
+    kernel = "tessera_cpu_gemm_set_f32" if overwrite else "tessera_cpu_gemm_f32"
     return T.call_extern(
         "int32",
-        "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_set_f32" if overwrite else "tessera_cpu_gemm_f32",
+        "tessera_cpu_gemm_bf16x2" if pairs else "tessera_cpu_gemm_s8x4" if quads else kernel,
         T.address_of(acc[0, 0]),
         row_stride,
         _panel_address(a_panel),
@@ -342,7 +345,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
     # bf16 x bf16: k-pairs for the CPU's bf16 dot products (fp32 packing where it has none); int8 x
-    # int8: k-quads and an int32 accumulator; both with a row-major A read in place.
+    # int8: k-quads and an int32 accumulator; both read a row-major A in place (a transposed one is packed).
     pairs, quads = cpu_gemm_pairs(spec), cpu_gemm_quads(spec)
     a_in_place = cpu_reads_a_in_place(spec)
     if pairs or quads:
@@ -398,7 +401,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
                     cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, b_pack, rows, cols, depth, quads=quads)
                 else:
                     pack_a(io, a_pack, a_batch, by, k, rows, depth)
-                    cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs)
+                    cpu_gemm(acc, block_n, a_pack, b_pack, rows, cols, depth, pairs=pairs, quads=quads)
             _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main

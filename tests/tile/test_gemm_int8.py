@@ -128,13 +128,15 @@ def test_micro_kernel_matches_numpy(build, native, tmp_path):
 def test_which_int8_gemms_run_on_quads():
     assert cpu_gemm_quads(GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32"))
     assert cpu_gemm_quads(GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32", transpose_b=True))
-    # A transposed (its quads are not words of its rows) and other integers keep the serial loops.
-    for spec in (
-        GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32", transpose_a=True),
-        GemmSpec(16, 16, 16, dtype_a="int32", dtype_acc="int32", dtype_out="int32"),
-    ):
-        assert not cpu_gemm_packs(spec)
-        assert "tessera_cpu_gemm" not in build_tile_program(spec, None, "c").script()
+    # A transposed: its quads are not words of its rows, so each block is copied row-major first
+    # (it ran as serial loops before, 10x slower).
+    spec = GemmSpec(16, 16, 16, dtype_a="int8", dtype_acc="int32", dtype_out="int32", transpose_a=True)
+    tile = build_tile_program(spec, None, "c").script()
+    assert '"tessera_cpu_pack_a_s8x4"' in tile and '"tessera_cpu_gemm_s8x4"' in tile
+    # Other integers keep the serial loops.
+    spec = GemmSpec(16, 16, 16, dtype_a="int32", dtype_acc="int32", dtype_out="int32")
+    assert not cpu_gemm_packs(spec)
+    assert "tessera_cpu_gemm" not in build_tile_program(spec, None, "c").script()
 
 
 def test_int8_k_steps_hold_as_many_packed_words_as_fp32():
@@ -156,6 +158,22 @@ DEQUANT = (EpilogueOp("cast", dtype="float32"), EpilogueOp("scale", value=0.25))
             TileSchedule(block_m=24, block_n=64, block_k=32),
             8,
         ),
+        # A transposed (copied into row-major blocks), B too, ragged blocks, K past a quad, a batch.
+        (
+            GemmSpec(
+                29,
+                70,
+                83,
+                dtype_a="int8",
+                dtype_acc="int32",
+                dtype_out="int32",
+                transpose_a=True,
+                transpose_b=True,
+                batch=(2,),
+            ),
+            TileSchedule(block_m=12, block_n=64, block_k=40),
+            8,
+        ),
         # Column blocks that give both cores work: B packed once for all row blocks; dequantised.
         (
             GemmSpec(50, 128, 300, dtype_a="int8", dtype_acc="int32", dtype_out="float32", epilogue=DEQUANT),
@@ -163,21 +181,23 @@ DEQUANT = (EpilogueOp("cast", dtype="float32"), EpilogueOp("scale", value=0.25))
             2,
         ),
     ],
-    ids=["ragged_transposed_b", "shared_b_dequant"],
+    ids=["ragged_transposed_b", "transposed_a_and_b", "shared_b_dequant"],
 )
 def test_tile_program_matches_numpy(spec, schedule, cores, tmp_path, cpu_config, monkeypatch):
     from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
 
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     tile = build_tile_program(spec, schedule, "c").script()
-    assert '"tessera_cpu_gemm_s8x4_rows"' in tile and '"tessera_cpu_pack_b_s8x4"' in tile
+    micro_kernel = '"tessera_cpu_gemm_s8x4"' if spec.transpose_a else '"tessera_cpu_gemm_s8x4_rows"'
+    assert micro_kernel in tile and '"tessera_cpu_pack_b_s8x4"' in tile
     assert cpu_b_shared_by_row_blocks(spec, schedule) == (cores == 2)
     rng = np.random.default_rng(9)
     batch = spec.batch
-    a = full_range((*batch, spec.M, spec.K), rng)
+    a = full_range((*batch, spec.K, spec.M) if spec.transpose_a else (*batch, spec.M, spec.K), rng)
     b = full_range((*batch, spec.N, spec.K) if spec.transpose_b else (*batch, spec.K, spec.N), rng)
     out = run_cpu(spec, {spec.name_a: a, spec.name_b: b}, cpu_config, tmp_path, schedule=schedule)["C"]
-    want = a.astype(np.int64) @ (np.swapaxes(b, -1, -2) if spec.transpose_b else b).astype(np.int64)
+    a_mk = np.swapaxes(a, -1, -2) if spec.transpose_a else a
+    want = a_mk.astype(np.int64) @ (np.swapaxes(b, -1, -2) if spec.transpose_b else b).astype(np.int64)
     if spec.epilogue:
         np.testing.assert_allclose(out, want.astype(np.float64) * 0.25, rtol=1e-6)
     else:

@@ -12,8 +12,12 @@
 // 64-k steps run on tdpbssd tiles (cpu_amx.h), signed by signed. Without VNNI, plain loops over the
 // same panels.
 //
+// An A that is not row-major (transposed) is first copied into a row-major block.
+//
 //   tessera_cpu_pack_b_s8x4(panel, B, offset of B[k0, col0], k_stride, col_stride, cols, depth)
 //   tessera_cpu_gemm_s8x4_rows(acc, acc_stride, A, offset of A[row0, k0], row_stride, panel, rows, cols, depth)
+//   tessera_cpu_pack_a_s8x4(block, A, offset of A[row0, k0], row_stride, k_stride, rows, depth)
+//   tessera_cpu_gemm_s8x4(acc, acc_stride, block, panel, rows, cols, depth)
 #pragma once
 
 #include <stdint.h>
@@ -240,4 +244,42 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4_rows(int32_t *acc, int32_t
 #endif
   micro(acc, (const int8_t *)a + offset, rows, 0);
   return 0;
+}
+
+// block[r * depth + k] = A[row0 + r, k0 + k]: `rows` x `depth` bytes of an A read through its strides
+// (a transposed A: rows 1 apart, k `M` apart), row-major for tessera_cpu_gemm_s8x4. The fp32 block
+// the tile program allocates holds at least as many bytes (rows x quads words).
+TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_s8x4(float *block, int8_t *a, int64_t offset, int64_t row_stride,
+                                                        int64_t k_stride, int32_t rows, int32_t depth) {
+  int8_t *__restrict dst = (int8_t *)block;
+  const int8_t *src = a + offset;
+  int32_t k = 0;
+  if (row_stride == 1) {  // a transposed A: four of its rows (k .. k + 3) give each row's quad word,
+    const int32_t whole = depth / 4 * 4;  // 32 rows at a time, whose block rows stay in L1 meanwhile
+    for (int32_t r0 = 0; r0 < rows; r0 += 32) {
+      const int32_t r1 = rows - r0 < 32 ? rows : r0 + 32;
+      for (int32_t kq = 0; kq < whole; kq += 4) {
+        const uint8_t *s0 = (const uint8_t *)src + (int64_t)kq * k_stride, *s1 = s0 + k_stride;
+        const uint8_t *s2 = s1 + k_stride, *s3 = s2 + k_stride;
+        for (int32_t r = r0; r < r1; ++r) {
+          const uint32_t word = s0[r] | (uint32_t)s1[r] << 8 | (uint32_t)s2[r] << 16 | (uint32_t)s3[r] << 24;
+          memcpy(dst + (int64_t)r * depth + kq, &word, 4);
+        }
+      }
+    }
+    k = whole;
+  }
+  for (; k < depth; ++k) {
+    const int8_t *column = src + (int64_t)k * k_stride;
+    for (int32_t r = 0; r < rows; ++r) {
+      dst[(int64_t)r * depth + k] = column[(int64_t)r * row_stride];
+    }
+  }
+  return 0;
+}
+
+// acc += A x B, A the row-major block tessera_cpu_pack_a_s8x4 wrote (rows `depth` bytes apart).
+TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4(int32_t *acc, int32_t acc_stride, float *block, float *b_pack,
+                                                      int32_t rows, int32_t cols, int32_t depth) {
+  return tessera_cpu_gemm_s8x4_rows(acc, acc_stride, (int8_t *)block, 0, depth, b_pack, rows, cols, depth);
 }
