@@ -85,10 +85,10 @@ def measure_peak(threads: int) -> None:
         row("peak", f"{label}, {threads} thread(s)", figure, "-", "-", "100%" if kind in PEAK else "-")
 
 
-def _gemm_vs_torch(dtype: str, kernel, a, b, check, peer, quick: bool) -> None:
+def _gemm_vs_torch(dtype: str, kernel, a, b, check, peer, quick: bool, label: str = "") -> None:
     """A cpu row: ``kernel`` on square ``a`` x ``b`` against ``peer`` (torch's call), with ``check`` of
     its result in the case's name and the fraction of the best peak loop of ``dtype`` (AMX's where
-    the CPU has it: the unit the kernel then runs on)."""
+    the CPU has it: the unit the kernel then runs on); ``label`` follows the size in the name."""
     n = a.shape[0]
     k = ts.compile(kernel, target="cpu", shapes={"M": n, "N": n, "K": n})
     note = check(k(a, b))
@@ -98,7 +98,7 @@ def _gemm_vs_torch(dtype: str, kernel, a, b, check, peer, quick: bool) -> None:
     peer_name = "torch._int_mm" if dtype == "int8" else "torch"
     row(
         "cpu",
-        f"gemm {dtype} {n}^3 vs {peer_name} ({note})",
+        f"gemm {dtype} {n}^3{label} vs {peer_name} ({note})",
         f"{2 * n**3 / t / 1e9:.1f} {unit}",
         f"{2 * n**3 / tt / 1e9:.1f} {unit}",
         f"{tt / t:.2f}x",
@@ -154,6 +154,11 @@ def matmul_bf16(A: Tensor["M", "K", ts.bf16], B: Tensor["K", "N", ts.bf16]) -> T
 @ts.kernel
 def matmul_int8(A: Tensor["M", "K", ts.int8], B: Tensor["K", "N", ts.int8]) -> Tensor["M", "N", ts.int32]:
     return ops.matmul(A, B)
+
+
+@ts.kernel
+def matmul_int8_at(A: Tensor["K", "M", ts.int8], B: Tensor["K", "N", ts.int8]) -> Tensor["M", "N", ts.int32]:
+    return ops.matmul(A, B, transpose_a=True)
 
 
 @ts.kernel
@@ -346,6 +351,10 @@ def bench_cpu(quick: bool) -> None:
 
         peer = functools.partial(torch._int_mm, torch.from_numpy(a), torch.from_numpy(b))
         _gemm_vs_torch("int8", matmul_int8, a, b, check, peer, quick)
+        if n == 1024:  # A given transposed ([K, M]): each block copied row-major first
+            at = np.ascontiguousarray(a.T)
+            peer = functools.partial(torch._int_mm, torch.from_numpy(at).t(), torch.from_numpy(b))
+            _gemm_vs_torch("int8", matmul_int8_at, at, b, check, peer, quick, label=", A transposed")
 
     x = rng.standard_normal((4096, 4096), dtype=np.float32)
     w = rng.standard_normal(4096, dtype=np.float32)
