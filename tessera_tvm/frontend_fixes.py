@@ -16,6 +16,11 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
   (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
   out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
+- ``expand`` counted a -1 from the left, where torch lines the sizes up with the input's axes from
+  the right (new axes come first): CLIP's ``class_embedding.expand(batch, 1, -1)`` of a [H] weight
+  did not import ("ShapeExpr index out of range"), and a [1, H] ``x.expand(B, -1, H)`` came out
+  [B, H, H] instead of [B, 1, H], with no error. ``x.T``, ``x.t()`` and ``x.mT`` had no converter
+  (Falcon's linear is ``x @ self.weight.T``).
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -85,6 +90,11 @@ def patch_exported_program_importer(tvm) -> bool:
                 f"{name}.default",
                 lambda node, op=op: self.block_builder.emit(op(*(self.env[a] for a in node.args[:2]))),
             )
+        if "expand.default" in table:
+            table["expand.default"] = lambda node, plain=table["expand.default"]: _expand(self, node, plain, relax)
+        for name in ("numpy_T.default", "t.default"):  # x.T, x.t(): the axes reversed
+            table.setdefault(name, lambda node: self.block_builder.emit(relax.op.permute_dims(self.env[node.args[0]])))
+        table.setdefault("mT.default", lambda node: _matrix_transpose(self, node, relax))
         # torch.export's runtime checks (one_hot's bounds): nothing to compute
         table.setdefault("_assert_async.msg", lambda node: None)
         table["div.Tensor_mode"] = lambda node: _divide(self, node, relax)
@@ -525,6 +535,29 @@ def _attention(importer, node, plain, relax):
     # [..., S_q, 1]: 1 where the query has a key to attend to, broadcast over the output's head dim
     any_key = bb.emit(relax.op.max(bb.emit(relax.op.astype(held, dtype)), axis=[-1], keepdims=True))
     return bb.emit(relax.op.multiply(out, any_key))
+
+
+def _expand(importer, node, plain, relax):
+    """``aten.expand`` ``(x, sizes)``: a -1 keeps the size of x's axis that it lines up with from the
+    right, as new axes come first (``cls[H].expand(B, 1, -1)`` is [B, 1, H]). The importers counted
+    from the left: that index was out of range, or another axis's size ([1, H] expanded to
+    ``(B, -1, H)`` came out [B, H, H])."""
+    x = importer.env[node.args[0]]
+    shape = _type(x).shape if _is_tensor(x, relax) else None
+    if not isinstance(shape, relax.ShapeExpr):
+        return plain(node)
+    sizes = importer._retrieve_args(list(node.args[1:]) if len(node.args) > 2 else node.args[1])
+    new = len(sizes) - len(shape.values)
+    out = [shape.values[i - new] if isinstance(n, int) and n == -1 else n for i, n in enumerate(sizes)]
+    return importer.block_builder.emit(relax.op.broadcast_to(x, out))
+
+
+def _matrix_transpose(importer, node, relax):
+    """``x.mT``: the last two axes swapped."""
+    x = importer.env[node.args[0]]
+    axes = list(range(_rank(x)))
+    axes[-2:] = axes[:-3:-1]
+    return importer.block_builder.emit(relax.op.permute_dims(x, axes))
 
 
 def _lowest(dtype: str) -> float:
