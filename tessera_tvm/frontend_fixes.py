@@ -16,6 +16,11 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
   (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
   out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
+- ``expand`` counted a -1 from the left, where torch lines the sizes up with the input's axes from
+  the right (new axes come first): CLIP's ``class_embedding.expand(batch, 1, -1)`` of a [H] weight
+  did not import ("ShapeExpr index out of range"), and a [1, H] ``x.expand(B, -1, H)`` came out
+  [B, H, H] instead of [B, 1, H], with no error. ``x.T``, ``x.t()`` and ``x.mT`` had no converter
+  (Falcon's linear is ``x @ self.weight.T``).
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -31,6 +36,11 @@ Without the decomposition (``run_ep_decomposition=False``):
   keys are all left out gets zeros (not NaN). The mask becomes an additive one (0 and the dtype's
   lowest finite number, so that a row left out entirely stays finite) and the result is multiplied
   by whether the row has any key, which is what torch's own decomposition of SDPA does.
+- ``scaled_dot_product_attention`` dropped ``scale``: it always scaled by 1/sqrt(head dim). OPT and
+  T5 scale their queries themselves and pass ``scale=1.0``, and came out wrong with no error (T5's
+  encoder off by up to 1.0). A 2-D ``[S, D]`` query was run as one query in each of S heads, each
+  seeing only its own key (the output was ``v``), and a 3-D one was refused. Now one
+  ``R.nn.attention`` with the scale, operands of rank 2 and 3 given leading 1s.
 - No converter for ``diff`` (transformers' mask code, on the position ids), ``to.device`` (LLaMA's
   rotary embedding), ``new_full``, ``new_empty``, ``where`` with a number, ``all``, ``prod`` over a
   dim, ``var``/``std`` over a dim, ``logical_or``/``logical_xor``, ``_assert_async`` (``one_hot``).
@@ -80,6 +90,11 @@ def patch_exported_program_importer(tvm) -> bool:
                 f"{name}.default",
                 lambda node, op=op: self.block_builder.emit(op(*(self.env[a] for a in node.args[:2]))),
             )
+        if "expand.default" in table:
+            table["expand.default"] = lambda node, plain=table["expand.default"]: _expand(self, node, plain, relax)
+        for name in ("numpy_T.default", "t.default"):  # x.T, x.t(): the axes reversed
+            table.setdefault(name, lambda node: self.block_builder.emit(relax.op.permute_dims(self.env[node.args[0]])))
+        table.setdefault("mT.default", lambda node: _matrix_transpose(self, node, relax))
         # torch.export's runtime checks (one_hot's bounds): nothing to compute
         table.setdefault("_assert_async.msg", lambda node: None)
         table["div.Tensor_mode"] = lambda node: _divide(self, node, relax)
@@ -478,23 +493,71 @@ def corrected_variance(importer, node, x, axes, keepdim: bool, correction, root:
 
 
 def _attention(importer, node, plain, relax):
-    """``aten.scaled_dot_product_attention`` with a bool ``attn_mask`` (see the module docstring);
-    anything else goes to ``plain`` as it is."""
-    mask = _arg(node, 3, "attn_mask", None)
-    held = importer.env.get(mask) if mask is not None else None
-    if held is None or _dtype(held) != "bool":
+    """``aten.scaled_dot_product_attention`` ``(q, k, v, attn_mask=None, dropout_p=0.0,
+    is_causal=False, scale=None, enable_gqa=False)`` on ``[..., S, D]`` operands of rank 2 to 4 as
+    one ``R.nn.attention`` (see the module docstring: the importers' own dropped ``scale`` and ran
+    2-D operands as one query per head). Dropout and other ranks go to ``plain``, which refuses them."""
+    query = importer.env[node.args[0]]
+    if not 2 <= _rank(query) <= 4 or _arg(node, 4, "dropout_p", 0.0) != 0.0:
         return plain(node)
     bb = importer.block_builder
-    dtype = _dtype(importer.env[node.args[0]])
-    additive = bb.emit(relax.op.where(held, relax.const(0.0, dtype), relax.const(_lowest(dtype), dtype)))
-    importer.env[mask] = additive
-    try:
-        out = plain(node)
-    finally:
-        importer.env[mask] = held
+    dtype = _dtype(query)
+
+    def four_d(x):  # torch's [..., S, D] with leading 1s up to [B, H, S, D]
+        shape = list(_type(x).shape.values)
+        return x if len(shape) == 4 else bb.emit(relax.op.reshape(x, [1] * (4 - len(shape)) + shape))
+
+    def heads_third(x):  # [B, H, S, D] <-> Relax's [B, S, H, D]
+        return bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+
+    mask = _arg(node, 3, "attn_mask", None)
+    held = importer.env.get(mask) if mask is not None else None
+    bias = held
+    if held is not None and _dtype(held) == "bool":
+        bias = bb.emit(relax.op.where(held, relax.const(0.0, dtype), relax.const(_lowest(dtype), dtype)))
+    scale = _arg(node, 6, "scale", None)
+    causal = "TopLeft" if _arg(node, 5, "is_causal", False) else None  # torch's: query i sees keys 0..i
+    operands = [heads_third(four_d(importer.env[a])) for a in node.args[:3]]
+    out = bb.emit(
+        relax.op.nn.attention(
+            *operands,
+            bias=four_d(bias) if bias is not None else None,
+            scale=float(scale) if scale is not None else None,
+            causal_mask=causal,
+        )
+    )
+    out = heads_third(out)
+    if _rank(query) != 4:
+        value = importer.env[node.args[2]]
+        out = bb.emit(relax.op.reshape(out, list(_type(query).shape.values)[:-1] + [_type(value).shape.values[-1]]))
+    if held is None or _dtype(held) != "bool":
+        return out
     # [..., S_q, 1]: 1 where the query has a key to attend to, broadcast over the output's head dim
     any_key = bb.emit(relax.op.max(bb.emit(relax.op.astype(held, dtype)), axis=[-1], keepdims=True))
     return bb.emit(relax.op.multiply(out, any_key))
+
+
+def _expand(importer, node, plain, relax):
+    """``aten.expand`` ``(x, sizes)``: a -1 keeps the size of x's axis that it lines up with from the
+    right, as new axes come first (``cls[H].expand(B, 1, -1)`` is [B, 1, H]). The importers counted
+    from the left: that index was out of range, or another axis's size ([1, H] expanded to
+    ``(B, -1, H)`` came out [B, H, H])."""
+    x = importer.env[node.args[0]]
+    shape = _type(x).shape if _is_tensor(x, relax) else None
+    if not isinstance(shape, relax.ShapeExpr):
+        return plain(node)
+    sizes = importer._retrieve_args(list(node.args[1:]) if len(node.args) > 2 else node.args[1])
+    new = len(sizes) - len(shape.values)
+    out = [shape.values[i - new] if isinstance(n, int) and n == -1 else n for i, n in enumerate(sizes)]
+    return importer.block_builder.emit(relax.op.broadcast_to(x, out))
+
+
+def _matrix_transpose(importer, node, relax):
+    """``x.mT``: the last two axes swapped."""
+    x = importer.env[node.args[0]]
+    axes = list(range(_rank(x)))
+    axes[-2:] = axes[:-3:-1]
+    return importer.block_builder.emit(relax.op.permute_dims(x, axes))
 
 
 def _lowest(dtype: str) -> float:

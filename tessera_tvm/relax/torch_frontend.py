@@ -45,6 +45,8 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
   negative index as it is, in ``mode="fast"``, which reads before the start of the axis (in both TVMs).
 - ``~mask`` on a bool tensor imports as ``R.bitwise_not``, which TileLang's TVM compiles to C that
   flips all 8 bits of the byte a bool is stored in: every element came out true.
+- An operand of size 0 in ``R.concat`` (Phi-3's ``cat([rotated, q[..., rotary_dim:]])`` under full
+  rotary): TVM's build stopped with "Divide by zero". It is left out of the concat.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
     class Fix(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            for what, rewrite in ((TAKE, _normalized_take), (NOT, _logical_not)):
+            for what, rewrite in ((TAKE, _normalized_take), (NOT, _logical_not), (EMPTY, _concat_of_nonempty)):
                 fixed = rewrite(call)
                 if fixed is not None:
                     counts[what] += 1
@@ -97,13 +99,15 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
         body = Fix(mod).visit_expr(func.body)
         if sum(counts.values()) != before:
             out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-            out[gv] = relax.Function(func.params, body, func.ret_struct_info, func.is_pure, func.attrs, func.span)
+            fixed = relax.Function(func.params, body, func.ret_struct_info, func.is_pure, func.attrs, func.span)
+            out[gv] = relax.analysis.remove_all_unused(fixed)  # an empty slice no longer used
     return out, counts
 
 
 TAKE = "take with a negative index"
 NOT = "bitwise_not of a bool"
-FIXES = (TAKE, NOT)
+EMPTY = "empty tensor in a concat"
+FIXES = (TAKE, NOT, EMPTY)
 
 
 def _is_op(call, name: str) -> bool:
@@ -117,6 +121,28 @@ def _logical_not(call):
     if not isinstance(info, relax.TensorStructInfo) or str(info.dtype) != "bool":
         return None
     return relax.op.logical_not(call.args[0])
+
+
+def _concat_of_nonempty(call):
+    """``R.concat`` without its operands of size 0, or None (no such operand). Phi-3 concatenates the
+    rotated part of each head with the rest, which is empty under full rotary (``q[..., 16:]`` of a
+    16-wide head); TVM's build then divided by that 0 ("Divide by zero", in RewriteDataflowReshape)."""
+    if not _is_op(call, "relax.concat") or not isinstance(call.args[0], relax.Tuple):
+        return None
+    fields = list(call.args[0].fields)
+    kept = [f for f in fields if not _is_empty(f)]
+    if len(kept) == len(fields) or not kept:
+        return None
+    return kept[0] if len(kept) == 1 else relax.op.concat(kept, axis=call.attrs.axis)
+
+
+def _is_empty(expr) -> bool:
+    """Whether ``expr`` is a tensor with a static 0 in its shape."""
+    info = expr.struct_info
+    shape = info.shape if isinstance(info, relax.TensorStructInfo) else None
+    if not isinstance(shape, relax.ShapeExpr):
+        return False
+    return any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in shape.values)
 
 
 def _normalized_take(call):

@@ -113,6 +113,41 @@ def test_sdpa_with_a_bool_mask_imports_without_decomposition_and_matches_torch(r
     assert [row.family for row in built.report.offloaded].count("attention") == 1, built.report
 
 
+class ScaledAttention(nn.Module):
+    def __init__(self, **options) -> None:
+        super().__init__()
+        self.options = options
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **self.options)
+
+
+@pytest.mark.parametrize(
+    "shape, options",
+    [
+        ((2, 4, 6, 16), {"scale": 1.0}),
+        ((2, 4, 6, 16), {"scale": 0.3, "is_causal": True}),
+        ((6, 16), {}),
+        ((3, 6, 16), {"scale": 1.0}),
+    ],
+    ids=["scale=1 (OPT, T5)", "scale, causal", "2-D", "3-D, scale"],
+)
+def test_sdpa_imported_without_decomposition_keeps_its_scale_and_rank(shape, options):
+    # Both importers dropped `scale` (OPT and T5 attend with scale=1.0 and came out off by up to
+    # 1.0), took a 2-D [S, D] query for one query per head (each attended only to its own key:
+    # the output was v) and refused 3-D operands.
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=gen) for _ in range(3))
+    model = ScaledAttention(**options)
+    with torch.no_grad():
+        expected = model(q, k, v).numpy()
+    exported = torch.export.export(model, (q, k, v))
+    built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=False), "cpu")
+    (got,) = built.run("main", q.numpy(), k.numpy(), v.numpy())
+    np.testing.assert_allclose(got, expected, atol=2e-6)
+    assert [row.family for row in built.report.offloaded] == ["attention"], built.report
+
+
 def test_to_device_keeps_the_value_and_takes_the_dtype():
     class Rotary(nn.Module):
         def __init__(self) -> None:

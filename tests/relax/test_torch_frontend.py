@@ -78,6 +78,28 @@ def test_negative_indices_by_int_and_by_list_match_torch():
     assert built.report.fixed["take with a negative index"] == 2
 
 
+class FullRotary(nn.Module):
+    """Phi-3's rotary step under full rotary: the part of the head past the rotary dim is empty."""
+
+    def forward(self, q, cos, sin):
+        rotated, rest = q[..., :8], q[..., 8:]
+        half = torch.cat((-rotated[..., 4:], rotated[..., :4]), dim=-1)
+        return torch.cat(((rotated * cos) + (half * sin), rest), dim=-1)
+
+
+def test_a_concat_with_an_empty_operand_builds_and_matches_torch():
+    # TVM's build stopped with "Divide by zero" (RewriteDataflowReshape) on the empty slice: no
+    # Hugging Face Phi-3 built on either route.
+    torch.manual_seed(0)
+    args = (torch.randn(2, 4, 6, 8), torch.randn(6, 8), torch.randn(6, 8))
+    with torch.no_grad():
+        expected = FullRotary()(*args).numpy()
+    built = build(_import(FullRotary(), *args), "cpu")
+    (got,) = built.run("main", *(a.numpy() for a in args))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert built.report.fixed["empty tensor in a concat"] == 1, built.report
+
+
 def test_an_out_of_range_constant_index_is_left_as_imported():
     # Only -n <= i < 0 has a meaning to restore; anything else is not rewritten into something valid.
     from tessera_tvm import tvm
@@ -251,7 +273,7 @@ def test_the_report_says_nothing_was_fixed_when_nothing_was():
     torch.manual_seed(0)
     model, x = nn.Linear(8, 8), torch.randn(2, 8)
     _, report = partition_for_tessera(_import(model, x), "cpu")
-    assert report.fixed == {"take with a negative index": 0, "bitwise_not of a bool": 0}
+    assert report.fixed == {"take with a negative index": 0, "bitwise_not of a bool": 0, "empty tensor in a concat": 0}
     assert "put right" not in str(report)
 
 
