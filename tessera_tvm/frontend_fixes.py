@@ -16,6 +16,9 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
   (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
   out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
+- In-place ops (``add_``, ``div_``, ``fill_``, ...), which torch.export keeps, changed only their own
+  result: an alias (``y[0].add_(10)`` changes ``y``) kept the old value, with no error. A graph with
+  in-place ops is functionalized before the import (:func:`_without_mutations`).
 - ``expand`` counted a -1 from the left, where torch lines the sizes up with the input's axes from
   the right (new axes come first): CLIP's ``class_embedding.expand(batch, 1, -1)`` of a [H] weight
   did not import ("ShapeExpr index out of range"), and a [1, H] ``x.expand(B, -1, H)`` came out
@@ -95,6 +98,9 @@ def patch_exported_program_importer(tvm) -> bool:
         for name in ("numpy_T.default", "t.default"):  # x.T, x.t(): the axes reversed
             table.setdefault(name, lambda node: self.block_builder.emit(relax.op.permute_dims(self.env[node.args[0]])))
         table.setdefault("mT.default", lambda node: _matrix_transpose(self, node, relax))
+        table.setdefault("select_scatter.default", lambda node: _select_scatter(self, node, relax))
+        for name in ("fill.Tensor", "fill.Scalar"):  # x[:, 0] = 5.0, functionalized
+            table.setdefault(name, lambda node: _filled(self, node, relax))
         # torch.export's runtime checks (one_hot's bounds): nothing to compute
         table.setdefault("_assert_async.msg", lambda node: None)
         table["div.Tensor_mode"] = lambda node: _divide(self, node, relax)
@@ -117,8 +123,56 @@ def patch_exported_program_importer(tvm) -> bool:
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map
+    plain_import = ExportedProgramImporter.from_exported_program
+
+    def from_exported_program(self, exported_program, *args, **kwargs):
+        return plain_import(self, _without_mutations(exported_program), *args, **kwargs)
+
+    ExportedProgramImporter.from_exported_program = from_exported_program
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
+
+
+def _select_scatter(importer, node, relax):
+    """``aten.select_scatter`` ``(x, src, dim, index)``: ``x`` with ``x.select(dim, index)`` replaced by
+    ``src``, as a one-wide ``slice_scatter`` (what an in-place op on ``y[i]`` functionalizes to)."""
+    x, src = importer.env[node.args[0]], importer.env[node.args[1]]
+    dim, index = node.args[2], node.args[3]
+    axis = dim % _rank(x)
+    size = _type(x).shape.values[axis]
+    if index < 0:
+        index = index + size
+    bb = importer.block_builder
+    src = bb.emit(relax.op.expand_dims(src, axis))
+    start, end, step = (relax.PrimValue(v) for v in (index, index + 1, 1))
+    return bb.emit(relax.op.slice_scatter(x, src, start, end, step, axis=axis))
+
+
+def _filled(importer, node, relax):
+    """``aten.fill`` ``(x, value)``: a tensor of x's shape and dtype holding ``value`` (a number or a
+    0-d tensor)."""
+    x, value = importer.env[node.args[0]], node.args[1]
+    value = importer.env[value] if not isinstance(value, (int, float, bool)) else relax.const(value, _dtype(x))
+    if _dtype(value) != _dtype(x):
+        value = importer.block_builder.emit(relax.op.astype(value, _dtype(x)))
+    return importer.block_builder.emit(relax.op.full_like(x, value))
+
+
+def _without_mutations(exported_program):
+    """``exported_program`` functionalized where it still holds in-place ops (``run_ep_decomposition=False``
+    imports torch.export's graph as it is; the default decomposition functionalizes it first). The
+    converters of in-place ops compute a new value and leave every alias of the old one as it was:
+    ``y[0].add_(10)`` did not change ``y``, with no error. ``run_decompositions({})`` rewrites the
+    mutations (``add_`` of a view becomes ``add`` and ``select_scatter``) and keeps the ops whole."""
+    import torch
+
+    def mutates(node) -> bool:
+        schema = getattr(node.target, "_schema", None)
+        return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and schema.is_mutable
+
+    if not any(mutates(node) for node in exported_program.graph.nodes):
+        return exported_program
+    return exported_program.run_decompositions({})
 
 
 #: Ops that compute in their result's dtype: torch promotes the inputs first (``int_tensor / 2`` and
