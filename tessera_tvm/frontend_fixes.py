@@ -99,6 +99,9 @@ def patch_exported_program_importer(tvm) -> bool:
             table.setdefault(name, lambda node: self.block_builder.emit(relax.op.permute_dims(self.env[node.args[0]])))
         table.setdefault("mT.default", lambda node: _matrix_transpose(self, node, relax))
         table.setdefault("select_scatter.default", lambda node: _select_scatter(self, node, relax))
+        if "view.default" in table:  # a functionalized graph's views
+            table.setdefault("_unsafe_view.default", table["view.default"])
+        table.setdefault("repeat_interleave.self_int", lambda node: _repeat_interleave(self, node, relax))
         for name in ("fill.Tensor", "fill.Scalar"):  # x[:, 0] = 5.0, functionalized
             table.setdefault(name, lambda node: _filled(self, node, relax))
         # torch.export's runtime checks (one_hot's bounds): nothing to compute
@@ -156,6 +159,14 @@ def _filled(importer, node, relax):
     if _dtype(value) != _dtype(x):
         value = importer.block_builder.emit(relax.op.astype(value, _dtype(x)))
     return importer.block_builder.emit(relax.op.full_like(x, value))
+
+
+def _repeat_interleave(importer, node, relax):
+    """``aten.repeat_interleave.self_int`` ``(x, repeats, dim=None)``: each element ``repeats`` times
+    along ``dim`` (of the flattened ``x`` where dim is None)."""
+    x, repeats = importer.env[node.args[0]], node.args[1]
+    dim = _arg(node, 2, "dim", None)
+    return importer.block_builder.emit(relax.op.repeat(x, repeats, axis=dim))
 
 
 def _without_mutations(exported_program):

@@ -61,6 +61,9 @@ CASES = {
     "[3] expanded to (2, 1, -1)": lambda x, i: x[0].expand(2, 1, -1) * 2,
     "[1, 3] expanded to (4, -1, 3)": lambda x, i: x[:1].expand(4, -1, 3) + 1,
     "x.T, x.t(), x.mT (Falcon's linear)": lambda x, i: x.T * 2 + x.t() + x[None].mT[0],
+    "repeat_interleave over a dim and flat": lambda x, i: (
+        x.repeat_interleave(2, dim=-1).sum(0) + x.repeat_interleave(2)[:6]
+    ),
     # TileLang's TVM took the two indices one after the other: [3, 3] for [3]
     "x[rows, cols] pairs them": lambda x, i: x[i[0].clamp(-2, 1), i[1].clamp(-3, 2)],
     "x[rows[:, None], cols] broadcasts": lambda x, i: x[i[0, :2].clamp(-2, 1)[:, None], i[1].clamp(-3, 2)],
