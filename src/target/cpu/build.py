@@ -106,10 +106,14 @@ _COMPILE_OPTIONS = ("-std=c++17", "-shared", "-fPIC")
 def cpu_build_command(cxx: str, flags: Sequence[str], so: str, cpp: str, prelude: Path | None = None) -> list[str]:
     """The g++ command line that builds ``cpp`` into ``so``; ``prelude``: a directory from
     :func:`precompiled_prelude`, searched first so that g++ finds the precompiled header there."""
-    includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # tessera/cpu.h, tl_templates
-    if prelude is not None:
-        includes.insert(0, f"-I{prelude}")
-    return [cxx, *_COMPILE_OPTIONS, *flags, *includes, "-o", so, cpp]
+    return [cxx, *_COMPILE_OPTIONS, *flags, *kernel_includes(prelude), "-o", so, cpp]
+
+
+def kernel_includes(prelude: Path | None = None) -> list[str]:
+    """The ``-I`` options a kernel source needs (tessera/cpu.h, tl_templates), ``prelude``'s directory
+    (:func:`precompiled_prelude`) first when given, so that g++ finds the precompiled header there."""
+    includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]
+    return includes if prelude is None else [f"-I{prelude}", *includes]
 
 
 #: A local array as TVM's C codegen declares it: ``  float acc[3136];`` (type, name, constant size).

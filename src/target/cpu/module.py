@@ -29,12 +29,11 @@ from ..toolchain import (
     atomic_output_dir,
     require_tool,
     run_tool,
-    tilelang_include_dirs,
     untouched_on_failure,
     validate_artifact_name,
 )
 from .blas_threads import share_blas_threads
-from .build import DEFAULT_CPU_FLAGS, RUNTIME_INCLUDE_DIR, precompiled_prelude
+from .build import DEFAULT_CPU_FLAGS, kernel_includes, precompiled_prelude
 
 __all__ = ["build_module", "entry_source"]
 
@@ -231,9 +230,8 @@ def build_module(
                 source = re.sub(rf"\b{re.escape(symbol)}\b", variant_symbol(symbol, i, len(plans)), source)
             files[f"{kernel}{'' if len(plans) == 1 else f'_v{i}'}.cpp"] = source
     cxx = require_tool("g++")
-    includes = [f"-I{RUNTIME_INCLUDE_DIR}", f"-I{tilelang_include_dirs()[0]}"]  # what the kernel sources include
-    prelude = precompiled_prelude(cxx, flags)  # TileLang's prelude precompiled: ~0.5 s less per kernel source
-    includes = includes if prelude is None else [f"-I{prelude}", *includes]
+    # what the kernel sources include, TileLang's prelude precompiled (~0.5 s less per kernel source)
+    includes = kernel_includes(precompiled_prelude(cxx, flags))
     command = [*_entry_command(cxx, name, flags), *includes, *files, *_link_flags()]
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
