@@ -351,7 +351,7 @@ def bench_cpu(quick: bool) -> None:
 
         peer = functools.partial(torch._int_mm, torch.from_numpy(a), torch.from_numpy(b))
         _gemm_vs_torch("int8", matmul_int8, a, b, check, peer, quick)
-        if n == 1024:  # A given transposed ([K, M]): each block copied row-major first
+        if n == 1024:  # A given transposed ([K, M]): each row block copied row-major once first
             at = np.ascontiguousarray(a.T)
             peer = functools.partial(torch._int_mm, torch.from_numpy(at).t(), torch.from_numpy(b))
             _gemm_vs_torch("int8", matmul_int8_at, at, b, check, peer, quick, label=", A transposed")

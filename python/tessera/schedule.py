@@ -322,10 +322,12 @@ def _grid(spec: KernelSpec, t: TileSchedule, gpu: bool) -> tuple[int, int, int]:
         return -(-a // b)
 
     if isinstance(spec, GemmSpec):
-        from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+        from tessera_tvm.tile.gemm import cpu_a_shared_by_column_blocks, cpu_b_shared_by_row_blocks
 
         if not gpu and cpu_b_shared_by_row_blocks(spec, t):  # a block per column (tessera_tvm/tile/gemm.py)
             return cdiv(spec.N, t.block_n), 1, math.prod(spec.batch)
+        if not gpu and cpu_a_shared_by_column_blocks(spec, t):  # a block per row
+            return 1, cdiv(spec.M, t.block_m), math.prod(spec.batch)
         return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
     if isinstance(spec, Conv2dSpec) and t.conv_algorithm == "direct":  # (channels, rows, image x group)
         return cdiv(spec.O // spec.groups, t.block_m), cdiv(spec.OH, t.block_n), spec.N * spec.groups
@@ -367,12 +369,12 @@ def _memory(spec: KernelSpec, t: TileSchedule, gpu: bool, config) -> tuple[tuple
                 ("acc", f"registers ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
             ]
         else:
-            from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+            from tessera_tvm.tile.gemm import cpu_a_shared_by_column_blocks, cpu_b_shared_by_row_blocks
 
-            shared = cpu_b_shared_by_row_blocks(spec, t)
+            shared_a, shared_b = cpu_a_shared_by_column_blocks(spec, t), cpu_b_shared_by_row_blocks(spec, t)
             out += [
-                (a.name, "global"),
-                (b.name, _PACKED_ONCE if shared else "global"),
+                (a.name, _PACKED_ONCE if shared_a else "global"),
+                (b.name, _PACKED_ONCE if shared_b else "global"),
                 ("acc", f"local ({t.block_m}x{t.block_n} {_short(spec.dtype_acc)})"),
             ]
         out += [(p.name, "global (read in the epilogue)") for p in spec.inputs()[2:]]

@@ -381,6 +381,8 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
     if cpu_b_shared_by_row_blocks(spec, s):
         return _gemm_cpu_shared_b(spec, s, a_offset, pack_b, a_row_stride)
+    if cpu_a_shared_by_column_blocks(spec, s):
+        return _gemm_cpu_shared_a(spec, s, pack_a, pack_b)
 
     @prim_func
     def main():
@@ -421,6 +423,21 @@ def cpu_b_shared_by_row_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
     return spec.M > s.block_m and _cores_evenly_busy(blocks, os.cpu_count() or 1)
 
 
+def cpu_a_shared_by_column_blocks(spec: GemmSpec, s: TileSchedule) -> bool:
+    """Whether the CPU GEMM of ``spec`` under ``s`` packs A once for all column blocks of a row: a
+    bf16 x bf16 or int8 GEMM with a transposed A (copied into row-major k-pairs/quads first, which a
+    block per (row, column) block repeated for every column block: 0.79x torch at 1024^3 int8) whose
+    row blocks alone give every core equal work and has more than one column block."""
+    import os
+
+    if not (cpu_k_per_word(spec) > 1 and spec.transpose_a and spec.packed_b is None):
+        return False
+    if not all(isinstance(dim, int) for dim in (spec.M, spec.N, spec.K)):
+        return False
+    blocks = math.ceil(spec.M / s.block_m) * math.prod(spec.batch)
+    return spec.N > s.block_n and _cores_evenly_busy(blocks, os.cpu_count() or 1)
+
+
 def _workspace_panel(floats: int, at, size: int):
     """A buffer over the ``size`` floats at float ``at`` of the thread's workspace of ``floats`` floats
     (``tessera_cpu_workspace``): one address per panel, as CPU attention's (an index into one buffer
@@ -459,6 +476,41 @@ def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_
                     offset = a_offset(io, a_batch, by, k)
                     panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
                     cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth, quads=quads)
+                _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
+
+    return main
+
+
+def _gemm_cpu_shared_a(spec: GemmSpec, s: TileSchedule, pack_a, pack_b):
+    """The bf16 x bf16 (or int8) CPU GEMM with a transposed A, a block per row block of ``block_m``
+    rows (and batch): it packs A's panels for every K step once, into the thread's workspace, then
+    runs its column blocks over them one after another, each packing its own B panels."""
+    M, N, K = spec.M, spec.N, spec.K
+    block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
+    n_batch = math.prod(spec.batch)
+    pairs, quads = cpu_gemm_pairs(spec), cpu_gemm_quads(spec)
+    a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, per_word=cpu_k_per_word(spec))
+    steps = math.ceil(K / block_k)
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec)
+        with T.Kernel(T.ceildiv(M, block_m), n_batch) as (by, bz):
+            acc = T.alloc_local((block_m, block_n), spec.dtype_acc)
+            b_pack = T.alloc_local((b_elems,), "float32")
+            a_batch, b_batch, out_batch = _batch_coords(spec, bz)
+            rows = T.min(block_m, M - by * block_m)
+            for k in T.serial(steps):
+                panel = _workspace_panel(steps * a_elems, k * a_elems, a_elems)
+                pack_a(io, panel, a_batch, by, k, rows, T.min(block_k, K - k * block_k))
+            for bx in T.serial(T.ceildiv(N, block_n)):
+                cols = T.min(block_n, N - bx * block_n)
+                T.clear(acc)
+                for k in T.serial(steps):
+                    depth = T.min(block_k, K - k * block_k)
+                    pack_b(io, b_pack, b_batch, bx, k, cols, depth)
+                    panel = _workspace_panel(steps * a_elems, k * a_elems, a_elems)
+                    cpu_gemm(acc, block_n, panel, b_pack, rows, cols, depth, pairs=pairs, quads=quads)
                 _store_cpu_block(spec, io, acc, rows, cols, by * block_m, bx * block_n, out_batch)
 
     return main

@@ -65,6 +65,7 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
     s = schedule
     if isinstance(spec, GemmSpec):
         from .gemm import (
+            cpu_a_shared_by_column_blocks,
             cpu_b_shared_by_row_blocks,
             cpu_gemm_packs,
             cpu_k_per_word,
@@ -73,11 +74,12 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
         )
 
         # The packed A/B panels of the micro-kernel: bf16 k-pairs take half; a row-major bf16 A is read
-        # in place, and a B packed once for all row blocks lives in the thread's (heap) workspace.
+        # in place, and an A or B packed once for all blocks of a row or column lives in the thread's
+        # (heap) workspace.
         packed = 0
         if cpu_gemm_packs(spec):
             a_elems, b_elems = cpu_pack_elements(s.block_m, s.block_n, s.block_k, per_word=cpu_k_per_word(spec))
-            a_elems = 1 if cpu_reads_a_in_place(spec) else a_elems
+            a_elems = 1 if cpu_reads_a_in_place(spec) else 0 if cpu_a_shared_by_column_blocks(spec, s) else a_elems
             packed = 4 * (a_elems + (0 if cpu_b_shared_by_row_blocks(spec, s) else b_elems))
         return s.block_m * s.block_n * dtype_bytes(spec.dtype_acc) + packed
     if isinstance(spec, AttentionSpec):

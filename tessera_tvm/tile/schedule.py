@@ -214,7 +214,7 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
     the blocks is: each block packs its own panels, so rows x cols blocks pack K x (cols x M + rows x N)
     elements (K x cols x M where B is a constant packed ahead, tile/panels.py), least for square blocks (a GPT-2 MLP's 128 x 1024 -> 256 linear in two 128 x 128 blocks,
     not two 64 x 256: 152 -> 164 GFLOP/s)."""
-    from .gemm import cpu_micro_tile
+    from .gemm import cpu_k_per_word, cpu_micro_tile
 
     tile_m, tile_n = cpu_micro_tile(spec)
     batch = math.prod(spec.batch)
@@ -229,6 +229,11 @@ def _spread_cpu_gemm(spec: GemmSpec, block_m: int, block_n: int) -> tuple[int, i
                 cols += 1
             else:
                 break
+        if cpu_k_per_word(spec) > 1 and spec.transpose_a and spec.packed_b is None:
+            # A transposed A is copied once per row block where the row blocks alone keep the cores
+            # equally busy (tile/gemm.py cpu_a_shared_by_column_blocks), else once per block.
+            while not _cores_evenly_busy(rows * batch, cores) and spec.M >= (rows + 1) * tile_m:
+                rows += 1
     even_m = _round_up(math.ceil(spec.M / rows), tile_m)
     even_n = _round_up(math.ceil(spec.N / cols), tile_n)
     return min(block_m, even_m) if rows > 1 else block_m, min(block_n, even_n) if cols > 1 else block_n

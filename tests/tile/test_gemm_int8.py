@@ -145,6 +145,24 @@ def test_int8_k_steps_hold_as_many_packed_words_as_fp32():
     assert TileSchedule.from_config("cpu", spec).block_k == 4 * TileSchedule.from_config("cpu", f32).block_k
 
 
+@pytest.mark.parametrize("cores", [2, 8])
+def test_a_transposed_a_is_copied_once_per_row_block(cores, monkeypatch):
+    """The default schedule of a large int8 GEMM with A transposed splits its rows so that the row
+    blocks alone keep the cores equally busy (6 of 1024 rows on 2 cores, not the 5 a row-major A
+    gets), and each block then copies its rows of A once for all column blocks."""
+    from tessera_tvm.tile.gemm import cpu_a_shared_by_column_blocks
+    from tessera_tvm.tile.schedule import _cores_evenly_busy, fit_schedule
+
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    spec = GemmSpec(1024, 1024, 1024, dtype_a="int8", dtype_acc="int32", dtype_out="int32", transpose_a=True)
+    s = fit_schedule(spec, TileSchedule.from_config("cpu", spec), "c")
+    assert _cores_evenly_busy(-(-spec.M // s.block_m), cores) and cpu_a_shared_by_column_blocks(spec, s)
+    row_major = GemmSpec(1024, 1024, 1024, dtype_a="int8", dtype_acc="int32", dtype_out="int32")
+    assert not cpu_a_shared_by_column_blocks(
+        row_major, fit_schedule(row_major, TileSchedule.from_config("cpu", row_major), "c")
+    )
+
+
 # Dequantised: int32 sums times a scale, in float32.
 DEQUANT = (EpilogueOp("cast", dtype="float32"), EpilogueOp("scale", value=0.25))
 
@@ -180,17 +198,26 @@ DEQUANT = (EpilogueOp("cast", dtype="float32"), EpilogueOp("scale", value=0.25))
             TileSchedule(block_m=12, block_n=64, block_k=128),
             2,
         ),
+        # A transposed, row blocks x batches that give both cores work: A copied once for all column
+        # blocks (ragged rows, columns and K steps, K past a quad).
+        (
+            GemmSpec(29, 150, 83, dtype_a="int8", dtype_acc="int32", dtype_out="int32", transpose_a=True, batch=(2,)),
+            TileSchedule(block_m=12, block_n=64, block_k=40),
+            2,
+        ),
     ],
-    ids=["ragged_transposed_b", "transposed_a_and_b", "shared_b_dequant"],
+    ids=["ragged_transposed_b", "transposed_a_and_b", "shared_b_dequant", "shared_transposed_a"],
 )
 def test_tile_program_matches_numpy(spec, schedule, cores, tmp_path, cpu_config, monkeypatch):
-    from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+    from tessera_tvm.tile.gemm import cpu_a_shared_by_column_blocks, cpu_b_shared_by_row_blocks
 
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     tile = build_tile_program(spec, schedule, "c").script()
     micro_kernel = '"tessera_cpu_gemm_s8x4"' if spec.transpose_a else '"tessera_cpu_gemm_s8x4_rows"'
     assert micro_kernel in tile and '"tessera_cpu_pack_b_s8x4"' in tile
-    assert cpu_b_shared_by_row_blocks(spec, schedule) == (cores == 2)
+    shared_a, shared_b = cpu_a_shared_by_column_blocks(spec, schedule), cpu_b_shared_by_row_blocks(spec, schedule)
+    assert (shared_a, shared_b) == (cores == 2 and spec.transpose_a, cores == 2 and not spec.transpose_a)
+    assert ('"tessera_cpu_workspace"' in tile) == (cores == 2)
     rng = np.random.default_rng(9)
     batch = spec.batch
     a = full_range((*batch, spec.K, spec.M) if spec.transpose_a else (*batch, spec.M, spec.K), rng)

@@ -191,6 +191,25 @@ def test_bf16_b_packed_once_for_all_row_blocks(transpose_b, schedule, cpu_config
     assert_close(out, reference(spec, arrays), spec.dtype_out, atol_scale=np.sqrt(spec.K))
 
 
+def test_bf16_transposed_a_packed_once_for_all_column_blocks(cpu_config, tmp_path, monkeypatch):
+    """A transposed A is copied into k-pairs; with row blocks enough for the cores, a block copies its
+    rows' panels for every K step once into the thread's workspace and runs all its row's column
+    blocks over them: ragged row, column and K blocks, an odd K, a batch."""
+    from tessera_tvm.tile.gemm import cpu_a_shared_by_column_blocks
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # 5 row blocks x 2 batches: a multiple of the cores
+    schedule = PAIR_SCHEDULES["ragged_blocks"]
+    spec = GemmSpec(
+        4 * schedule.block_m + 3, 2 * schedule.block_n + 22, 101, dtype_a="bfloat16", transpose_a=True, batch=(2,)
+    )
+    assert cpu_a_shared_by_column_blocks(spec, schedule)
+    tile = build_tile_program(spec, schedule, "c").script()
+    assert '"tessera_cpu_workspace"' in tile and '"tessera_cpu_pack_a_bf16x2"' in tile
+    arrays = random_inputs(spec, seed=11)
+    out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=schedule)["C"]
+    assert_close(out, reference(spec, arrays), spec.dtype_out, atol_scale=np.sqrt(spec.K))
+
+
 # The bf16 entry points of tessera/cpu_gemm.h behind plain C functions, for ctypes.
 PAIRS_SHIM = """
 #include <tessera/cpu_gemm.h>
