@@ -8,6 +8,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+
+def _masked_writes(x, i):
+    """Writes through bool masks (``aten.index_put``, which TVM refused: "IndexPut requires each index
+    tensor to have integer dtype")."""
+    y = x * 2
+    y[y > 0] = 0.5  # a number
+    y[x < 0] += 1  # read and written back through the mask (functionalized: index, add, index_put)
+    y[x[:, 0] > 0] = x[1] * 10  # a mask over the rows, a row for each
+    y[x > 0.5] = x[x > 0.5].exp() * x[0, 0]  # element-wise on a read through the same mask, written twice
+    return y
+
+
+def _masked_int_write(x, i):
+    j = i.clone()
+    j[i > 1] = 7
+    return j
+
+
 # (x float32 [2, 3], i int64 [2, 3] in [-3, 4]) -> a tensor
 CASES = {
     "zeros_like(dtype=int32)": lambda x, i: torch.zeros_like(x, dtype=torch.int32),
@@ -67,6 +85,9 @@ CASES = {
     # TileLang's TVM took the two indices one after the other: [3, 3] for [3]
     "x[rows, cols] pairs them": lambda x, i: x[i[0].clamp(-2, 1), i[1].clamp(-3, 2)],
     "x[rows[:, None], cols] broadcasts": lambda x, i: x[i[0, :2].clamp(-2, 1)[:, None], i[1].clamp(-3, 2)],
+    "y[mask] = v, y[mask] += 1, y[mask] = f(x[mask])": _masked_writes,
+    "int j[mask] = 7": _masked_int_write,
+    "index_put(accumulate=True) through a mask": lambda x, i: x.index_put((x > 0,), x[0, 0], accumulate=True),
 }
 
 

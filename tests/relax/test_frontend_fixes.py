@@ -188,3 +188,20 @@ def test_to_device_keeps_the_value_and_takes_the_dtype():
     mod = from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=False)
     (info,) = _result_types(mod)
     assert str(info.dtype) == "float32"
+
+
+class MaskedRead(nn.Module):
+    def forward(self, x):
+        return x[x > 0].sum()  # a data-dependent shape: no Relax form
+
+
+@ROUTES
+def test_a_value_read_through_a_bool_mask_and_not_written_back_is_refused_by_name(decompose):
+    from tessera_tvm import TesseraError
+
+    exported = torch.export.export(MaskedRead(), (torch.randn(2, 3),))
+    with pytest.raises(TesseraError) as info:
+        from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose)
+    message = str(info.value)
+    assert "aten.index.Tensor" in message and "test_frontend_fixes.py" in message  # the user's line
+    assert "not only written back" in message and "torch.where(mask, new, y)" in message
