@@ -28,6 +28,8 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   refused ("IndexPut requires each index tensor to have integer dtype"): they become ``where`` when
   the value does not depend on the mask's count of True values (:func:`_index_put`,
   :func:`_gathered_by_mask`); other reads through a mask are refused by name and line.
+- transformers' grouped experts (Mixtral's default: its custom op ``grouped_mm_fallback``, and
+  ``histc``) had no converter: every expert's product for every row, each row keeping its own.
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -106,6 +108,9 @@ def patch_exported_program_importer(tvm) -> bool:
         if "view.default" in table:  # a functionalized graph's views
             table.setdefault("_unsafe_view.default", table["view.default"])
         table.setdefault("repeat_interleave.self_int", lambda node: _repeat_interleave(self, node, relax))
+        table.setdefault("histc.default", lambda node: _histc(self, node, relax))
+        # transformers' grouped experts (Mixtral's, Qwen-MoE's default): its own custom op
+        table.setdefault("grouped_mm_fallback.default", lambda node: _grouped_mm(self, node, relax))
         for name in ("fill.Tensor", "fill.Scalar"):  # x[:, 0] = 5.0, functionalized
             table.setdefault(name, lambda node: _filled(self, node, relax))
         # torch.export's runtime checks (one_hot's bounds): nothing to compute
@@ -176,6 +181,53 @@ def _repeat_interleave(importer, node, relax):
     x, repeats = importer.env[node.args[0]], node.args[1]
     dim = _arg(node, 2, "dim", None)
     return importer.block_builder.emit(relax.op.repeat(x, repeats, axis=dim))
+
+
+def _histc(importer, node, relax):
+    """``torch.histc(x, bins, min, max)``: how many elements fall in each of ``bins`` equal bins over
+    [min, max] (the last bin includes max; elements outside are not counted), in x's dtype (Mixtral's
+    tokens per expert). A range taken from the data (min == max) is refused by name."""
+    x = importer.env[node.args[0]]
+    bins, low, high = (_arg(node, i, name, d) for i, name, d in ((1, "bins", 100), (2, "min", 0), (3, "max", 0)))
+    if low == high:
+        from .errors import TesseraError
+
+        raise TesseraError(
+            f"{node.target}{_where_written(node)}: min == max ({low}) takes the range from the data, "
+            "which is not supported; pass the range (histc(x, bins, min, max))"
+        )
+    emit, op, dtype = importer.block_builder.emit, relax.op, _dtype(x)
+    flat = emit(op.reshape(x, [-1, 1]))
+    offset = emit(op.subtract(flat, relax.const(low, dtype)))
+    index = emit(op.floor(op.divide(offset, relax.const((high - low) / bins, dtype))))
+    index = emit(op.minimum(index, relax.const(bins - 1, dtype)))  # max itself: the last bin
+    above, below = (
+        emit(op.greater_equal(flat, relax.const(low, dtype))),
+        emit(op.less_equal(flat, relax.const(high, dtype))),
+    )
+    each = emit(op.reshape(emit(op.arange(0, bins, 1, dtype)), [1, bins]))
+    hits = emit(op.logical_and(emit(op.equal(index, each)), emit(op.logical_and(above, below))))
+    return emit(op.sum(emit(op.astype(hits, dtype)), axis=0))
+
+
+def _grouped_mm(importer, node, relax):
+    """transformers' ``grouped_mm_fallback(input [S, K], weight [E, K, N], offs [E])``: row i of the
+    input, sorted by expert, times the weight of the expert whose rows it is in (``offs`` the running
+    ends of each expert's rows; rows past the last end are zero). Relax has no grouped matmul with
+    data-dependent groups: every expert's product is computed for every row ([E, S, N], one batched
+    matmul that Tessera offloads) and each row keeps its own expert's: E times the work of the
+    grouped product, correct for any routing."""
+    x, weight, offs = (importer.env[a] for a in node.args[:3])
+    emit, op = importer.block_builder.emit, relax.op
+    rows, experts = _type(x).shape.values[0], _type(weight).shape.values[0]
+    ends = emit(op.reshape(emit(op.astype(offs, "int64")), [1, -1]))
+    row = emit(op.reshape(emit(op.arange(0, rows, 1, "int64")), [-1, 1]))
+    # a row's expert: how many experts' rows end at or before it (E for rows past the last end)
+    expert = emit(op.sum(emit(op.astype(emit(op.greater_equal(row, ends)), "int64")), axis=1))
+    every = emit(op.reshape(emit(op.arange(0, experts, 1, "int64")), [-1, 1]))
+    own = emit(op.astype(emit(op.equal(every, emit(op.reshape(expert, [1, -1])))), _dtype(x)))  # [E, S]
+    products = emit(op.matmul(emit(op.expand_dims(x, 0)), weight))  # [E, S, N]
+    return emit(op.sum(emit(op.multiply(products, emit(op.expand_dims(own, -1)))), axis=0))
 
 
 def _without_mutations(exported_program):

@@ -88,6 +88,9 @@ CASES = {
     "y[mask] = v, y[mask] += 1, y[mask] = f(x[mask])": _masked_writes,
     "int j[mask] = 7": _masked_int_write,
     "index_put(accumulate=True) through a mask": lambda x, i: x.index_put((x > 0,), x[0, 0], accumulate=True),
+    # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
+    "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
+    "histc of floats": lambda x, i: torch.histc(x * 2, bins=3, min=-1.5, max=1),
 }
 
 

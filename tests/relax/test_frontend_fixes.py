@@ -205,3 +205,26 @@ def test_a_value_read_through_a_bool_mask_and_not_written_back_is_refused_by_nam
     message = str(info.value)
     assert "aten.index.Tensor" in message and "test_frontend_fixes.py" in message  # the user's line
     assert "not only written back" in message and "torch.where(mask, new, y)" in message
+
+
+class GroupedExperts(nn.Module):
+    """transformers' grouped experts (Mixtral's default): rows sorted by expert, ``offs`` the running
+    ends of each expert's rows (expert 1 has none; rows past the last end stay zero)."""
+
+    def forward(self, x, weight, offs):
+        return torch.ops.transformers.grouped_mm_fallback(x, weight, offs) * 2
+
+
+@ROUTES
+def test_transformers_grouped_experts_match_torch(decompose):
+    pytest.importorskip("transformers.integrations.moe")  # registers the custom op
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(7, 5, generator=gen), torch.randn(3, 5, 4, generator=gen)
+    offs = torch.tensor([2, 2, 6], dtype=torch.int32)
+    with torch.no_grad():
+        expected = GroupedExperts()(x, weight, offs).numpy()
+    assert not expected[6:].any() and expected[:6].all()
+    exported = torch.export.export(GroupedExperts(), (x, weight, offs))
+    built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
+    (got,) = built.run("main", x.numpy(), weight.numpy(), offs.numpy())
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
