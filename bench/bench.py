@@ -928,6 +928,8 @@ def bench_hf(quick: bool) -> None:
         "GPT-2 (2 layers, D=256, gelu_new)": "gpt2",
         "LLaMA (2 layers, D=256, GQA 8/4)": "llama",
         "Qwen2 (2 layers, D=256, GQA 8/4)": "qwen2",
+        # transformers' grouped experts: a dynamic-M GEMM per expert (tessera_tvm/frontend_fixes.py)
+        "Mixtral (2 layers, D=256, 8 experts, top 2)": "mixtral",
         "BERT (2 layers, D=256)": "bert",
         "ViT (2 layers, D=256, 224x224 in 16x16 patches)": "vit",
         # in bf16 (.to(torch.bfloat16)), vs torch's bf16 eager and torch.compile

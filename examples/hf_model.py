@@ -34,7 +34,7 @@ def make_model(
     image_size: int = 32,
     patch_size: int = 8,
 ):
-    """A ``name`` (llama, qwen2, bert, gpt2, vit) of the given sizes with random weights, in eval mode,
+    """A ``name`` (llama, qwen2, mixtral, bert, gpt2, vit) of the given sizes with random weights, in eval mode,
     its first output a plain tensor (ViT takes images of ``image_size`` cut into ``patch_size``
     patches: ``vit_inputs``). LLaMA and Qwen2 get half as many KV heads (grouped-query attention);
     the feed-forward width is ``ffn`` (default twice ``hidden``; GPT-2's is its own 4x). Decoders get
@@ -55,6 +55,9 @@ def make_model(
         model = hf.LlamaForCausalLM(hf.LlamaConfig(**common, **decoder))
     elif name == "qwen2":
         model = hf.Qwen2ForCausalLM(hf.Qwen2Config(**common, **decoder))
+    elif name == "mixtral":  # 8 experts, 2 per token, transformers' default (grouped) experts
+        config = hf.MixtralConfig(**common, **decoder, num_local_experts=8, num_experts_per_tok=2)
+        model = hf.MixtralForCausalLM(config)
     elif name == "bert":
         model = hf.BertModel(hf.BertConfig(**common))
     elif name == "vit":  # images: the patch embedding is a strided convolution
@@ -66,7 +69,7 @@ def make_model(
         )
         model = hf.GPT2LMHeadModel(config)
     else:
-        raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, bert, gpt2, vit")
+        raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, mixtral, bert, gpt2, vit")
     return FirstOutput(model).eval()
 
 

@@ -29,7 +29,7 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   the value does not depend on the mask's count of True values (:func:`_index_put`,
   :func:`_gathered_by_mask`); other reads through a mask are refused by name and line.
 - transformers' grouped experts (Mixtral's default: its custom op ``grouped_mm_fallback``, and
-  ``histc``) had no converter: every expert's product for every row, each row keeping its own.
+  ``histc``) had no converter: each expert's rows, cut out at run time, times its weight.
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -211,23 +211,58 @@ def _histc(importer, node, relax):
 
 
 def _grouped_mm(importer, node, relax):
-    """transformers' ``grouped_mm_fallback(input [S, K], weight [E, K, N], offs [E])``: row i of the
-    input, sorted by expert, times the weight of the expert whose rows it is in (``offs`` the running
-    ends of each expert's rows; rows past the last end are zero). Relax has no grouped matmul with
-    data-dependent groups: every expert's product is computed for every row ([E, S, N], one batched
-    matmul that Tessera offloads) and each row keeps its own expert's: E times the work of the
-    grouped product, correct for any routing."""
+    """transformers' ``grouped_mm_fallback(input [S, K], weight [E, K, N], offs [E])``: the input's rows
+    sorted by expert, ``offs`` the running ends of each expert's rows; each expert's rows times its
+    weight, rows past the last end zero. Each expert's rows are cut out at run time
+    (``dynamic_strided_slice``) and given a symbolic row count, so its matmul is a GEMM of that many
+    rows (offloaded as a kernel with a dynamic M); the products and the zero rows are concatenated."""
     x, weight, offs = (importer.env[a] for a in node.args[:3])
     emit, op = importer.block_builder.emit, relax.op
-    rows, experts = _type(x).shape.values[0], _type(weight).shape.values[0]
-    ends = emit(op.reshape(emit(op.astype(offs, "int64")), [1, -1]))
-    row = emit(op.reshape(emit(op.arange(0, rows, 1, "int64")), [-1, 1]))
-    # a row's expert: how many experts' rows end at or before it (E for rows past the last end)
-    expert = emit(op.sum(emit(op.astype(emit(op.greater_equal(row, ends)), "int64")), axis=1))
-    every = emit(op.reshape(emit(op.arange(0, experts, 1, "int64")), [-1, 1]))
-    own = emit(op.astype(emit(op.equal(every, emit(op.reshape(expert, [1, -1])))), _dtype(x)))  # [E, S]
-    products = emit(op.matmul(emit(op.expand_dims(x, 0)), weight))  # [E, S, N]
-    return emit(op.sum(emit(op.multiply(products, emit(op.expand_dims(own, -1)))), axis=0))
+    rows, depth = _type(x).shape.values
+    experts = int(_type(weight).shape.values[0])
+    ends = emit(op.astype(offs, "int64"))
+    # transformers passes its [E, N, K] weights transposed: slicing the transpose would copy all of
+    # it on every call (TVM's transpose, 30% of a Mixtral MoE block), so the stored weight is sliced
+    transposed = _transposed_source(importer, node.args[1])
+    zero, depth_end, one = (relax.const(np.array(v, "int64"), "int64") for v in ([0], [int(depth)], [1, 1]))
+    products, counts = [], []
+    for e in range(experts):
+        start = zero if e == 0 else emit(op.strided_slice(ends, [0], [e - 1], [e]))
+        end = emit(op.strided_slice(ends, [0], [e], [e + 1]))
+        begin, stop = emit(op.concat([start, zero])), emit(op.concat([end, depth_end]))
+        count = _size_var(relax, f"expert{e}_rows")
+        part = emit(op.dynamic_strided_slice(x, begin, stop, one))
+        part = importer.block_builder.match_cast(part, relax.TensorStructInfo([count, depth], _dtype(x)))
+        if transposed is None:
+            own = emit(op.squeeze(emit(op.strided_slice(weight, [0], [e], [e + 1])), [0]))
+        else:  # the expert's slice of the stored weight, transposed next to its matmul (a GEMM's transposed B)
+            own = emit(op.permute_dims(emit(op.squeeze(emit(op.strided_slice(transposed, [0], [e], [e + 1])), [0]))))
+        products.append(emit(op.matmul(part, own)))
+        counts.append(count)
+    past_end = relax.ShapeExpr([rows - sum(counts[1:], counts[0]), _type(weight).shape.values[2]])
+    products.append(emit(op.zeros(past_end, _dtype(x))))
+    return emit(op.concat(products, axis=0))
+
+
+def _transposed_source(importer, node):
+    """The Relax value of ``w`` where the graph ``node`` is ``w`` of rank 3 with its last two axes
+    swapped (``transpose(-2, -1)``, or ``permute(0, 2, 1)`` after the decomposition), else None."""
+    name = _packet_name(node) if getattr(node, "op", None) == "call_function" else ""
+    if name == "transpose.int" and sorted(d % 3 for d in node.args[1:3]) == [1, 2]:
+        return importer.env[node.args[0]]
+    if name == "permute.default" and list(node.args[1]) in ([0, 2, 1], [0, -1, -2]):
+        return importer.env[node.args[0]]
+    return None
+
+
+def _size_var(relax, name: str):
+    """A symbolic int64 size, in the TIR of the TVM that ``relax`` belongs to (``tvm.tirx`` in
+    TileLang's, ``tvm.tir`` in apache-tvm's)."""
+    import sys
+
+    tvm = sys.modules[relax.__name__.split(".")[0]]
+    tir = getattr(tvm, "tirx", None) or tvm.tir
+    return tir.Var(name, "int64")
 
 
 def _without_mutations(exported_program):

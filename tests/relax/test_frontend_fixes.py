@@ -211,8 +211,10 @@ class GroupedExperts(nn.Module):
     """transformers' grouped experts (Mixtral's default): rows sorted by expert, ``offs`` the running
     ends of each expert's rows (expert 1 has none; rows past the last end stay zero)."""
 
-    def forward(self, x, weight, offs):
-        return torch.ops.transformers.grouped_mm_fallback(x, weight, offs) * 2
+    def forward(self, x, weight, offs, stored):
+        # ``stored`` [E, N, K] passed transposed, as transformers does with its expert weights
+        grouped = torch.ops.transformers.grouped_mm_fallback
+        return grouped(x, weight, offs) * 2 + grouped(x, stored.transpose(-2, -1), offs)
 
 
 @ROUTES
@@ -220,11 +222,11 @@ def test_transformers_grouped_experts_match_torch(decompose):
     pytest.importorskip("transformers.integrations.moe")  # registers the custom op
     gen = torch.Generator().manual_seed(0)
     x, weight = torch.randn(7, 5, generator=gen), torch.randn(3, 5, 4, generator=gen)
-    offs = torch.tensor([2, 2, 6], dtype=torch.int32)
+    offs, stored = torch.tensor([2, 2, 6], dtype=torch.int32), torch.randn(3, 4, 5, generator=gen)
     with torch.no_grad():
-        expected = GroupedExperts()(x, weight, offs).numpy()
+        expected = GroupedExperts()(x, weight, offs, stored).numpy()
     assert not expected[6:].any() and expected[:6].all()
-    exported = torch.export.export(GroupedExperts(), (x, weight, offs))
+    exported = torch.export.export(GroupedExperts(), (x, weight, offs, stored))
     built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
-    (got,) = built.run("main", x.numpy(), weight.numpy(), offs.numpy())
+    (got,) = built.run("main", x.numpy(), weight.numpy(), offs.numpy(), stored.numpy())
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
