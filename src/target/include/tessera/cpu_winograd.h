@@ -1,14 +1,14 @@
 // Winograd convolution of Tessera's CPU tile program (tessera_tvm/tile/conv.py: the winograd program):
-// a 3 x 3, stride-1, undilated convolution as F(M x M, 3 x 3), M = 4 (or 2), with A = M + 2.
+// a 3 x 3, stride-1, undilated convolution as F(M x M, 3 x 3) with M = 4 and A = M + 2 = 6.
 //
 // Each M x M tile of the output is Y = AT [ sum_c (G g_oc GT) . (BT d_c B) ] A, where d_c is the
 // A x A input window of the tile in channel c, g_oc the 3 x 3 filter, and . the element-wise product:
-// per tile, A * A products per (o, c) where the direct convolution takes 9 * M * M (F(4x4): 36
-// against 144, 4x fewer; F(2x2): 16 against 36). Over a block of tiles the A * A element-wise
-// products are A * A GEMMs over the channels, M_xi[t, o] = sum_c V_xi[t, c] U_xi[c, o] (xi = one of
-// the A * A positions), which run on the packed micro-kernel of cpu_gemm.h:
+// per tile, A * A = 36 products per (o, c) where the direct convolution takes 9 * M * M = 144. Over a
+// block of tiles the A * A element-wise products are A * A GEMMs over the channels, M_xi[t, o] =
+// sum_c V_xi[t, c] U_xi[c, o] (xi = one of the A * A positions), on the packed micro-kernel of
+// cpu_gemm.h:
 //
-//   U (weights)  tessera_cpu_winograd_weights_m<M>_<dtype>: G g GT of each filter of the block's output
+//   U (weights)  tessera_cpu_winograd_weights_m4_<dtype>: G g GT of each filter of the block's output
 //                channels, written as the B strips of NR output channels the micro-kernel reads
 //                (element (c, o) of U_xi at xi * u_xi + (o / NR) * C * NR + c * NR + o % NR).
 //   V (input)    per chunk of whole tile rows, BT d B of every tile and channel, written as the A strips
@@ -24,22 +24,17 @@
 // The input is copied per channel and chunk into `xph`: the zero-padded rows the chunk reads, each
 // split into M phases of TWs floats (phase p holds padded columns p, p + M, ...), so that the
 // element (j, k) of the windows of consecutive tiles of a row are consecutive floats.
-// Errors against a float64 reference (3x3, 64 channels of unit normal inputs, He-scaled weights):
-// F(4x4) about 2e-5 at most on outputs of rms 1.4, F(2x2) 1.4e-6, the direct convolution 1.3e-6.
+//
+// Why F(4x4): F(2x2, 3x3) (16 products against 36, 2.25x fewer) measured 1.5x the direct program's
+// speed at 56x56 C=64 where F(4x4) measured 2.5x. Its price is accuracy: against a float64 reference
+// (64 channels of unit normal inputs, He-scaled weights, outputs of rms 1.4) F(4x4) errs by 2e-5 at
+// most, F(2x2) by 1.4e-6 and the direct convolution by 1.3e-6.
 #pragma once
 
 #include "cpu_gemm.h"
 
 template <int M>
 struct tessera_winograd_matrices;
-
-// The standard matrices of F(2x2, 3x3) (interpolation points 0, 1, -1).
-template <>
-struct tessera_winograd_matrices<2> {
-  static constexpr float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
-  static constexpr float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-  static constexpr float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
-};
 
 // F(4x4, 3x3) (interpolation points 0, 1, -1, 2, -2).
 template <>
@@ -137,23 +132,10 @@ static inline int64_t tessera_winograd_u_stride(int32_t C, int32_t channels) {
 }
 
 // g[tap][l] = the 3 x 3 filter of output channel l (`stride` floats apart from l - 1) at w, for the
-// `live` first lanes (the others zero).
+// `live` first lanes (the others zero). (A gather instruction per tap ran no faster: writing U is what
+// costs, 4x the weights' floats, to L3 once they pass L2.)
 template <typename T>
 static inline void tessera_winograd_filters(tessera_vf g[9], const T *__restrict w, int64_t stride, int32_t live) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (stride * TESSERA_GEMM_VEC < INT32_MAX) {  // a gather: 16 filters' taps in one instruction (5x faster)
-      const __m512i lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                               _mm512_set1_epi32((int32_t)stride));
-      const __mmask16 mask = (__mmask16)((1u << live) - 1u);
-#pragma GCC unroll 9
-      for (int tap = 0; tap < 9; ++tap) {
-        g[tap] = (tessera_vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes, w + tap, 4);
-      }
-      return;
-    }
-  }
-#endif
 #pragma GCC unroll 9
   for (int tap = 0; tap < 9; ++tap) g[tap] = (tessera_vf){};
   for (int32_t l = 0; l < live; ++l) {
@@ -199,7 +181,7 @@ static inline void tessera_winograd_phases(float *__restrict phases, const T *__
   if constexpr (std::is_same_v<T, float>) {
     // 16 columns of each phase from 16 * M padded columns, loaded straight from the row (masked to
     // its columns: the padding reads as zero) and picked by two-source permutes. Through a padded
-    // copy of the row, the wide loads waited for the narrow stores that wrote it (2.5x slower).
+    // copy of the row, the wide loads waited for the narrow stores that wrote it (3x slower).
     auto padded = [&](int32_t first) __attribute__((always_inline)) {  // padded columns first .. first + 15
       const int32_t lo = left - first > 0 ? left - first : 0, hi = W + left - first;
       const uint32_t below = hi <= 0 ? 0u : hi >= 16 ? 0xffffu : (1u << hi) - 1u;
@@ -212,18 +194,11 @@ static inline void tessera_winograd_phases(float *__restrict phases, const T *__
       for (int q = 0; q < M; ++q) v[q] = padded(j * M + 16 * q);
 #pragma GCC unroll 4
       for (int p = 0; p < M; ++p) {
-        __m512 phase;
-        if constexpr (M == 2) {
-          const __m512i pick = _mm512_set_epi32(30 + p, 28 + p, 26 + p, 24 + p, 22 + p, 20 + p, 18 + p, 16 + p,
-                                                14 + p, 12 + p, 10 + p, 8 + p, 6 + p, 4 + p, 2 + p, p);
-          phase = _mm512_permutex2var_ps(v[0], pick, v[1]);
-        } else {
-          static_assert(M == 4, "phases of F(2x2) or F(4x4)");
-          const __m512i pick = _mm512_set_epi32(28 + p, 24 + p, 20 + p, 16 + p, 12 + p, 8 + p, 4 + p, p, 28 + p,
-                                                24 + p, 20 + p, 16 + p, 12 + p, 8 + p, 4 + p, p);
-          const __m512 lo = _mm512_permutex2var_ps(v[0], pick, v[1]), hi = _mm512_permutex2var_ps(v[2], pick, v[3]);
-          phase = _mm512_shuffle_f32x4(lo, hi, 0x44);  // lanes 0-7 of lo, then lanes 0-7 of hi
-        }
+        static_assert(M == 4, "the phases of F(4x4)");
+        const __m512i pick = _mm512_set_epi32(28 + p, 24 + p, 20 + p, 16 + p, 12 + p, 8 + p, 4 + p, p, 28 + p, 24 + p,
+                                              20 + p, 16 + p, 12 + p, 8 + p, 4 + p, p);
+        const __m512 lo = _mm512_permutex2var_ps(v[0], pick, v[1]), hi = _mm512_permutex2var_ps(v[2], pick, v[3]);
+        const __m512 phase = _mm512_shuffle_f32x4(lo, hi, 0x44);  // lanes 0-7 of lo, then lanes 0-7 of hi
         tessera_winograd_store_lanes(phases + p * count + j, (tessera_vf)phase, count - j < 16 ? count - j : 16);
       }
     }
@@ -401,7 +376,4 @@ static inline float *tessera_winograd_scratch_at(float *workspace, int64_t float
 TESSERA_DEFINE_WINOGRAD(4, f32, float, float)
 TESSERA_DEFINE_WINOGRAD(4, f16, half, tessera_half_bits)
 TESSERA_DEFINE_WINOGRAD(4, bf16, uint16_t, uint16_t)
-TESSERA_DEFINE_WINOGRAD(2, f32, float, float)
-TESSERA_DEFINE_WINOGRAD(2, f16, half, tessera_half_bits)
-TESSERA_DEFINE_WINOGRAD(2, bf16, uint16_t, uint16_t)
 #undef TESSERA_DEFINE_WINOGRAD
