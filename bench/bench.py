@@ -832,6 +832,97 @@ def bench_models(quick: bool) -> None:
         _versus_torch("models", f"{name} ({counts})", model, (x,), built, seconds, got, expected, quick)
 
 
+def _with_threads(threads: int) -> None:
+    """Tessera's kernels (read at every launch) and torch on ``threads`` threads."""
+    os.environ["TESSERA_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+def bench_conv(quick: bool) -> None:
+    """ResNet-18's 3x3 stride-1 convolutions (batch 1) as the planner runs them (Winograd F(4x4, 3x3)
+    above 7x7) against the direct program and torch's conv2d, at 1 and 2 threads, interleaved; then
+    the bench's ResNet basic block and ResNet-18 built as the planner chooses against the same models
+    built with every convolution pinned to the direct program (what the planner chose before it had
+    Winograd), and torch eager. GFLOP/s count a convolution's 2*O*C*9*OH*OW multiply-adds: Winograd
+    computes a quarter of them, so its figure (and its fraction of the FMA peak) is the rate of the
+    work it replaces."""
+    import torch_models
+
+    import tessera_tvm
+    from tessera_tvm import planner, tvm
+    from tessera_tvm.relax import build
+    from tessera_tvm.tile import Conv2dSpec, build_tile_program
+
+    threads_before = os.environ.get("TESSERA_NUM_THREADS")
+    rng = np.random.default_rng(0)
+    for channels, size in ((64, 56), (128, 28), (256, 14), (512, 7)):
+        spec = Conv2dSpec(1, channels, size, size, channels, 3, 3, padding=(1, 1, 1, 1))
+        x = rng.standard_normal((1, channels, size, size), dtype=np.float32)
+        w = (rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32)
+        xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+        expected = torch.nn.functional.conv2d(xt.double(), wt.double(), padding=1).numpy()
+        chosen = planner.schedule_for(spec, "cpu").conv_algorithm
+        calls, errors = {}, {}
+        for algorithm in dict.fromkeys((chosen, "winograd", "direct")):
+            schedule = planner.schedule_for(spec, "cpu", {"conv_algorithm": algorithm})
+            kernel = tessera_tvm.lower(build_tile_program(spec, schedule, "c"), "cpu")
+            out = np.zeros(spec.shape_out, np.float32)
+            kernel(x, w, out)
+            errors[algorithm] = float(np.abs(out - expected).max())
+            calls[algorithm] = lambda kernel=kernel, out=out: kernel(x, w, out)
+        calls["torch"] = lambda: torch.nn.functional.conv2d(xt, wt, padding=1)
+        flops = 2 * channels * channels * 9 * size * size
+        for threads in (1, 2):
+            _with_threads(threads)
+            times = interleaved_medians(calls, 5 if quick else 11)
+            case = f"conv 3x3 C={channels} {size}x{size}, {threads} thread(s): winograd"
+            for peer in ("direct", "torch"):
+                row(
+                    "conv",
+                    f"{case} vs {peer} (planner: {chosen}; err {errors['winograd']:.0e}, direct {errors['direct']:.0e})",
+                    f"{flops / times['winograd'] / 1e9:.0f} GFLOP/s",
+                    f"{flops / times[peer] / 1e9:.0f} GFLOP/s",
+                    f"{times[peer] / times['winograd']:.2f}x",
+                    of_peak(flops / times["winograd"] / 1e9) if threads == numpy_threads() else "-",
+                )
+    pinned = Path(tempfile.mkdtemp(prefix="tessera-bench-")) / "cpu_direct.yaml"
+    cpu = (ROOT / "configs" / "cpu.yaml").read_text()
+    pinned.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: direct}\n", 1))
+    torch.manual_seed(0)
+    models = {
+        "ResNet basic block (B=1 C=64 56x56)": (torch_models.BasicBlock(64), torch.randn(1, 64, 56, 56)),
+        "ResNet-18 (B=1 224x224)": (torch_models.ResNet18(), torch.randn(1, 3, 224, 224)),
+    }
+    for name, (model, x) in models.items():
+        model = model.eval()
+        module = torch_models.import_model(model, x)
+        built = {"planner": build(module, "cpu"), "direct": build(module, str(pinned))}
+        args = [tvm.runtime.tensor(to_numpy(x))]
+        vms = {way: b.vm()["main"] for way, b in built.items()}
+        with torch.no_grad():
+            expected = model(x).numpy()
+            errors = {way: float(np.abs(b.run("main", to_numpy(x))[0] - expected).max()) for way, b in built.items()}
+            calls = {way: (lambda vm=vm: vm(*args)) for way, vm in vms.items()}
+            calls["torch eager"] = lambda: model(x)
+            for threads in (1, 2):
+                _with_threads(threads)
+                times = interleaved_medians(calls, 5 if quick else 11)
+                for peer in ("direct", "torch eager"):
+                    row(
+                        "conv",
+                        f"{name}, {threads} thread(s): planner vs {peer} "
+                        f"(err {errors['planner']:.0e}, direct {errors['direct']:.0e})",
+                        f"{times['planner'] * 1e3:.2f} ms",
+                        f"{times[peer] * 1e3:.2f} ms",
+                        f"{times[peer] / times['planner']:.2f}x",
+                    )
+    if threads_before is None:
+        os.environ.pop("TESSERA_NUM_THREADS", None)
+    else:
+        os.environ["TESSERA_NUM_THREADS"] = threads_before
+    torch.set_num_threads(numpy_threads())
+
+
 def bench_packed_weight(quick: bool) -> None:
     """A GPT-2 MLP linear (128 tokens, 768 -> 3072, its constant [3072, 768] weight read transposed,
     + bias) offloaded with the weight packed ahead (the default) against the same linear packing its
@@ -1110,7 +1201,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument(
-        "--only", default="cpu,threads,models,hf,upstream,compile,gpu,gpu-models", help="sections, comma-separated"
+        "--only",
+        default="cpu,threads,conv,models,hf,upstream,compile,gpu,gpu-models",
+        help="sections, comma-separated",
     )
     parser.add_argument("--gpu-target", default="hopper", help="config of the gpu section (hopper or ampere)")
     args = parser.parse_args(argv)
@@ -1125,6 +1218,8 @@ def main(argv=None) -> int:
         bench_cpu(args.quick)
     if "threads" in sections:
         bench_threads(args.quick)
+    if "conv" in sections:
+        bench_conv(args.quick)
     if "models" in sections:
         bench_packed_weight(args.quick)
         bench_models(args.quick)

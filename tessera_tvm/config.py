@@ -87,12 +87,15 @@ SCHEDULE_KEYS: dict[str, tuple[str, int | None]] = {
     "mma": ("the target's MMA instruction shape [m, n, k]", None),
     "overlap": ("GPU attention: overlap one key block's softmax with the previous block's P V (bool)", None),
     "kv_packs_per_head": ("CPU attention: packings of each kv head's K and V, 0 = per query block", 0),
-    "conv_algorithm": ("conv2d: 'implicit_gemm' or 'direct' (CPU); the planner chooses where not given", None),
+    "conv_algorithm": (
+        "conv2d: 'implicit_gemm', 'direct' or 'winograd' (CPU); the planner chooses where not given",
+        None,
+    ),
 }
 #: The schedule fields that are switches (a bool), not ints.
 SCHEDULE_SWITCHES = ("overlap",)
 #: The schedule fields that take one of a few names (a kernel's overrides; the planner chooses them).
-SCHEDULE_CHOICES = {"conv_algorithm": ("implicit_gemm", "direct")}
+SCHEDULE_CHOICES = {"conv_algorithm": ("implicit_gemm", "direct", "winograd")}
 #: Kernel families that may hold their own ``schedule:`` mapping (``schedule: {attention: {block_m: 64}}``).
 SCHEDULE_FAMILIES = ("gemm", "elementwise", "reduce", "softmax", "norm", "attention", "conv2d", "pool2d")
 

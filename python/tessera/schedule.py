@@ -77,8 +77,9 @@ OVERRIDABLE = {
         "n-th query block of its query heads; 0: per query block, as each reaches a key block)"
     ),
     "conv_algorithm": (
-        "a convolution's program: 'implicit_gemm' (output pixels x output channels) or 'direct' (CPU: "
-        "block_m output channels x block_n output rows); the planner chooses where not given"
+        "a convolution's program: 'implicit_gemm' (output pixels x output channels), 'direct' (CPU: "
+        "block_m output channels x block_n output rows) or 'winograd' (CPU, 3x3 stride 1: block_m output "
+        "channels x block_n output rows, in chunks of block_k rows); the planner chooses where not given"
     ),
 }
 
@@ -329,7 +330,7 @@ def _grid(spec: KernelSpec, t: TileSchedule, gpu: bool) -> tuple[int, int, int]:
         if not gpu and cpu_a_shared_by_column_blocks(spec, t):  # a block per row
             return 1, cdiv(spec.M, t.block_m), math.prod(spec.batch)
         return cdiv(spec.N, t.block_n), cdiv(spec.M, t.block_m), math.prod(spec.batch)
-    if isinstance(spec, Conv2dSpec) and t.conv_algorithm == "direct":  # (channels, rows, image x group)
+    if isinstance(spec, Conv2dSpec) and t.conv_algorithm in ("direct", "winograd"):  # (channels, rows, image x group)
         return cdiv(spec.O // spec.groups, t.block_m), cdiv(spec.OH, t.block_n), spec.N * spec.groups
     if isinstance(spec, Conv2dSpec) and not spec.depthwise:  # (channels, pixels, group): its implicit GEMM
         return cdiv(spec.O // spec.groups, t.block_n), cdiv(spec.N * spec.OH * spec.OW, t.block_m), spec.groups

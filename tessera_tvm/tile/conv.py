@@ -13,6 +13,14 @@ output channels (A: the weights, read in place when fp32) and its vector columns
 in place from a block's zero-padded copy of its input rows (split into phases by the strides), so
 nothing is gathered per K step and the epilogue stores rows of NCHW as they lie in the accumulator.
 
+CPU, Winograd (``TileSchedule.conv_algorithm == "winograd"``, 3x3 windows of stride 1, chosen by the
+planner where estimated faster than both): F(4x4, 3x3) (tessera/cpu_winograd.h). A block owns
+``block_m`` output channels of ``block_n`` output rows of one image and group; it transforms its
+channels' weights (U = G g G^T, 36 numbers per filter), then per chunk of ``block_k`` output rows
+transforms the input tiles (V = B^T d B), runs the 36 GEMMs U x V over the input channels on the packed
+micro-kernel, and transforms back (A^T M A) into channel-major rows that the epilogue stores: 36
+multiply-adds per 16 outputs and channel pair where the direct program takes 144.
+
 CPU, depthwise (one input channel per group; ``O/g`` output channels each): a GEMM of one column
 would waste the micro-kernel, so a block computes a whole output plane directly. It copies its
 input plane into a zero-padded local plane, then ``tessera_cpu_depthwise_f32`` (cpu_conv.h) sums the
@@ -67,6 +75,8 @@ def conv2d_cpu_program(spec: Conv2dSpec, s: TileSchedule):
             f"Conv2dSpec: {spec.dtype_in} x {spec.dtype_w} accumulating in {spec.dtype_acc}; the CPU convolution "
             "takes float32, float16 or bfloat16 inputs accumulating in float32"
         )
+    if s.conv_algorithm == "winograd":  # (refuses a depthwise convolution: it runs its own program)
+        return _winograd_cpu_program(spec, s)
     if spec.depthwise:
         return _depthwise_cpu_program(spec)
     _check_pixels(spec)
@@ -326,6 +336,186 @@ def _direct_cpu_program(spec: Conv2dSpec, s: TileSchedule):
                 for oh in T.serial(live_rows):
                     for ow in T.serial(OW):
                         _store(spec, io, acc[j * acc_stride + oh * Wp + ow], n, first + j, by * rows + oh, ow)
+
+    return main
+
+
+#: The Winograd program's output tile: F(4x4, 3x3) (tessera/cpu_winograd.h). F(2x2, 3x3) takes 16
+#: multiply-adds per 4 outputs (2.25x fewer than 36, against F(4x4)'s 4x) and measured 1.52x the
+#: direct program's speed at 56x56 C=64 where F(4x4) measured 2.6x; F(4x4)'s error is ~15x the direct
+#: program's (2e-5 against 1.3e-6 at most, 64 channels, outputs of rms 1.4: float64 reference).
+WINOGRAD_TILE = 4
+
+#: Tiles a chunk of the Winograd program computes at least (its rows rounded up to whole tile rows):
+#: three strips of the micro-kernel's 14 rows. 56x56 C=64: chunks of 3 tile rows (42 tiles) measured
+#: 0.49 ms, of 2 rows 0.51 ms, of 4 rows 0.57 ms (the transformed tiles, 36 x 42 x 64 floats each way,
+#: stay in L2).
+WINOGRAD_CHUNK_TILES = 40
+
+#: What the Winograd program's transforms cost, in multiply-adds of the micro-kernel (measured at 1
+#: thread on this Zen 5 against its 36 GEMMs): per input channel and tile (the input transform, once
+#: per block of output channels), per output channel and tile (the output transform), and per filter
+#: of a block (the weights' transform, once per block of rows).
+WINOGRAD_INPUT_COST, WINOGRAD_OUTPUT_COST, WINOGRAD_WEIGHT_COST = 740, 370, 430
+
+#: Floats the Winograd program's bounds add for the C side's roundings (tessera/cpu_winograd.h): the
+#: micro-kernel's strips (MR <= 14 tiles, NR <= 64 channels) and a cache line between positions.
+WINOGRAD_PAD = 64
+
+
+def winograd_applies(spec: Conv2dSpec) -> str | None:
+    """Why the Winograd program cannot compute ``spec`` (None where it can)."""
+    if spec.depthwise:
+        return "a depthwise convolution runs its own program"
+    if (spec.R, spec.S) != (3, 3):
+        return f"the window is {spec.R}x{spec.S}; Winograd F(4x4, 3x3) takes 3x3 windows"
+    if tuple(spec.stride) != (1, 1):
+        return f"stride is {tuple(spec.stride)}; Winograd F(4x4, 3x3) takes stride (1, 1)"
+    if tuple(spec.dilation) != (1, 1):
+        return f"dilation is {tuple(spec.dilation)}; Winograd F(4x4, 3x3) takes dilation (1, 1)"
+    return None
+
+
+def winograd_layout(spec: Conv2dSpec, s: TileSchedule) -> dict[str, int]:
+    """The Winograd program's sizes under ``s``: tiles per row (``tile_w``), tile rows per chunk
+    (``chunk_rows``), the accumulator's row stride and floats per channel (``row_stride``,
+    ``acc_stride``), and the thread's workspace: the block's transformed weights (``u_floats``) and
+    all of it (``floats``). Bounds of what tessera/cpu_winograd.h lays out (it checks them)."""
+    m, positions = WINOGRAD_TILE, (WINOGRAD_TILE + 2) ** 2
+    group_in = spec.C // spec.groups
+    tile_w = -(-spec.OW // m)
+    chunk_rows = -(-s.block_k // m)
+    tiles = chunk_rows * tile_w
+    row_stride = _round_up(tile_w * m, 16)
+    channels = _round_up(s.block_m, WINOGRAD_PAD)
+    u_floats = positions * (channels * group_in + WINOGRAD_PAD)
+    xph = (chunk_rows * m + 2) * m * (tile_w + 1) + WINOGRAD_PAD
+    v = positions * ((tiles + WINOGRAD_PAD) * group_in + WINOGRAD_PAD)
+    gemm_out = positions * (tiles * channels + WINOGRAD_PAD)
+    return {
+        "tile_w": tile_w,
+        "chunk_rows": chunk_rows,
+        "row_stride": row_stride,
+        "acc_stride": chunk_rows * m * row_stride,
+        "u_floats": u_floats,
+        "floats": u_floats + xph + v + gemm_out,
+    }
+
+
+def winograd_schedule(spec: Conv2dSpec, schedule: TileSchedule, cores: int) -> TileSchedule:
+    """``schedule`` with the Winograd program's blocks for ``spec``: up to 64 output channels by whole
+    images, the rows split (in whole tile rows) until every core has a block; chunks of at least
+    WINOGRAD_CHUNK_TILES tiles."""
+    m, group_out = WINOGRAD_TILE, spec.O // spec.groups
+    block_m = min(64, _round_up(group_out, 16))
+    tile_w, tile_rows = -(-spec.OW // m), -(-spec.OH // m)
+    others = -(-group_out // block_m) * spec.groups * (spec.N if isinstance(spec.N, int) else 1)
+    row_blocks = 1
+    while row_blocks < tile_rows and not _cores_evenly_busy(row_blocks * others, cores):
+        row_blocks += 1
+    block_rows = -(-tile_rows // row_blocks)
+    chunk = min(block_rows, -(-WINOGRAD_CHUNK_TILES // tile_w))
+    chunk = -(-block_rows // -(-block_rows // chunk))  # even: 7 tile rows in chunks of 3, 3, 1 -> 3
+    return schedule.replace(block_m=block_m, block_n=block_rows * m, block_k=chunk * m, conv_algorithm="winograd")
+
+
+def winograd_wins(spec: Conv2dSpec, winograd: TileSchedule, other: TileSchedule | None) -> bool:
+    """Whether the Winograd program under ``winograd`` is estimated faster than ``other`` (the direct
+    program's schedule, or None for the implicit GEMM): the multiply-adds each computes, with the
+    Winograd program's 36 GEMMs over its padded tiles (the micro-kernel's strips of 14) plus its
+    transforms (WINOGRAD_*_COST). Small planes lose: few tiles per weight (7x7 C=512 takes 37 MB
+    of transformed weights for 4 tiles)."""
+    m, group_in, group_out = WINOGRAD_TILE, spec.C // spec.groups, spec.O // spec.groups
+    tile_w, layout = -(-spec.OW // m), winograd_layout(spec, winograd)
+    row_blocks, channel_blocks = -(-spec.OH // winograd.block_n), -(-group_out // winograd.block_m)
+    chunks_per_block = -(-winograd.block_n // winograd.block_k)
+    tiles = row_blocks * chunks_per_block * _round_up(layout["chunk_rows"] * tile_w, 14)
+    cost = (m + 2) ** 2 * tiles * group_in * _round_up(group_out, 16)
+    cost += WINOGRAD_INPUT_COST * group_in * tiles * channel_blocks + WINOGRAD_OUTPUT_COST * group_out * tiles
+    cost += WINOGRAD_WEIGHT_COST * group_out * group_in * row_blocks
+    macs = group_out * group_in * 9 * spec.OH * spec.OW  # per image and group
+    if other is None:
+        pixels = spec.OH * spec.OW
+        other_cost = IMPLICIT_GEMM_COST * macs * _round_up(pixels, 14) / pixels * _round_up(group_out, 32) / group_out
+    else:
+        rows, padded_w = other.block_n, direct_layout(spec, other.block_n)["Wp"]
+        waste = _round_up(rows * padded_w, DIRECT_TAIL) / (rows * spec.OW)
+        other_cost = macs * waste * _round_up(group_out, DIRECT_CHANNELS) / group_out
+    return cost < other_cost
+
+
+def winograd_local_floats(spec: Conv2dSpec, s: TileSchedule) -> int:
+    """Floats of the Winograd program's local array: a chunk's accumulator (the transformed weights
+    and tiles live in the thread's workspace)."""
+    return s.block_m * winograd_layout(spec, s)["acc_stride"]
+
+
+def _winograd_cpu_program(spec: Conv2dSpec, s: TileSchedule):
+    """Winograd F(4x4, 3x3) (tessera/cpu_winograd.h): a block owns ``block_m`` output channels of
+    ``block_n`` output rows of one image and group. It transforms its channels' weights into the
+    thread's workspace, then per chunk of ``block_k`` output rows calls the chunk routine (input
+    transform, 36 GEMMs, output transform into acc, channel-major) and stores the chunk's rows
+    through the epilogue."""
+    why = winograd_applies(spec)
+    if why is not None:
+        raise SpecError(f"Conv2dSpec: conv_algorithm='winograd' cannot run this convolution: {why}")
+    x_dtype, w_dtype = cpu_pack_suffix(spec.dtype_in), cpu_pack_suffix(spec.dtype_w)
+    m, OH, OW, groups = WINOGRAD_TILE, spec.OH, spec.OW, spec.groups
+    top, left, _, _ = spec.padding
+    group_in, group_out = spec.C // groups, spec.O // groups
+    block_m, rows, block_k = s.block_m, s.block_n, s.block_k
+    layout = winograd_layout(spec, s)
+    acc_stride, row_stride, floats = layout["acc_stride"], layout["row_stride"], layout["floats"]
+
+    @prim_func
+    def main():
+        io = declare_gemm_params(spec, ("x", "w"))
+        with T.Kernel(T.ceildiv(group_out, block_m), T.ceildiv(OH, rows), spec.N * groups) as (bx, by, bz):
+            acc = T.alloc_local((block_m * acc_stride,), "float32")
+            n, group = bz // groups, bz % groups
+            live_rows = T.min(rows, OH - by * rows)
+            channels = T.min(block_m, group_out - bx * block_m)
+            first = group * group_out + bx * block_m  # the block's first output channel
+            address = T.call_extern("handle", "tessera_cpu_workspace", T.int64(floats), T.int64(0))
+            workspace = pointer_buffer(address, (floats,), "float32")
+            T.call_extern(
+                "int32",
+                f"tessera_cpu_winograd_weights_m{m}_{w_dtype}",
+                T.address_of(workspace[0]),
+                io.w.data,
+                element_offset(io.w, (first, 0, 0, 0)),
+                group_in,
+                as_index(channels, "int32"),
+            )
+            for chunk in T.serial(T.ceildiv(live_rows, block_k)):
+                chunk_rows = T.min(block_k, live_rows - chunk * block_k)
+                oh0 = by * rows + chunk * block_k  # the chunk's first output row
+                T.call_extern(
+                    "int32",
+                    f"tessera_cpu_winograd_m{m}_{x_dtype}",
+                    T.address_of(acc[0]),
+                    T.int64(acc_stride),
+                    row_stride,
+                    T.address_of(workspace[0]),
+                    T.int64(floats),
+                    T.int64(layout["u_floats"]),
+                    io.x.data,
+                    element_offset(io.x, (n, group * group_in, 0, 0)),
+                    group_in,
+                    spec.H,
+                    spec.W,
+                    top,
+                    left,
+                    as_index(oh0, "int32"),
+                    as_index(T.ceildiv(chunk_rows, m), "int32"),
+                    layout["tile_w"],
+                    as_index(channels, "int32"),
+                )
+                # Channel-major, as the direct program's: each output row is a run of acc and of Y.
+                for j in T.serial(channels):
+                    for oh in T.serial(chunk_rows):
+                        for ow in T.serial(OW):
+                            _store(spec, io, acc[j * acc_stride + oh * row_stride + ow], n, first + j, oh0 + oh, ow)
 
     return main
 

@@ -61,6 +61,10 @@ def local_bytes(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str = "c
             from .conv import direct_local_floats
 
             return 4 * direct_local_floats(spec, schedule)
+        if schedule.conv_algorithm == "winograd":  # a chunk's accumulator (the transforms: workspace)
+            from .conv import winograd_local_floats
+
+            return 4 * winograd_local_floats(spec, schedule)
         spec = spec.as_gemm()  # the implicit GEMM's accumulator and packed panels
     s = schedule
     if isinstance(spec, GemmSpec):

@@ -54,7 +54,9 @@ class TileSchedule:
     - elementwise: a ``block_m x block_n`` tile of the output viewed as [rows, last dim].
     - conv2d: ``conv_algorithm`` "implicit_gemm" tiles it as the gemm above (output pixels x output
       channels); "direct" (CPU) gives a block ``block_m`` output channels of ``block_n``
-      output rows, and ``block_k`` is the K step (tile/conv.py). The planner chooses ("" until then).
+      output rows, and ``block_k`` is the K step; "winograd" (CPU, 3x3 stride 1) gives a block
+      ``block_m`` output channels of ``block_n`` output rows, computed in chunks of ``block_k`` rows
+      (tile/conv.py). The planner chooses ("" until then).
 
     On the CPU target (``c``) the blocks run in parallel over the cores (one OpenMP region), a block's
     body is serial code; ``threads`` and ``stages`` are ignored.
@@ -347,12 +349,18 @@ def fit_schedule(spec: KernelSpec, schedule: TileSchedule, codegen_kind: str, wg
 
 
 def _fit_conv_algorithm(spec: Conv2dSpec, schedule: TileSchedule, gpu: bool) -> TileSchedule | None:
-    """The direct program's schedule where it runs ``spec`` (tile/conv.py): chosen by the caller
-    (``schedule.conv_algorithm``), else where estimated faster than the implicit GEMM (CPU only);
-    None for the implicit GEMM. Raises where the caller chose an algorithm that cannot run ``spec``."""
-    from .conv import direct_applies, direct_schedule, direct_wins
+    """The schedule of the direct or the Winograd program where one runs ``spec`` (tile/conv.py):
+    the one the caller chose (``schedule.conv_algorithm``), else the one estimated fastest of the
+    three (CPU only); None for the implicit GEMM. Raises where the caller chose an algorithm that
+    cannot run ``spec``."""
+    from .conv import direct_applies, direct_schedule, direct_wins, winograd_applies, winograd_schedule, winograd_wins
 
-    chosen = schedule.conv_algorithm
+    chosen, cores = schedule.conv_algorithm, os.cpu_count() or 1
+    if chosen == "winograd":
+        why = "the GPU has no Winograd convolution" if gpu else winograd_applies(spec)
+        if why is not None:
+            raise _fail("TileSchedule", f"conv_algorithm='winograd' cannot run this convolution: {why}")
+        return winograd_schedule(spec, schedule, cores)
     why = "the GPU has no direct convolution" if gpu else direct_applies(spec)
     if chosen == "direct" and why is not None:
         raise _fail("TileSchedule", f"conv_algorithm='direct' cannot run this convolution: {why}")
@@ -360,8 +368,15 @@ def _fit_conv_algorithm(spec: Conv2dSpec, schedule: TileSchedule, gpu: bool) -> 
         raise _fail("TileSchedule", "conv_algorithm='implicit_gemm': a depthwise convolution runs its own program")
     if why is not None or chosen == "implicit_gemm":
         return None
-    direct = direct_schedule(spec, schedule, os.cpu_count() or 1)
-    return direct if chosen == "direct" or direct_wins(spec, direct) else None
+    direct = direct_schedule(spec, schedule, cores)
+    if chosen == "direct":
+        return direct
+    best = direct if direct_wins(spec, direct) else None  # None: the implicit GEMM
+    if winograd_applies(spec) is None:
+        winograd = winograd_schedule(spec, schedule, cores)
+        if winograd_wins(spec, winograd, best):
+            return winograd
+    return best
 
 
 def _dynamic_pipeline_unsupported(spec: KernelSpec, config: Any) -> bool:

@@ -48,7 +48,7 @@ def _check(built, model, x, atol=1e-4):
 
 def test_a_resnet_basic_block_runs_as_two_convolution_kernels_with_the_norms_folded():
     torch.manual_seed(0)
-    model, x = BasicBlock().eval(), torch.randn(2, 16, 10, 10)
+    model, x = BasicBlock(32).eval(), torch.randn(2, 32, 12, 12)
     built = build(_import(model, x), "cpu")
     # Each batch norm is folded into its convolution's weights and bias; the residual add and the
     # ReLUs are the kernels' epilogues: nothing is left to TVM.
@@ -56,6 +56,10 @@ def test_a_resnet_basic_block_runs_as_two_convolution_kernels_with_the_norms_fol
     assert sorted(r.ops for r in built.report.offloaded) == ["conv2d + add + add + relu", "conv2d + add + relu"]
     assert built.report.not_offloaded == []
     assert "folded into the convolution before them: 2 batch_norm" in str(built.report)
+    # Both 3x3 convolutions (2 images of 9 4x4 tiles each) run as Winograd F(4x4, 3x3), the epilogues
+    # on its output tiles.
+    sources = built.kernel_sources()
+    assert len(sources) == 2 and all("tessera_cpu_winograd_m4_f32" in source for source in sources.values())
     _check(built, model, x)
 
 

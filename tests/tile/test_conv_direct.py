@@ -82,11 +82,11 @@ def test_half_precision_inputs_are_widened_as_they_are_copied(dtype, tmp_path):
     [(64, 56, 1, 3), (128, 28, 1, 3), (256, 14, 1, 3), (512, 7, 1, 3), (3, 224, 2, 7), (64, 56, 2, 1)],
     ids=["56x56", "28x28", "14x14", "7x7", "stem-7x7-s2", "downsample-1x1-s2"],
 )
-def test_the_planner_runs_resnets_convolutions_directly(channels, size, stride, kernel):
+def test_the_direct_program_fits_resnets_convolutions(channels, size, stride, kernel):
+    # (The planner runs the 3x3 stride-1 ones above 7x7 as Winograd: test_conv_winograd.py.)
     out = max(channels, 64)
     spec = Conv2dSpec(1, channels, size, size, out, kernel, kernel, stride=(stride, stride), padding=(kernel // 2,) * 4)
-    schedule = planner.schedule_for(spec, "cpu")
-    assert schedule.conv_algorithm == "direct"
+    schedule = _direct(spec)
     assert schedule.block_m == 64  # 8 strips of the 8-channel register tile
     # The block's accumulator and the padded input's rows fit: the resource check passed.
     assert direct_layout(spec, schedule.block_n)["acc_stride"] * schedule.block_m <= 112 * 1024
@@ -107,8 +107,8 @@ def test_an_override_refits_the_blocks_for_its_algorithm():
     assert implicit == TileSchedule.from_config("cpu", spec, conv_algorithm="implicit_gemm")
     assert (implicit.block_m, implicit.block_n) != (direct.block_m, direct.block_n)  # pixels x channels
     assert implicit.fingerprint() != direct.fingerprint()  # the kernels are cached apart
-    with pytest.raises(SpecError, match="conv_algorithm is 'winograd'"):
-        planner.schedule_for(spec, "cpu", {"conv_algorithm": "winograd"})
+    with pytest.raises(SpecError, match="conv_algorithm is 'fft'"):
+        planner.schedule_for(spec, "cpu", {"conv_algorithm": "fft"})
 
 
 def test_depthwise_convolutions_keep_their_own_program():
@@ -122,7 +122,7 @@ def test_the_schedule_text_names_the_algorithm():
     from tessera.schedule import choose_schedule
 
     spec = Conv2dSpec(1, 64, 56, 56, 64, 3, 3, padding=(1, 1, 1, 1))
-    text = choose_schedule("conv", "conv2d", spec, "cpu").text()
+    text = choose_schedule("conv", "conv2d", spec, "cpu", {"conv_algorithm": "direct"}).text()
     assert "block_m=64 block_n=28 block_k=576  conv_algorithm=direct" in text
     assert "grid=[1, 2, 1]" in text
     gemm = choose_schedule("conv", "conv2d", spec, "cpu", {"conv_algorithm": "implicit_gemm"}).text()
@@ -142,7 +142,7 @@ def test_a_config_may_pin_the_algorithm(tmp_path):
     assert planner.schedule_for(spec, load_config(pinned)).conv_algorithm == "implicit_gemm"
     assert planner.schedule_for(spec, load_config(pinned), {"conv_algorithm": "direct"}).conv_algorithm == "direct"
     bad = tmp_path / "bad.yaml"
-    bad.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: winograd}\n"))
+    bad.write_text(cpu.replace("\nschedule:\n", "\nschedule:\n  conv2d: {conv_algorithm: fft}\n"))
     with pytest.raises(ConfigError, match="conv_algorithm"):
         load_config(bad)
 

@@ -10,6 +10,7 @@
 //   cpu_int8.h      the int8 GEMM on k-quads (AVX512-VNNI)
 //   cpu_amx.h       the bf16 and int8 GEMMs' AMX tiles, where the CPU has them
 //   cpu_conv.h      the convolutions: implicit GEMM packing, depthwise, direct
+//   cpu_winograd.h  the Winograd F(4x4, 3x3) convolution's transforms
 //   cpu_math.h      math g++ can vectorise (tessera_expf)
 #pragma once
 
@@ -17,4 +18,5 @@
 #include "cpu_gemm.h"
 #include "cpu_int8.h"
 #include "cpu_conv.h"
+#include "cpu_winograd.h"
 #include "cpu_math.h"
