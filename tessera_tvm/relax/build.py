@@ -40,6 +40,7 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
     """
     config = load_config(config)
     target = target if target is not None else config.tvm_target()
+    mod = alias_restating_match_casts(mod)  # TVM's memory planner misses a match_cast's alias
     take_pending_error()
     try:
         with target:  # TVM's nvcc callback reads the arch from the current target
@@ -217,3 +218,45 @@ def build(
     )
     executable = compile_module(partitioned, config, target=target)
     return RelaxBuild(partitioned, report, executable, config)
+
+
+def alias_restating_match_casts(mod):
+    """``mod`` with every ``v = R.match_cast(t, S)`` whose ``t`` already has struct info ``S``, or a
+    shape provably equal to it (it checks nothing and defines no symbolic var), turned into the plain
+    alias ``v = t``.
+
+    TVM's ``StaticPlanBlockMemory`` does not count a match_cast's result as a use of its input's
+    storage: the storage is handed to the next allocation while the cast tensor is still read.
+    ``y = x + 1; z = R.match_cast(y, R.Tensor((8, 12))); R.split(z, 2, axis=-1)[1]`` came out wrong
+    (the split's first output was written over y's storage as the split read it), in TileLang's TVM
+    with TVM's own pipeline too (apache-tvm 0.27 gets it right). A plain alias is counted."""
+    analyzer = tvm.arith.Analyzer()
+
+    def restates(have, want) -> bool:
+        if tvm.ir.structural_equal(have, want):
+            return True
+        if not all(isinstance(i, relax.TensorStructInfo) for i in (have, want)) or have.dtype != want.dtype:
+            return False
+        if not all(isinstance(getattr(i, "shape", None), relax.ShapeExpr) for i in (have, want)):
+            return False
+        if len(have.shape.values) != len(want.shape.values):
+            return False  # a dim that defines a new symbolic var is never provably equal to another
+        return all(analyzer.can_prove_equal(h, w) for h, w in zip(have.shape.values, want.shape.values, strict=True))
+
+    @relax.expr_functor.mutator
+    class Alias(relax.PyExprMutator):
+        def visit_match_cast_(self, binding):
+            value = self.visit_expr(binding.value)
+            if restates(value.struct_info, binding.struct_info):
+                self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+                return
+            super().visit_match_cast_(binding)
+
+    out = mod
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            rewritten = Alias().visit_expr(func)
+            if not rewritten.same_as(func):
+                out = out if out is not mod else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+                out[gv] = rewritten
+    return out
