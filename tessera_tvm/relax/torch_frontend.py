@@ -47,6 +47,10 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
   flips all 8 bits of the byte a bool is stored in: every element came out true.
 - An operand of size 0 in ``R.concat`` (Phi-3's ``cat([rotated, q[..., rotary_dim:]])`` under full
   rotary): TVM's build stopped with "Divide by zero". It is left out of the concat.
+- A reduction over an axis of size 0 (``x.sum(0)`` of a [0, 5] tensor, ``prod``, ``mean``, ``var``,
+  ``amax`` inside ``logsumexp``) and a matmul whose K is 0: TVM's loops never run their init, so the
+  result was the output's uninitialised memory, and a mean stopped the build ("Divide by zero"). Each
+  becomes the value torch gives (0, 1, NaN; -inf for a max, the identity ``logsumexp`` relies on).
 """
 
 from __future__ import annotations
@@ -84,7 +88,12 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
     class Fix(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            for what, rewrite in ((TAKE, _normalized_take), (NOT, _logical_not), (EMPTY, _concat_of_nonempty)):
+            for what, rewrite in (
+                (TAKE, _normalized_take),
+                (NOT, _logical_not),
+                (EMPTY, _concat_of_nonempty),
+                (EMPTY_REDUCTION, _empty_reduction),
+            ):
                 fixed = rewrite(call)
                 if fixed is not None:
                     counts[what] += 1
@@ -107,7 +116,8 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
 TAKE = "take with a negative index"
 NOT = "bitwise_not of a bool"
 EMPTY = "empty tensor in a concat"
-FIXES = (TAKE, NOT, EMPTY)
+EMPTY_REDUCTION = "reduction over an empty axis"
+FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION)
 
 
 def _is_op(call, name: str) -> bool:
@@ -134,6 +144,47 @@ def _concat_of_nonempty(call):
     if len(kept) == len(fields) or not kept:
         return None
     return kept[0] if len(kept) == 1 else relax.op.concat(kept, axis=call.attrs.axis)
+
+
+#: What torch gives for a reduction over no elements (float results; an integer or bool sum and prod too).
+_EMPTY_REDUCTIONS = {
+    "relax.sum": 0.0,
+    "relax.prod": 1.0,
+    "relax.mean": float("nan"),
+    "relax.variance": float("nan"),
+    "relax.std": float("nan"),
+    "relax.max": float("-inf"),  # the identity (torch refuses amax of nothing; its logsumexp takes -inf)
+    "relax.min": float("inf"),
+}
+
+
+def _empty_reduction(call):
+    """A reduction over an axis of size 0, or a matmul whose K is 0, as the value torch gives (the
+    reduction's identity: zeros, ones, NaN for a mean); None for anything else. TVM's loops never
+    run their init then: ``x.sum(0)`` of a [0, 5] tensor and ``a @ b`` of [3, 0] x [0, 4] returned
+    whatever the output's memory held, and ``x.mean(0)`` stopped the build ("Divide by zero")."""
+    out = call.struct_info
+    if not isinstance(out, relax.TensorStructInfo) or out.shape is None or not call.args:
+        return None
+    data = call.args[0].struct_info
+    if not isinstance(data, relax.TensorStructInfo) or not isinstance(data.shape, relax.ShapeExpr):
+        return None
+    dims = data.shape.values
+    if _is_op(call, "relax.matmul"):
+        value, reduced = 0.0, [dims[-1]]  # K: the last dim of A
+    elif isinstance(call.op, tvm.ir.Op) and call.op.name in _EMPTY_REDUCTIONS:
+        value = _EMPTY_REDUCTIONS[call.op.name]
+        axes = call.attrs.axis
+        reduced = list(dims) if axes is None else [dims[int(a) % len(dims)] for a in axes]
+    else:
+        return None
+    if not any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in reduced):
+        return None
+    dtype = str(out.dtype)
+    if not np.isfinite(value) and not dtype.startswith(("float", "bfloat")):
+        return None  # an integer mean or max of nothing: left as imported
+    # A tensor constant, broadcast: TVM's C code would spell a NaN literal ``nanf``, a libm function.
+    return relax.op.broadcast_to(relax.const(value, dtype), out.shape)
 
 
 def _is_empty(expr) -> bool:

@@ -269,11 +269,38 @@ def test_where_on_a_bool_mask_matches_torch(shape):
     _check(MaskedScores(), scores, scores > 0.3)
 
 
+class EmptyReductions(nn.Module):
+    """Reductions over an axis of size 0 (a batch of no items, a K of 0), and a NaN constant."""
+
+    def forward(self, x, a, b):
+        sums = torch.stack([x.sum(0), x.prod(0), x.mean(0), x.var(0), torch.logsumexp(x, 0)])
+        return sums, a @ b, x.sum(0) + torch.full_like(x.sum(0), float("nan"))
+
+
+def test_reductions_over_an_empty_axis_give_torchs_values_and_a_nan_constant_builds():
+    # TVM's loops over the 0 elements never ran their init: sum, prod and a K=0 matmul returned the
+    # output's uninitialised memory (1e+10, NaN...), mean stopped the build ("Divide by zero"). And TVM
+    # prints a NaN constant as `nanf`, libm's function: g++ refused the C host code.
+    args = (torch.randn(0, 5), torch.randn(3, 0), torch.randn(0, 4))
+    with torch.no_grad():
+        expected = [t.numpy() for t in EmptyReductions()(*args)]
+    built = build(_import(EmptyReductions(), *args), "cpu")
+    got = built.run("main", *(a.numpy() for a in args))
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)  # 0, 1, NaN, NaN, -inf; zeros; NaN
+    assert built.report.fixed["reduction over an empty axis"] >= 7, built.report
+
+
 def test_the_report_says_nothing_was_fixed_when_nothing_was():
     torch.manual_seed(0)
     model, x = nn.Linear(8, 8), torch.randn(2, 8)
     _, report = partition_for_tessera(_import(model, x), "cpu")
-    assert report.fixed == {"take with a negative index": 0, "bitwise_not of a bool": 0, "empty tensor in a concat": 0}
+    assert report.fixed == {
+        "take with a negative index": 0,
+        "bitwise_not of a bool": 0,
+        "empty tensor in a concat": 0,
+        "reduction over an empty axis": 0,
+    }
     assert "put right" not in str(report)
 
 
