@@ -30,6 +30,9 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
   :func:`_gathered_by_mask`); other reads through a mask are refused by name and line.
 - transformers' grouped experts (Mixtral's default: its custom op ``grouped_mm_fallback``, and
   ``histc``) had no converter: each expert's rows, cut out at run time, times its weight.
+- ``avg_pool2d``/``avg_pool3d`` dropped ``divisor_override`` (a mean where torch gives each window's
+  sum over the divisor). An unbatched average pool did not import: the converter returns its squeeze
+  unnormalized, whose type the dtype wrapper reads (it now normalizes a converter's call first).
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -125,6 +128,9 @@ def patch_exported_program_importer(tvm) -> bool:
             if name in table:
                 table[name] = lambda node, name=name, plain=table[name]: _clamp(self, node, name, plain, relax)
         table.setdefault("prod.dim_int", lambda node: _prod_dim(self, node, relax))
+        for name in ("avg_pool2d.default", "avg_pool3d.default"):
+            if name in table:
+                table[name] = lambda node, plain=table[name]: _avg_pool_divisor(self, node, plain, relax)
         if "index.Tensor" in table:
             table["index.Tensor"] = lambda node, plain=table["index.Tensor"]: _index(self, node, plain, relax)
         for name in ("index_put.default", "index_put_.default"):
@@ -148,6 +154,54 @@ def patch_exported_program_importer(tvm) -> bool:
     ExportedProgramImporter.from_exported_program = from_exported_program
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
+
+
+def _avg_pool_divisor(importer, node, plain, relax):
+    """``avg_pool2d``/``avg_pool3d`` with ``divisor_override``: each window's sum over that number.
+    TVM's converter dropped it (``F.avg_pool2d(x, 2, divisor_override=3)`` came out as the mean over
+    4, with no error). The sum is the average with the padding counted times torch's count of that
+    average (the window clipped to the padded input: ``min(start + k, size + pad) - start`` per axis),
+    constants of the static image size."""
+    divisor = _arg(node, 6, "divisor_override", None)
+    if divisor is None:
+        return plain(node)
+    x = importer.env[node.args[0]]
+    spatial = 3 if "avg_pool3d" in str(node.target) else 2
+    try:
+        sizes = [int(d) for d in _type(x).shape.values[-spatial:]]
+    except TypeError:  # a symbolic dim
+        raise NotImplementedError(f"{node.target} with divisor_override on an image of dynamic size") from None
+
+    def per_axis(value, default):
+        value = default if value is None or (isinstance(value, list | tuple) and not value) else value
+        return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)] * spatial
+
+    kernel = per_axis(node.args[1], None)
+    stride = per_axis(_arg(node, 2, "stride", None), kernel)
+    padding = per_axis(_arg(node, 3, "padding", 0), 0)
+    ceil_mode = bool(_arg(node, 4, "ceil_mode", False))
+    bb, unbatched = importer.block_builder, _rank(x) == spatial + 1
+    pool = relax.op.nn.avg_pool3d if spatial == 3 else relax.op.nn.avg_pool2d
+    average = bb.emit(
+        pool(
+            bb.emit(relax.op.expand_dims(x, 0)) if unbatched else x,
+            pool_size=kernel,
+            strides=stride,
+            padding=padding,
+            ceil_mode=ceil_mode,
+            count_include_pad=True,
+            layout="NCDHW" if spatial == 3 else "NCHW",
+        )
+    )
+    if unbatched:
+        average = bb.emit(relax.op.squeeze(average, [0]))
+    outs = [int(d) for d in _type(average).shape.values[-spatial:]]
+    counts = np.ones(())
+    for size, out, k, step, pad in zip(sizes, outs, kernel, stride, padding, strict=True):
+        start = np.arange(out) * step - pad
+        counts = np.multiply.outer(counts, np.minimum(start + k, size + pad) - start)
+    factor = relax.const((counts / float(divisor)).astype(np.float32), _dtype(average))
+    return bb.emit(relax.op.multiply(average, factor))
 
 
 def _select_scatter(importer, node, relax):
@@ -321,6 +375,10 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
             out = convert(node, *rest)
         finally:
             importer.env.update(held)
+        if isinstance(out, relax.Call):
+            # Some converters return a call not yet normalized (an unbatched avg_pool2d's squeeze):
+            # its type is unknown until then ("The struct_info is not populated").
+            out = importer.block_builder.normalize(out)
         return _cast_to(importer, out, want, relax)
 
     return converted

@@ -82,6 +82,11 @@ CASES = {
     "repeat_interleave over a dim and flat": lambda x, i: (
         x.repeat_interleave(2, dim=-1).sum(0) + x.repeat_interleave(2)[:6]
     ),
+    # divisor_override was dropped: each window's mean, not its sum over 3
+    "avg_pool2d(divisor_override=3)": lambda x, i: F.avg_pool2d(x[None, None], 2, 1, 1, True, divisor_override=3),
+    # did not import: "The struct_info is not populated" (the converter's squeeze, not normalized)
+    "avg_pool of an unbatched image": lambda x, i: F.avg_pool2d(x[None], 2, 1, 1),
+    "avg_pool1d of an unbatched row": lambda x, i: F.avg_pool1d(x, 2, 1, 1),
     # TileLang's TVM took the two indices one after the other: [3, 3] for [3]
     "x[rows, cols] pairs them": lambda x, i: x[i[0].clamp(-2, 1), i[1].clamp(-3, 2)],
     "x[rows[:, None], cols] broadcasts": lambda x, i: x[i[0, :2].clamp(-2, 1)[:, None], i[1].clamp(-3, 2)],

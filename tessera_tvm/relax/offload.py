@@ -49,7 +49,7 @@ from .recover import (
     recover_silu,
     sink_reshapes,
 )
-from .torch_frontend import fix_imported
+from .torch_frontend import HALF, fix_imported, half_ops_in_float32
 
 relax = tvm.relax
 
@@ -231,6 +231,7 @@ def partition_for_tessera(
     )
     for op, rebuild in steps:
         mod, rebuilt[op] = rebuild(mod)
+    mod, fixed[HALF] = half_ops_in_float32(mod)  # after the rebuilds: they read the ops as imported
     mod, _ = sink_reshapes(mod)
     log = MatchLog()
 

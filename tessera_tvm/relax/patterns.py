@@ -439,12 +439,9 @@ def attention_spec_bshd(node: Node, dtype_out: str, symbols: dict[str, Any] | No
     def dim(x):
         return int(x) if isinstance(x, tir.IntImm) else (symbols or {})[kernel_dim_name(x)]
 
-    q, k, v = node.args[:3]
+    q, k = node.args[:2]
     b, s_q, h, d = (dim(x) for x in _dims(q))
-    _, s_kv, h_kv, d_k = (dim(x) for x in _dims(k))
-    d_v = dim(_dims(v)[-1])
-    if d_k != d or d_v != d:
-        raise OffloadRejected(f"attention with head dims q={d}, k={d_k}, v={d_v}: Tessera's kernel needs one D")
+    _, s_kv, h_kv, _ = (dim(x) for x in _dims(k))
     mask = node.attrs.get("causal_mask")
     scale = node.attrs.get("scale")
     bias = {}
@@ -478,6 +475,12 @@ def _check_attention(node: Node, nodes: list[Node]) -> None:
     for arg in node.args[:3]:
         if len(_dims(arg)) != 4:
             raise OffloadRejected(f"attention on rank-{len(_dims(arg))} {_name(arg)}: expected [B, S, H, D]")
+    # torch SDPA lets V's head dim differ from Q's and K's (the output has V's); the kernel takes one D.
+    # Checked here for both forms: the one between permute_dims built a kernel reading V as [.., D].
+    head_dims = [_dim_keys(_dims(arg))[-1] for arg in node.args[:3]]
+    if len(set(head_dims)) != 1:
+        q_d, k_d, v_d = head_dims
+        raise OffloadRejected(f"attention with head dims q={q_d}, k={k_d}, v={v_d}: Tessera's kernel needs one D")
     if len(node.args) > 3:
         _check_attention_bias(node)
     dtypes = {str(a.struct_info.dtype) for a in node.args[:3]}

@@ -23,6 +23,7 @@ same source ``tessera_tvm.lower`` writes, and TVM imports it into the host modul
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
@@ -256,6 +257,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
             rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         out = _constant_reinterprets_folded(out)
+        out = _nan_constants_spelled_for_c(out)
         _check_tvm_codegen(out, config)
         for gv, func in kernels.items():
             host, carrier = lower_kernel(func, config, name)
@@ -341,6 +343,31 @@ def _constant_reinterprets_folded(mod):
     for gv, func in mod.functions.items():
         if isinstance(func, tirx.PrimFunc):
             func = func.with_body(tirx.stmt_functor.ir_transform(func.body, None, fold, ["tirx.Call"]))
+        out[gv] = func
+    return tvm.IRModule(out, attrs=mod.attrs)
+
+
+def _nan_constants_spelled_for_c(mod):
+    """``mod`` with each NaN constant of its C functions written as ``0.0f / 0.0f``.
+
+    TVM's C code generator prints a NaN as ``nanf`` (``nan``), which are libm's functions: a model
+    holding a NaN (``torch.full_like(x, float("nan"))``) stopped the build of the operators left to
+    TVM (g++: "cannot convert 'float(const char*)' to 'float'"). A call of ``__builtin_nanf`` cannot
+    stand in: the code generator declares every function it calls, and that declaration clashes with
+    the builtin's."""
+    tirx = tvm.tirx
+
+    def spell(expr):
+        if not (isinstance(expr, tirx.FloatImm) and math.isnan(expr.value)):
+            return None
+        zero = tirx.FloatImm(str(expr.dtype), 0.0)
+        return tirx.Div(zero, zero)  # the node itself: the folding operator `/` would give the NaN back
+
+    out = {}
+    for gv, func in mod.functions.items():
+        target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs else None
+        if target is not None and target.kind.name == "c":
+            func = func.with_body(tirx.stmt_functor.ir_transform(func.body, None, spell, ["ir.FloatImm"]))
         out[gv] = func
     return tvm.IRModule(out, attrs=mod.attrs)
 

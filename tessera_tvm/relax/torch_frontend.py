@@ -47,6 +47,13 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
   flips all 8 bits of the byte a bool is stored in: every element came out true.
 - An operand of size 0 in ``R.concat`` (Phi-3's ``cat([rotated, q[..., rotary_dim:]])`` under full
   rotary): TVM's build stopped with "Divide by zero". It is left out of the concat.
+- A reduction over an axis of size 0 (``x.sum(0)`` of a [0, 5] tensor, ``prod``, ``mean``, ``var``,
+  ``amax`` inside ``logsumexp``) and a matmul whose K is 0: TVM's loops never run their init, so the
+  result was the output's uninitialised memory, and a mean stopped the build ("Divide by zero"). Each
+  becomes the value torch gives (0, 1, NaN; -inf for a max, the identity ``logsumexp`` relies on).
+- Operators left to TVM that it computes wrong in bfloat16 (``sort``, ``topk`` and ``fmod`` worked
+  on the raw bits, with no error) or cannot build in float16 or bfloat16 (``**``, ``argmax``,
+  ``floor``, ``round``, ``atan``, ...): computed in float32 and rounded back, as torch does.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ from ..frontend_fixes import corrected_variance
 
 relax = tvm.relax
 
-__all__ = ["FIXES", "fix_imported", "patch_torch_frontend"]
+__all__ = ["FIXES", "fix_imported", "half_ops_in_float32", "patch_torch_frontend"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,14 +84,29 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
       size n: each index -n <= i < 0 becomes i + n (torch's meaning). Others are left for TVM.
     - ``R.bitwise_not`` of a bool tensor (``~mask``) becomes ``R.logical_not``: TVM's C code stores a
       bool in a byte and flips all its bits, so ``~True`` was still true.
+    - (and the others of the module docstring; :data:`HALF` is :func:`half_ops_in_float32`'s)
     """
-    counts = dict.fromkeys(FIXES, 0)
+    rewrites = ((TAKE, _normalized_take), (NOT, _logical_not), (EMPTY, _concat_of_nonempty))
+    return _rewrite_calls(mod, (*rewrites, (EMPTY_REDUCTION, _empty_reduction)), dict.fromkeys(FIXES, 0))
+
+
+def half_ops_in_float32(mod) -> tuple[Any, int]:
+    """``mod`` with the half-precision operators of :data:`_HALF_IN_FLOAT32` computed in float32; and
+    how many. ``partition_for_tessera`` runs it after rebuilding the ops Tessera recognises (a
+    bfloat16 GPT-2's ``power`` inside its tanh GELU becomes the GEMM's epilogue, not a cast power)."""
+    out, counts = _rewrite_calls(mod, ((HALF, _half_in_float32),), {HALF: 0})
+    return out, counts[HALF]
+
+
+def _rewrite_calls(mod, rewrites, counts: dict[str, int]) -> tuple[Any, dict[str, int]]:
+    """``mod`` with each call that one of ``rewrites`` ((what, rewrite) pairs) rewrites replaced by
+    the first one's rewrite, counted in ``counts`` by what."""
 
     @relax.expr_functor.mutator
     class Fix(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            for what, rewrite in ((TAKE, _normalized_take), (NOT, _logical_not), (EMPTY, _concat_of_nonempty)):
+            for what, rewrite in rewrites:
                 fixed = rewrite(call)
                 if fixed is not None:
                     counts[what] += 1
@@ -107,7 +129,9 @@ def fix_imported(mod) -> tuple[Any, dict[str, int]]:
 TAKE = "take with a negative index"
 NOT = "bitwise_not of a bool"
 EMPTY = "empty tensor in a concat"
-FIXES = (TAKE, NOT, EMPTY)
+EMPTY_REDUCTION = "reduction over an empty axis"
+HALF = "half-precision op computed in float32"
+FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION, HALF)
 
 
 def _is_op(call, name: str) -> bool:
@@ -134,6 +158,87 @@ def _concat_of_nonempty(call):
     if len(kept) == len(fields) or not kept:
         return None
     return kept[0] if len(kept) == 1 else relax.op.concat(kept, axis=call.attrs.axis)
+
+
+#: What torch gives for a reduction over no elements (float results; an integer or bool sum and prod too).
+_EMPTY_REDUCTIONS = {
+    "relax.sum": 0.0,
+    "relax.prod": 1.0,
+    "relax.mean": float("nan"),
+    "relax.variance": float("nan"),
+    "relax.std": float("nan"),
+    "relax.max": float("-inf"),  # the identity (torch refuses amax of nothing; its logsumexp takes -inf)
+    "relax.min": float("inf"),
+}
+
+
+def _empty_reduction(call):
+    """A reduction over an axis of size 0, or a matmul whose K is 0, as the value torch gives (the
+    reduction's identity: zeros, ones, NaN for a mean); None for anything else. TVM's loops never
+    run their init then: ``x.sum(0)`` of a [0, 5] tensor and ``a @ b`` of [3, 0] x [0, 4] returned
+    whatever the output's memory held, and ``x.mean(0)`` stopped the build ("Divide by zero")."""
+    out = call.struct_info
+    if not isinstance(out, relax.TensorStructInfo) or out.shape is None or not call.args:
+        return None
+    data = call.args[0].struct_info
+    if not isinstance(data, relax.TensorStructInfo) or not isinstance(data.shape, relax.ShapeExpr):
+        return None
+    dims = data.shape.values
+    if _is_op(call, "relax.matmul"):
+        value, reduced = 0.0, [dims[-1]]  # K: the last dim of A
+    elif isinstance(call.op, tvm.ir.Op) and call.op.name in _EMPTY_REDUCTIONS:
+        value = _EMPTY_REDUCTIONS[call.op.name]
+        axes = call.attrs.axis
+        reduced = list(dims) if axes is None else [dims[int(a) % len(dims)] for a in axes]
+    else:
+        return None
+    if not any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in reduced):
+        return None
+    dtype = str(out.dtype)
+    if not np.isfinite(value) and not dtype.startswith(("float", "bfloat")):
+        return None  # an integer mean or max of nothing: left as imported
+    # A tensor constant, broadcast: TVM's C code would spell a NaN literal ``nanf``, a libm function.
+    return relax.op.broadcast_to(relax.const(value, dtype), out.shape)
+
+
+#: Operators TVM computes wrong, or cannot compile, in bfloat16 or float16 on the CPU (on what TVM's
+#: bfloat16 legalisation leaves as raw bits, or with no half-precision lowering). Measured: bfloat16
+#: ``fmod`` gave denormals (1e-38 for 0.625), ``sort`` and ``topk`` compared bit patterns (``topk``
+#: 0.40 for 1.54), ``**``, ``argmax``, ``norm`` did not build ("power only applies to float"), and
+#: float16 ``floor``, ``round``, ``atan``, ``sinh``, ``fmod``, ``remainder``, ``//`` did not build ("Unresolved call").
+_HALF_IN_FLOAT32 = frozenset(
+    f"relax.{name}"
+    for name in "mod floor_mod floor_divide power argsort sort topk argmax argmin floor ceil round trunc atan asin acos sinh cosh asinh acosh atanh".split()
+)
+
+
+def _half_in_float32(call):
+    """``call`` computed in float32 where it is one of :data:`_HALF_IN_FLOAT32` on bfloat16 or float16
+    tensors: its inputs cast up, its half-precision results rounded back (as torch computes them on
+    the CPU). None for anything else."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name in _HALF_IN_FLOAT32):
+        return None
+    half = [
+        isinstance(a.struct_info, relax.TensorStructInfo) and str(a.struct_info.dtype) in _HALVES for a in call.args
+    ]
+    if not any(half):
+        return None
+    args = [relax.op.astype(a, "float32") if h else a for a, h in zip(call.args, half, strict=True)]
+    wide = relax.Call(call.op, args, call.attrs, call.sinfo_args)
+    out = call.struct_info
+    if isinstance(out, relax.TupleStructInfo):  # topk: (values, indices)
+        fields = [_rounded_back(relax.TupleGetItem(wide, i), f) for i, f in enumerate(out.fields)]
+        return relax.Tuple(fields)
+    return _rounded_back(wide, out)
+
+
+_HALVES = ("bfloat16", "float16")
+
+
+def _rounded_back(expr, want):
+    """``expr`` cast to the dtype of ``want`` (a TensorStructInfo) where that is a half precision."""
+    dtype = str(want.dtype) if isinstance(want, relax.TensorStructInfo) else None
+    return relax.op.astype(expr, dtype) if dtype in _HALVES else expr
 
 
 def _is_empty(expr) -> bool:

@@ -7,6 +7,7 @@ the fixes, every one of these gave a wrong answer with no error (or stopped the 
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -269,11 +270,63 @@ def test_where_on_a_bool_mask_matches_torch(shape):
     _check(MaskedScores(), scores, scores > 0.3)
 
 
+class EmptyReductions(nn.Module):
+    """Reductions over an axis of size 0 (a batch of no items, a K of 0), and a NaN constant."""
+
+    def forward(self, x, a, b):
+        sums = torch.stack([x.sum(0), x.prod(0), x.mean(0), x.var(0), torch.logsumexp(x, 0)])
+        return sums, a @ b, x.sum(0) + torch.full_like(x.sum(0), float("nan"))
+
+
+def test_reductions_over_an_empty_axis_give_torchs_values_and_a_nan_constant_builds():
+    # TVM's loops over the 0 elements never ran their init: sum, prod and a K=0 matmul returned the
+    # output's uninitialised memory (1e+10, NaN...), mean stopped the build ("Divide by zero"). And TVM
+    # prints a NaN constant as `nanf`, libm's function: g++ refused the C host code.
+    args = (torch.randn(0, 5), torch.randn(3, 0), torch.randn(0, 4))
+    with torch.no_grad():
+        expected = [t.numpy() for t in EmptyReductions()(*args)]
+    built = build(_import(EmptyReductions(), *args), "cpu")
+    got = built.run("main", *(a.numpy() for a in args))
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)  # 0, 1, NaN, NaN, -inf; zeros; NaN
+    assert built.report.fixed["reduction over an empty axis"] >= 7, built.report
+
+
+class HalfPrecisionOps(nn.Module):
+    """Operators left to TVM that it computed wrong in bfloat16 or could not build in float16."""
+
+    def forward(self, b, h):
+        b_ops = torch.stack([b.sort(-1).values, torch.fmod(b, 0.75), b**2, b.argmax(-1, True).expand_as(b).bfloat16()])
+        h_ops = torch.stack([h.floor(), h.round(), h.atan(), torch.remainder(h, 0.75)])
+        return b_ops.float(), b.topk(3, -1).values.float(), h_ops.float()
+
+
+def test_half_precision_operators_left_to_tvm_compute_in_float32_as_torch():
+    # bfloat16: sort and topk compared bit patterns (topk gave 0.40 for 1.54), fmod returned
+    # denormals (1e-38 for 0.625), ** and argmax did not build; float16 floor, round, atan and
+    # remainder did not build ("Unresolved call tirx.floor").
+    torch.manual_seed(0)
+    b, h = torch.randn(2, 6).bfloat16(), (torch.randn(2, 6) * 3).half()
+    with torch.no_grad():
+        expected = [t.float().numpy() for t in HalfPrecisionOps()(b, h)]
+    built = build(_import(HalfPrecisionOps(), b, h), "cpu")
+    got = built.run("main", b.float().numpy().astype(ml_dtypes.bfloat16), h.numpy())
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)  # exact: each computed in float32 and rounded once, as torch
+    assert built.report.fixed["half-precision op computed in float32"] >= 8, built.report
+
+
 def test_the_report_says_nothing_was_fixed_when_nothing_was():
     torch.manual_seed(0)
     model, x = nn.Linear(8, 8), torch.randn(2, 8)
     _, report = partition_for_tessera(_import(model, x), "cpu")
-    assert report.fixed == {"take with a negative index": 0, "bitwise_not of a bool": 0, "empty tensor in a concat": 0}
+    assert report.fixed == {
+        "take with a negative index": 0,
+        "bitwise_not of a bool": 0,
+        "empty tensor in a concat": 0,
+        "reduction over an empty axis": 0,
+        "half-precision op computed in float32": 0,
+    }
     assert "put right" not in str(report)
 
 

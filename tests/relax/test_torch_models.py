@@ -594,6 +594,20 @@ def test_sdpa_with_grouped_kv_heads_and_a_dynamic_sequence_length_is_one_grouped
         np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def test_sdpa_whose_values_have_another_head_dim_is_left_to_tvm_with_the_reason():
+    # torch lets V's head dim differ from Q's and K's (the output has V's). Between permute_dims the
+    # kernel was built reading V as [.., D]: "partition_for_tessera produced a malformed module".
+    torch.manual_seed(9)
+    q, k, v = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 7, 16), torch.randn(1, 2, 7, 8)
+    with torch.no_grad():
+        expected = F.scaled_dot_product_attention(q, k, v).numpy()
+    built = build(_import(Masked(), q, k, v, torch.zeros(5, 7), run_ep_decomposition=False), "cpu")
+    (got,) = built.run("main", q.numpy(), k.numpy(), v.numpy(), np.zeros((5, 7), np.float32))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    reasons = [row.reason for row in built.report.not_offloaded if "attention" in row.op]
+    assert reasons and "head dims q=16, k=16, v=8" in reasons[0], built.report
+
+
 def test_dim_hints_choose_the_schedule_of_a_dynamic_kernel_and_bad_ones_are_refused():
     from tessera_tvm.errors import TesseraError
     from tessera_tvm.relax import partition_for_tessera
