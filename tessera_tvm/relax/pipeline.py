@@ -257,7 +257,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
             rest = _bind_unscheduled(rest)
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         out = _constant_reinterprets_folded(out)
-        out = _nan_constants_spelled_for_c(out)
+        out = _nan_constants_spelled_for_c(out, (target.host or target).kind.name)  # the host's code is C here
         _check_tvm_codegen(out, config)
         for gv, func in kernels.items():
             host, carrier = lower_kernel(func, config, name)
@@ -347,7 +347,7 @@ def _constant_reinterprets_folded(mod):
     return tvm.IRModule(out, attrs=mod.attrs)
 
 
-def _nan_constants_spelled_for_c(mod):
+def _nan_constants_spelled_for_c(mod, host_kind: str):
     """``mod`` with each NaN constant of its C functions written as ``0.0f / 0.0f``.
 
     TVM's C code generator prints a NaN as ``nanf`` (``nan``), which are libm's functions: a model
@@ -366,7 +366,7 @@ def _nan_constants_spelled_for_c(mod):
     out = {}
     for gv, func in mod.functions.items():
         target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs else None
-        if target is not None and target.kind.name == "c":
+        if target is not None and target.kind.name == host_kind:  # TileLang's TVM: the host is C
             func = func.with_body(tirx.stmt_functor.ir_transform(func.body, None, spell, ["ir.FloatImm"]))
         out[gv] = func
     return tvm.IRModule(out, attrs=mod.attrs)
