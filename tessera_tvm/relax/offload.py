@@ -49,7 +49,7 @@ from .recover import (
     recover_silu,
     sink_reshapes,
 )
-from .torch_frontend import HALF, fix_imported, half_ops_in_float32
+from .torch_frontend import HALF, NAN_EXTREMA, fix_imported, half_ops_in_float32, nan_propagating_extrema
 
 relax = tvm.relax
 
@@ -262,6 +262,7 @@ def partition_for_tessera(
         attrs=out.attrs,
     )
     _list_left_to_tvm(out, report, log, rewriter.layout_bindings, functions)
+    out, report.fixed[NAN_EXTREMA] = nan_propagating_extrema(out)  # of the ops left to TVM
     out, report.checked = check_indices(out, gpu=not backend_for(config).kernels_in_host)
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")

@@ -54,6 +54,10 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
 - Operators left to TVM that it computes wrong in bfloat16 (``sort``, ``topk`` and ``fmod`` worked
   on the raw bits, with no error) or cannot build in float16 or bfloat16 (``**``, ``argmax``,
   ``floor``, ``round``, ``atan``, ...): computed in float32 and rounded back, as torch does.
+- Maxima and minima left to TVM (``amin``, ``min``, ``maximum``, ``minimum``, ``argmax``, ``argmin``,
+  and ``amax`` where Tessera does not take it) dropped a NaN: TVM compares with ``<``, which a NaN
+  never wins. They now give NaN (its index, for ``argmax``) as torch. (``x.max(dim)``, which
+  imports as ``topk``, still does not.)
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ from ..frontend_fixes import corrected_variance
 
 relax = tvm.relax
 
-__all__ = ["FIXES", "fix_imported", "half_ops_in_float32", "patch_torch_frontend"]
+__all__ = ["FIXES", "fix_imported", "half_ops_in_float32", "nan_propagating_extrema", "patch_torch_frontend"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,6 +100,44 @@ def half_ops_in_float32(mod) -> tuple[Any, int]:
     bfloat16 GPT-2's ``power`` inside its tanh GELU becomes the GEMM's epilogue, not a cast power)."""
     out, counts = _rewrite_calls(mod, ((HALF, _half_in_float32),), {HALF: 0})
     return out, counts[HALF]
+
+
+def nan_propagating_extrema(mod) -> tuple[Any, int]:
+    """``mod`` with the maxima and minima left to TVM made to keep a NaN, as torch's do; and how many.
+    TVM's ``max``/``min`` reductions, ``maximum``/``minimum`` and ``argmax``/``argmin`` compare with
+    ``<``, which a NaN never wins: ``x.amin(-1)`` of a row holding a NaN gave the row's least number,
+    ``argmax`` the index of the largest number (torch: the NaN, and its index). ``partition_for_tessera``
+    runs it on what it leaves to TVM (Tessera's own max kernels keep NaN already)."""
+    out, counts = _rewrite_calls(mod, ((NAN_EXTREMA, _nan_propagating),), {NAN_EXTREMA: 0})
+    return out, counts[NAN_EXTREMA]
+
+
+def _nan_propagating(call):
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _EXTREMA or not call.args:
+        return None
+    x = call.args[0]
+    info = x.struct_info
+    if not (isinstance(info, relax.TensorStructInfo) and str(info.dtype).startswith(("float", "bfloat"))):
+        return None
+    op, dtype = relax.op, str(info.dtype)
+    zero = relax.const(0.0, dtype)
+    if call.op.name in ("relax.maximum", "relax.minimum"):
+        y = call.args[1]
+        if str(y.struct_info.dtype) != dtype:
+            return None
+        return op.where(op.isnan(x), op.add(x, y), op.where(op.isnan(y), op.add(x, y), call))
+    axis, keepdims = call.attrs.axis, bool(call.attrs.keepdims)
+    if call.op.name in ("relax.max", "relax.min"):
+        # + the sum of the row's NaNs (0 where it has none): NaN where it has one, the extremum else
+        return op.add(call, op.sum(op.where(op.isnan(x), x, zero), axis, keepdims))
+    # argmax/argmin: the first NaN's index where the row has one
+    marks = op.astype(op.isnan(x), "int8")
+    has_nan = op.greater(op.max(marks, axis, keepdims), relax.const(0, "int8"))
+    first_nan = op.argmax(marks, axis, keepdims)
+    return op.where(has_nan, op.astype(first_nan, str(call.struct_info.dtype)), call)
+
+
+_EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin"))
 
 
 def _rewrite_calls(mod, rewrites, counts: dict[str, int]) -> tuple[Any, dict[str, int]]:
@@ -131,7 +173,8 @@ NOT = "bitwise_not of a bool"
 EMPTY = "empty tensor in a concat"
 EMPTY_REDUCTION = "reduction over an empty axis"
 HALF = "half-precision op computed in float32"
-FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION, HALF)
+NAN_EXTREMA = "max or min that dropped a NaN"
+FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION, HALF, NAN_EXTREMA)
 
 
 def _is_op(call, name: str) -> bool:

@@ -316,6 +316,26 @@ def test_half_precision_operators_left_to_tvm_compute_in_float32_as_torch():
     assert built.report.fixed["half-precision op computed in float32"] >= 8, built.report
 
 
+class Extrema(nn.Module):
+    """Maxima and minima TVM computes (Tessera offloads only the max reduction)."""
+
+    def forward(self, x):
+        indices = torch.stack([x.argmax(-1), x.argmin(0)[:3]])
+        return torch.stack([x.amin(-1), x.min(-1).values]), indices, torch.maximum(x, x.flip(0)), x.min()
+
+
+def test_maxima_and_minima_left_to_tvm_keep_a_nan_as_torch():
+    # TVM compares with `<`, which a NaN never wins: amin gave the row's least number, argmax the
+    # index of its largest (torch: the NaN and its index), maximum dropped the NaN.
+    x = torch.tensor([[1.0, float("nan"), 2.0], [3.0, -1.0, 5.0], [float("nan"), float("-inf"), 0.0]])
+    with torch.no_grad():
+        expected = [t.numpy() for t in Extrema()(x)]
+    built = build(_import(Extrema(), x), "cpu")
+    for g, e in zip(built.run("main", x.numpy()), expected, strict=True):
+        np.testing.assert_array_equal(g, e)  # NaN where torch has NaN
+    assert built.report.fixed["max or min that dropped a NaN"] >= 5, built.report
+
+
 def test_the_report_says_nothing_was_fixed_when_nothing_was():
     torch.manual_seed(0)
     model, x = nn.Linear(8, 8), torch.randn(2, 8)
@@ -326,6 +346,7 @@ def test_the_report_says_nothing_was_fixed_when_nothing_was():
         "empty tensor in a concat": 0,
         "reduction over an empty axis": 0,
         "half-precision op computed in float32": 0,
+        "max or min that dropped a NaN": 0,
     }
     assert "put right" not in str(report)
 
