@@ -61,11 +61,12 @@ def _grouped_mm(importer, node, relax):
         begin, stop = emit(op.concat([start, zero])), emit(op.concat([end, depth_end]))
         count = _size_var(relax, f"expert{e}_rows")
         part = emit(op.dynamic_strided_slice(x, begin, stop, one))
-        part = importer.block_builder.match_cast(part, relax.TensorStructInfo([count, depth], _dtype(x)))
-        if transposed is None:
-            own = emit(op.squeeze(emit(op.strided_slice(weight, [0], [e], [e + 1])), [0]))
-        else:  # the expert's slice of the stored weight, transposed next to its matmul (a GEMM's transposed B)
-            own = emit(op.permute_dims(emit(op.squeeze(emit(op.strided_slice(transposed, [0], [e], [e + 1])), [0]))))
+        part = importer.block_builder.match_cast(part, _tensor_type(relax, [count, depth], _dtype(x)))
+        own = emit(
+            op.squeeze(emit(op.strided_slice(weight if transposed is None else transposed, [0], [e], [e + 1])), [0])
+        )
+        if transposed is not None:  # the stored weight's slice, transposed next to its matmul (a GEMM's transposed B)
+            own = emit(op.permute_dims(own))
         products.append(emit(op.matmul(part, own)))
         counts.append(count)
     past_end = relax.ShapeExpr([rows - sum(counts[1:], counts[0]), _type(weight).shape.values[2]])
@@ -82,6 +83,12 @@ def _transposed_source(importer, node):
     if name == "permute.default" and list(node.args[1]) in ([0, 2, 1], [0, -1, -2]):
         return importer.env[node.args[0]]
     return None
+
+
+def _tensor_type(relax, shape, dtype: str):
+    """A tensor's type (``relax.TensorStructInfo`` in TileLang's TVM, ``relax.TensorType`` in
+    apache-tvm 0.27)."""
+    return (getattr(relax, "TensorStructInfo", None) or relax.TensorType)(shape, dtype)
 
 
 def _size_var(relax, name: str):

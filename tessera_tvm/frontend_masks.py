@@ -101,7 +101,7 @@ def _gathered_by_mask(importer, node):
             val = other.meta.get("val")
             if other in seen or other is node or not isinstance(val, torch.Tensor):
                 continue
-            if val.dim() > kept + 1 or (val.dim() == kept + 1 and val.shape[0] != 1):
+            if _one_per_row(list(val.shape), kept):
                 raise _masked_write_error(node, f"{user.target} combines it with a tensor of shape {list(val.shape)}")
         todo.extend(user.users)
     return importer.env[node.args[0]]
@@ -143,8 +143,8 @@ def _same_value(a, b) -> bool:
 
 
 def _packet_name(node) -> str:
-    target = node.target
-    return f"{target._opname}.{target._overloadname}" if hasattr(target, "_overloadname") else str(target)
+    """The name TVM's importer keys its converters by (``index.Tensor``, ``ge``)."""
+    return getattr(node.target, "__name__", str(node.target))
 
 
 def _index_put(importer, node, plain, relax):
@@ -160,11 +160,10 @@ def _index_put(importer, node, plain, relax):
     y, values = importer.env[node.args[0]], node.args[2]
     mask = importer.env[indices[0]]
     kept = _rank(y) - _rank(mask)
-    gathered = _gathered_from(node.args[2], indices[0])
-    if not gathered:
+    if not _gathered_from(values, indices[0]):
         val = getattr(values, "meta", {}).get("val")
         shape = list(val.shape) if val is not None else []
-        if len(shape) > kept + 1 or (len(shape) == kept + 1 and shape[0] != 1):
+        if _one_per_row(shape, kept):
             raise _masked_write_error(node, f"the value written has shape {shape}, one row per True value")
     bb = importer.block_builder
     v = importer.env[values] if hasattr(values, "meta") else relax.const(values, _dtype(y))
@@ -175,6 +174,13 @@ def _index_put(importer, node, plain, relax):
     for _ in range(kept):
         mask = bb.emit(relax.op.expand_dims(mask, -1))
     return bb.emit(relax.op.where(mask, v, y))
+
+
+def _one_per_row(shape: list, kept: int) -> bool:
+    """Whether a value of ``shape`` has a leading axis for the rows a mask picks (one per True value,
+    a count known only at run time) rather than broadcasting over them: more axes than the ``kept``
+    ones the mask leaves, or exactly one more that is not 1."""
+    return len(shape) > kept + 1 or (len(shape) == kept + 1 and shape[0] != 1)
 
 
 def _gathered_from(value, mask) -> bool:

@@ -235,7 +235,7 @@ def _empty_reduction(call):
         reduced = list(dims) if axes is None else [dims[int(a) % len(dims)] for a in axes]
     else:
         return None
-    if not any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in reduced):
+    if not _has_zero(reduced):
         return None
     dtype = str(out.dtype)
     if not np.isfinite(value) and not dtype.startswith(("float", "bfloat")):
@@ -288,9 +288,12 @@ def _is_empty(expr) -> bool:
     """Whether ``expr`` is a tensor with a static 0 in its shape."""
     info = expr.struct_info
     shape = info.shape if isinstance(info, relax.TensorStructInfo) else None
-    if not isinstance(shape, relax.ShapeExpr):
-        return False
-    return any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in shape.values)
+    return isinstance(shape, relax.ShapeExpr) and _has_zero(shape.values)
+
+
+def _has_zero(dims) -> bool:
+    """Whether one of ``dims`` is a static 0."""
+    return any(isinstance(d, tvm.tirx.IntImm) and int(d) == 0 for d in dims)
 
 
 def _normalized_take(call):
