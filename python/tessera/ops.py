@@ -209,6 +209,8 @@ def clip(x, lo: float | None = None, hi: float | None = None):
     for name, bound in (("lo", lo), ("hi", hi)):
         if bound is not None and not _is_number(bound):
             raise KernelError(f"{name} is {type(bound).__name__} {bound!r}; expected a Python number or None", op=op)
+        if bound is not None and math.isnan(bound):  # the kernels' compares would drop it; torch gives all NaN
+            raise KernelError(f"{name} is NaN; expected a number or None (torch.clamp makes every element NaN)", op=op)
     if lo is None and hi is None:
         raise KernelError("clip needs lo, hi or both", op=op)
     if lo is not None and hi is not None and lo > hi:

@@ -516,6 +516,7 @@ def test_gpu_kernels_are_not_runnable_here():
         (None, None, "clip needs lo, hi or both"),
         (2.0, 1.0, "lo=2.0 is above hi=1.0"),
         ("0", None, "lo is str '0'; expected a Python number or None"),
+        (None, float("nan"), "hi is NaN; expected a number or None"),  # the kernel ignored it, no error
     ],
 )
 def test_clip_bounds_are_checked(lo, hi, message):
