@@ -22,6 +22,7 @@ here too (:func:`cached_build`), need nothing above them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -134,6 +135,26 @@ def read_manifest(directory: Path) -> tuple[dict[str, Any], dict[str, Path]]:
 
 
 # ----------------------------------------------------------------------------- scratch directories
+
+#: The directories :func:`scratch_directory` made, removed when the process that made them exits.
+_SCRATCH: list[tuple[int, Path]] = []
+
+
+def scratch_directory(prefix: str) -> Path:
+    """A new directory in the temporary directory for artifacts nobody asked to keep (no ``out_dir``,
+    no cache), removed when this process exits: a long-running process that compiles kernels does
+    not fill the temporary directory with one directory per compile."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if not _SCRATCH:
+        atexit.register(_remove_scratch)
+    _SCRATCH.append((os.getpid(), path))
+    return path
+
+
+def _remove_scratch() -> None:
+    for pid, path in _SCRATCH:
+        if pid == os.getpid():  # a forked child that exits normally leaves its parent's alone
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -374,6 +395,6 @@ def cached_build(build: Callable[[Path], None], *parts: str | bytes, name: str =
         with cache.lock(f"module-{key}"):  # one process builds it, the others wait and load it
             if cache._load_dir(final, key) is not None or cache._store_dir(final, key, {"name": name}, fill):
                 return final
-    scratch = Path(tempfile.mkdtemp(prefix=f"tessera_{name}_"))
+    scratch = scratch_directory(f"tessera_{name}_")
     build(scratch)
     return scratch

@@ -15,7 +15,6 @@ With ``dump_dir`` the input and the IR after every pass are written as numbered 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -288,14 +287,14 @@ def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredM
 
 def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
     """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
-    from .kernel_store import BUILD_PREFIX, held_directory
+    from .kernel_store import BUILD_PREFIX, held_directory, scratch_directory
 
     lowered = _lower(mod, name, config, recorder)
     if key is None:
         if out is not None:
             _write_artifacts_atomic(lowered, out, build=build)
         elif compiles or lowered._tt_program is not None:  # binaries / the five TT files need a home
-            write_artifacts(lowered, Path(tempfile.mkdtemp(prefix=f"tessera_{name}_")), build=build)
+            write_artifacts(lowered, scratch_directory(f"tessera_{name}_"), build=build)
         return lowered
     with held_directory(None, BUILD_PREFIX) as staging:  # a killed compile's is removed by the next process
         if out is not None:
@@ -306,7 +305,7 @@ def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, k
         if out is None and entry is not None:  # the staging files go away: point at the cache's copies
             lowered.artifacts = {k: entry.files[k] for k in lowered.artifacts}
         elif out is None:  # the cache cannot take them (read-only, full): keep them where they are
-            kept = Path(tempfile.mkdtemp(prefix=f"tessera_{name}_"))
+            kept = scratch_directory(f"tessera_{name}_")
             os.replace(staging, kept)  # over the new empty directory, on the same file system
             lowered.artifacts = {k: kept / Path(p).relative_to(staging) for k, p in lowered.artifacts.items()}
         if out is None and lowered._kernel is not None:

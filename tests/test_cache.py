@@ -309,3 +309,20 @@ def test_instruments_bypass_the_lookup(private_cache):
     with tvm.transform.PassContext(instruments=[Names()]):
         observed = tessera_tvm.lower(prog, "rocm", build=False)
     assert not observed.from_cache and "tl.LayoutInference" in seen
+
+
+def test_artifacts_without_a_home_are_removed_when_the_process_exits(tmp_path, monkeypatch):
+    # No out_dir and no cache: the library goes to a scratch directory, one per compile, which a
+    # long-running process must not leave behind in the temporary directory.
+    from tessera_tvm import kernel_store
+
+    monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
+    monkeypatch.setattr(kernel_store, "_SCRATCH", [])
+    monkeypatch.setattr(kernel_store.tempfile, "tempdir", str(tmp_path))
+    lowered = tessera_tvm.lower(programs.elementwise_add(128, 64), "cpu")
+    library = Path(lowered.artifacts["library"])
+    assert library.is_file() and library.parent.parent == tmp_path
+    kept = tessera_tvm.lower(programs.elementwise_add(128, 64), "cpu", out_dir=tmp_path / "mine")
+    kernel_store._remove_scratch()  # what atexit runs
+    assert not library.parent.exists()
+    assert Path(kept.artifacts["library"]).is_file()  # a directory the user named stays

@@ -180,13 +180,13 @@ class CompiledKernel:
         ``shapes``: several sets of dims (each over the compiled ``shapes``), e.g. ``[{"M": 64},
         {"M": 128}]``. The library holds a kernel for each and binds the dims from the arguments'
         shapes at each call. None: the last instantiated shapes."""
-        import tempfile
+        from tessera_tvm.kernel_store import scratch_directory
 
         from .module import module_plans
 
         build = self._module_builder()  # first: says which targets build libraries, before any planning
         plans = module_plans(self, shapes, "build_module()")
-        out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"tessera_{self.kernel.name}_"))
+        out = Path(out_dir) if out_dir is not None else scratch_directory(f"tessera_{self.kernel.name}_")
         return build(plans, out)
 
     def _module_builder(self):

@@ -69,9 +69,8 @@ def module_cache_dir(*parts: str | bytes) -> Path:
     """Where a library built from ``parts`` (its sources, what it links) is kept: the kernel cache's
     ``modules/<hash>/``, or a scratch directory when the cache is off."""
     import hashlib
-    import tempfile
 
-    from ..kernel_store import KernelCache
+    from ..kernel_store import KernelCache, scratch_directory
 
     digest = hashlib.sha256()
     for part in parts:
@@ -79,7 +78,7 @@ def module_cache_dir(*parts: str | bytes) -> Path:
         digest.update(b"\0")
     root = KernelCache.from_env().root
     if root is None:
-        return Path(tempfile.mkdtemp(prefix="tessera_"))
+        return scratch_directory("tessera_")
     return Path(root) / "modules" / digest.hexdigest()[:24]
 
 

@@ -8,12 +8,12 @@ runs g++ and loads the library, :func:`reload` loads it again after its files mo
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..._tvm import tvm
 from ...errors import TesseraError
+from ...kernel_store import scratch_directory
 from ..metadata import write_metadata
 from .build import compile_cpu, instruction_sets
 from .loader import KernelParam, load_cpu_kernel
@@ -99,7 +99,7 @@ def _load(lowered) -> None:
 def run(lowered, arrays: tuple, named: dict) -> None:
     """Call the kernel on numpy arrays (program order, or by buffer name); outputs written in place."""
     if lowered._kernel is None:  # compiled with build=False: build now, in a scratch directory
-        build(lowered, Path(tempfile.mkdtemp(prefix=f"tessera_{lowered.name}_")))
+        build(lowered, scratch_directory(f"tessera_{lowered.name}_"))
     _, params, order = lowered._entry
     by_name = dict(zip(order, lowered._ordered(order, arrays, named), strict=True))
     # The C kernel orders its parameters as the host/device split left them, not as the program did.
