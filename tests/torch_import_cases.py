@@ -26,6 +26,11 @@ def _masked_int_write(x, i):
     return j
 
 
+def _nans(x, i):
+    """x with NaN at (0, 1) and (0, 2) (where i is 4 and 3)."""
+    return x.masked_fill(i >= 3, float("nan"))
+
+
 # (x float32 [2, 3], i int64 [2, 3] in [-3, 4]) -> a tensor
 CASES = {
     "zeros_like(dtype=int32)": lambda x, i: torch.zeros_like(x, dtype=torch.int32),
@@ -96,6 +101,32 @@ CASES = {
     # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
     "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
     "histc of floats": lambda x, i: torch.histc(x * 2, bins=3, min=-1.5, max=1),
+    # no converter ("Unsupported function types"); fmax/fmin take the number where the other is NaN
+    "atan2 of floats and ints": lambda x, i: torch.atan2(x, x.flip(0)) + torch.atan2(i, i.flip(-1)),
+    "exp2 of floats and ints": lambda x, i: torch.exp2(x) + torch.exp2(i),
+    "fmax, fmin ignore a NaN": lambda x, i: torch.stack(
+        [torch.fmax(_nans(x, i), x.flip(0)), torch.fmin(x, _nans(x, i))]
+    ),
+    # running extrema: a NaN from the first NaN on (its index the latest NaN's), ties the later index
+    "cummax after a NaN": lambda x, i: torch.cummax(_nans(x, i), -1).values,
+    "cummax indices after a NaN": lambda x, i: torch.cummax(_nans(x, i), -1).indices,
+    "cummin of ints with ties": lambda x, i: torch.cummin(i, -1).values * 10 + torch.cummin(i, -1).indices,
+    "cummax over dim 0": lambda x, i: torch.cummax(x, 0).indices + torch.cummin(i, 0).indices,
+    # windows [floor(k n / out), ceil((k + 1) n / out)); a window's first maximum, or its last NaN
+    "adaptive_max_pool2d": lambda x, i: F.adaptive_max_pool2d(x[None], (1, 2)),
+    "adaptive_max_pool2d indices": lambda x, i: F.adaptive_max_pool2d(x[None, None], (2, 2), True)[1],
+    "adaptive_max_pool2d with a NaN": lambda x, i: F.adaptive_max_pool2d(_nans(x, i)[None], (1, 2), True)[0],
+    "adaptive_max_pool1d indices": lambda x, i: F.adaptive_max_pool1d(x, 2, True)[1],
+    "sort(stable=True) of ties": lambda x, i: torch.sort(i, stable=True, dim=-1, descending=True)[1],
+    "msort": lambda x, i: torch.msort(x),
+    "kthvalue": lambda x, i: torch.kthvalue(x, 2, -1).values[:, None] + torch.kthvalue(x, 2, 0, keepdim=True).indices,
+    # apache-tvm 0.27 could not build a non-finite fill of a computed tensor ("PrimType is not iterable")
+    "masked_fill with -inf (attention mask)": lambda x, i: x.masked_fill(i > 2, float("-inf")).softmax(-1),
+    "full_like(inf), fill with NaN": lambda x, i: (
+        torch.full_like(x, float("inf")) * x.sign() + x.clone().fill_(float("nan"))[:1]
+    ),
+    # an empty K: torch's decomposition views empty tensors (Relax's reshape reads a 0 as "keep")
+    "einsum over an empty K": lambda x, i: torch.einsum("ik,kj->ij", x[:, :0], x.T[:0]),
 }
 
 

@@ -137,19 +137,25 @@ def _nan_propagating(call):
         y = call.args[1]
         if str(y.struct_info.dtype) != dtype:
             return None
-        return op.where(op.isnan(x), op.add(x, y), op.where(op.isnan(y), op.add(x, y), call))
+        return op.where(_isnan(x), op.add(x, y), op.where(_isnan(y), op.add(x, y), call))
     axis, keepdims = call.attrs.axis, bool(call.attrs.keepdims)
     if call.op.name in ("relax.max", "relax.min"):
         # + the sum of the row's NaNs (0 where it has none): NaN where it has one, the extremum else
-        return op.add(call, op.sum(op.where(op.isnan(x), x, zero), axis, keepdims))
+        return op.add(call, op.sum(op.where(_isnan(x), x, zero), axis, keepdims))
     # argmax/argmin: the first NaN's index where the row has one
-    marks = op.astype(op.isnan(x), "int8")
+    marks = op.astype(_isnan(x), "int8")
     has_nan = op.greater(op.max(marks, axis, keepdims), relax.const(0, "int8"))
     first_nan = op.argmax(marks, axis, keepdims)
     return op.where(has_nan, op.astype(first_nan, str(call.struct_info.dtype)), call)
 
 
 _EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin"))
+
+
+def _isnan(x):
+    """``isnan(x)``, a half-precision ``x`` tested in float32: TVM has no bfloat16 isnan ("Data type
+    bfloat16 not supported for isnan op": ``torch.maximum`` of bfloat16 tensors did not build)."""
+    return relax.op.isnan(relax.op.astype(x, "float32") if str(x.struct_info.dtype) in _HALVES else x)
 
 
 def nan_ordered_sorts(mod) -> tuple[Any, int]:
@@ -347,7 +353,7 @@ def _empty_reduction(call):
 #: float16 ``floor``, ``round``, ``atan``, ``sinh``, ``fmod``, ``remainder``, ``//`` did not build ("Unresolved call").
 _HALF_IN_FLOAT32 = frozenset(
     f"relax.{name}"
-    for name in "mod floor_mod floor_divide power argsort sort topk median argmax argmin floor ceil round trunc atan asin acos sinh cosh asinh acosh atanh".split()
+    for name in "mod floor_mod floor_divide power argsort sort topk median argmax argmin floor ceil round trunc atan atan2 asin acos sinh cosh asinh acosh atanh".split()
 )
 
 
