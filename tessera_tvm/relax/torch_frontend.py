@@ -56,7 +56,9 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
   ``floor``, ``round``, ``atan``, ...): computed in float32 and rounded back, as torch does.
 - Maxima and minima left to TVM (``amin``, ``min``, ``maximum``, ``minimum``, ``argmax``, ``argmin``,
   and ``amax`` where Tessera does not take it) dropped a NaN: TVM compares with ``<``, which a NaN
-  never wins. They now give NaN (its index, for ``argmax``) as torch.
+  never wins. They now give NaN (its index, for ``argmax``) as torch. So do the clips left to TVM
+  (``clamp``, ``hardtanh``, ``relu``, ``relu6``, ``hardsigmoid``: a 0-d one, which Tessera does not
+  take, gave a bound for a NaN; ``grad / grad.norm().clamp(min=1e-6)`` gave zeros where torch gives NaN).
 - Sorts left to TVM (``sort``, ``argsort``, ``msort``, ``topk``, ``x.max(dim)``, which imports as
   ``topk``, and ``median``) misplaced a NaN, which torch orders above ``+inf``: ``x.sort(-1)`` of
   ``[1, nan, -0.0, 2]`` gave ``[-0.0, 1, nan, 2]`` (torch ``[-0.0, 1, 2, nan]``), ``x.max(-1)`` of
@@ -133,6 +135,8 @@ def _nan_propagating(call):
         return None
     op, dtype = relax.op, str(info.dtype)
     zero = relax.const(0.0, dtype)
+    if call.op.name in _CLIPS:
+        return op.where(_isnan(x), x, call)
     if call.op.name in ("relax.maximum", "relax.minimum"):
         y = call.args[1]
         if str(y.struct_info.dtype) != dtype:
@@ -149,7 +153,11 @@ def _nan_propagating(call):
     return op.where(has_nan, op.astype(first_nan, str(call.struct_info.dtype)), call)
 
 
-_EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin"))
+#: Clips of one tensor: ``clamp``, ``hardtanh``, ``relu6``, ``hardsigmoid``, ``relu`` (and ``elu``,
+#: built on relu) left to TVM, e.g. on a 0-d tensor (``grad / norm.clamp(min=1e-6)``), gave a bound
+#: (or 0) for a NaN: TVM clips with ``<``.
+_CLIPS = frozenset(("relax.clip", "relax.nn.relu", "relax.nn.relu6"))
+_EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin")) | _CLIPS
 
 
 def _isnan(x):

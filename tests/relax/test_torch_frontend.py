@@ -321,12 +321,18 @@ class Extrema(nn.Module):
 
     def forward(self, x):
         indices = torch.stack([x.argmax(-1), x.argmin(0)[:3]])
-        return torch.stack([x.amin(-1), x.min(-1).values]), indices, torch.maximum(x, x.flip(0)), x.min()
+        total = x.sum()  # NaN: clips of a 0-d tensor are left to TVM (a gradient norm's clamp)
+        clips = torch.stack(
+            [total.clamp(min=1e-6), total.clamp(-1, 1), F.relu(total), F.relu6(total), F.hardtanh(total)]
+        )
+        half = torch.maximum(x.bfloat16(), x.flip(0).bfloat16()).float()  # did not build: no bfloat16 isnan
+        return torch.stack([x.amin(-1), x.min(-1).values]), indices, torch.maximum(x, x.flip(0)), x.min(), clips, half
 
 
 def test_maxima_and_minima_left_to_tvm_keep_a_nan_as_torch():
     # TVM compares with `<`, which a NaN never wins: amin gave the row's least number, argmax the
-    # index of its largest (torch: the NaN and its index), maximum dropped the NaN.
+    # index of its largest (torch: the NaN and its index), maximum dropped the NaN, and a clamp or
+    # relu of a NaN gave its bound (x.sum().clamp(min=1e-6) was inf).
     x = torch.tensor([[1.0, float("nan"), 2.0], [3.0, -1.0, 5.0], [float("nan"), float("-inf"), 0.0]])
     with torch.no_grad():
         expected = [t.numpy() for t in Extrema()(x)]
