@@ -2,8 +2,9 @@
 :mod:`tessera_tvm.frontend_fixes`): ``torch.fmax``/``fmin`` (which ignore a NaN where
 ``maximum``/``minimum`` keep it), ``torch.cummax``/``cummin`` (running extrema and their indices),
 ``F.adaptive_max_pool1d``/``2d`` (with their indices), ``torch.sort(stable=True)``, ``torch.msort``
-and ``torch.kthvalue``; and ``torch.exp2``, ``torch.atan2`` (TileLang's TVM). Each stopped the import
-with "Unsupported function types". Torch's NaN rules are kept: a running extreme and a pooled
+and ``torch.kthvalue``, ``torch.nanmedian``; ``torch.nan_to_num``, ``nansum``, ``nanmean`` (without
+the decomposition); and ``torch.exp2``, ``torch.atan2`` (TileLang's TVM). Each stopped the import
+with "Unsupported function types". And ``x != x`` (torch's NaN test), which apache-tvm 0.27 made false. Torch's NaN rules are kept: a running extreme and a pooled
 maximum are NaN from a NaN on; the sorts are argsorts, which ``partition_for_tessera`` orders NaN in
 as torch (tessera_tvm/relax/torch_frontend.py).
 """
@@ -32,6 +33,13 @@ def install_order_converters(importer, table: dict, relax) -> None:
     table.setdefault("sort.stable", lambda node: _stable_sort(importer, node, relax))
     table.setdefault("msort.default", lambda node: _msort(importer, node, relax))
     table.setdefault("kthvalue.default", lambda node: _kthvalue(importer, node, relax))
+    for name in ("nanmedian.default", "nanmedian.dim"):
+        table.setdefault(name, lambda node: _nanmedian(importer, node, relax))
+    table.setdefault("nan_to_num.default", lambda node: _nan_to_num(importer, node, relax))
+    if "ne.Tensor" in table:
+        table["ne.Tensor"] = lambda node, plain=table["ne.Tensor"]: _self_unequal(importer, node, plain, relax)
+    for name, mean in (("nansum", False), ("nanmean", True)):
+        table.setdefault(f"{name}.default", lambda node, mean=mean: _nan_sum(importer, node, relax, mean=mean))
     # the inputs arrive in the float result's dtype (_COMPUTE_IN_RESULT)
     table.setdefault("exp2.default", lambda node: _exp2(importer, node, relax))
     table.setdefault(
@@ -223,3 +231,86 @@ def _kthvalue(importer, node, relax):
         item = bb.emit(op.strided_slice(bb.emit(relax.TupleGetItem(ordered, i)), axes=[dim], begin=[k - 1], end=[k]))
         picked.append(item if keepdim else bb.emit(op.squeeze(item, [dim])))
     return bb.emit(relax.Tuple(picked))
+
+
+def _nanmedian(importer, node, relax):
+    """``aten.nanmedian`` ``(x)`` / ``.dim`` ``(x, dim, keepdim=False)``: the lower median of the numbers,
+    NaN (and the first NaN's index) where there are none: position ``max(m - 1, 0) // 2`` of the sort
+    with NaN last, m the count of numbers. The sort is an argsort, which ``partition_for_tessera``
+    orders as torch (NaN last)."""
+    x = importer.env[node.args[0]]
+    bb, op = importer.block_builder, relax.op
+    by_dim = len(node.args) > 1 or "dim" in node.kwargs
+    if by_dim:
+        dim = int(node.args[1] if len(node.args) > 1 else node.kwargs["dim"]) % max(_rank(x), 1)
+        keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    else:
+        x, dim, keepdim = bb.emit(op.reshape(x, [-1])), 0, False
+    order = bb.emit(op.argsort(x, axis=dim, dtype="int64"))
+    numbers = op.sum(op.astype(op.logical_not(_isnan(relax, x)), "int64"), axis=[dim], keepdims=True)
+    one = relax.const(1, "int64")
+    middle = op.floor_divide(op.maximum(op.subtract(numbers, one), relax.const(0, "int64")), relax.const(2, "int64"))
+    index = bb.emit(op.gather_elements(order, bb.emit(middle), axis=dim))
+    value = bb.emit(op.gather_elements(x, index, axis=dim))
+    if not by_dim:
+        return bb.emit(op.reshape(value, []))
+    if not keepdim:
+        value, index = (bb.emit(op.squeeze(t, [dim])) for t in (value, index))
+    return bb.emit(relax.Tuple([value, index]))
+
+
+def _nan_to_num(importer, node, relax):
+    """``aten.nan_to_num`` ``(x, nan=None, posinf=None, neginf=None)``: NaN as ``nan`` (0), +inf and
+    -inf as ``posinf`` and ``neginf`` (the dtype's largest and lowest finite numbers). An integer x
+    is returned as it is."""
+    from .frontend_fixes import _arg, _lowest
+
+    x = importer.env[node.args[0]]
+    if not _is_float(x):
+        return x
+    dtype, op = _dtype(x), relax.op
+    nan, posinf, neginf = (_arg(node, i, name, None) for i, name in enumerate(("nan", "posinf", "neginf"), 1))
+    lowest = _lowest(dtype)
+    bb = importer.block_builder
+    wide = bb.emit(op.astype(x, "float32")) if dtype in ("float16", "bfloat16") else x  # TVM: no bfloat16 isinf
+    infinite = bb.emit(op.isinf(wide))
+    zero = relax.const(0, _dtype(wide))
+    out = op.where(op.isnan(wide), relax.const(0.0 if nan is None else nan, dtype), x)
+    out = op.where(
+        op.logical_and(infinite, op.greater(wide, zero)), relax.const(-lowest if posinf is None else posinf, dtype), out
+    )
+    out = op.where(
+        op.logical_and(infinite, op.less(wide, zero)), relax.const(lowest if neginf is None else neginf, dtype), out
+    )
+    return importer.block_builder.emit(out)
+
+
+def _nan_sum(importer, node, relax, *, mean: bool):
+    """``aten.nansum`` / ``aten.nanmean`` ``(x, dim=None, keepdim=False, *, dtype=None)``: the sum (the
+    mean) of the numbers, NaN left out (the mean of none is NaN, 0 / 0)."""
+    from .frontend_fixes import _arg
+
+    x = importer.env[node.args[0]]
+    dim = _arg(node, 1, "dim", None)
+    axes = None if dim is None or (isinstance(dim, (list, tuple)) and not dim) else dim
+    axes = [axes] if isinstance(axes, int) else axes
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    op, bb = relax.op, importer.block_builder
+    if not _is_float(x):
+        return bb.emit(op.sum(x, axes, keepdims=keepdim))
+    nan = _isnan(relax, x)
+    total = bb.emit(op.sum(op.where(nan, relax.const(0.0, _dtype(x)), x), axes, keepdims=keepdim))
+    if not mean:
+        return total
+    count = op.sum(op.astype(op.logical_not(nan), _dtype(x)), axes, keepdims=keepdim)
+    return bb.emit(op.divide(total, count))
+
+
+def _self_unequal(importer, node, plain, relax):
+    """``aten.ne.Tensor`` ``(x, x)`` of a float tensor: ``isnan(x)``, the idiom torch's own
+    decompositions use (``nanmean``, ``nanmedian``). apache-tvm 0.27 simplifies ``x != x`` to false,
+    so ``nanmean`` of a row of NaN gave 0 (torch NaN) and ``(x != x).sum()`` 0, with no error."""
+    x = importer.env[node.args[0]]
+    if node.args[0] is not node.args[1] or not _is_float(x):
+        return plain(node)
+    return importer.block_builder.emit(_isnan(relax, x))

@@ -31,6 +31,10 @@ def _nans(x, i):
     return x.masked_fill(i >= 3, float("nan"))
 
 
+def _self_unequal(y):
+    return y != y
+
+
 # (x float32 [2, 3], i int64 [2, 3] in [-3, 4]) -> a tensor
 CASES = {
     "zeros_like(dtype=int32)": lambda x, i: torch.zeros_like(x, dtype=torch.int32),
@@ -120,6 +124,15 @@ CASES = {
     "sort(stable=True) of ties": lambda x, i: torch.sort(i, stable=True, dim=-1, descending=True)[1],
     "msort": lambda x, i: torch.msort(x),
     "kthvalue": lambda x, i: torch.kthvalue(x, 2, -1).values[:, None] + torch.kthvalue(x, 2, 0, keepdim=True).indices,
+    # no converter without the decomposition (nan_to_num in neither TVM)
+    "nan_to_num": lambda x, i: torch.stack(
+        [torch.nan_to_num(_nans(x, i) / (i - 1)), torch.nan_to_num(_nans(x, i) / (i - 1), 0.5, 9.0, -9.0)]
+    ),
+    "nansum, nanmean (of none: NaN)": lambda x, i: torch.cat(
+        [torch.nansum(_nans(x, i), -1), torch.nanmean(_nans(x, i), -1), torch.nanmean(_nans(x, i)[:1, 1:], -1)]
+    ),
+    # apache-tvm 0.27 simplified x != x (torch's own NaN test) to false
+    "x != x": lambda x, i: _self_unequal(_nans(x, i)).sum(-1),
     # apache-tvm 0.27 could not build a non-finite fill of a computed tensor ("PrimType is not iterable")
     "masked_fill with -inf (attention mask)": lambda x, i: x.masked_fill(i > 2, float("-inf")).softmax(-1),
     "full_like(inf), fill with NaN": lambda x, i: (

@@ -361,7 +361,7 @@ def _empty_reduction(call):
 #: float16 ``floor``, ``round``, ``atan``, ``sinh``, ``fmod``, ``remainder``, ``//`` did not build ("Unresolved call").
 _HALF_IN_FLOAT32 = frozenset(
     f"relax.{name}"
-    for name in "mod floor_mod floor_divide power argsort sort topk median argmax argmin floor ceil round trunc atan atan2 asin acos sinh cosh asinh acosh atanh".split()
+    for name in "mod floor_mod floor_divide power argsort sort topk median argmax argmin isnan isinf isfinite floor ceil round trunc atan atan2 asin acos sinh cosh asinh acosh atanh".split()
 )
 
 
