@@ -112,14 +112,12 @@ CASES = {
         [torch.fmax(_nans(x, i), x.flip(0)), torch.fmin(x, _nans(x, i))]
     ),
     # running extrema: a NaN from the first NaN on (its index the latest NaN's), ties the later index
-    "cummax after a NaN": lambda x, i: torch.cummax(_nans(x, i), -1).values,
-    "cummax indices after a NaN": lambda x, i: torch.cummax(_nans(x, i), -1).indices,
-    "cummin of ints with ties": lambda x, i: torch.cummin(i, -1).values * 10 + torch.cummin(i, -1).indices,
-    "cummax over dim 0": lambda x, i: torch.cummax(x, 0).indices + torch.cummin(i, 0).indices,
+    "cummax after a NaN, and indices": lambda x, i: torch.cat([t.float() for t in torch.cummax(_nans(x, i), -1)]),
+    "cummin of ints with ties, over dim 0": lambda x, i: torch.cummin(i, -1).values * 10 + torch.cummin(i, 0).indices,
     # windows [floor(k n / out), ceil((k + 1) n / out)); a window's first maximum, or its last NaN
-    "adaptive_max_pool2d": lambda x, i: F.adaptive_max_pool2d(x[None], (1, 2)),
-    "adaptive_max_pool2d indices": lambda x, i: F.adaptive_max_pool2d(x[None, None], (2, 2), True)[1],
-    "adaptive_max_pool2d with a NaN": lambda x, i: F.adaptive_max_pool2d(_nans(x, i)[None], (1, 2), True)[0],
+    "adaptive_max_pool2d with a NaN, and indices": lambda x, i: torch.cat(
+        [t.float() for t in F.adaptive_max_pool2d(_nans(x, i)[None, None], (2, 2), True)]
+    ),
     "adaptive_max_pool1d indices": lambda x, i: F.adaptive_max_pool1d(x, 2, True)[1],
     "sort(stable=True) of ties": lambda x, i: torch.sort(i, stable=True, dim=-1, descending=True)[1],
     "msort": lambda x, i: torch.msort(x),
