@@ -147,7 +147,6 @@ def _adaptive_max_pool(importer, node, relax):
     sizes = [int(d) for d in sizes]
     outs = node.args[1]
     outs = [int(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs] * spatial)]
-    outs = [s if o is None else o for o, s in zip(outs, sizes, strict=True)]
     windows = [_windows(n, out) for n, out in zip(sizes, outs, strict=True)]
     if spatial == 1:
         windows = [[(0, 1)], *windows]
