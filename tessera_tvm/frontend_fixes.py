@@ -10,7 +10,7 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
 - **Every result in torch's dtype.** torch.export records each node's dtype (``node.meta["val"]``);
   every converter is wrapped (:func:`_in_torchs_dtype`) so that its result has it. Ops that compute
   in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first, and
-  comparisons compare in torch's promoted dtype. Before, with no error: ``int / 2`` divided as
+  comparisons compare in torch's promoted dtype, and ``where`` takes its two values in it. Before, with no error: ``int / 2`` divided as
   integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed bool, ``mask.cumsum(-1)`` counted in
   bool, ``int < 1.5`` compared with 1, ``logical_and(bool, int)`` and ``any`` of ints worked bitwise,
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
@@ -366,8 +366,13 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
         if common is not None:
             common = importer._convert_data_type(common, importer.env)
         target = common or (want if packet in _COMPUTE_IN_RESULT and isinstance(want, str) else None)
+        inputs = node.all_input_nodes
+        if packet == "where" and isinstance(want, str):
+            # torch.where(mask, float, int) is float: its two values in torch's dtype (TVM refused
+            # values of two dtypes: "Binary operators must have the same datatype")
+            target, inputs = want, [a for a in node.args[1:3] if a in inputs]
         if target is not None:
-            for arg in node.all_input_nodes:
+            for arg in inputs:
                 value = importer.env.get(arg)
                 if arg not in held and _is_tensor(value, relax) and _dtype(value) != target:
                     held[arg] = value

@@ -76,6 +76,8 @@ CASES = {
     "zeros_like(i) float + 1": lambda x, i: torch.zeros_like(i, dtype=torch.float32) + 1,
     "where with a number": lambda x, i: torch.where(x > 0, x, 0.0),
     "where with an int": lambda x, i: torch.where(x > 0, i, 0),
+    # refused: "Binary operators must have the same datatype" (torch promotes: float32, float16)
+    "where of a float and an int": lambda x, i: torch.where(x > 0, x, i) + torch.where(i > 0, i.int(), x.half()),
     "prod over a dim": lambda x, i: (i + 5).prod(-1),
     "diff, n=2, prepend and append": lambda x, i: torch.diff(x, n=2, dim=-1, prepend=x[..., :1] - 1, append=x),
     "diff of bools": lambda x, i: torch.diff(x > 0),
