@@ -9,10 +9,11 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
 
 - **Every result in torch's dtype.** torch.export records each node's dtype (``node.meta["val"]``);
   every converter is wrapped (:func:`_in_torchs_dtype`) so that its result has it. Ops that compute
-  in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first, and
-  comparisons compare in torch's promoted dtype, and ``where`` takes its two values in it. Before, with no error: ``int / 2`` divided as
-  integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed bool, ``mask.cumsum(-1)`` counted in
-  bool, ``int < 1.5`` compared with 1, ``logical_and(bool, int)`` and ``any`` of ints worked bitwise,
+  in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first,
+  comparisons compare in torch's promoted dtype, and ``where`` takes its two values in it. Before,
+  with no error: ``int / 2`` divided as integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed
+  bool, ``mask.cumsum(-1)`` counted in bool, ``int < 1.5`` compared with 1, ``logical_and(bool,
+  int)`` and ``any`` of ints worked bitwise (``where(mask, float, int)`` did not import),
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
   (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
   out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
