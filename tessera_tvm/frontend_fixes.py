@@ -9,10 +9,11 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
 
 - **Every result in torch's dtype.** torch.export records each node's dtype (``node.meta["val"]``);
   every converter is wrapped (:func:`_in_torchs_dtype`) so that its result has it. Ops that compute
-  in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first, and
-  comparisons compare in torch's promoted dtype. Before, with no error: ``int / 2`` divided as
-  integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed bool, ``mask.cumsum(-1)`` counted in
-  bool, ``int < 1.5`` compared with 1, ``logical_and(bool, int)`` and ``any`` of ints worked bitwise,
+  in their result's dtype (:data:`_COMPUTE_IN_RESULT`) get their tensor inputs cast first,
+  comparisons compare in torch's promoted dtype, and ``where`` takes its two values in it. Before,
+  with no error: ``int / 2`` divided as integers, ``int + 0.5`` stayed int, ``mask * 1.5`` stayed
+  bool, ``mask.cumsum(-1)`` counted in bool, ``int < 1.5`` compared with 1, ``logical_and(bool,
+  int)`` and ``any`` of ints worked bitwise (``where(mask, float, int)`` did not import),
   ``zeros_like``/``ones_like``/``full_like``/``full``/``new_ones``/``new_zeros`` ignored ``dtype=``
   (transformers' causal mask starts from ``position.new_ones((), dtype=torch.bool)``: the mask came
   out int64), sort indices were int32, ``softmax(x, dtype=torch.float64)`` stayed float32.
@@ -33,6 +34,15 @@ ResNet-18 on both import routes, then by comparing ~50 ordinary torch expression
 - ``avg_pool2d``/``avg_pool3d`` dropped ``divisor_override`` (a mean where torch gives each window's
   sum over the divisor). An unbatched average pool did not import: the converter returns its squeeze
   unnormalized, whose type the dtype wrapper reads (it now normalizes a converter's call first).
+- No converter for ``torch.exp2``, ``torch.fmax``/``fmin``, ``torch.cummax``/``cummin``,
+  ``F.adaptive_max_pool1d``/``2d``, ``torch.sort(stable=True)``, ``torch.kthvalue``, ``torch.msort``
+  without the decomposition (tessera_tvm/frontend_order.py), ``torch.atan2`` in TileLang's TVM.
+- ``torch.einsum`` over an empty K did not import (the decomposition views empty tensors, and
+  Relax's reshape reads a 0 in the new shape as "keep this dim") nor build without it: a result with
+  no elements is zeros of its shape, and a product with an empty operand zeros (:func:`_empty_product`).
+- apache-tvm 0.27 could not build a fill of a computed tensor with an infinite or NaN value
+  (``scores.masked_fill(mask, float("-inf"))``: "argument of type 'PrimType' is not iterable"):
+  it is a ``where`` with a 0-d constant (:func:`_non_finite_fill`).
 - ``torch.add``/``sub``/``rsub`` dropped ``alpha``; an integer ``clamp`` with one bound clipped at
   an infinite other bound turned into a finite integer (``i.clamp(min=1)`` of 2 gave 1);
   ``div(rounding_mode=...)`` and ``rsub`` made int32/float32 constants that int64/float16 tensors
@@ -88,8 +98,10 @@ def patch_exported_program_importer(tvm) -> bool:
     def create_convert_map(self):
         from .frontend_experts import _grouped_mm, _histc
         from .frontend_masks import _index, _index_put, _size_checked
+        from .frontend_order import install_order_converters
 
         table = original(self)
+        install_order_converters(self, table, relax)
         table["batch_norm.default"] = lambda node: _batch_norm(self, node, relax)
         table.setdefault("diff.default", lambda node: _diff(self, node, relax))
         table.setdefault("to.device", lambda node: _to_device(self, node, relax))
@@ -146,6 +158,12 @@ def patch_exported_program_importer(tvm) -> bool:
         attention = table.get("scaled_dot_product_attention.default")
         if attention is not None:
             table["scaled_dot_product_attention.default"] = lambda node: _attention(self, node, attention, relax)
+        for name in ("masked_fill.Scalar", "full_like.default", "fill.Scalar"):
+            if name in table:
+                table[name] = lambda node, plain=table[name]: _non_finite_fill(self, node, plain, relax)
+        for name in _EMPTY_PRODUCTS:
+            if name in table:
+                table[name] = lambda node, plain=table[name]: _empty_product(self, node, plain, relax)
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -157,6 +175,64 @@ def patch_exported_program_importer(tvm) -> bool:
     ExportedProgramImporter.from_exported_program = from_exported_program
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
+
+
+def _non_finite_fill(importer, node, plain, relax):
+    """``aten.masked_fill.Scalar`` ``(x, mask, value)``, ``full_like`` / ``fill.Scalar`` ``(x, value)``
+    with an infinite or NaN ``value``: a 0-d constant put where the mask is (broadcast to x's shape).
+    The importers make ``full_like(x, value)``, which apache-tvm 0.27 cannot build from a computed x
+    (topi's check of a non-finite fill reads the dtype as a string: "argument of type 'PrimType' is
+    not iterable"): ``scores.masked_fill(mask, float("-inf"))``, the usual attention mask, did not
+    build on either route. Finite values go to ``plain``."""
+    import math
+
+    import torch
+
+    masked = "masked_fill" in str(node.target)
+    value = _arg(node, 2 if masked else 1, "value", None)
+    val = node.meta.get("val")
+    if not isinstance(value, float) or math.isfinite(value) or not isinstance(val, torch.Tensor):
+        return plain(node)
+    dtype = importer._convert_data_type(val.dtype, importer.env)
+    if not dtype.startswith(("float", "bfloat")):
+        return plain(node)
+    x = importer.env[node.args[0]]
+    fill = relax.const(value, dtype)
+    bb = importer.block_builder
+    if masked:
+        x = x if _dtype(x) == dtype else bb.emit(relax.op.astype(x, dtype))
+        return bb.emit(relax.op.where(importer.env[node.args[1]], fill, x))
+    return bb.emit(relax.op.broadcast_to(fill, _type(x).shape))
+
+
+#: Products whose result is all zeros where an operand has no elements (a sum over an empty K).
+_EMPTY_PRODUCTS = ("einsum.default", "mm.default", "bmm.default", "matmul.default")
+
+
+def _empty_product(importer, node, plain, relax):
+    """Zeros of torch's shape where an operand of ``node`` (one of :data:`_EMPTY_PRODUCTS`) has a static
+    size of 0, else ``plain``. ``torch.einsum("ik,kj->ij", a, b)`` with a K of 0 did not build
+    without the decomposition (``R.einsum``: "Divide by zero"), and a K=0 ``bmm`` built by apache-tvm
+    returned uninitialised memory."""
+    import torch
+
+    operands = [a.meta.get("val") for a in node.all_input_nodes]
+    if not any(isinstance(v, torch.Tensor) and any(isinstance(d, int) and d == 0 for d in v.shape) for v in operands):
+        return plain(node)
+    zeros = _zeros_as_torch(importer, node, relax)
+    return plain(node) if zeros is None else zeros
+
+
+def _zeros_as_torch(importer, node, relax):
+    """Zeros of the shape and dtype torch.export recorded for ``node``, or None (none recorded, or a
+    symbolic dim)."""
+    import torch
+
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    dtype = importer._convert_data_type(val.dtype, importer.env)
+    return importer.block_builder.emit(relax.op.zeros(relax.ShapeExpr(list(val.shape)), dtype))
 
 
 def _avg_pool_divisor(importer, node, plain, relax):
@@ -266,7 +342,7 @@ def _without_mutations(exported_program):
 _COMPUTE_IN_RESULT = frozenset(
     """add sub rsub mul div true_divide floor_divide remainder fmod pow neg cumsum cumprod prod sum mean
     maximum minimum clamp clamp_min clamp_max softmax _softmax log_softmax _log_softmax exp exp2 expm1
-    log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan tanh sigmoid erf atan asin acos sinh cosh
+    log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan tanh sigmoid erf atan atan2 asin acos sinh cosh fmax fmin
     logical_and logical_or logical_xor logical_not any all""".split()
 )
 
@@ -281,13 +357,23 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
         want = _torch_dtypes(importer, node)
         if want is None:
             return convert(node, *rest)
+        if isinstance(want, str) and _has_no_elements(node):
+            # Relax's reshape reads a 0 in the new shape as "keep this dim": torch's decomposition of
+            # an einsum over an empty K views empty tensors, which stopped the import ("Reshape
+            # expects the new shape to be convertible"), and apache-tvm's build reshaped empty permutes.
+            return _zeros_as_torch(importer, node, relax)
         held = {}
         common = _compared_in(node) if packet in _COMPARISONS else None
         if common is not None:
             common = importer._convert_data_type(common, importer.env)
         target = common or (want if packet in _COMPUTE_IN_RESULT and isinstance(want, str) else None)
+        inputs = node.all_input_nodes
+        if packet == "where" and isinstance(want, str):
+            # torch.where(mask, float, int) is float: its two values in torch's dtype (TVM refused
+            # values of two dtypes: "Binary operators must have the same datatype")
+            target, inputs = want, [a for a in node.args[1:3] if a in inputs]
         if target is not None:
-            for arg in node.all_input_nodes:
+            for arg in inputs:
                 value = importer.env.get(arg)
                 if arg not in held and _is_tensor(value, relax) and _dtype(value) != target:
                     held[arg] = value
@@ -303,6 +389,15 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
         return _cast_to(importer, out, want, relax)
 
     return converted
+
+
+def _has_no_elements(node) -> bool:
+    """Whether torch.export recorded ``node``'s result as a tensor of static shape with no elements."""
+    import torch
+
+    val = node.meta.get("val")
+    shape = val.shape if isinstance(val, torch.Tensor) else ()
+    return all(isinstance(d, int) for d in shape) and 0 in shape  # a symbolic size is not compared
 
 
 #: Comparisons compare in the inputs' promoted dtype: ``int_tensor < 1.5`` compares as float (TVM made

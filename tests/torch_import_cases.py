@@ -26,6 +26,15 @@ def _masked_int_write(x, i):
     return j
 
 
+def _nans(x, i):
+    """x with NaN at (0, 1) and (0, 2) (where i is 4 and 3)."""
+    return x.masked_fill(i >= 3, float("nan"))
+
+
+def _self_unequal(y):
+    return y != y
+
+
 # (x float32 [2, 3], i int64 [2, 3] in [-3, 4]) -> a tensor
 CASES = {
     "zeros_like(dtype=int32)": lambda x, i: torch.zeros_like(x, dtype=torch.int32),
@@ -67,6 +76,8 @@ CASES = {
     "zeros_like(i) float + 1": lambda x, i: torch.zeros_like(i, dtype=torch.float32) + 1,
     "where with a number": lambda x, i: torch.where(x > 0, x, 0.0),
     "where with an int": lambda x, i: torch.where(x > 0, i, 0),
+    # refused: "Binary operators must have the same datatype" (torch promotes: float32, float16)
+    "where of a float and an int": lambda x, i: torch.where(x > 0, x, i) + torch.where(i > 0, i.int(), x.half()),
     "prod over a dim": lambda x, i: (i + 5).prod(-1),
     "diff, n=2, prepend and append": lambda x, i: torch.diff(x, n=2, dim=-1, prepend=x[..., :1] - 1, append=x),
     "diff of bools": lambda x, i: torch.diff(x > 0),
@@ -96,6 +107,39 @@ CASES = {
     # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
     "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
     "histc of floats": lambda x, i: torch.histc(x * 2, bins=3, min=-1.5, max=1),
+    # no converter ("Unsupported function types"); fmax/fmin take the number where the other is NaN
+    "atan2 of floats and ints": lambda x, i: torch.atan2(x, x.flip(0)) + torch.atan2(i, i.flip(-1)),
+    "exp2 of floats and ints": lambda x, i: torch.exp2(x) + torch.exp2(i),
+    "fmax, fmin ignore a NaN": lambda x, i: torch.stack(
+        [torch.fmax(_nans(x, i), x.flip(0)), torch.fmin(x, _nans(x, i))]
+    ),
+    # running extrema: a NaN from the first NaN on (its index the latest NaN's), ties the later index
+    "cummax after a NaN, and indices": lambda x, i: torch.cat([t.float() for t in torch.cummax(_nans(x, i), -1)]),
+    "cummin of ints with ties, over dim 0": lambda x, i: torch.cummin(i, -1).values * 10 + torch.cummin(i, 0).indices,
+    # windows [floor(k n / out), ceil((k + 1) n / out)); a window's first maximum, or its last NaN
+    "adaptive_max_pool2d with a NaN, and indices": lambda x, i: torch.cat(
+        [t.float() for t in F.adaptive_max_pool2d(_nans(x, i)[None, None], (2, 2), True)]
+    ),
+    "adaptive_max_pool1d indices": lambda x, i: F.adaptive_max_pool1d(x, 2, True)[1],
+    "sort(stable=True) of ties": lambda x, i: torch.sort(i, stable=True, dim=-1, descending=True)[1],
+    "msort": lambda x, i: torch.msort(x),
+    "kthvalue": lambda x, i: torch.kthvalue(x, 2, -1).values[:, None] + torch.kthvalue(x, 2, 0, keepdim=True).indices,
+    # no converter without the decomposition (nan_to_num in neither TVM)
+    "nan_to_num": lambda x, i: torch.stack(
+        [torch.nan_to_num(_nans(x, i) / (i - 1)), torch.nan_to_num(_nans(x, i) / (i - 1), 0.5, 9.0, -9.0)]
+    ),
+    "nansum, nanmean (of none: NaN)": lambda x, i: torch.cat(
+        [torch.nansum(_nans(x, i), -1), torch.nanmean(_nans(x, i), -1), torch.nanmean(_nans(x, i)[:1, 1:], -1)]
+    ),
+    # apache-tvm 0.27 simplified x != x (torch's own NaN test) to false
+    "x != x": lambda x, i: _self_unequal(_nans(x, i)).sum(-1),
+    # apache-tvm 0.27 could not build a non-finite fill of a computed tensor ("PrimType is not iterable")
+    "masked_fill with -inf (attention mask)": lambda x, i: x.masked_fill(i > 2, float("-inf")).softmax(-1),
+    "full_like(inf), fill with NaN": lambda x, i: (
+        torch.full_like(x, float("inf")) * x.sign() + x.clone().fill_(float("nan"))[:1]
+    ),
+    # an empty K: torch's decomposition views empty tensors (Relax's reshape reads a 0 as "keep")
+    "einsum over an empty K": lambda x, i: torch.einsum("ik,kj->ij", x[:, :0], x.T[:0]),
 }
 
 

@@ -49,7 +49,15 @@ from .recover import (
     recover_silu,
     sink_reshapes,
 )
-from .torch_frontend import HALF, NAN_EXTREMA, fix_imported, half_ops_in_float32, nan_propagating_extrema
+from .torch_frontend import (
+    HALF,
+    NAN_EXTREMA,
+    NAN_ORDER,
+    fix_imported,
+    half_ops_in_float32,
+    nan_ordered_sorts,
+    nan_propagating_extrema,
+)
 
 relax = tvm.relax
 
@@ -263,6 +271,7 @@ def partition_for_tessera(
     )
     _list_left_to_tvm(out, report, log, rewriter.layout_bindings, functions)
     out, report.fixed[NAN_EXTREMA] = nan_propagating_extrema(out)  # of the ops left to TVM
+    out, report.fixed[NAN_ORDER] = nan_ordered_sorts(out)
     out, report.checked = check_indices(out, gpu=not backend_for(config).kernels_in_host)
     if not relax.analysis.well_formed(out):
         raise TesseraError("partition_for_tessera produced a malformed module (a bug): please report it")

@@ -56,8 +56,15 @@ At the Relax level, in :func:`fix_imported`, which ``partition_for_tessera`` run
   ``floor``, ``round``, ``atan``, ...): computed in float32 and rounded back, as torch does.
 - Maxima and minima left to TVM (``amin``, ``min``, ``maximum``, ``minimum``, ``argmax``, ``argmin``,
   and ``amax`` where Tessera does not take it) dropped a NaN: TVM compares with ``<``, which a NaN
-  never wins. They now give NaN (its index, for ``argmax``) as torch. (``x.max(dim)``, which
-  imports as ``topk``, still does not.)
+  never wins. They now give NaN (its index, for ``argmax``) as torch. So do the clips left to TVM
+  (``clamp``, ``hardtanh``, ``relu``, ``relu6``, ``hardsigmoid``: a 0-d one, which Tessera does not
+  take, gave a bound for a NaN; ``grad / grad.norm().clamp(min=1e-6)`` gave zeros where torch gives NaN).
+- Sorts left to TVM (``sort``, ``argsort``, ``msort``, ``topk``, ``x.max(dim)``, which imports as
+  ``topk``, and ``median``) misplaced a NaN, which torch orders above ``+inf``: ``x.sort(-1)`` of
+  ``[1, nan, -0.0, 2]`` gave ``[-0.0, 1, nan, 2]`` (torch ``[-0.0, 1, 2, nan]``), ``x.max(-1)`` of
+  ``[1, nan, 2]`` gave 2 and its index, ``median`` ignored the NaN. Each sorts a key in which NaN is
+  above ``+inf`` (:func:`nan_ordered_sorts`). A half-precision ``median`` compared bit patterns, or
+  did not build without a dim: it is computed in float32 too.
 """
 
 from __future__ import annotations
@@ -72,7 +79,14 @@ from ..frontend_fixes import corrected_variance
 
 relax = tvm.relax
 
-__all__ = ["FIXES", "fix_imported", "half_ops_in_float32", "nan_propagating_extrema", "patch_torch_frontend"]
+__all__ = [
+    "FIXES",
+    "fix_imported",
+    "half_ops_in_float32",
+    "nan_ordered_sorts",
+    "nan_propagating_extrema",
+    "patch_torch_frontend",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,23 +135,118 @@ def _nan_propagating(call):
         return None
     op, dtype = relax.op, str(info.dtype)
     zero = relax.const(0.0, dtype)
+    if call.op.name in _CLIPS:
+        return op.where(_isnan(x), x, call)
     if call.op.name in ("relax.maximum", "relax.minimum"):
         y = call.args[1]
         if str(y.struct_info.dtype) != dtype:
             return None
-        return op.where(op.isnan(x), op.add(x, y), op.where(op.isnan(y), op.add(x, y), call))
+        return op.where(_isnan(x), op.add(x, y), op.where(_isnan(y), op.add(x, y), call))
     axis, keepdims = call.attrs.axis, bool(call.attrs.keepdims)
     if call.op.name in ("relax.max", "relax.min"):
         # + the sum of the row's NaNs (0 where it has none): NaN where it has one, the extremum else
-        return op.add(call, op.sum(op.where(op.isnan(x), x, zero), axis, keepdims))
+        return op.add(call, op.sum(op.where(_isnan(x), x, zero), axis, keepdims))
     # argmax/argmin: the first NaN's index where the row has one
-    marks = op.astype(op.isnan(x), "int8")
+    marks = op.astype(_isnan(x), "int8")
     has_nan = op.greater(op.max(marks, axis, keepdims), relax.const(0, "int8"))
     first_nan = op.argmax(marks, axis, keepdims)
     return op.where(has_nan, op.astype(first_nan, str(call.struct_info.dtype)), call)
 
 
-_EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin"))
+#: Clips of one tensor: ``clamp``, ``hardtanh``, ``relu6``, ``hardsigmoid``, ``relu`` (and ``elu``,
+#: built on relu) left to TVM, e.g. on a 0-d tensor (``grad / norm.clamp(min=1e-6)``), gave a bound
+#: (or 0) for a NaN: TVM clips with ``<``.
+_CLIPS = frozenset(("relax.clip", "relax.nn.relu", "relax.nn.relu6"))
+_EXTREMA = frozenset(f"relax.{n}" for n in ("max", "min", "maximum", "minimum", "argmax", "argmin")) | _CLIPS
+
+
+def _isnan(x):
+    """``isnan(x)``, a half-precision ``x`` tested in float32: TVM has no bfloat16 isnan ("Data type
+    bfloat16 not supported for isnan op": ``torch.maximum`` of bfloat16 tensors did not build)."""
+    return relax.op.isnan(relax.op.astype(x, "float32") if str(x.struct_info.dtype) in _HALVES else x)
+
+
+def nan_ordered_sorts(mod) -> tuple[Any, int]:
+    """``mod`` with the sorts left to TVM putting a NaN where torch does; and how many. Torch orders
+    NaN above every number (``+inf`` included): ``sort`` puts it last (first when descending),
+    ``topk`` and ``x.max(dim)`` (imported as ``topk``) pick it first, ``median`` is NaN where the row
+    holds one. TVM sorts with ``<``, which a NaN never wins: it stayed where it was and the numbers
+    around it came out of order (``x.max(dim)`` of ``[1, nan, 2]`` gave 2). Each sort now sorts a
+    key in which NaN is above ``+inf`` (:func:`_nan_last_order`) and gathers ``x`` by it; a
+    ``median`` gives the first NaN and its index. ``partition_for_tessera`` runs it on what it leaves
+    to TVM (Tessera has no sort kernel)."""
+    out, counts = _rewrite_calls(mod, ((NAN_ORDER, _nan_ordered),), {NAN_ORDER: 0})
+    return out, counts[NAN_ORDER]
+
+
+def _nan_ordered(call):
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _SORTS or not call.args:
+        return None
+    x = call.args[0]
+    info = x.struct_info
+    if not (isinstance(info, relax.TensorStructInfo) and str(info.dtype) in _SORTED_FLOATS):
+        return None
+    op, attrs = relax.op, call.attrs
+    if call.op.name == "relax.median":
+        return _nan_median(call, x)
+    axis = int(attrs.axis)
+    if call.op.name == "relax.argsort":
+        return _nan_last_order(x, axis, bool(attrs.descending), str(attrs.dtype))
+    if call.op.name == "relax.sort":
+        return op.gather_elements(x, _nan_last_order(x, axis, bool(attrs.descending), "int64"), axis)
+    k, largest, dtype = int(attrs.k), bool(attrs.largest), str(attrs.dtype)
+    size = info.shape.values[axis % info.ndim] if isinstance(info.shape, relax.ShapeExpr) else None
+    if k < 1 and size is None:
+        return None  # every element of an axis of unknown size: left as imported
+    k = k if k >= 1 else int(size)
+    indices = _nan_last_order(x, axis, largest, dtype, first=k)
+    values = op.gather_elements(x, indices, axis)
+    return {"indices": indices, "values": values}.get(str(attrs.ret_type), relax.Tuple([values, indices]))
+
+
+#: The sorts TVM computes with ``<``, and the dtypes :func:`_nan_last_order` orders.
+_SORTS = frozenset(f"relax.{n}" for n in ("sort", "argsort", "topk", "median"))
+_SORTED_FLOATS = ("float16", "bfloat16", "float32", "float64")
+#: In float64, above every float32 number (float32's largest is 2**128): +inf becomes the first,
+#: NaN the second, so that NaN sorts above +inf. Finite, as TVM's C code would print an inf literal.
+_ABOVE_FLOAT32, _INF_KEY, _NAN_KEY = 2.0**200, 2.0**1000, 2.0**1020
+
+
+def _nan_last_order(x, axis: int, descending: bool, dtype: str, first: int | None = None):
+    """The positions that sort ``x`` along ``axis`` as torch does (NaN above +inf, ties in their
+    order: TVM's sort is stable), as ``dtype``; only the ``first`` ones where given (``topk``).
+    Below float64, one sort of a float64 key; a float64 ``x`` has no wider type, so it is sorted
+    twice: by its numbers (NaN as 0), then stably by whether it is NaN."""
+    op = relax.op
+    if str(x.struct_info.dtype) != "float64":
+        wide = op.astype(x, "float64")
+        big = op.where(op.greater(wide, relax.const(_ABOVE_FLOAT32, "float64")), relax.const(_INF_KEY, "float64"), wide)
+        key = op.where(op.isnan(wide), relax.const(_NAN_KEY, "float64"), big)
+        if first is not None:
+            return op.topk(key, first, axis, "indices", descending, dtype)
+        return op.argsort(key, axis, descending, dtype)
+    nan = op.isnan(x)
+    by_number = op.argsort(op.where(nan, relax.const(0.0, "float64"), x), axis, descending, dtype)
+    marks = op.gather_elements(op.astype(nan, "int32"), by_number, axis)
+    order = op.gather_elements(by_number, op.argsort(marks, axis, descending, "int64"), axis)
+    if first is None:
+        return order
+    return op.strided_slice(order, axes=[axis], begin=[0], end=[first])
+
+
+def _nan_median(call, x):
+    """``R.median`` as torch's: NaN, and the first NaN's index, where the reduced elements hold one."""
+    op, attrs = relax.op, call.attrs
+    axis, keepdims = attrs.axis, bool(attrs.keepdims)
+    zero = relax.const(0.0, str(x.struct_info.dtype))
+    nans = op.sum(op.where(op.isnan(x), x, zero), axis, keepdims)  # NaN where there is one, 0 else
+    if not isinstance(call.struct_info, relax.TupleStructInfo):
+        return op.add(call, nans)
+    marks = op.astype(op.isnan(x), "int8")
+    has_nan = op.greater(op.max(marks, axis, keepdims), relax.const(0, "int8"))
+    index = relax.TupleGetItem(call, 1)
+    first_nan = op.astype(op.argmax(marks, int(axis[0]) if axis else None, keepdims), str(index.struct_info.dtype))
+    return relax.Tuple([op.add(relax.TupleGetItem(call, 0), nans), op.where(has_nan, first_nan, index)])
 
 
 def _rewrite_calls(mod, rewrites, counts: dict[str, int]) -> tuple[Any, dict[str, int]]:
@@ -174,7 +283,8 @@ EMPTY = "empty tensor in a concat"
 EMPTY_REDUCTION = "reduction over an empty axis"
 HALF = "half-precision op computed in float32"
 NAN_EXTREMA = "max or min that dropped a NaN"
-FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION, HALF, NAN_EXTREMA)
+NAN_ORDER = "sort that misplaced a NaN"
+FIXES = (TAKE, NOT, EMPTY, EMPTY_REDUCTION, HALF, NAN_EXTREMA, NAN_ORDER)
 
 
 def _is_op(call, name: str) -> bool:
@@ -251,7 +361,7 @@ def _empty_reduction(call):
 #: float16 ``floor``, ``round``, ``atan``, ``sinh``, ``fmod``, ``remainder``, ``//`` did not build ("Unresolved call").
 _HALF_IN_FLOAT32 = frozenset(
     f"relax.{name}"
-    for name in "mod floor_mod floor_divide power argsort sort topk argmax argmin floor ceil round trunc atan asin acos sinh cosh asinh acosh atanh".split()
+    for name in "mod floor_mod floor_divide power argsort sort topk median argmax argmin isnan isinf isfinite floor ceil round trunc atan atan2 asin acos sinh cosh asinh acosh atanh".split()
 )
 
 

@@ -230,3 +230,20 @@ def test_transformers_grouped_experts_match_torch(decompose):
     built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
     (got,) = built.run("main", x.numpy(), weight.numpy(), offs.numpy(), stored.numpy())
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+class RunningMax(nn.Module):
+    def forward(self, x):
+        return torch.cummax(x, -1).values
+
+
+def test_a_running_maximum_over_a_dim_of_symbolic_size_is_refused_by_name_and_line():
+    # The log-step scan needs the dim's size at import; the error says which op, where, and the fix.
+    from tessera_tvm import TesseraError
+
+    exported = torch.export.export(RunningMax(), (torch.randn(2, 5),), dynamic_shapes=({1: torch.export.Dim("n")},))
+    with pytest.raises(TesseraError) as info:
+        from_exported_program(exported, keep_params_as_input=False)
+    message = str(info.value)
+    assert "aten.cummax.default" in message and "test_frontend_fixes.py" in message
+    assert "symbolic size" in message and "static size" in message

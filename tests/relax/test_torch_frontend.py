@@ -321,12 +321,18 @@ class Extrema(nn.Module):
 
     def forward(self, x):
         indices = torch.stack([x.argmax(-1), x.argmin(0)[:3]])
-        return torch.stack([x.amin(-1), x.min(-1).values]), indices, torch.maximum(x, x.flip(0)), x.min()
+        total = x.sum()  # NaN: clips of a 0-d tensor are left to TVM (a gradient norm's clamp)
+        clips = torch.stack(
+            [total.clamp(min=1e-6), total.clamp(-1, 1), F.relu(total), F.relu6(total), F.hardtanh(total)]
+        )
+        half = torch.maximum(x.bfloat16(), x.flip(0).bfloat16()).float()  # did not build: no bfloat16 isnan
+        return torch.stack([x.amin(-1), x.min(-1).values]), indices, torch.maximum(x, x.flip(0)), x.min(), clips, half
 
 
 def test_maxima_and_minima_left_to_tvm_keep_a_nan_as_torch():
     # TVM compares with `<`, which a NaN never wins: amin gave the row's least number, argmax the
-    # index of its largest (torch: the NaN and its index), maximum dropped the NaN.
+    # index of its largest (torch: the NaN and its index), maximum dropped the NaN, and a clamp or
+    # relu of a NaN gave its bound (x.sum().clamp(min=1e-6) was inf).
     x = torch.tensor([[1.0, float("nan"), 2.0], [3.0, -1.0, 5.0], [float("nan"), float("-inf"), 0.0]])
     with torch.no_grad():
         expected = [t.numpy() for t in Extrema()(x)]
@@ -334,6 +340,55 @@ def test_maxima_and_minima_left_to_tvm_keep_a_nan_as_torch():
     for g, e in zip(built.run("main", x.numpy()), expected, strict=True):
         np.testing.assert_array_equal(g, e)  # NaN where torch has NaN
     assert built.report.fixed["max or min that dropped a NaN"] >= 5, built.report
+
+
+class Sorts(nn.Module):
+    """The sorts TVM computes (Tessera has no sort kernel), each on float32, float64 and bfloat16."""
+
+    def forward(self, x, d, b):
+        outs = []
+        for t in (x, d, b):
+            values, indices = t.sort(-1)
+            down, down_indices = t.sort(0, descending=True)
+            top, top_indices = t.topk(2, -1)
+            low, low_indices = t.topk(2, 0, largest=False)
+            largest, largest_index = t.max(-1)  # imported as topk(k=1)
+            middle, middle_index = t.median(-1)
+            order = t.argsort(-1, descending=True)
+            outs += [values, down, top, low, largest, middle, t.median()[None]]
+            outs += [indices, down_indices, top_indices, low_indices, largest_index, middle_index, order]
+        middle, middle_index = x.nanmedian(-1)  # no converter: the numbers' median, its sort NaN last
+        outs += [middle, x[:, 1:2].nanmedian(), middle_index]
+        return tuple(o.float() if o.is_floating_point() else o for o in outs)
+
+
+def test_sorts_left_to_tvm_put_a_nan_where_torch_does():
+    # TVM sorts with `<`, which a NaN never wins: sort left a NaN where it was and the numbers around
+    # it out of order, topk and x.max(dim) skipped it ([1, nan, 2].max(-1) gave 2), median ignored it.
+    # Torch orders NaN above +inf: last ascending, first descending and largest, median NaN.
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor(
+        [[1.0, nan, -0.0, 2.0, nan, -inf], [3.0, 0.0, inf, -1.0, 3.0, nan], [0.5, 0.25, -2.0, 1.0, 4.0, 0.0]]
+    )
+    args = (x, x.double(), x.bfloat16())
+    with torch.no_grad():
+        expected = [t.numpy() for t in Sorts()(*args)]
+    built = build(_import(Sorts(), *args), "cpu")
+    got = built.run("main", x.numpy(), x.double().numpy(), x.float().numpy().astype(ml_dtypes.bfloat16))
+    *got, nan_median, all_nan, nan_median_index = got
+    np.testing.assert_array_equal(nan_median, expected[-3])  # -0.0, 3.0, 0.25
+    np.testing.assert_array_equal(all_nan, expected[-2])  # NaN: no number
+    np.testing.assert_array_equal(np.take_along_axis(x.numpy(), nan_median_index[:, None], 1)[:, 0], nan_median)
+    for t, (g, e) in enumerate(zip(got, expected[:-3], strict=True)):
+        source = args[t // 14].float().numpy()
+        if t % 14 < 7:
+            np.testing.assert_array_equal(g, e)  # values: NaN where torch has NaN
+        elif t % 14 in (11, 12):
+            np.testing.assert_array_equal(g, e)  # max and median: the first NaN's index, as torch
+        else:  # torch leaves the order of equal values open (the NaNs, the two 3.0s): each picks its value
+            axis = 0 if t % 14 in (8, 10) else -1
+            np.testing.assert_array_equal(np.take_along_axis(source, g, axis), np.take_along_axis(source, e, axis))
+    assert built.report.fixed["sort that misplaced a NaN"] == 26, built.report
 
 
 def test_the_report_says_nothing_was_fixed_when_nothing_was():
@@ -347,6 +402,7 @@ def test_the_report_says_nothing_was_fixed_when_nothing_was():
         "reduction over an empty axis": 0,
         "half-precision op computed in float32": 0,
         "max or min that dropped a NaN": 0,
+        "sort that misplaced a NaN": 0,
     }
     assert "put right" not in str(report)
 
