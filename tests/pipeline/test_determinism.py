@@ -48,7 +48,8 @@ def test_same_process_and_fresh_processes_agree(monkeypatch):
     monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     first = fingerprints(CONFIGS)
     assert fingerprints(CONFIGS) == first
-    one, two = _fresh_process(), _fresh_process()
+    # The fresh process hashes strings with another seed (PYTHONHASHSEED=random; unset here), so
+    # set-order or hash-order output shows. A second one (a third seed) cost ~4 s and found nothing.
+    fresh = _fresh_process()
     for name in CONFIGS:
-        assert one[name] == first[name], f"{name}: a fresh process produced different output"
-        assert two[name] == first[name], f"{name}: a second fresh process produced different output"
+        assert fresh[name] == first[name], f"{name}: a fresh process produced different output"
