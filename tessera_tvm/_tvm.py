@@ -8,8 +8,11 @@ Every other module of tessera_tvm gets ``tvm`` and ``tilelang`` from here.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
+import tempfile
 
 
 def _check_foreign_tvm() -> None:
@@ -336,17 +339,58 @@ def has_leaking_intermediate_variables(context) -> bool:
     return relax_check(context)
 
 
-def tilelang_target(target: dict, host=None):
-    """The TVM ``Target`` for the dict ``target`` as ``tilelang.lower`` normalises it. For ROCm that
-    adds the wavefront size (``thread_warp_size`` 64 on gfx9, 32 on RDNA) and the mtriple: without
-    it ``tl.LowerThreadAllreduce`` assumes a warp of one thread and never reduces within a wavefront.
-    Other kinds are built as given."""
-    target = dict(target)
-    if target.get("kind") == "hip":
-        from tilelang.backend.target import determine_target
+def tilelang_target(target: dict, host: str | None = None):
+    """The TVM ``Target`` for the dict ``target`` (with the host target ``host``, e.g. ``"c"``) as
+    ``tilelang.lower`` normalises it. For ROCm that adds the wavefront size (``thread_warp_size`` 64
+    on gfx9, 32 on RDNA) and the mtriple: without it ``tl.LowerThreadAllreduce`` assumes a warp of
+    one thread and never reduces within a wavefront. Other kinds are built as given.
 
-        target = dict(determine_target(target, return_object=True).export())
-    return tvm.target.Target(target, host=host) if host is not None else tvm.target.Target(target)
+    Targets are immutable: one is built per (target, host) and process. Building a ROCm target
+    without a ROCm runtime makes TVM print "Unable to detect ROCm version, assuming >= 3.5" on
+    stderr, which said nothing to a user (the demo printed it 215 times): it is held back."""
+    import json
+
+    return _target(json.dumps(target, sort_keys=True), host)
+
+
+@functools.lru_cache(maxsize=64)
+def _target(target_json: str, host: str | None):
+    import json
+
+    target = json.loads(target_json)
+    with _without_rocm_version_warning(target.get("kind") == "hip"):
+        if target.get("kind") == "hip":
+            from tilelang.backend.target import determine_target
+
+            target = dict(determine_target(target, return_object=True).export())
+        return (
+            tvm.target.Target(target, host=tvm.target.Target(host)) if host is not None else tvm.target.Target(target)
+        )
+
+
+_ROCM_VERSION_WARNING = b"Unable to detect ROCm version, assuming >= 3.5"
+
+
+@contextlib.contextmanager
+def _without_rocm_version_warning(active: bool):
+    """While active, what TVM's C++ code writes to stderr (file descriptor 2) is caught and written
+    back without the lines of the ROCm version warning."""
+    if not active:
+        yield
+        return
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().splitlines(keepends=True) if _ROCM_VERSION_WARNING not in line]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def tvm_ffi_paths() -> tuple[str, str, str]:

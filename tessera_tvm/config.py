@@ -204,9 +204,9 @@ class TargetConfig:
     def tvm_target(self):
         """The TVM ``Target`` this config names, with a C host (this TVM has no LLVM backend), as
         TileLang normalises it (a ROCm target gets its wavefront size)."""
-        from ._tvm import tilelang_target, tvm
+        from ._tvm import tilelang_target
 
-        return tilelang_target(self.target_dict, host=tvm.target.Target("c"))
+        return tilelang_target(self.target_dict, host="c")
 
 
 def _freeze(value: Any) -> Any:
