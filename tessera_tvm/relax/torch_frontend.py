@@ -126,14 +126,22 @@ def nan_propagating_extrema(mod) -> tuple[Any, int]:
     return out, counts[NAN_EXTREMA]
 
 
+def _float_operand(call, ops: frozenset, dtypes: tuple[str, ...]):
+    """``call``'s first argument where ``call`` is one of ``ops`` on a tensor whose dtype starts
+    with one of ``dtypes``; else None."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in ops or not call.args:
+        return None
+    info = call.args[0].struct_info
+    if not (isinstance(info, relax.TensorStructInfo) and str(info.dtype).startswith(dtypes)):
+        return None
+    return call.args[0]
+
+
 def _nan_propagating(call):
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _EXTREMA or not call.args:
+    x = _float_operand(call, _EXTREMA, ("float", "bfloat"))
+    if x is None:
         return None
-    x = call.args[0]
-    info = x.struct_info
-    if not (isinstance(info, relax.TensorStructInfo) and str(info.dtype).startswith(("float", "bfloat"))):
-        return None
-    op, dtype = relax.op, str(info.dtype)
+    op, dtype = relax.op, str(x.struct_info.dtype)
     zero = relax.const(0.0, dtype)
     if call.op.name in _CLIPS:
         return op.where(_isnan(x), x, call)
@@ -180,13 +188,10 @@ def nan_ordered_sorts(mod) -> tuple[Any, int]:
 
 
 def _nan_ordered(call):
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _SORTS or not call.args:
+    x = _float_operand(call, _SORTS, _SORTED_FLOATS)
+    if x is None:
         return None
-    x = call.args[0]
-    info = x.struct_info
-    if not (isinstance(info, relax.TensorStructInfo) and str(info.dtype) in _SORTED_FLOATS):
-        return None
-    op, attrs = relax.op, call.attrs
+    info, op, attrs = x.struct_info, relax.op, call.attrs
     if call.op.name == "relax.median":
         return _nan_median(call, x)
     axis = int(attrs.axis)
