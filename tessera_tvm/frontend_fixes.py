@@ -88,6 +88,7 @@ def patch_exported_program_importer(tvm) -> bool:
     def create_convert_map(self):
         from .frontend_experts import _grouped_mm, _histc
         from .frontend_masks import _index, _index_put, _size_checked
+        from .frontend_models import install_model_converters
 
         table = original(self)
         table["batch_norm.default"] = lambda node: _batch_norm(self, node, relax)
@@ -146,6 +147,7 @@ def patch_exported_program_importer(tvm) -> bool:
         attention = table.get("scaled_dot_product_attention.default")
         if attention is not None:
             table["scaled_dot_product_attention.default"] = lambda node: _attention(self, node, attention, relax)
+        install_model_converters(self, table, relax)
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -155,6 +157,9 @@ def patch_exported_program_importer(tvm) -> bool:
         return plain_import(self, _without_mutations(exported_program), *args, **kwargs)
 
     ExportedProgramImporter.from_exported_program = from_exported_program
+    from .frontend_errors import install_import_errors
+
+    install_import_errors(ExportedProgramImporter)  # a failure names the op and the user's line
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
 

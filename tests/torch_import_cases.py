@@ -96,6 +96,14 @@ CASES = {
     # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
     "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
     "histc of floats": lambda x, i: torch.histc(x * 2, bins=3, min=-1.5, max=1),
+    # MPT's nn.LayerNorm(bias=False): not decomposed, "KeyError: None"
+    "layer_norm with no bias": lambda x, i: F.layer_norm(x, (3,), x[0] + 1, None, 1e-3),
+    "layer_norm with no weight nor bias": lambda x, i: F.layer_norm(x * 2, (2, 3), None, None, 1e-2),
+    # Wav2Vec2's positional convolution (parametrizations.weight_norm): no converter, not decomposed
+    "_weight_norm over dim 1": lambda x, i: torch._weight_norm(x + 3, x[:1] * 2, 1),
+    "_weight_norm over dim 0, and all": lambda x, i: (
+        torch._weight_norm(x, x[:, :1], 0) + torch._weight_norm(x, x[0, 0], -1)
+    ),
 }
 
 
