@@ -5,7 +5,9 @@ torch importer gets wrong (installed by :mod:`tessera_tvm.frontend_fixes`, in bo
   stopped the import without decomposition with ``KeyError: None``: the converter looked every
   argument present up as a graph value.
 - ``torch._weight_norm`` (``nn.utils.parametrizations.weight_norm``: Wav2Vec2's and HuBERT's
-  positional convolution) had no converter without decomposition."""
+  positional convolution) had no converter without decomposition.
+- ``nn.Conv2d(padding="valid")`` and ``padding="same"`` (``aten.conv2d.padding``, SigLIP's patch
+  embedding; conv1d and conv3d alike) had no converter without decomposition."""
 
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def install_model_converters(importer, table: dict, relax) -> None:
             importer, node, plain, relax
         )
     table.setdefault("_weight_norm.default", lambda node: _weight_norm(importer, node, relax))
+    for spatial in (1, 2, 3):
+        table.setdefault(f"conv{spatial}d.padding", lambda node, n=spatial: _conv_padded_by_name(importer, node, n))
 
 
 def _weight_norm(importer, node, relax):
@@ -60,3 +64,30 @@ def _weight_norm(importer, node, relax):
     axes = list(range(rank)) if dim == -1 else [a for a in range(rank) if a != dim % rank]
     norm = emit(op.sqrt(emit(op.sum(emit(op.multiply(v, v)), axis=axes, keepdims=True))))
     return emit(op.multiply(v, emit(op.divide(g, norm))))
+
+
+def _conv_padded_by_name(importer, node, spatial: int):
+    """``conv{1,2,3}d(x, w, bias, stride, padding="valid" | "same", dilation, groups)``: the padding
+    written out (torch's "same" puts the odd one of an axis's ``dilation * (k - 1)`` at its end), then
+    the importer's own convolution."""
+    x, weight = importer.env[node.args[0]], importer.env[node.args[1]]
+    bias = _arg(node, 2, "bias", None)
+    bias = importer.env[bias] if bias is not None else None
+
+    def per_axis(value, default):
+        value = default if value is None else value
+        return [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)] * spatial
+
+    stride = per_axis(_arg(node, 3, "stride", 1), 1)
+    mode = _arg(node, 4, "padding", "valid")
+    dilation = per_axis(_arg(node, 5, "dilation", 1), 1)
+    groups = int(_arg(node, 6, "groups", 1))
+    kernel = [int(k) for k in _type(weight).shape.values[2:]]
+    if mode == "valid":
+        before = after = [0] * spatial
+    else:  # "same" (torch allows it at stride 1 only)
+        totals = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+        before = [t // 2 for t in totals]
+        after = [t - b for t, b in zip(totals, before, strict=True)]
+    impl = {1: importer._conv1d_impl, 2: importer._conv2d_impl, 3: importer._conv3d_impl}[spatial]
+    return impl(x, weight, bias=bias, strides=stride, padding=before + after, dilation=dilation, groups=groups)

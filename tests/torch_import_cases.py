@@ -100,6 +100,12 @@ CASES = {
     "layer_norm with no bias": lambda x, i: F.layer_norm(x, (3,), x[0] + 1, None, 1e-3),
     "layer_norm with no weight nor bias": lambda x, i: F.layer_norm(x * 2, (2, 3), None, None, 1e-2),
     # Wav2Vec2's positional convolution (parametrizations.weight_norm): no converter, not decomposed
+    # SigLIP's patch embedding, nn.Conv2d(padding="valid"): no converter, not decomposed
+    "conv2d(padding='valid'), 'same' with an even kernel": lambda x, i: (
+        F.conv2d(x[None, None], x[None, None, :, :2], padding="valid")
+        + F.conv2d(x[None, None], x[None, None, :, :2], x[0, :1], padding="same", dilation=(1, 2))[..., :2]
+    ),
+    "conv1d(padding='same')": lambda x, i: F.conv1d(x[None], x[None, :, :2].repeat(2, 1, 1), padding="same"),
     "_weight_norm over dim 1": lambda x, i: torch._weight_norm(x + 3, x[:1] * 2, 1),
     "_weight_norm over dim 0, and all": lambda x, i: (
         torch._weight_norm(x, x[:, :1], 0) + torch._weight_norm(x, x[0, 0], -1)
