@@ -4,6 +4,8 @@ tests/upstream/apache_tvm (apache-tvm 0.27). No TVM here: the upstream venv impo
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -96,6 +98,12 @@ CASES = {
     # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
     "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
     "histc of floats": lambda x, i: torch.histc(x * 2, bins=3, min=-1.5, max=1),
+    # T5's relative-position buckets: TVM's C code printed log(16) as 2.772589e+00f, and the
+    # division's 1.9999999 truncated to 1 at distances 16 and 32 (a Tessera kernel; a 0-d one, TVM's)
+    "T5's log-spaced buckets": lambda x, i: (
+        torch.log((x[:1, :1] * 0 + torch.arange(1, 65)) / 8) / math.log(128 / 8) * 8
+    ).long(),
+    "T5's bucket of a 0-d distance": lambda x, i: (torch.log(x[0, 0] * 0 + 4.0) / math.log(16) * 8).long(),
     # MPT's nn.LayerNorm(bias=False): not decomposed, "KeyError: None"
     "layer_norm with no bias": lambda x, i: F.layer_norm(x, (3,), x[0] + 1, None, 1e-3),
     "layer_norm with no weight nor bias": lambda x, i: F.layer_norm(x * 2, (2, 3), None, None, 1e-2),

@@ -7,6 +7,8 @@ called here without compiling so that source generation never needs a toolchain.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera_tvm._tvm import tvm
 
 from .backend import backend_for
@@ -18,6 +20,43 @@ def device_source(device_mod, config, target=None) -> str:
     generate = tvm.ffi.get_global_func(backend_for(config).source_generator)
     with target:
         return generate(device_mod, target).inspect_source()
+
+
+def exact_float_constants(mod, host_kind: str | None = None):
+    """``mod`` (its functions of target kind ``host_kind``, or all) with each float32 constant that
+    TVM's C code generator would print inexactly written as the sum of two that it prints exactly
+    (which the C compiler folds back into the constant).
+
+    The C code generator prints a float32 with 7 significant digits (``2.772589e+00f``), where 9 are
+    needed: ``log(16)`` came out one unit in the last place low, and T5's relative-position buckets,
+    ``(log(d / 8) / log(16) * 8).long()``, fell one bucket short at distances 16 and 32 (a T5
+    encoder at 64 tokens off by 2%, with no error). ``a`` is the printed value, ``b`` the rest."""
+    tirx = tvm.tirx
+
+    def printed(value: float) -> np.float32:
+        return np.float32(f"{value:e}")
+
+    def split(expr):
+        if not (isinstance(expr, tirx.FloatImm) and str(expr.dtype) == "float32" and np.isfinite(expr.value)):
+            return None
+        value = np.float32(expr.value)
+        a = printed(float(value))
+        if a == value:
+            return None
+        b = printed(float(value) - float(a))  # exact in float64: a is within an ulp or so of value
+        if np.float32(a + b) != value:  # (np.float32 + np.float32 rounds as the C float addition)
+            return None
+        return tirx.Add(tirx.FloatImm("float32", float(a)), tirx.FloatImm("float32", float(b)))  # not folded
+
+    out = {}
+    for gv, func in mod.functions.items():
+        target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs else None
+        if isinstance(func, tirx.PrimFunc) and (
+            host_kind is None or (target is not None and target.kind.name == host_kind)
+        ):
+            func = func.with_body(tirx.stmt_functor.ir_transform(func.body, None, split, ["ir.FloatImm"]))
+        out[gv] = func
+    return tvm.IRModule(out, attrs=mod.attrs)
 
 
 def kernel_name(gv, func) -> str:
