@@ -104,6 +104,9 @@ CASES = {
         torch.log((x[:1, :1] * 0 + torch.arange(1, 65)) / 8) / math.log(128 / 8) * 8
     ).long(),
     "T5's bucket of a 0-d distance": lambda x, i: (torch.log(x[0, 0] * 0 + 4.0) / math.log(16) * 8).long(),
+    "the buckets in float64": lambda x, i: (
+        torch.log((x[:1, :1] * 0 + torch.arange(1, 65)).double() / 8) / math.log(16) * 8
+    ).long(),
     # MPT's nn.LayerNorm(bias=False): not decomposed, "KeyError: None"
     "layer_norm with no bias": lambda x, i: F.layer_norm(x, (3,), x[0] + 1, None, 1e-3),
     "layer_norm with no weight nor bias": lambda x, i: F.layer_norm(x * 2, (2, 3), None, None, 1e-2),

@@ -23,30 +23,33 @@ def device_source(device_mod, config, target=None) -> str:
 
 
 def exact_float_constants(mod, host_kind: str | None = None):
-    """``mod`` (its functions of target kind ``host_kind``, or all) with each float32 constant that
-    TVM's C code generator would print inexactly written as the sum of two that it prints exactly
-    (which the C compiler folds back into the constant).
+    """``mod`` (its functions of target kind ``host_kind``, or all) with each float32 or float64
+    constant that TVM's C code generator would print inexactly written as a sum of ones that it prints
+    exactly (which the C compiler folds back into the constant).
 
-    The C code generator prints a float32 with 7 significant digits (``2.772589e+00f``), where 9 are
-    needed: ``log(16)`` came out one unit in the last place low, and T5's relative-position buckets,
-    ``(log(d / 8) / log(16) * 8).long()``, fell one bucket short at distances 16 and 32 (a T5
-    encoder at 64 tokens off by 2%, with no error). ``a`` is the printed value, ``b`` the rest."""
+    The C code generator prints a float with 7 significant digits (``2.772589e+00f``), where a float32
+    needs 9 and a float64 17: ``log(16)`` came out one unit in the last place low, and T5's
+    relative-position buckets, ``(log(d / 8) / log(16) * 8).long()``, fell one bucket short at
+    distances 16 and 32 (a T5 encoder at 64 tokens off by 2%, with no error). The first term is the
+    printed value, each next one what is left (two terms for a float32, three for a float64)."""
     tirx = tvm.tirx
-
-    def printed(value: float) -> np.float32:
-        return np.float32(f"{value:e}")
+    kinds = {"float32": np.float32, "float64": np.float64}
 
     def split(expr):
-        if not (isinstance(expr, tirx.FloatImm) and str(expr.dtype) == "float32" and np.isfinite(expr.value)):
+        if not (isinstance(expr, tirx.FloatImm) and str(expr.dtype) in kinds and np.isfinite(expr.value)):
             return None
-        value = np.float32(expr.value)
-        a = printed(float(value))
-        if a == value:
+        kind = kinds[str(expr.dtype)]
+        value, parts, total = kind(expr.value), [], None
+        while total != value and len(parts) < 3:
+            part = kind(f"{float(value) - sum(float(p) for p in parts):e}")  # what the printer keeps of the rest
+            parts.append(part)
+            total = part if total is None else kind(total + part)  # the C addition, left to right
+        if len(parts) == 1 or total != value:
             return None
-        b = printed(float(value) - float(a))  # exact in float64: a is within an ulp or so of value
-        if np.float32(a + b) != value:  # (np.float32 + np.float32 rounds as the C float addition)
-            return None
-        return tirx.Add(tirx.FloatImm("float32", float(a)), tirx.FloatImm("float32", float(b)))  # not folded
+        out = tirx.FloatImm(str(expr.dtype), float(parts[0]))
+        for part in parts[1:]:
+            out = tirx.Add(out, tirx.FloatImm(str(expr.dtype), float(part)))  # the node: `+` would fold it
+        return out
 
     out = {}
     for gv, func in mod.functions.items():
