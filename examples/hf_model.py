@@ -3,7 +3,7 @@ nothing downloaded), exported with torch.export, imported with TVM's own torch f
 to Tessera kernels, built, run and compared with torch.
 
     python examples/hf_model.py                  # a small LLaMA (GQA, rotary), both import routes
-    python examples/hf_model.py bert gpt2 qwen2 vit  # others
+    python examples/hf_model.py bert gpt2 qwen2 vit  # others (make_model lists them)
     TESSERA_NUM_THREADS=2 python examples/hf_model.py
 
 Needs ``transformers`` (in the test extras: ``pip install -e .[test]``). Threads: Tessera's CPU
@@ -34,9 +34,10 @@ def make_model(
     image_size: int = 32,
     patch_size: int = 8,
 ):
-    """A ``name`` (llama, qwen2, mixtral, bert, gpt2, vit) of the given sizes with random weights, in eval mode,
-    its first output a plain tensor (ViT takes images of ``image_size`` cut into ``patch_size``
-    patches: ``vit_inputs``). LLaMA and Qwen2 get half as many KV heads (grouped-query attention);
+    """A ``name`` (llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, or one of :data:`CAUSAL_LMS`) of
+    the given sizes with random weights, in eval mode, its first output a plain tensor (ViT and DeiT take images of
+    ``image_size`` cut into ``patch_size`` patches: ``vit_inputs``). The decoders with grouped-query
+    attention (LLaMA, Qwen2, Mixtral, Mistral, Gemma, Qwen3, StableLM) get half as many KV heads;
     the feed-forward width is ``ffn`` (default twice ``hidden``; GPT-2's is its own 4x). Decoders get
     ``use_cache=False``: the KV cache is for generation, and torch.export wants plain tensors out."""
     import transformers as hf
@@ -58,19 +59,38 @@ def make_model(
     elif name == "mixtral":  # 8 experts, 2 per token, transformers' default (grouped) experts
         config = hf.MixtralConfig(**common, **decoder, num_local_experts=8, num_experts_per_tok=2)
         model = hf.MixtralForCausalLM(config)
-    elif name == "bert":
-        model = hf.BertModel(hf.BertConfig(**common))
-    elif name == "vit":  # images: the patch embedding is a strided convolution
-        config = hf.ViTConfig(**common, image_size=image_size, patch_size=patch_size)
-        return FirstOutput(hf.ViTModel(config, add_pooling_layer=False), "pixel_values").eval()
+    elif name in CAUSAL_LMS:  # configs with LLaMA's keys
+        model_class = getattr(hf, CAUSAL_LMS[name])
+        model = model_class(model_class.config_class(**common, **decoder, head_dim=hidden // heads))
+    elif name in ("bert", "roberta"):  # RoBERTa: BERT with its own position ids
+        model_class = hf.BertModel if name == "bert" else hf.RobertaModel
+        model = model_class(model_class.config_class(**common))
+    elif name in ("vit", "deit"):  # images: the patch embedding is a strided convolution
+        model_class = hf.ViTModel if name == "vit" else hf.DeiTModel  # DeiT adds a distillation token
+        config = model_class.config_class(**common, image_size=image_size, patch_size=patch_size)
+        return FirstOutput(model_class(config, add_pooling_layer=False), "pixel_values").eval()
     elif name == "gpt2":
         config = hf.GPT2Config(
             n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=positions, use_cache=False
         )
         model = hf.GPT2LMHeadModel(config)
     else:
-        raise SystemExit(f"unknown model {name!r}: one of llama, qwen2, mixtral, bert, gpt2, vit")
+        raise SystemExit(
+            f"unknown model {name!r}: one of llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, {', '.join(CAUSAL_LMS)}"
+        )
     return FirstOutput(model).eval()
+
+
+#: More causal LMs, whose configs take LLaMA's keys (each matched torch on both import routes,
+#: 2026-11-30; docs/relax.md lists every architecture tried)
+CAUSAL_LMS = {
+    "mistral": "MistralForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",  # an RMSNorm on each head's queries and keys
+    "stablelm": "StableLmForCausalLM",  # partial rotary, layer norms
+    "phi": "PhiForCausalLM",  # attention and MLP side by side
+    "gpt_neox": "GPTNeoXForCausalLM",  # Pythia
+}
 
 
 class FirstOutput(nn.Module):
@@ -116,7 +136,7 @@ def main(names: list[str]) -> None:
         mask = torch.ones(2, 12, dtype=torch.int64)
         mask[1, :3] = 0  # the second sequence padded
         inputs = (ids, mask) if name != "gpt2" else (ids[:1],)  # torch 2.13 cannot decompose batched GPT-2
-        if name == "vit":
+        if name in ("vit", "deit"):
             inputs = vit_inputs(model)
         for decompose in (True, False):
             built, got, expected, seconds = build_and_compare(model, inputs, decompose=decompose)

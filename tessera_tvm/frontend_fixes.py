@@ -98,6 +98,7 @@ def patch_exported_program_importer(tvm) -> bool:
     def create_convert_map(self):
         from .frontend_experts import _grouped_mm, _histc
         from .frontend_masks import _index, _index_put, _size_checked
+        from .frontend_models import install_model_converters
         from .frontend_order import install_order_converters
 
         table = original(self)
@@ -164,6 +165,7 @@ def patch_exported_program_importer(tvm) -> bool:
         for name in _EMPTY_PRODUCTS:
             if name in table:
                 table[name] = lambda node, plain=table[name]: _empty_product(self, node, plain, relax)
+        install_model_converters(self, table, relax)
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -173,6 +175,9 @@ def patch_exported_program_importer(tvm) -> bool:
         return plain_import(self, _without_mutations(exported_program), *args, **kwargs)
 
     ExportedProgramImporter.from_exported_program = from_exported_program
+    from .frontend_errors import install_import_errors
+
+    install_import_errors(ExportedProgramImporter)  # a failure names the op and the user's line
     setattr(ExportedProgramImporter, _PATCHED, True)
     return True
 

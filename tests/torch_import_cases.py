@@ -4,6 +4,8 @@ tests/upstream/apache_tvm (apache-tvm 0.27). No TVM here: the upstream venv impo
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -140,6 +142,29 @@ CASES = {
     ),
     # an empty K: torch's decomposition views empty tensors (Relax's reshape reads a 0 as "keep")
     "einsum over an empty K": lambda x, i: torch.einsum("ik,kj->ij", x[:, :0], x.T[:0]),
+    # T5's relative-position buckets: TVM's C code printed log(16) as 2.772589e+00f, and the
+    # division's 1.9999999 truncated to 1 at distances 16 and 32 (a Tessera kernel; a 0-d one, TVM's)
+    "T5's log-spaced buckets": lambda x, i: (
+        torch.log((x[:1, :1] * 0 + torch.arange(1, 65)) / 8) / math.log(128 / 8) * 8
+    ).long(),
+    "T5's bucket of a 0-d distance": lambda x, i: (torch.log(x[0, 0] * 0 + 4.0) / math.log(16) * 8).long(),
+    "the buckets in float64": lambda x, i: (
+        torch.log((x[:1, :1] * 0 + torch.arange(1, 65)).double() / 8) / math.log(16) * 8
+    ).long(),
+    # MPT's nn.LayerNorm(bias=False): not decomposed, "KeyError: None"
+    "layer_norm with no bias": lambda x, i: F.layer_norm(x, (3,), x[0] + 1, None, 1e-3),
+    "layer_norm with no weight nor bias": lambda x, i: F.layer_norm(x * 2, (2, 3), None, None, 1e-2),
+    # Wav2Vec2's positional convolution (parametrizations.weight_norm): no converter, not decomposed
+    # SigLIP's patch embedding, nn.Conv2d(padding="valid"): no converter, not decomposed
+    "conv2d(padding='valid'), 'same' with an even kernel": lambda x, i: (
+        F.conv2d(x[None, None], x[None, None, :, :2], padding="valid")
+        + F.conv2d(x[None, None], x[None, None, :, :2], x[0, :1], padding="same", dilation=(1, 2))[..., :2]
+    ),
+    "conv1d(padding='same')": lambda x, i: F.conv1d(x[None], x[None, :, :2].repeat(2, 1, 1), padding="same"),
+    "_weight_norm over dim 1": lambda x, i: torch._weight_norm(x + 3, x[:1] * 2, 1),
+    "_weight_norm over dim 0, and all": lambda x, i: (
+        torch._weight_norm(x, x[:, :1], 0) + torch._weight_norm(x, x[0, 0], -1)
+    ),
 }
 
 

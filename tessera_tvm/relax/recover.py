@@ -671,13 +671,15 @@ def _either(op: str, a, b):
 
 def recover_rms_norm(mod) -> tuple[Any, int]:
     """``x * rsqrt(mean(x^2, -1) + eps) * w`` (by hand, or torch.nn.RMSNorm decomposed) ->
-    ``R.nn.rms_norm(x, w, axes=[-1], epsilon=eps)``."""
+    ``R.nn.rms_norm(x, w, axes=[-1], epsilon=eps)``. A cast to x's own dtype before the weight is
+    allowed: transformers' RMSNorms (LLaMA, Qwen, Mistral) cast back to the input's dtype, which a
+    float32 model imported without decomposition keeps as ``astype`` to float32."""
     x, w, eps, two = dpl.wildcard(), dpl.wildcard(), dpl.is_const(), dpl.is_const()
     square = dpl.is_op("relax.power")(x, two) | dpl.is_op("relax.multiply")(x, x)
     mean = dpl.is_op("relax.mean")(square)
     inverse = dpl.is_op("relax.rsqrt")(_either("relax.add", mean, eps))
     normed = _either("relax.multiply", x, inverse)
-    pattern = _either("relax.multiply", normed, w)
+    pattern = _either("relax.multiply", normed | dpl.is_op("relax.astype")(normed), w)  # the dtype check below
 
     def rewrite(orig, m, bindings):
         data, weight = m[x], m[w]

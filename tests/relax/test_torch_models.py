@@ -239,6 +239,30 @@ def test_an_add_that_broadcasts_over_tokens_per_batch_is_not_moved_before_the_re
     assert [row.ops for row in built.report.offloaded] == ["matmul + add + gelu", "add"], built.report
 
 
+class CastingRMSNorm(nn.Module):
+    """transformers' RMSNorm (LLaMA, Qwen, Mistral): computed in float32, cast back to the input's dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+def test_transformers_rms_norm_imported_without_decomposition_is_one_kernel():
+    # Not decomposed, its cast back to float32 stayed an astype between the normalization and the
+    # weight: a mean, an element-wise kernel and TVM's power instead of one rms_norm (LLaMA, Qwen2/3).
+    # (Partitioned only: recover_rms_norm's numerics are checked on the LLaMA block below.)
+    torch.manual_seed(0)
+    mod = _import(CastingRMSNorm().eval(), torch.randn(2, 5, 16), run_ep_decomposition=False)
+    _, report = partition_for_tessera(mod, "cpu")
+    assert report.rebuilt["rms_norm"] == 1, report
+    assert [row.ops for row in report.offloaded] == ["rms_norm"], report
+
+
 @pytest.mark.parametrize("decompose", [True, False], ids=["frontend defaults", "no decomposition"])
 def test_llama_block_offloads_its_norms_attention_and_gemms(decompose):
     torch.manual_seed(0)

@@ -321,6 +321,20 @@ def test_apache_tvms_torch_import_gives_torchs_dtypes_and_values(decompose):
     assert not wrong_values(got, expected)
 
 
+def test_apache_tvms_torch_import_names_an_op_it_cannot_take_and_the_users_line():
+    # It stopped with its own "AssertionError: Unsupported function types ['lgamma.default']".
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class NoConverter(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(x)
+
+    program = torch.export.export(NoConverter(), (torch.rand(2, 3),))
+    with pytest.raises(tessera_tvm.TesseraError, match=r"aten\.lgamma\.default \(File .*test_upstream_offload\.py"):
+        from_exported_program(program)
+
+
 def test_a_resnet_block_imported_without_decomposition_folds_its_norms_and_matches_torch():
     # apache-tvm read aten.batch_norm's arguments as _native_batch_norm_legit's: every norm ran in
     # training mode with eps 0.1 (a silently wrong ResNet).
