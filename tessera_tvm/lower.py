@@ -344,7 +344,7 @@ def _capture(
 
 def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> LoweredModule:
     """Run the three phases and the codegen (no cache, no files but the dumps)."""
-    from tessera_tvm.target.codegen import device_source, exact_float_constants
+    from tessera_tvm.target.codegen import device_source
     from tessera_tvm.target.cpu import aligned_local_arrays, with_spec_pragmas
     from tessera_tvm.tile.base import SPEC_ATTR
 
@@ -368,8 +368,6 @@ def _lower(mod, name: str, config: TargetConfig, recorder: PassRecorder) -> Lowe
         mod = run_phase(mod, config, "optimize_for_target")
         host_mod, device_mod = split_host_device(mod)
         device_mod = run_phase(device_mod, config, "codegen_prep")
-        if backend.kernels_in_host:  # C, whose generator prints a float32 with 7 digits of the 9 needed
-            device_mod = exact_float_constants(device_mod)
     tt_program = None
     with step(f"codegen ({config.codegen_kind})", name, config):
         if backend.program_generator is not None:  # several files (Tenstorrent: from the tt.* annotations)

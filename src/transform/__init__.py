@@ -5,6 +5,7 @@ Importing this package registers every pass below; pipelines then name them in c
 
 from . import (
     annotate_kernel_metadata,  # noqa: F401
+    exact_float_constants,  # noqa: F401
     guard_decoupled_casts,  # noqa: F401
     import_cpu_runtime,  # noqa: F401
     lower_parallel_grid,  # noqa: F401

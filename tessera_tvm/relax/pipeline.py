@@ -34,7 +34,7 @@ from ..config import TargetConfig, available_configs, load_config
 from ..errors import TesseraError
 from ..registry import tessera_module_pass
 from ..target.backend import backend_for
-from ..target.codegen import exact_float_constants
+from ..transform.exact_float_constants import exact_float_constants_in
 
 #: Attributes partition_for_tessera puts on the tile programs it adds.
 KERNEL_ATTR = "tessera.kernel"  # the kernel family (gemm, attention, softmax, norm)
@@ -259,7 +259,7 @@ def tessera_tir_pipeline(config: TargetConfig | str):
         out = tvm.tirx.get_default_tir_pipeline(target)(rest) if rest.functions else rest
         out = _constant_reinterprets_folded(out)
         out = _nan_constants_spelled_for_c(out, (target.host or target).kind.name)  # the host's code is C here
-        out = exact_float_constants(out, (target.host or target).kind.name)  # C prints 7 digits of the 9 needed
+        out = exact_float_constants_in(out, (target.host or target).kind.name)  # C prints 7 of the 9 digits needed
         _check_tvm_codegen(out, config)
         for gv, func in kernels.items():
             host, carrier = lower_kernel(func, config, name)
