@@ -11,28 +11,51 @@ from .relax_rewrites import _type
 
 
 def _index(importer, node, plain, relax):
-    """``x[i, j]``: index tensors for the leading axes and no slice between them broadcast together
-    and pick one element per position (NumPy's and torch's advanced indexing), which is
-    ``R.index_tensor``. TileLang's TVM took them one after the other, an outer product: ``x[i, j]``
-    with two 1-D indices of length 3 came out [3, 3] instead of [3], with no error (apache-tvm 0.27
-    already does this). A negative index on an axis of static size counts from the end (both TVMs
-    read before the axis). Everything else stays with the importer's own converter."""
+    """``x[i, j]``, ``x[i, :, j]``: index tensors broadcast together (right-aligned, as NumPy's) and
+    pick one element per position (torch's advanced indexing). Where they sit on adjacent axes the
+    result keeps their place (``x[:, i, j]``: [B, *broadcast]); otherwise its broadcast axes come
+    first (``x[i, :, j]``: [*broadcast, C]). The importers got both wrong in part: TileLang's TVM took
+    two indices one after the other, an outer product (``x[i, j]`` with two 1-D indices of length 3
+    came out [3, 3], no error); both TVMs kept a slice between two indices as an axis of its own
+    (``x[i, :, j]`` of [3, 4, 5] came out [2, 4, 2] where torch gives [2, 4]) and could not broadcast
+    indices of different ranks (F.unfold's ``x[:, :, i[..., None, None], j]``). A negative index on
+    an axis of static size counts from the end (both TVMs read before the axis). One index tensor
+    stays with the importer's own converter (a ``take``)."""
     indices = list(node.args[1])
     if any(_is_bool(index) for index in indices):
         return _gathered_by_mask(importer, node)
-    if len(indices) < 2 or any(index is None for index in indices):
+    axes = [axis for axis, index in enumerate(indices) if index is not None]
+    shapes = [getattr(indices[axis], "meta", {}).get("val") for axis in axes]
+    if len(axes) < 2 or any(shape is None for shape in shapes):
+        return plain(node)
+    import torch
+
+    try:
+        common = [int(d) for d in torch.broadcast_shapes(*(shape.shape for shape in shapes))]
+    except (RuntimeError, TypeError):  # a symbolic index shape: the importer's converter
         return plain(node)
     data = importer.env[node.args[0]]
     bb = importer.block_builder
+    rank = len(_type(data).shape.values)
+    rest = [axis for axis in range(rank) if axis not in axes]
+    if axes + rest != list(range(rank)):  # the indexed axes first
+        data = bb.emit(relax.op.permute_dims(data, axes + rest))
     normalised = []
-    for axis, index in enumerate(indices):
-        index = importer.env[index]
-        size = _type(data).shape.values[axis]
+    for position, axis in enumerate(axes):
+        index = importer.env[indices[axis]]
+        size = _type(importer.env[node.args[0]]).shape.values[axis]
         if isinstance(size, int) or hasattr(size, "value"):  # a negative index counts from the end, as in torch
             size = relax.const(int(size), _dtype(index))
             index = bb.emit(relax.op.where(relax.op.less(index, relax.const(0, _dtype(index))), index + size, index))
+        if [int(d) for d in shapes[position].shape] != common:
+            index = bb.emit(relax.op.broadcast_to(index, common))
         normalised.append(index)
-    return bb.emit(relax.op.index_tensor(data, normalised))
+    out = bb.emit(relax.op.index_tensor(data, normalised))  # [*common, *rest]
+    first, width = axes[0], len(common)
+    if axes == list(range(first, first + len(axes))) and first > 0:  # adjacent: the result keeps their place
+        order = [*range(width, width + first), *range(width), *range(width + first, width + len(rest))]
+        out = bb.emit(relax.op.permute_dims(out, order))
+    return out
 
 
 def _is_bool(index) -> bool:

@@ -103,8 +103,12 @@ CASES = {
     # TileLang's TVM took the two indices one after the other: [3, 3] for [3]
     "x[rows, cols] pairs them": lambda x, i: x[i[0].clamp(-2, 1), i[1].clamp(-3, 2)],
     "x[rows[:, None], cols] broadcasts": lambda x, i: x[i[0, :2].clamp(-2, 1)[:, None], i[1].clamp(-3, 2)],
-    "y[mask] = v, y[mask] += 1, y[mask] = f(x[mask])": _masked_writes,
-    "int j[mask] = 7": _masked_int_write,
+    # a slice between two indices: their broadcast axes come first ([2, 2] here; both TVMs gave [2, 2, 2])
+    "x[i, :, j]": lambda x, i: x[None].expand(2, 2, 3)[i[0, :2].clamp(0, 1), :, i[1, :2].clamp(-3, 2)],
+    # indices of different ranks broadcast right-aligned, as F.unfold's (both TVMs: "cannot broadcast")
+    "x[:, i[..., None], j]": lambda x, i: x[None].expand(2, 2, 3)[
+        :, i[:, :1].clamp(0, 1)[..., None], i[0].clamp(-3, 2)
+    ],
     "index_put(accumulate=True) through a mask": lambda x, i: x.index_put((x > 0,), x[0, 0], accumulate=True),
     # Mixtral's tokens per expert; values outside [min, max] are not counted, max is in the last bin
     "histc of expert ids": lambda x, i: torch.histc(i.float(), bins=4, min=0, max=3),
