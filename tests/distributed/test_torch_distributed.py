@@ -201,13 +201,12 @@ def test_two_ranks_sequence_parallel_gathers_and_scatters_between_the_kernels(tw
 
 @pytest.mark.slow
 def test_four_ranks_on_a_two_by_two_mesh_and_a_hung_rank_named_by_the_others():
-    scenarios = ["mlp", "mesh_2d", "causal_sequence_attention", "zigzag_attention", "ulysses_attention", "resplit"]
+    # What only four ranks have: the 2 x 2 mesh, and ranks between the first and the last (the
+    # zigzag's prefixes). The causal prefix and the re-split run at two ranks (the test above).
+    scenarios = ["mlp", "mesh_2d", "zigzag_attention", "ulysses_attention"]
     out = _spawn(4, [*scenarios, "hung_last"])
-    _check_causal_sequence_attention(out, 4)
     _check_zigzag_attention(out, 4)
     _check_ulysses_attention(out, 4)
-    for rank in range(4):
-        assert all(err < 1e-5 and kinds == ["all_to_all"] for err, kinds, _ in out[rank]["resplit"].values())
     for rank in range(3):
         error = out[rank]["hung_last"]["error"]
         assert error is not None and f"rank {rank}: all_reduce of output 0 of kernel mlp" in error, error
