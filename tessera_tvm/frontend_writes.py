@@ -48,14 +48,15 @@ def _write_error(node, why: str):
     )
 
 
+def _is_static(expr) -> bool:
+    return all(isinstance(d, int) or hasattr(d, "value") for d in _type(expr).shape.values)
+
+
 def _static_shape(node, expr) -> list[int]:
     """``expr``'s shape as ints (Relax's struct info), or a named error where an axis is symbolic."""
-    shape = []
-    for d in _type(expr).shape.values:
-        if not (isinstance(d, int) or hasattr(d, "value")):
-            raise _write_error(node, f"the tensor written has a symbolic shape {list(_type(expr).shape.values)}")
-        shape.append(int(d))
-    return shape
+    if not _is_static(expr):
+        raise _write_error(node, f"the tensor written has a symbolic shape {list(_type(expr).shape.values)}")
+    return [int(d) for d in _type(expr).shape.values]
 
 
 def _index_put(importer, node, plain, relax):
@@ -77,8 +78,10 @@ def _index_put(importer, node, plain, relax):
     import torch
 
     y = importer.env[node.args[0]]
-    shape = _static_shape(node, y)
     axes = [axis for axis, index in enumerate(indices) if index is not None]
+    if plain is not None and len(axes) == _rank(y) and not _is_static(y):  # every axis indexed
+        return plain(node)
+    shape = _static_shape(node, y)
     vals = [getattr(indices[axis], "meta", {}).get("val") for axis in axes]
     if not axes or any(not isinstance(v, torch.Tensor) for v in vals):
         raise _write_error(node, "its indices are not index tensors")
