@@ -69,7 +69,7 @@ def _index_put(importer, node, plain, relax):
     negative one counting from the end) times its axis's stride, plus an ``arange`` times the stride of
     each sliced axis. ``y`` flattened takes ``v`` at those offsets (``index_put`` with one index), or
     adds it (``scatter_elements`` with reduction "add", whose loop over one axis is serial, so that
-    duplicates add up)."""
+    duplicates add up; one 1-D index tensor adds along its own axis: :func:`_added_along`)."""
     indices = list(node.args[1])
     if any(_is_bool(index) for index in indices):
         if plain is None:
@@ -124,6 +124,8 @@ def _write_at(importer, y, shape, indexed: dict, common: list, v, accumulate: bo
             index = bb.emit(relax.op.astype(index, "int64"))
         zero, size = relax.const(0, "int64"), relax.const(shape[axis], "int64")
         index = bb.emit(relax.op.where(relax.op.less(index, zero), relax.op.add(index, size), index))
+        if accumulate and len(axes) == 1 and width == 1:  # index_add's: added along the axis itself
+            return _added_along(importer, y, index, v, axis, out_shape, relax)
         lead = width - _rank(index)  # right-aligned in the broadcast axes, which sit at `before`
         index = bb.emit(
             relax.op.reshape(
@@ -154,6 +156,20 @@ def _write_at(importer, y, shape, indexed: dict, common: list, v, accumulate: bo
     else:
         out = bb.emit(relax.op.index_put(data, relax.Tuple([flat]), v, False))
     return bb.emit(relax.op.reshape(out, shape))
+
+
+def _added_along(importer, y, index, v, axis: int, out_shape: list, relax):
+    """``y`` with ``v`` added at a 1-D ``index`` (non-negative) along ``axis``: ``scatter_elements``
+    along that axis, with the index repeated over the others. Its loop over the other positions is
+    parallel and its loop along the axis serial, so duplicates add up with no race."""
+    bb = importer.block_builder
+    rank = len(out_shape)
+    index = bb.emit(relax.op.reshape(index, [1] * axis + [out_shape[axis]] + [1] * (rank - axis - 1)))
+    index = bb.emit(relax.op.broadcast_to(index, out_shape))
+    if _dtype(v) != _dtype(y):
+        v = bb.emit(relax.op.astype(v, _dtype(y)))
+    v = bb.emit(relax.op.broadcast_to(v, out_shape))
+    return bb.emit(relax.op.scatter_elements(y, index, v, axis=axis, reduction="add"))
 
 
 def _one_axis(importer, node, relax, accumulate: bool, scale=None):
