@@ -100,6 +100,7 @@ def patch_exported_program_importer(tvm) -> bool:
         from .frontend_masks import _index, _index_put, _size_checked
         from .frontend_models import install_model_converters
         from .frontend_order import install_order_converters
+        from .frontend_writes import install_write_converters
 
         table = original(self)
         install_order_converters(self, table, relax)
@@ -166,6 +167,7 @@ def patch_exported_program_importer(tvm) -> bool:
             if name in table:
                 table[name] = lambda node, plain=table[name]: _empty_product(self, node, plain, relax)
         install_model_converters(self, table, relax)
+        install_write_converters(self, table, relax)  # index_put with slices, index_copy, scatter_add
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map

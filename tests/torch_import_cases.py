@@ -33,6 +33,43 @@ def _nans(x, i):
     return x.masked_fill(i >= 3, float("nan"))
 
 
+def _cube(x):
+    """x [2, 3] as a [2, 2, 3] tensor to write into (a copy: the writes do not reach x)."""
+    return torch.stack([x, x * -2])
+
+
+def _sliced_writes(x, i):
+    """Writes with fewer index tensors than axes (``aten.index_put`` with None for a sliced axis), which
+    both TVMs refused ("IndexPut requires the number of index tensors (2) to match the data tensor
+    dimensions (3)") or, with a slice between the index tensors, wrote the wrong elements."""
+    y = _cube(x)
+    rows, cols = x[:, 0].argsort(), x[0].argsort()[:2]  # distinct rows, distinct columns
+    y[:, rows] = x[:, None, :1] * 10  # [None, rows]: the last axis left out
+    y[:, :, cols - 3] = y[:, :, :2] + 1  # [None, None, pos] (a KV-cache write), negative positions
+    y[i[0, :2].clamp(0, 1), i[1, :2].clamp(-2, 1)] += 1  # two index tensors on a 3-D tensor
+    y[rows, :, cols] = x[1, :2, None] * 3  # a slice between: the broadcast axis first
+    return y
+
+
+def _static_cache(x, i):
+    """transformers' StaticCache: ``k_out.index_copy_(2, cache_position, k)`` (no converter without
+    the decomposition; a failed build with it) and ``cache[:, :, pos] = k``."""
+    k_out = x.new_zeros(2, 2, 4)
+    position = x[0].argsort()[:2] + 1
+    k_out.index_copy_(2, position, _cube(x)[..., :2])
+    v_out = x.new_zeros(2, 2, 4)
+    v_out[:, :, position] = _cube(x)[..., 1:]
+    return k_out + v_out * 10
+
+
+def _by_infinity(x, i):
+    """x // b and x % b for b of +-inf, computed: TileLang's TVM build gave a 0-d constant inf the
+    value of float32's lowest (the nan_to_num case's constant), which hashes the same."""
+    inf = (x - x).reciprocal()
+    b = torch.where(i > 0, inf, -inf)
+    return torch.stack([x // b, torch.remainder(x, b), torch.div(x, -math.inf, rounding_mode="floor")])
+
+
 def _self_unequal(y):
     return y != y
 
@@ -169,6 +206,21 @@ CASES = {
     "_weight_norm over dim 0, and all": lambda x, i: (
         torch._weight_norm(x, x[:, :1], 0) + torch._weight_norm(x, x[0, 0], -1)
     ),
+    "index_put with a slice: y[:, i] = v, y[:, :, pos] = k, y[i, j] += 1, y[i, :, j]": _sliced_writes,
+    # duplicates add up; [None, i]: a None for the leading axis
+    "index_put(accumulate=True) of a 3-D tensor with a slice": lambda x, i: torch.ops.aten.index_put(
+        _cube(x), [None, i[0].clamp(0, 1)], x[0] * 2, True
+    ),
+    "index_copy_ (StaticCache) and cache[:, :, pos] = k": _static_cache,
+    # no converter in either TVM
+    "scatter_add, scatter_add_ with an index smaller than src": lambda x, i: (
+        torch.scatter_add(x, 1, i.clamp(0, 2), x * 2) + x.clone().scatter_add_(0, i[:1].clamp(0, 1), x)
+    ),
+    "index_add with duplicates and alpha": lambda x, i: torch.index_add(
+        _cube(x), 2, i[0].clamp(0, 2), _cube(x), alpha=2
+    ),
+    # floor(a / b) gave -0.0 for -1 // inf (torch: -1), a - floor(a / b) * b NaN for -1 % inf (torch: inf)
+    "floor_divide, remainder by +-inf": _by_infinity,
 }
 
 
