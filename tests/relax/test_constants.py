@@ -1,0 +1,46 @@
+"""Constants whose structural hashes collide keep their own values (tessera_tvm/relax/constants.py).
+
+TileLang's TVM pools a function's constants by hash: without the fix, every pair below came out as
+one value (``where(m, inf, 1)`` and ``where(m, finfo.min, 2)`` both read inf), with no error."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera_tvm._tvm import tvm
+from tessera_tvm.relax import build
+from tessera_tvm.relax.constants import merged_constants
+
+relax = tvm.relax
+
+#: (dtype, a, b): values whose constants hash alike in TileLang's TVM.
+COLLIDING = [
+    ("float32", np.inf, float(np.finfo(np.float32).min)),
+    ("int32", 2**31 - 1, 0),
+    ("int32", -(2**31), 1),
+    ("int64", 2**63 - 1, 1),
+]
+
+
+def _module():
+    bb = relax.BlockBuilder()
+    mask = relax.Var("mask", relax.TensorStructInfo((2,), "bool"))
+    with bb.function("main", [mask]):
+        outputs = []
+        for dtype, a, b in COLLIDING:
+            for value, other in ((a, 5), (b, 6)):
+                const = relax.const(np.array(value, dtype), dtype)
+                outputs.append(bb.emit(relax.op.where(mask, const, relax.const(np.array(other, dtype), dtype))))
+        bb.emit_func_output(relax.Tuple(outputs))
+    return bb.get()
+
+
+def test_constants_with_colliding_hashes_keep_their_values():
+    mod = _module()
+    # The premise: each pair shares a hash in this TVM (pinned with TileLang).
+    assert len(merged_constants(mod["main"])) == len(COLLIDING)
+    got = build(mod, "cpu").run("main", np.array([True, False]))
+    expected = [np.array([value, other], dtype) for dtype, a, b in COLLIDING for value, other in ((a, 5), (b, 6))]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and np.array_equal(g, e), (g, e)
