@@ -202,14 +202,18 @@ def rebuilt_attention(q, k, v, scale, causal, bias, *, checked, bindings, takes)
     attention that is ``checked`` (a bias, or casts dropped) only where ``takes`` accepts it (else
     None: not rewritten). See :func:`recover_attention`."""
     (b, h, s_q, d), (_, h_kv, s_k, _), (*_, dv) = (_shape(t) for t in (q, k, v))
-    bias, bias_shape = bias if bias is not None else (None, None)
+    bias, bias_shape, *bias_dtype = bias if bias is not None else (None, None)  # its dtype, where not normalized
 
     def taken(heads_kv) -> bool:  # whether ``takes`` accepts the attention with K and V of heads_kv heads
         stand_ins = [
             _stand_in(t, shape)
             for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, heads_kv, d)), (v, (b, s_k, heads_kv, dv)))
         ]
-        bias_stand_in = _stand_in(bias, bias_shape) if bias is not None else None
+        bias_stand_in = None
+        if bias is not None:
+            bias_stand_in = relax.Var(
+                "t", relax.TensorStructInfo(_relax_shape(bias_shape), *bias_dtype or [_dtype(bias)])
+            )
         causal_mask = "TopLeft" if causal else None
         call = relax.op.nn.attention(*stand_ins, bias_stand_in, scale=scale, causal_mask=causal_mask)
         return takes(relax.BlockBuilder().normalize(call))
