@@ -28,7 +28,9 @@ mask the model takes as an input) becomes the bias of ``R.nn.attention_bias``, w
 merge B and H. K and V whose H_kv heads are each repeated H / H_kv times in a row (HF's
 ``repeat_kv``: ``reshape(broadcast_to(expand_dims(x, axis=2)))``) are taken before the repeat, as
 grouped-query attention, where Tessera's kernel takes it (TVM's own attention pairs grouped heads
-differently). Anything else is left as it is, so a rewrite never changes what the model computes,
+differently), and so are K and V of one head that SDPA broadcasts over the query heads (Falcon's
+multi-query attention). Scores with more than one mask (ALiBi as BLOOM and MPT add it) are
+tessera_tvm/relax/recover_scores.py's. Anything else is left as it is, so a rewrite never changes what the model computes,
 with one exception: a query whose keys are all -inf gets zeros (as under torch's guard) where
 attention written by hand gives NaN.
 """
