@@ -186,6 +186,7 @@ def _rewritten(orig, m, p, bindings, takes):
             causal, bias = False, _as_bias(m[p["mask"]], (b, h, s_q, s_k))
             if bias is None:
                 return None
+            bias = (*bias, _dtype(m[p["mask"]]))  # a mask of a lower rank: reshaped, not normalized
     # Torch's guard zeros the rows whose every score is -inf (a bias can mask them): Tessera's kernel does too.
     softmax_input = m[p["probs"]].args[0]
     if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):

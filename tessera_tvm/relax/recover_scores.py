@@ -20,7 +20,8 @@ probability 0 either way. The terms become one bias of ``R.nn.attention_bias``, 
 order (``s + (t1 + t2)`` for torch's ``(s + t1) + t2``: a rounding apart, and exact where a term is
 0 or a fill), in float32 if any term is float32 and else in the model's dtype; terms of
 ``[B*H, ...]`` are reshaped to ``[B, H, ...]``. The bias, the same in every layer, is computed
-once (common subexpressions eliminated). As in recover_attention, the attention is rebuilt only
+once (common subexpressions eliminated). Models in float32 and bfloat16 only: in float16 a score
+plus finfo.min (-65504) rounds to -65504 in float16 but not in the kernel's float32. As in recover_attention, the attention is rebuilt only
 where ``takes`` accepts it, and a query whose keys are all -inf gets zeros where torch gives NaN.
 """
 
@@ -192,6 +193,8 @@ def _rewritten(orig, m, p, bindings, takes):
         return None  # the cast or reshape after it is the root
     probs, v, out = m[p["probs"]], m[p["v"]], m[p["out"]]
     dtype = str(v.struct_info.dtype)
+    if dtype not in ("float32", "bfloat16"):
+        return None  # float16's finfo.min (-65504) plus a score is no longer the fill in float32
     steps = _steps(probs.args[0], bindings)
     if steps is None or int(probs.attrs.axis) not in (-1, 3):
         return None
@@ -202,7 +205,7 @@ def _rewritten(orig, m, p, bindings, takes):
         return None
     (q, q_factor, _), (k, k_factor, _) = operands
     shapes = [_shape(t) for t in (q, k, v)]
-    if any(s is None or len(s) != 4 for s in shapes) or len(_shape(probs)) != 4:
+    if any(s is None or len(s) != 4 for s in shapes) or len(_shape(probs) or ()) != 4:
         return None
     (b, h, s_q, d), (b_k, h_k, s_k, d_k), v_shape = shapes
     dv = v_shape[3]
@@ -210,7 +213,7 @@ def _rewritten(orig, m, p, bindings, takes):
         return None
     if _shape(product) != ((b * h, s_q, s_k) if merged else (b, h, s_q, s_k)):
         return None
-    if _shape(out) != ((b * h, s_q, dv) if len(_shape(out)) == 3 else (b, h, s_q, dv)):
+    if _shape(out) not in ((b * h, s_q, dv), (b, h, s_q, dv)) or _shape(orig) is None:
         return None
     if any(str(t.struct_info.dtype) != dtype for t in (q, k)):
         return None
