@@ -106,6 +106,7 @@ def make_model(
 CAUSAL_LMS = {
     "mistral": "MistralForCausalLM",
     "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",  # attention logit softcapping: its attention stays decomposed
     "qwen3": "Qwen3ForCausalLM",  # an RMSNorm on each head's queries and keys
     "stablelm": "StableLmForCausalLM",  # partial rotary, layer norms
     "phi": "PhiForCausalLM",  # attention and MLP side by side
