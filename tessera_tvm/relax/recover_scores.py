@@ -19,9 +19,10 @@ is a row of equal fills (uniform probabilities, as torch computes) and any other
 probability 0 either way. The terms become one bias of ``R.nn.attention_bias``, summed in their
 order (``s + (t1 + t2)`` for torch's ``(s + t1) + t2``: a rounding apart, and exact where a term is
 0 or a fill), in float32 if any term is float32 and else in the model's dtype; terms of
-``[B*H, ...]`` are reshaped to ``[B, H, ...]``. The bias, the same in every layer, is computed
-once (common subexpressions eliminated). Models in float32 and bfloat16 only: in float16 a score
-plus finfo.min (-65504) rounds to -65504 in float16 but not in the kernel's float32. As in recover_attention, the attention is rebuilt only
+``[B*H, ...]`` are reshaped to ``[B, H, ...]``. The bias, the same in every layer, is bound
+once (the rewrite reuses the binding of the same sum; tests/relax/test_scored_attention.py checks
+it). Models in float32 and bfloat16 only: in float16 a score plus finfo.min (-65504) rounds to
+-65504 in float16 but not in the kernel's float32. As in recover_attention, the attention is rebuilt only
 where ``takes`` accepts it, and a query whose keys are all -inf gets zeros where torch gives NaN.
 """
 
@@ -60,10 +61,7 @@ def recover_scored_attention(mod, takes: Callable[[Any], bool] | None = None) ->
     """``mod`` with each attention whose scores the module docstring describes rewritten to
     ``R.nn.attention_bias``; and how many. Run after recover_attention (which takes the others)."""
     pattern, parts = _pattern()
-    mod, count = rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings, takes))
-    if count:  # the bias built in each layer from the same terms: computed once
-        mod = relax.transform.EliminateCommonSubexpr(call_only=True)(mod)
-    return mod, count
+    return rewrite_functions(mod, pattern, lambda orig, m, bindings: _rewritten(orig, m, parts, bindings, takes))
 
 
 def _call(expr, bindings, *names):

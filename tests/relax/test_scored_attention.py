@@ -147,3 +147,29 @@ def test_sdpa_with_one_kv_head_decomposed_is_one_multi_query_kernel():
     assert (kernel.spec.H, kernel.spec.H_kv) == (H, 1) and kernel.spec.bias == (B, H, S, S), built.report
     with torch.no_grad():
         torch.testing.assert_close(_run(built, args), model(*args), atol=1e-5, rtol=1e-5)
+
+
+class TwoBloomLayers(nn.Module):
+    """Two BLOOM attentions on the same ALiBi and mask (a model's layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = BloomAttention()
+
+    def forward(self, q, k, v, alibi, mask):
+        return self.attention(self.attention(q, k, v, alibi, mask), k, v, alibi, mask)
+
+
+def test_the_bias_of_every_layer_is_computed_once():
+    # Planning only: ALiBi + mask ([B, H, 1, S] + [B, 1, S, S]) is one add, read by both kernels.
+    from tessera_tvm.relax import partition_for_tessera
+
+    args = _inputs(torch.float32, "bloom")
+    mod = from_exported_program(torch.export.export(TwoBloomLayers(), args), keep_params_as_input=False)
+    _, report = partition_for_tessera(mod, "cpu")
+    assert report.recovered_attention == 2, report
+    kernels = [row for row in report.offloaded if row.family == "attention"]
+    assert len(kernels) == 2 and all(k.spec.bias == (B, H, S, S) for k in kernels), report
+    ops = [row.ops for row in report.offloaded] + [row.op for row in report.not_offloaded]
+    adds = [op for op in ops if "add" in op]
+    assert adds == ["add"], report
