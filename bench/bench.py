@@ -1022,6 +1022,10 @@ def bench_hf(quick: bool) -> None:
         # transformers' grouped experts: a dynamic-M GEMM per expert (tessera_tvm/frontend_fixes.py)
         "Mixtral (2 layers, D=256, 8 experts, top 2)": "mixtral",
         "BERT (2 layers, D=256)": "bert",
+        # ALiBi (BLOOM's baddbmm, MPT's masked_fill) and Falcon's multi-query SDPA: one attention kernel each
+        "BLOOM (2 layers, D=256, ALiBi)": "bloom",
+        "MPT (2 layers, D=256, ALiBi)": "mpt",
+        "Falcon (2 layers, D=256, multi-query)": "falcon",
         "ViT (2 layers, D=256, 224x224 in 16x16 patches)": "vit",
         # in bf16 (.to(torch.bfloat16)), vs torch's bf16 eager and torch.compile
         "GPT-2 bf16 (2 layers, D=256, gelu_new)": "gpt2 bf16",

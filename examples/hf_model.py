@@ -34,7 +34,8 @@ def make_model(
     image_size: int = 32,
     patch_size: int = 8,
 ):
-    """A ``name`` (llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, or one of :data:`CAUSAL_LMS`) of
+    """A ``name`` (llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, the ALiBi models bloom, mpt and
+    falcon_alibi, falcon, or one of :data:`CAUSAL_LMS`) of
     the given sizes with random weights, in eval mode, its first output a plain tensor (ViT and DeiT take images of
     ``image_size`` cut into ``patch_size`` patches: ``vit_inputs``). The decoders with grouped-query
     attention (LLaMA, Qwen2, Mixtral, Mistral, Gemma, Qwen3, StableLM) get half as many KV heads;
@@ -69,6 +70,24 @@ def make_model(
         model_class = hf.ViTModel if name == "vit" else hf.DeiTModel  # DeiT adds a distillation token
         config = model_class.config_class(**common, image_size=image_size, patch_size=patch_size)
         return FirstOutput(model_class(config, add_pooling_layer=False), "pixel_values").eval()
+    elif name == "bloom":  # ALiBi through baddbmm on heads merged to [B*H, S, D]
+        config = hf.BloomConfig(hidden_size=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, use_cache=False)
+        model = hf.BloomForCausalLM(config)
+    elif name == "mpt":  # ALiBi added to the scores, the mask by masked_fill
+        config = hf.MptConfig(
+            d_model=hidden, n_layers=layers, n_heads=heads, vocab_size=vocab, max_seq_len=positions, use_cache=False
+        )
+        model = hf.MptForCausalLM(config)
+    elif name in ("falcon", "falcon_alibi"):  # multi-query attention (one kv head); ALiBi instead of rotary
+        config = hf.FalconConfig(
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            vocab_size=vocab,
+            alibi=name == "falcon_alibi",
+            use_cache=False,
+        )
+        model = hf.FalconForCausalLM(config)
     elif name == "gpt2":
         config = hf.GPT2Config(
             n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=positions, use_cache=False
@@ -76,7 +95,8 @@ def make_model(
         model = hf.GPT2LMHeadModel(config)
     else:
         raise SystemExit(
-            f"unknown model {name!r}: one of llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, {', '.join(CAUSAL_LMS)}"
+            f"unknown model {name!r}: one of llama, qwen2, mixtral, bert, roberta, gpt2, vit, deit, bloom, mpt, "
+            f"falcon, falcon_alibi, {', '.join(CAUSAL_LMS)}"
         )
     return FirstOutput(model).eval()
 
@@ -86,6 +106,7 @@ def make_model(
 CAUSAL_LMS = {
     "mistral": "MistralForCausalLM",
     "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",  # attention logit softcapping: its attention stays decomposed
     "qwen3": "Qwen3ForCausalLM",  # an RMSNorm on each head's queries and keys
     "stablelm": "StableLmForCausalLM",  # partial rotary, layer norms
     "phi": "PhiForCausalLM",  # attention and MLP side by side

@@ -15,7 +15,6 @@ lowers them inside ``tvm.compile``. Everything else is left to TVM.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from .recover import (
     recover_silu,
     sink_reshapes,
 )
+from .recover_scores import recover_scored_attention
 from .torch_frontend import (
     HALF,
     NAN_EXTREMA,
@@ -230,7 +230,13 @@ def partition_for_tessera(
     mod, fixed = fix_imported(mod)
     mod, folded_norms = fold_batch_norms(mod)
     rebuilt = {}
-    attention = functools.partial(recover_attention, takes=_plans_kernel(config, dim_hints))
+    plans = _plans_kernel(config, dim_hints)
+
+    def attention(mod):  # as SDPA's decomposition and HF's eager attention write it, then with ALiBi too
+        mod, plain = recover_attention(mod, takes=plans)
+        mod, scored = recover_scored_attention(mod, takes=plans)
+        return mod, plain + scored
+
     steps = (
         ("silu", recover_silu),
         ("gelu_tanh", recover_gelu_tanh),

@@ -27,7 +27,9 @@ mask the model takes as an input) becomes the bias of ``R.nn.attention_bias``, w
 merge B and H. K and V whose H_kv heads are each repeated H / H_kv times in a row (HF's
 ``repeat_kv``: ``reshape(broadcast_to(expand_dims(x, axis=2)))``) are taken before the repeat, as
 grouped-query attention, where Tessera's kernel takes it (TVM's own attention pairs grouped heads
-differently). Anything else is left as it is, so a rewrite never changes what the model computes,
+differently), and so are K and V of one head that SDPA broadcasts over the query heads (Falcon's
+multi-query attention). Scores with more than one mask (ALiBi as BLOOM and MPT add it) are
+tessera_tvm/relax/recover_scores.py's. Anything else is left as it is, so a rewrite never changes what the model computes,
 with one exception: a query whose keys are all -inf gets zeros (as under torch's guard) where
 attention written by hand gives NaN.
 """
@@ -161,8 +163,8 @@ def _rewritten(orig, m, p, bindings, takes):
     if any(s is None or len(s) != 4 for s in shapes):
         return None
     (b, h, s_q, d), (bk, hk, s_k, dk), (bv, hv, s_v, dv), out_shape = shapes
-    if (bk, hk, dk) != (b, h, d) or (bv, hv, s_v) != (b, h, s_k) or out_shape != (b, h, s_q, dv):
-        return None  # grouped heads, or shapes the rewrite does not cover
+    if (bk, dk) != (b, d) or (bv, hv, s_v) != (b, hk, s_k) or hk not in (h, 1) or out_shape != (b, h, s_q, dv):
+        return None  # shapes the rewrite does not cover (K and V of one head are broadcast over the heads)
     if [int(a) for a in m[p["k_t"]].attrs.axes] != [0, 1, 3, 2]:
         return None
     if _shape(m[p["out"]]) != (b * h, s_q, dv):  # every reshape only merges B and H
@@ -183,19 +185,37 @@ def _rewritten(orig, m, p, bindings, takes):
             causal, bias = False, _as_bias(m[p["mask"]], (b, h, s_q, s_k))
             if bias is None:
                 return None
-            bias, bias_shape = bias
+            bias = (*bias, _dtype(m[p["mask"]]))  # a mask of a lower rank: reshaped, not normalized
     # Torch's guard zeros the rows whose every score is -inf (a bias can mask them): Tessera's kernel does too.
     softmax_input = m[p["probs"]].args[0]
     if p["guarded"] in m and not _is_empty_row_guard(m[p["guard"]], m[p["zeros"]], softmax_input, bindings):
         return None
     casts_dropped = any(p[cast] in m for cast in ("product_cast", "upcast", "out_cast"))
+    return rebuilt_attention(
+        q, k, v, scale, causal, bias, checked=bias is not None or casts_dropped, bindings=bindings, takes=takes
+    )
+
+
+def rebuilt_attention(q, k, v, scale, causal, bias, *, checked, bindings, takes):
+    """``R.nn.attention`` of q [B, H, S_q, D], k [B, H|1, S_kv, D] and v [B, H|1, S_kv, Dv] (K and V
+    of one head: broadcast over the heads), its result permuted back to [B, H, S_q, Dv]; ``bias``
+    None or (the bias, its 4-D shape). K and V repeated per kv head (:func:`_unrepeated`), or of one
+    head, are taken as they are (grouped-query attention) where ``takes`` accepts that call; an
+    attention that is ``checked`` (a bias, or casts dropped) only where ``takes`` accepts it (else
+    None: not rewritten). See :func:`recover_attention`."""
+    (b, h, s_q, d), (_, h_kv, s_k, _), (*_, dv) = (_shape(t) for t in (q, k, v))
+    bias, bias_shape, *bias_dtype = bias if bias is not None else (None, None)  # its dtype, where not normalized
 
     def taken(heads_kv) -> bool:  # whether ``takes`` accepts the attention with K and V of heads_kv heads
         stand_ins = [
             _stand_in(t, shape)
             for t, shape in ((q, (b, s_q, h, d)), (k, (b, s_k, heads_kv, d)), (v, (b, s_k, heads_kv, dv)))
         ]
-        bias_stand_in = _stand_in(m[p["mask"]], bias_shape) if bias is not None else None
+        bias_stand_in = None
+        if bias is not None:
+            bias_stand_in = relax.Var(
+                "t", relax.TensorStructInfo(_relax_shape(bias_shape), *bias_dtype or [_dtype(bias)])
+            )
         causal_mask = "TopLeft" if causal else None
         call = relax.op.nn.attention(*stand_ins, bias_stand_in, scale=scale, causal_mask=causal_mask)
         return takes(relax.BlockBuilder().normalize(call))
@@ -203,9 +223,14 @@ def _rewritten(orig, m, p, bindings, takes):
     # K and V repeated per kv head (HF's repeat_kv): grouped-query attention on the kv heads, only
     # where Tessera's kernel takes it, as TVM's own attention pairs the heads differently.
     grouped = _unrepeated(k, bindings), _unrepeated(v, bindings)
-    if None not in grouped and grouped[0][1] == grouped[1][1] and takes is not None and taken(grouped[0][1]):
+    if h_kv != h:  # one kv head: multi-query attention, or the head broadcast for TVM
+        if takes is None or not taken(h_kv):
+            if checked and takes is not None and not taken(h):
+                return None
+            k, v = (relax.op.broadcast_to(t, _relax_shape((b, h, *_shape(t)[2:]))) for t in (k, v))
+    elif None not in grouped and grouped[0][1] == grouped[1][1] and takes is not None and taken(grouped[0][1]):
         (k, _), (v, _) = grouped
-    elif (bias is not None or casts_dropped) and takes is not None and not taken(h):
+    elif checked and takes is not None and not taken(h):
         return None
 
     def bshd(t):  # [B, H, S, D] -> [B, S, H, D]; the permute undone when it was one
