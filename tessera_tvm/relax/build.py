@@ -26,6 +26,7 @@ from ..errors import TesseraError
 from ..registry import take_pending_error
 from ..target.backend import backend_for
 from ..target.cpu.blas_threads import share_blas_threads
+from .constants import keep_constants_apart
 from .offload import OffloadReport, partition_for_tessera
 from .pipeline import is_tessera_kernel, pipeline_name
 
@@ -44,12 +45,24 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
     take_pending_error()
     try:
         with target:  # TVM's nvcc callback reads the arch from the current target
-            return tvm.compile(mod, target, tir_pipeline=pipeline_name(config))
+            return tvm.compile(mod, target, relax_pipeline=_relax_pipeline(target), tir_pipeline=pipeline_name(config))
     except Exception as exc:
         error = take_pending_error()
         if error is not None:
             raise error from None
         raise exc
+
+
+def _relax_pipeline(target):
+    """TVM's default Relax pipeline for ``target`` (as ``tvm.compile`` picks it), then
+    :func:`.constants.keep_constants_apart` (TileLang's TVM pools constants whose hashes collide)."""
+    default = relax.get_pipeline("default")
+    if "gpu" in target.keys:  # tvm.compile's choice for a GPU: the target's pipeline where it has one
+        try:
+            default = relax.get_default_pipeline(target)
+        except (ValueError, AttributeError):
+            pass
+    return tvm.transform.Sequential([default, keep_constants_apart], name="tessera.relax_pipeline")
 
 
 def export_options(config: TargetConfig | str) -> list[str]:
