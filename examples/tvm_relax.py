@@ -91,7 +91,7 @@ def main() -> None:
         return
 
     with report.target:  # TVM's nvcc callback reads the GPU arch from the current target
-        ex = tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)
+        ex = tvm.compile(mod, report.target, relax_pipeline=report.relax_pipeline, tir_pipeline=report.tir_pipeline)
     for name, source in tessera_tvm.relax.kernel_sources(ex, report.kernels).items():
         print(f"{name}: {len(source.splitlines())} lines of device source")
     if report.target.kind.name != "c":

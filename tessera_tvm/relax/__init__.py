@@ -3,7 +3,8 @@
     import tessera_tvm
     mod, report = tessera_tvm.partition_for_tessera(mod, "cpu")   # offload; report says what and why
     with report.target:
-        ex = tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)   # "tessera.cpu"
+        ex = tvm.compile(mod, report.target, relax_pipeline=report.relax_pipeline,
+                         tir_pipeline=report.tir_pipeline)                # "tessera.cpu"
     vm = tessera_tvm.relax.load_vm(ex, "cpu")                      # CPU: relax.VirtualMachine
 
     built = tessera_tvm.relax.build(mod, "cpu")                    # the same in one call

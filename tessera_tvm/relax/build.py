@@ -41,11 +41,10 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
     """
     config = load_config(config)
     target = target if target is not None else config.tvm_target()
-    mod = alias_restating_match_casts(mod)  # TVM's memory planner misses a match_cast's alias
     take_pending_error()
     try:
         with target:  # TVM's nvcc callback reads the arch from the current target
-            return tvm.compile(mod, target, relax_pipeline=_relax_pipeline(target), tir_pipeline=pipeline_name(config))
+            return tvm.compile(mod, target, relax_pipeline=relax_pipeline(target), tir_pipeline=pipeline_name(config))
     except Exception as exc:
         error = take_pending_error()
         if error is not None:
@@ -53,16 +52,26 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
         raise exc
 
 
-def _relax_pipeline(target):
-    """TVM's default Relax pipeline for ``target`` (as ``tvm.compile`` picks it), then
-    :func:`.constants.keep_constants_apart` (TileLang's TVM pools constants whose hashes collide)."""
+def relax_pipeline(target):
+    """The Relax pipeline ``tvm.compile`` runs for a module with Tessera kernels
+    (``OffloadReport.relax_pipeline``): TVM's default for ``target`` (as ``tvm.compile`` picks it),
+    with two of TileLang's TVM's silent errors kept out: a match_cast that restates its input's
+    type becomes a plain alias first (:func:`alias_restating_match_casts`), and constants whose
+    hashes collide are kept apart last (:func:`.constants.keep_constants_apart`)."""
     default = relax.get_pipeline("default")
     if "gpu" in target.keys:  # tvm.compile's choice for a GPU: the target's pipeline where it has one
         try:
             default = relax.get_default_pipeline(target)
         except (ValueError, AttributeError):
             pass
-    return tvm.transform.Sequential([default, keep_constants_apart], name="tessera.relax_pipeline")
+    return tvm.transform.Sequential(
+        [_alias_restating_match_casts, default, keep_constants_apart], name="tessera.relax_pipeline"
+    )
+
+
+@tvm.transform.module_pass(opt_level=0, name="tessera.AliasRestatingMatchCasts")
+def _alias_restating_match_casts(mod, _ctx):
+    return alias_restating_match_casts(mod)
 
 
 def export_options(config: TargetConfig | str) -> list[str]:

@@ -2,7 +2,7 @@
 
     mod, report = tessera_tvm.partition_for_tessera(mod, "cpu")
     print(report)                       # what was offloaded, what stayed with TVM and why
-    ex = tvm.compile(mod, report.target, tir_pipeline=report.tir_pipeline)
+    ex = tvm.compile(mod, report.target, relax_pipeline=report.relax_pipeline, tir_pipeline=report.tir_pipeline)
 
 In TVM's BYOC style: ``FuseOpsByPattern`` groups the matches of Tessera's patterns
 (``tessera_tvm.relax.patterns``) into composite functions, each accepted only if Tessera can build
@@ -141,6 +141,15 @@ class OffloadReport:
         return self.config.tvm_target()
 
     @property
+    def relax_pipeline(self):
+        """The Relax pipeline to pass to ``tvm.compile(..., relax_pipeline=...)``: TVM's default
+        for :attr:`target`, with two silent errors of TileLang's TVM kept out
+        (:func:`tessera_tvm.relax.build.relax_pipeline`)."""
+        from .build import relax_pipeline
+
+        return relax_pipeline(self.target)
+
+    @property
     def kernels(self) -> list[str]:
         """Names of the Tessera kernels (PrimFuncs) in the module, each once."""
         return sorted({o.kernel for o in self.offloaded})
@@ -218,7 +227,7 @@ def partition_for_tessera(
     (the CPU: the micro-kernel's panels, not packed again at every call); ``pack_weights=False``
     keeps the constants as they are. Returns
     ``(module, OffloadReport)``; compile the module with ``tvm.compile(mod, report.target,
-    tir_pipeline=report.tir_pipeline)``.
+    relax_pipeline=report.relax_pipeline, tir_pipeline=report.tir_pipeline)``.
     """
     config = load_config(config)
     check_supported(config)

@@ -53,6 +53,12 @@ class OffloadReport:
     def kernels(self) -> list[str]:
         return sorted({o["kernel"] for o in self.offloaded})
 
+    @property
+    def relax_pipeline(self) -> str:
+        """``tvm.compile(..., relax_pipeline=report.relax_pipeline)`` as in TileLang's TVM: upstream's
+        default (apache-tvm has neither of the faults the TileLang-side pipeline keeps out)."""
+        return "default"
+
     def __str__(self) -> str:
         return self.text
 

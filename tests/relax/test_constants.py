@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera_tvm._tvm import tvm
-from tessera_tvm.relax import build
+from tessera_tvm.relax import build, load_vm, partition_for_tessera
 from tessera_tvm.relax.constants import merged_constants
 
 relax = tvm.relax
@@ -39,8 +39,16 @@ def test_constants_with_colliding_hashes_keep_their_values():
     mod = _module()
     # The premise: each pair shares a hash in this TVM (pinned with TileLang).
     assert len(merged_constants(mod["main"])) == len(COLLIDING)
-    got = build(mod, "cpu").run("main", np.array([True, False]))
+    mask = np.array([True, False])
     expected = [np.array([value, other], dtype) for dtype, a, b in COLLIDING for value, other in ((a, 5), (b, 6))]
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype and np.array_equal(g, e), (g, e)
+    # tessera_tvm.relax.build, and tvm.compile with the report's pipelines (the README's route)
+    partitioned, report = partition_for_tessera(mod, "cpu")
+    with report.target:
+        ex = tvm.compile(
+            partitioned, report.target, relax_pipeline=report.relax_pipeline, tir_pipeline=report.tir_pipeline
+        )
+    vm_out = load_vm(ex, "cpu")["main"](tvm.runtime.tensor(mask))
+    for got in (build(mod, "cpu").run("main", mask), [t.numpy() for t in vm_out]):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == e.dtype and np.array_equal(g, e), (g, e)

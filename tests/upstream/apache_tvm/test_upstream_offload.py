@@ -70,7 +70,7 @@ def test_the_relax_examples_block_offloads_builds_with_llvm_exports_and_matches_
         "matmul + add + gelu",
     ], report
     assert not {n["op"] for n in report.not_offloaded} & {"R.matmul", "R.nn.layer_norm", "R.nn.attention"}
-    executable = tvm.compile(partitioned, "llvm")
+    executable = tvm.compile(partitioned, "llvm", relax_pipeline=report.relax_pipeline)  # as in TileLang's TVM
     # In process: the VM's jit compiles and links the kernels' sources.
     vm = relax.VirtualMachine(executable, tvm.cpu())
     arrays = example.inputs(params)
