@@ -44,7 +44,9 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
     take_pending_error()
     try:
         with target:  # TVM's nvcc callback reads the arch from the current target
-            return tvm.compile(mod, target, relax_pipeline=relax_pipeline(target), tir_pipeline=pipeline_name(config))
+            return tvm.compile(
+                mod, target, relax_pipeline=relax_pipeline(config, target), tir_pipeline=pipeline_name(config)
+            )
     except Exception as exc:
         error = take_pending_error()
         if error is not None:
@@ -52,14 +54,17 @@ def compile_module(mod, config: TargetConfig | str, *, target=None):
         raise exc
 
 
-def relax_pipeline(target):
-    """The Relax pipeline ``tvm.compile`` runs for a module with Tessera kernels
-    (``OffloadReport.relax_pipeline``): TVM's default for ``target`` (as ``tvm.compile`` picks it),
+def relax_pipeline(config: TargetConfig | str, target=None):
+    """The Relax pipeline ``tvm.compile`` runs for a module with Tessera kernels of ``config``
+    (``OffloadReport.relax_pipeline``): TVM's default for ``target`` (the config's unless given; as
+    ``tvm.compile`` picks it: a GPU target's own pipeline where it has one, else the generic one),
     with two of TileLang's TVM's silent errors kept out: a match_cast that restates its input's
     type becomes a plain alias first (:func:`alias_restating_match_casts`), and constants whose
     hashes collide are kept apart last (:func:`.constants.keep_constants_apart`)."""
+    config = load_config(config)
+    target = target if target is not None else config.tvm_target()
     default = relax.get_pipeline("default")
-    if "gpu" in target.keys:  # tvm.compile's choice for a GPU: the target's pipeline where it has one
+    if backend_for(config).thread_blocks:  # a GPU: the target's pipeline where it has one
         try:
             default = relax.get_default_pipeline(target)
         except (ValueError, AttributeError):

@@ -147,7 +147,7 @@ class OffloadReport:
         (:func:`tessera_tvm.relax.build.relax_pipeline`)."""
         from .build import relax_pipeline
 
-        return relax_pipeline(self.target)
+        return relax_pipeline(self.config)
 
     @property
     def kernels(self) -> list[str]:
