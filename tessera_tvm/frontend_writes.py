@@ -17,6 +17,8 @@ remainder by an infinite divisor:
 
 from __future__ import annotations
 
+import math
+
 from .frontend_fixes import _arg, _dtype, _is_tensor, _rank
 from .frontend_masks import _is_bool, _where_written
 from .relax_rewrites import _type
@@ -140,17 +142,12 @@ def _write_at(importer, y, shape, indexed: dict, common: list, v, accumulate: bo
         span = bb.emit(relax.op.arange(0, shape[axis], 1, "int64"))
         span = bb.emit(relax.op.reshape(span, [1] * place + [shape[axis]] + [1] * (out_rank - place - 1)))
         flat = bb.emit(relax.op.add(flat, bb.emit(relax.op.multiply(span, relax.const(strides[axis], "int64")))))
-    count = 1
-    for d in out_shape:
-        count *= d
+    count = math.prod(out_shape)
     flat = bb.emit(relax.op.reshape(bb.emit(relax.op.broadcast_to(flat, out_shape)), [count]))
     if _dtype(v) != _dtype(y):
         v = bb.emit(relax.op.astype(v, _dtype(y)))
     v = bb.emit(relax.op.reshape(bb.emit(relax.op.broadcast_to(v, out_shape)), [count]))
-    whole = 1
-    for d in shape:
-        whole *= d
-    data = bb.emit(relax.op.reshape(y, [whole]))
+    data = bb.emit(relax.op.reshape(y, [math.prod(shape)]))
     if accumulate:
         out = bb.emit(relax.op.scatter_elements(data, flat, v, axis=0, reduction="add"))
     else:
@@ -208,7 +205,7 @@ def _scatter_add(importer, node, relax):
     bb = importer.block_builder
     y, index, src = (importer.env[a] for a in (node.args[0], node.args[2], node.args[3]))
     dim = int(node.args[1]) % max(_rank(y), 1)
-    wanted = [int(d) for d in _static_shape(node, index)]
+    wanted = _static_shape(node, index)
     if _static_shape(node, src) != wanted:
         src = bb.emit(relax.op.strided_slice(src, list(range(len(wanted))), [0] * len(wanted), wanted))
     if _dtype(src) != _dtype(y):

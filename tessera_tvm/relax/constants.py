@@ -28,31 +28,48 @@ def _key(const) -> tuple:
     return (str(array.dtype), array.shape, array.tobytes())
 
 
-def merged_constants(func) -> list[list]:
-    """The groups of ``func``'s constants that share a structural hash but not a value (one
-    constant per value, first seen first)."""
-    by_hash: dict[int, dict[tuple, object]] = defaultdict(dict)
+def _by_hash(func) -> dict[int, list]:
+    """Every constant of ``func`` (each occurrence), by structural hash."""
+    by_hash: dict[int, list] = defaultdict(list)
 
     def visit(expr):
         if isinstance(expr, relax.Constant):
-            by_hash[tvm.ir.structural_hash(expr)].setdefault(_key(expr), expr)
+            by_hash[tvm.ir.structural_hash(expr)].append(expr)
 
     relax.analysis.post_order_visit(func, visit)
-    return [list(group.values()) for group in by_hash.values() if len(group) > 1]
+    return by_hash
+
+
+def _collisions(by_hash: dict[int, list]) -> list[dict[tuple, list]]:
+    """The hashes shared by constants of different values: each as {value: its occurrences}, in the
+    order first seen (only these constants are read back as arrays)."""
+    out = []
+    for occurrences in by_hash.values():
+        if len(occurrences) > 1:
+            values: dict[tuple, list] = defaultdict(list)
+            for const in occurrences:
+                values[_key(const)].append(const)
+            if len(values) > 1:
+                out.append(values)
+    return out
+
+
+def merged_constants(func) -> list[list]:
+    """The groups of ``func``'s constants that share a structural hash but not a value (one
+    constant per value, first seen first)."""
+    return [[consts[0] for consts in values.values()] for values in _collisions(_by_hash(func))]
 
 
 def _apart(func):
-    groups = merged_constants(func)
-    if not groups:
+    by_hash = _by_hash(func)
+    collisions = _collisions(by_hash)
+    if not collisions:
         return func
-    taken = set()
-    relax.analysis.post_order_visit(
-        func, lambda e: taken.add(tvm.ir.structural_hash(e)) if isinstance(e, relax.Constant) else None
-    )
-    stored: dict[tuple, tuple] = {}  # a constant's value -> (the constant stored, its shape)
-    for group in groups:
-        for const in group[1:]:
-            array = const.data.numpy()
+    taken = set(by_hash)
+    stored = {}  # each occurrence of a value kept apart -> (the constant stored, its shape, its struct info)
+    for values in collisions:
+        for consts in list(values.values())[1:]:
+            array = consts[0].data.numpy()
             lead = 1
             while True:  # leading dims of 1 until the hash is one no other constant has
                 candidate = relax.const(array.reshape((1,) * lead + array.shape), str(array.dtype))
@@ -61,25 +78,24 @@ def _apart(func):
                     break
                 lead += 1
             taken.add(digest)
-            stored[_key(const)] = (candidate, array.shape, const.struct_info)
+            for const in consts:
+                stored[const] = (candidate, array.shape, const.struct_info)
 
     @relax.expr_functor.mutator
     class Apart(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
+            if not any(arg in stored for arg in call.args):
+                return call
             args = []
-            changed = False
             for arg in call.args:
-                if isinstance(arg, relax.Constant) and _key(arg) in stored:
-                    candidate, shape, sinfo = stored[_key(arg)]
+                if arg in stored:
+                    candidate, shape, sinfo = stored[arg]
                     reshape = relax.ExternFunc("vm.builtin.reshape")
                     arg = self.builder_.emit(
                         relax.Call(reshape, [candidate, relax.ShapeExpr(shape)], sinfo_args=[sinfo])
                     )
-                    changed = True
                 args.append(arg)
-            if not changed:
-                return call
             return relax.Call(call.op, args, call.attrs, call.sinfo_args, call.span)
 
     return Apart().visit_expr(func)

@@ -29,9 +29,9 @@ merge B and H. K and V whose H_kv heads are each repeated H / H_kv times in a ro
 grouped-query attention, where Tessera's kernel takes it (TVM's own attention pairs grouped heads
 differently), and so are K and V of one head that SDPA broadcasts over the query heads (Falcon's
 multi-query attention). Scores with more than one mask (ALiBi as BLOOM and MPT add it) are
-tessera_tvm/relax/recover_scores.py's. Anything else is left as it is, so a rewrite never changes what the model computes,
-with one exception: a query whose keys are all -inf gets zeros (as under torch's guard) where
-attention written by hand gives NaN.
+tessera_tvm/relax/recover_scores.py's. Anything else is left as it is, so a rewrite never changes
+what the model computes, with one exception: a query whose keys are all -inf gets zeros (as under
+torch's guard) where attention written by hand gives NaN.
 """
 
 from __future__ import annotations
