@@ -62,11 +62,12 @@ def test_each_source_is_an_object_and_a_second_export_only_links(cpu_block, own_
     (packed,) = [c for c in compiles if c[-1].endswith("imports.S")]
     objects = [c for c in compiles if "-c" in c and c is not packed]
     kernels = [c for c in objects if any(a.endswith(".gch") or "/pch/" in a for a in c)]
-    # TVM's host code and one source per Tessera kernel, each compiled on its own; the kernels find
-    # the precompiled prelude first on their include path.
-    assert len(objects) == len(set(built.report.kernels)) + 1, [c[-1] for c in objects]
+    # TVM's host code on its own; the kernels with the precompiled prelude first on their include
+    # path: the attention kernel (a big source) alone, the five small ones as one translation unit
+    # (one g++ and one prelude load for all five; test_small_kernels_compile_together... below).
+    assert len(set(built.report.kernels)) == 6 and len(kernels) == 2, [c[-1] for c in objects]
+    assert len(objects) == len(kernels) + 1
     assert not any(c[-1].endswith("devc.c") for c in compiles)
-    assert len(kernels) == len(set(built.report.kernels))
     assert int(started[1]) == int(finished[1]) == len(objects)
     assert all(not any(a.startswith("-Dhalf=") for a in c) for c in kernels)  # it would void the prelude
     assert len(list(own_cache.glob("objects/*/*.o"))) == len(objects)
@@ -133,3 +134,68 @@ def test_a_vm_loaded_from_a_scratch_library_leaves_no_file_behind(cpu_block, mon
     assert kept.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
     out = vm["forward"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_allclose(out, block_reference(*arrays), rtol=1e-4, atol=1e-4)
+
+
+def _kernel(name: str, body: str, *, pragma: bool = False, absolute: bool = False) -> str:
+    """A kernel source as TileLang's C codegen writes one (``absolute``: its prelude included by
+    absolute path, as export_library hands it over), or as host_library compiles it."""
+    from tessera_tvm.target.toolchain import tilelang_include_dirs
+
+    spec = '#pragma GCC optimize("tree-loop-if-convert")\n' if pragma else ""
+    prelude = f'"{tilelang_include_dirs()[0]}/tl_templates/cpp/common.h"' if absolute else "<tl_templates/cpp/common.h>"
+    return (
+        f"#include {prelude}\n{spec}\n"
+        f'#ifdef __cplusplus\nextern "C"\n#endif\nint32_t {name}(int32_t x) {{\n{body}\n}}\n'
+    )
+
+
+def test_small_kernels_are_grouped_by_preamble_and_the_rest_compile_alone():
+    from tessera_tvm.target.cpu.host_library import TOGETHER_MAX_BYTES, TOGETHER_PER_UNIT, _Source, _translation_units
+
+    command = ("g++", "-O3")
+
+    def unit(name, source, cmd=command):
+        return _Source(cmd, source, ".cc", name)
+
+    plain = [unit(f"k{i}", _kernel(f"k{i}", f"  return x + {i};")) for i in range(2 * TOGETHER_PER_UNIT + 3)]
+    spec = [unit(f"s{i}", _kernel(f"s{i}", f"  return x * {i};", pragma=True)) for i in range(3)]
+    defines = unit("d", _kernel("d", "#define TWICE(v) (2 * (v))\n  return TWICE(x);"))
+    big = unit("big", _kernel("big", "  return x;" + " " * TOGETHER_MAX_BYTES))
+    host = unit("host", "void* __tvm_ffi__library_ctx = 0;\n")
+    other = unit("o", _kernel("o", "  return x;"), ("g++", "-O2"))
+    units = _translation_units([*plain, *spec, defines, big, host, other], workers=2)
+    names = sorted(sorted(m.stem for m in members) for members in units)
+    # One preamble and one command per unit; a directive after the preamble (it would reach the next
+    # source), a big source and TVM's host C alone; a group split between the workers.
+    assert ["big"] in names and ["d"] in names and ["host"] in names and ["o"] in names
+    assert sorted(s.stem for s in spec) in names
+    plain_units = [u for u in names if u[0].startswith("k")]
+    assert len(plain_units) == 2 and sorted(sum(plain_units, [])) == sorted(p.stem for p in plain)
+    assert all(len(u) >= TOGETHER_PER_UNIT for u in plain_units)
+    assert len(_translation_units(plain[: TOGETHER_PER_UNIT + 1], workers=2)) == 1  # too few to split
+    # The same sources in another order form the same units (a second build finds their objects).
+    again = _translation_units([other, host, big, defines, *reversed(spec), *reversed(plain)], workers=2)
+    assert sorted(sorted(m.stem for m in members) for members in again) == names
+    assert {tuple(m.stem for m in u) for u in again} == {tuple(m.stem for m in u) for u in units}
+
+
+def test_kernels_that_clash_together_are_compiled_alone_and_both_work(own_cache, compiles, tmp_path):
+    # Two kernels, each with a helper of the same name in an anonymous namespace: legal one by one,
+    # a redefinition in one translation unit. The export still builds, from each alone.
+    import ctypes
+
+    from tessera_tvm.config import load_config
+    from tessera_tvm.relax.build import export_options, host_library_flags
+
+    sources = []
+    for name, factor in (("triple", 3), ("quintuple", 5)):
+        path = tmp_path / f"{name}.cc"
+        helper = f"namespace {{ int32_t helper(int32_t v) {{ return {factor} * v; }} }}\n"
+        path.write_text(_kernel(name, "  return helper(x);", absolute=True).replace("\n#ifdef", f"\n{helper}#ifdef", 1))
+        sources.append(str(path))
+    output = tmp_path / "clash.so"
+    host_library.build_host_library(str(output), sources, export_options("cpu"), host_library_flags(load_config("cpu")))
+    units = [c for c in compiles if "-c" in c]
+    assert len(units) == 3  # together (rejected), then each alone
+    library = ctypes.CDLL(str(output))
+    assert library.triple(7) == 21 and library.quintuple(7) == 35

@@ -5,7 +5,9 @@ TVM's default (``tvm.contrib.cc.create_shared``) hands every C source of a Relax
 call: the host code (``lib0.c``, often 0.5 MB), one source per Tessera kernel and the packed imports
 (``devc.c``). Each kernel source parses TileLang's C prelude again (~90% of its compile), nothing is
 reused between builds of the same model, and one g++ process works alone. :func:`build_host_library`
-instead compiles each source into an object of its own, in parallel; kernel sources get the
+instead compiles the sources into objects in parallel: TVM's host C and each big kernel alone, the
+small kernels several to an object (:func:`_translation_units`: g++ starting and loading the prelude
+was most of a small kernel's compile); kernel sources get the
 precompiled prelude (:func:`.build.precompiled_prelude`, their absolute include of it spelt as the
 ``<tl_templates/...>`` include g++ looks up next to the ``.gch``); each object is kept in the kernel
 cache (``objects/``) under the SHA-256 of its source, its command line and the toolchain (GCC, flags,
@@ -21,6 +23,7 @@ a hex C array that g++ took 84 s to parse for ResNet-18 (235 MB of source for 47
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import hashlib
 import os
@@ -30,6 +33,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ...errors import ToolchainError
 from ..toolchain import require_tool, run_tool, sha256_file, write_text_atomic
 from .build import (
     PRELUDE,
@@ -64,9 +68,17 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
     options, flags = list(options), tuple(flags)
     root = KernelCache.from_env().root
     workspace = Path(output).parent if root is None else None
-    jobs = []
-    objects = []
+    objects: list[str] = []
+    pending: list[_Source] = []
     reused = 0
+
+    def cached(unit: _Source) -> Path:
+        """Where ``unit``'s object is kept: under its key in the cache, or in the workspace."""
+        key = _object_key(cxx, flags, unit.command, unit.source)
+        return (
+            workspace / f"{unit.stem}.{key[:12]}.o" if root is None else Path(root) / "objects" / key[:2] / f"{key}.o"
+        )
+
     for name in files:
         path = Path(name)
         if path.suffix not in _SOURCE_SUFFIXES:
@@ -79,29 +91,114 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             command = _kernel_command(cxx, flags, kernel_options)
         else:
             command = [cxx, "-fPIC", *options]
-        language = ["-x", "c++"]  # g++ reads .c as C++ too; say so, the source may move to a .cc file
-        key = _object_key(cxx, flags, [*command, *language], source)
-        if root is None:
-            target, staging = workspace / f"{path.stem}.{key[:12]}.o", workspace
-        else:
-            target, staging = Path(root) / "objects" / key[:2] / f"{key}.o", Path(root) / "objects"
-        objects.append(str(target))
+        # g++ reads .c as C++ too; say so, the source may move to a .cc file
+        unit = _Source((*command, "-x", "c++"), source, path.suffix, path.stem)
+        alone = cached(unit)
+        if root is not None and _intact(alone):  # compiled alone before (by this model or another)
+            objects.append(str(alone))
+            reused += 1
+            continue
+        if root is not None and alone.exists():
+            _damaged(alone, "its SHA-256 does not match")
+            alone.unlink()  # it may be compiled with others now, not rewritten: removed with its SHA-256
+            _checksum_of(alone).unlink(missing_ok=True)
+        pending.append(unit)
+    jobs = []
+    for members in _translation_units(pending, os.cpu_count() or 1):
+        unit = _together(members)
+        target = cached(unit)
         if root is not None and _intact(target):
+            objects.append(str(target))
             reused += 1
             continue
         if root is not None and target.exists():
             _damaged(target, "its SHA-256 does not match")
-        jobs.append((command, language, source, path.suffix, target, staging))
+        jobs.append((unit, members, target))
     if jobs:
+        staging = workspace if root is None else Path(root) / "objects"
         workers = min(len(jobs), os.cpu_count() or 1)
         progress = _Progress(Path(output).name, len(jobs), reused, workers)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            futures = [pool.submit(_compile, *job) for job in jobs]
+            futures = [pool.submit(_compile_unit, *job, staging, cached) for job in jobs]
             for future in concurrent.futures.as_completed(futures):
-                future.result()  # the first failure raises (a ToolchainError naming the command)
+                # the first failure raises (a ToolchainError naming the command)
+                objects.extend(map(str, future.result()))
                 progress.step()
         progress.finish()
     run_tool([cxx, "-shared", "-fPIC", "-o", output, *objects, *options], timeout=600)
+
+
+#: Kernel sources up to this size are compiled together, several to a translation unit (see
+#: :func:`_translation_units`); a bigger one (an attention kernel: ~6 KB, 0.8 s of g++) alone, so
+#: that its object is reused by any model that has it.
+TOGETHER_MAX_BYTES = 4096
+#: Sources per translation unit at least, before a group is split between the compile workers.
+TOGETHER_PER_UNIT = 8
+#: A preprocessor directive other than the ``extern "C"`` guards of TileLang's declarations.
+_DIRECTIVE = re.compile(r"^[ \t]*#(?!ifdef __cplusplus$|endif$)", re.M)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """One translation unit: its g++ command (without ``-c -o``), text, file suffix and a name."""
+
+    command: tuple[str, ...]
+    source: str
+    suffix: str
+    stem: str
+
+
+def _translation_units(pending: list[_Source], workers: int) -> list[list[_Source]]:
+    """``pending`` sources as the lists compiled together, one translation unit each.
+
+    A small kernel's object was mostly g++ starting and loading the 70 MB precompiled prelude: 63
+    kernels of one model took 7.3 s one by one and 0.7 s as two files. Kernel sources are compiled
+    together where that means exactly what compiling each alone would: the same command and the
+    same preamble (every line before the first declaration: the prelude and runtime includes, the
+    pragmas), and no directive after it (a ``#define`` or ``#pragma`` could not leak into the next
+    source; two sources defining one name make g++ fail, and :func:`_compile_unit` then compiles
+    them alone). Each group is split round-robin (by key order, so a second build forms the same
+    units) between up to ``workers`` units of at least :data:`TOGETHER_PER_UNIT` sources. TVM's
+    host C and big kernels stay alone."""
+    units: list[list[_Source]] = []
+    groups: dict[tuple[tuple[str, ...], str], list[_Source]] = {}
+    for unit in pending:
+        split = _preamble(unit.source) if len(unit.source) <= TOGETHER_MAX_BYTES else None
+        if split is None or PRELUDE_INCLUDE not in split[0]:
+            units.append([unit])
+        else:
+            groups.setdefault((unit.command, split[0]), []).append(unit)
+    for members in groups.values():
+        members.sort(key=lambda m: hashlib.sha256(m.source.encode("utf-8", "surrogateescape")).digest())
+        count = max(1, min(workers, len(members) // TOGETHER_PER_UNIT))
+        units.extend(members[i::count] for i in range(count))
+    return units
+
+
+def _preamble(source: str) -> tuple[str, str] | None:
+    """``source`` as (its preamble, the rest), or None where a directive follows the preamble."""
+    lines = source.splitlines(keepends=True)
+    end = 0
+    while end < len(lines):
+        line = lines[end]
+        if line.startswith("#ifdef __cplusplus") or not (line.startswith(("#", "//")) or not line.strip()):
+            break
+        end += 1
+    body = "".join(lines[end:])
+    if _DIRECTIVE.search(body) or re.search(r"^static\b", body, re.M):
+        return None
+    return "".join(lines[:end]), body
+
+
+def _together(members: list[_Source]) -> _Source:
+    """One translation unit of ``members`` (one preamble, then each body), or the one member."""
+    if len(members) == 1:
+        return members[0]
+    preamble, _ = _preamble(members[0].source)
+    bodies = [f"// ---- {m.stem}\n{_preamble(m.source)[1]}" for m in members]
+    return _Source(
+        members[0].command, preamble + "\n".join(bodies), members[0].suffix, f"{members[0].stem}+{len(members) - 1}"
+    )
 
 
 class _Progress:
@@ -201,11 +298,28 @@ def _toolchain_identity(cxx: str, flags: tuple[str, ...]) -> str:
 
 def _intact(obj: Path) -> bool:
     recorded = recorded_sha256(obj)
-    return recorded is not None and sha256_file(obj) == recorded
+    return recorded is not None and obj.is_file() and sha256_file(obj) == recorded
 
 
-def _compile(command: list[str], language: list[str], source: str, suffix: str, target: Path, staging: Path) -> None:
-    """Compile ``source`` into ``target`` (written whole or not at all, its SHA-256 beside it), in a
+def _compile_unit(unit: _Source, members: list[_Source], target: Path, staging: Path, cached) -> list[Path]:
+    """Compile ``unit`` into ``target`` and return the objects to link: ``[target]``, or, where g++
+    rejects sources it was given together (two that define one name), each member compiled alone, so
+    that an error names the one source that has it."""
+    if len(members) == 1:
+        _compile(unit, target, staging)
+        return [target]
+    try:
+        _compile(unit, target, staging)
+        return [target]
+    except ToolchainError:
+        alone = [cached(m) for m in members]
+        for member, path in zip(members, alone, strict=True):
+            _compile(member, path, staging)
+        return alone
+
+
+def _compile(unit: _Source, target: Path, staging: Path) -> None:
+    """Compile ``unit`` into ``target`` (written whole or not at all, its SHA-256 beside it), in a
     directory under ``staging`` that this process holds: the cache's stale-file cleanup removes it
     if the process dies mid-compile."""
     from tessera_tvm.kernel_store import held_directory
@@ -213,9 +327,9 @@ def _compile(command: list[str], language: list[str], source: str, suffix: str, 
     staging.mkdir(parents=True, exist_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     with held_directory(staging, f".{target.stem[:12]}.") as work:
-        src, obj = work / f"source{suffix}", work / "object.o"
-        src.write_text(source, encoding="utf-8", errors="surrogateescape")
-        run_tool([*command, *language, "-c", "-o", str(obj), str(src)], timeout=600)
+        src, obj = work / f"source{unit.suffix}", work / "object.o"
+        src.write_text(unit.source, encoding="utf-8", errors="surrogateescape")
+        run_tool([*unit.command, "-c", "-o", str(obj), str(src)], timeout=600)
         digest = sha256_file(obj)
         os.replace(obj, target)
     write_text_atomic(_checksum_of(target), digest + "\n")
