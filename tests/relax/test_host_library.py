@@ -199,3 +199,45 @@ def test_kernels_that_clash_together_are_compiled_alone_and_both_work(own_cache,
     assert len(units) == 3  # together (rejected), then each alone
     library = ctypes.CDLL(str(output))
     assert library.triple(7) == 21 and library.quintuple(7) == 35
+
+
+def test_tvms_host_c_compiles_in_pieces_that_define_each_function_once(
+    cpu_block, own_cache, compiles, tmp_path, monkeypatch
+):
+    # The block's host C (~250 KB) in two pieces (a model's is the longest compile, in one g++
+    # otherwise): each function in one piece, the library context defined in one and declared in the
+    # other, and the library still runs the block right.
+    monkeypatch.setattr(host_library, "HOST_PART_BYTES", 64 * 1024)
+    monkeypatch.setattr(host_library.os, "cpu_count", lambda: 2)
+    built, params = cpu_block
+    _run(export_library(built.executable, tmp_path / "m.so", "cpu"), params)
+    host = [c for c in compiles if "-c" in c and "-Dhalf=_Float16" in c]
+    assert len(host) == 2, [c[-1] for c in host]
+
+
+def test_host_c_is_split_only_where_its_layout_is_the_one_expected():
+    from tessera_tvm.target.cpu.host_library import _host_parts
+
+    guard = '#ifdef __cplusplus\nextern "C"\n#endif\n'
+
+    def function(name, lines=2000):
+        body = "".join(f"  v = v * 3 + {i};\n" for i in range(lines))
+        return f"{guard}TVM_DLL int32_t __tvm_ffi_{name}(void* self_handle, void* args, int32_t n, void* r) {{\n{body}  return 0;\n}}\n"
+
+    preamble = '#include "tvm/runtime/base.h"\nvoid* __tvm_ffi__library_ctx = NULL;\nstatic void* cached = NULL;\n'
+    names = [f"f{i}" for i in range(6)]
+    source = preamble + "\n".join(function(n, 2000 + 100 * i) for i, n in enumerate(names))
+    parts = _host_parts(source, workers=2)
+    assert parts is not None and len(parts) == 2
+    assert sum(p.count("void* __tvm_ffi__library_ctx = NULL;") for p in parts) == 1
+    assert sum(p.count("extern void* __tvm_ffi__library_ctx;") for p in parts) == 1
+    assert all(p.count("static void* cached = NULL;") == 1 for p in parts)  # each piece its own cache
+    for name in names:  # each function defined once, whole
+        assert sum(p.count(f"__tvm_ffi_{name}(") for p in parts) == 1
+    assert abs(len(parts[0]) - len(parts[1])) < len(source) // 4  # balanced by size
+    assert _host_parts(source, workers=2) == parts  # the same pieces every time: their objects are reused
+    assert _host_parts(source, workers=1) is None
+    assert _host_parts(preamble + function("small", 10), workers=2) is None  # too small to split
+    # Anything else at the top level after the preamble: compiled whole.
+    assert _host_parts(source + "static int helper(void) { return 1; }\n", workers=2) is None
+    assert _host_parts(source.replace("void* __tvm_ffi__library_ctx = NULL;", ""), workers=2) is None

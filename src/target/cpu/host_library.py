@@ -5,9 +5,9 @@ TVM's default (``tvm.contrib.cc.create_shared``) hands every C source of a Relax
 call: the host code (``lib0.c``, often 0.5 MB), one source per Tessera kernel and the packed imports
 (``devc.c``). Each kernel source parses TileLang's C prelude again (~90% of its compile), nothing is
 reused between builds of the same model, and one g++ process works alone. :func:`build_host_library`
-instead compiles the sources into objects in parallel: TVM's host C and each big kernel alone, the
-small kernels several to an object (:func:`_translation_units`: g++ starting and loading the prelude
-was most of a small kernel's compile); kernel sources get the
+instead compiles the sources into objects in parallel: each big kernel alone, the small kernels
+several to an object (:func:`_translation_units`: g++ starting and loading the prelude was most of a
+small kernel's compile), TVM's host C in one piece per core where it is big (:func:`_host_parts`); kernel sources get the
 precompiled prelude (:func:`.build.precompiled_prelude`, their absolute include of it spelt as the
 ``<tl_templates/...>`` include g++ looks up next to the ``.gch``); each object is kept in the kernel
 cache (``objects/``) under the SHA-256 of its source, its command line and the toolchain (GCC, flags,
@@ -85,7 +85,8 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             objects.append(str(path))
             continue
         source = path.read_text(encoding="utf-8", errors="surrogateescape")
-        if _ABSOLUTE_PRELUDE.search(source):
+        kernel = bool(_ABSOLUTE_PRELUDE.search(source))
+        if kernel:
             source = _ABSOLUTE_PRELUDE.sub(PRELUDE_INCLUDE, source)
             kernel_options = [o for o in options if not o.startswith(_HOST_ONLY_MACROS)]
             command = _kernel_command(cxx, flags, kernel_options)
@@ -93,6 +94,10 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             command = [cxx, "-fPIC", *options]
         # g++ reads .c as C++ too; say so, the source may move to a .cc file
         unit = _Source((*command, "-x", "c++"), source, path.suffix, path.stem)
+        parts = None if kernel else _host_parts(source, os.cpu_count() or 1)
+        if parts is not None:  # TVM's host C, in pieces compiled side by side
+            pending.extend(_Source(unit.command, part, unit.suffix, f"{path.stem}.{i}") for i, part in enumerate(parts))
+            continue
         alone = cached(unit)
         if root is not None and _intact(alone):  # compiled alone before (by this model or another)
             objects.append(str(alone))
@@ -199,6 +204,72 @@ def _together(members: list[_Source]) -> _Source:
     return _Source(
         members[0].command, preamble + "\n".join(bodies), members[0].suffix, f"{members[0].stem}+{len(members) - 1}"
     )
+
+
+#: TVM's host C is compiled in pieces of at least this many bytes, one per core at most: it is the
+#: longest compile of a model (the packed wrapper of every PrimFunc, with its argument checks, and the
+#: ops left to TVM: 15 s of g++ for a 6.9 MB source) and a single g++ process otherwise.
+HOST_PART_BYTES = 128 * 1024
+#: A function TVM's C host codegen defines: its packed wrapper, closed by a ``}`` alone on a line.
+_HOST_FUNCTION = re.compile(r"^TVM_DLL int32_t __tvm_ffi_\w+\(.*\) \{$")
+#: The one variable TVM's host C defines; every other piece declares it.
+_LIBRARY_CTX = "void* __tvm_ffi__library_ctx = NULL;"
+#: The lines before each definition (C linkage when compiled as C++).
+_C_LINKAGE = ("#ifdef __cplusplus", 'extern "C"', "#endif")
+
+
+def _guarded(lines: list[str], definition: int) -> bool:
+    """Whether the lines before ``lines[definition]`` are :data:`_C_LINKAGE`."""
+    before = lines[max(0, definition - len(_C_LINKAGE)) : definition]
+    return [line.rstrip("\n") for line in before] == list(_C_LINKAGE)
+
+
+def _host_parts(source: str, workers: int) -> list[str] | None:
+    """TVM's host C ``source`` as up to ``workers`` sources that together define what it does, or
+    None to compile it whole (small, or not laid out as expected).
+
+    The layout relied on, checked line by line: a preamble (includes, the definition of
+    ``__tvm_ffi__library_ctx``, ``static`` caches of looked-up functions, declarations), then only
+    function definitions, each opened by ``TVM_DLL int32_t __tvm_ffi_<name>(...) {`` (after the
+    ``extern "C"`` lines of :data:`_C_LINKAGE`, or not) and closed by ``}`` on a line of its own,
+    and blank lines. Each piece gets the whole preamble (its own caches,
+    filled on first use) and a share of the definitions, balanced by size; all but the first declare
+    the context variable instead of defining it."""
+    count = min(workers, len(source) // HOST_PART_BYTES)
+    if count < 2:
+        return None
+    lines = source.splitlines(keepends=True)
+    first = next((i for i, line in enumerate(lines) if _HOST_FUNCTION.match(line)), None)
+    if first is None:
+        return None
+    first -= len(_C_LINKAGE) if _guarded(lines, first) else 0
+    if sum(line.rstrip("\n") == _LIBRARY_CTX for line in lines[:first]) != 1:
+        return None
+    functions, i = [], first
+    while i < len(lines):
+        if not lines[i].strip():
+            i += 1
+            continue
+        start = i
+        i += len(_C_LINKAGE) if _guarded(lines, i + len(_C_LINKAGE)) and lines[i].startswith("#ifdef") else 0
+        if not _HOST_FUNCTION.match(lines[i]):
+            return None
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].rstrip("\n") == "}"), None)
+        if end is None:
+            return None
+        functions.append("".join(lines[start : end + 1]))
+        i = end + 1
+    if len(functions) < count:
+        return None
+    shares: list[list[str]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for function in sorted(functions, key=len, reverse=True):
+        smallest = sizes.index(min(sizes))
+        shares[smallest].append(function)
+        sizes[smallest] += len(function)
+    preamble = "".join(lines[:first])
+    declared = preamble.replace(_LIBRARY_CTX, "extern void* __tvm_ffi__library_ctx;", 1)
+    return [(preamble if n == 0 else declared) + "\n".join(share) for n, share in enumerate(shares)]
 
 
 class _Progress:
