@@ -48,8 +48,16 @@ __all__ = [
     "with_spec_pragmas",
 ]
 
-#: The flags of configs/cpu.yaml (which says why -fno-tree-loop-if-convert and -fno-strict-aliasing).
-DEFAULT_CPU_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-tree-loop-if-convert", "-fno-strict-aliasing")
+#: The flags of configs/cpu.yaml (which says why -fno-tree-loop-if-convert, -fno-strict-aliasing and
+#: -fno-math-errno).
+DEFAULT_CPU_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fno-tree-loop-if-convert",
+    "-fno-strict-aliasing",
+    "-fno-math-errno",
+)
 
 #: First in the C source of every kernel Tessera builds from its own specs (build_tile_program):
 #: loop if-conversion back on, which the CPU flags turn off for everything else (GCC 12.2 miscompiles
