@@ -166,6 +166,18 @@ def static_cache(cache, max_len: int) -> list[torch.Tensor]:
     return padded
 
 
+def decode_step(model: nn.Module, prompt: torch.Tensor, max_len: int):
+    """``model`` (a ``make_model`` causal LM) prefills ``prompt`` [B, P] in torch; returns the
+    :class:`StaticCacheStep` of its language model, the step's inputs (the greedy next token, the
+    position P, the prefill's cache padded to ``max_len``) and the prefill's ``DynamicCache``."""
+    lm = model.model if isinstance(model, FirstOutput) else model
+    with torch.no_grad():
+        prefill = lm(input_ids=prompt, use_cache=True)
+    token = prefill.logits[:, -1:].argmax(-1)
+    inputs = (token, torch.tensor([prompt.shape[1]]), *static_cache(prefill.cache, max_len))
+    return StaticCacheStep(lm, max_len).eval(), inputs, prefill.cache
+
+
 def decode_and_compare(model: nn.Module, prompt: torch.Tensor, steps: int, *, max_len: int = 16, decompose=True):
     """``model`` (a ``make_model`` causal LM) prefills ``prompt`` [B, P] in torch, then decodes
     ``steps`` greedy tokens twice: in torch with its ``DynamicCache``, and with one build of
@@ -176,14 +188,9 @@ def decode_and_compare(model: nn.Module, prompt: torch.Tensor, steps: int, *, ma
     # isort: split
     from tvm.relax.frontend.torch import from_exported_program
 
-    lm = model.model if isinstance(model, FirstOutput) else model
-    with torch.no_grad():
-        prefill = lm(input_ids=prompt, use_cache=True)
-    dynamic, token = prefill.cache, prefill.logits[:, -1:].argmax(-1)
-    cache = static_cache(dynamic, max_len)
-    step = StaticCacheStep(lm, max_len).eval()
-    position = torch.tensor([prompt.shape[1]])
-    exported = torch.export.export(step, (token, position, *cache))
+    step, inputs, dynamic = decode_step(model, prompt, max_len)
+    lm, (token, _, *cache) = step.model, inputs
+    exported = torch.export.export(step, inputs)
     built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
     arrays, results = [t.numpy() for t in cache], []
     for n in range(steps):
