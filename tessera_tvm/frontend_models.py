@@ -102,8 +102,9 @@ def _cat(importer, node, plain, relax):
     tensors = node.args[0]
 
     def empty_vector(value) -> bool:
-        shape = _type(importer.env[value]).shape
-        return shape is not None and len(shape.values) == 1 and _is_zero(shape.values[0])
+        shape = getattr(_type(importer.env[value]), "shape", None)
+        values = getattr(shape, "values", None)
+        return values is not None and len(values) == 1 and _is_zero(values[0])
 
     kept = [t for t in tensors if not empty_vector(t)]
     if len(kept) == len(tensors) or not kept:
