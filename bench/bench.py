@@ -1050,6 +1050,34 @@ def bench_hf(quick: bool) -> None:
             row("hf", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
             continue
         _versus_torch("hf", name, model, ids, built, seconds, got, expected, quick)
+    for name, kind in {"LLaMA": "llama", "GPT-2": "gpt2"}.items():
+        _hf_decode_row(
+            hf_model, f"{name} decode step (2 layers, D=256, 1 token on 128 cached of 256)", kind, sizes, quick
+        )
+
+
+def _hf_decode_row(hf_model, name: str, kind: str, sizes: dict, quick: bool) -> None:
+    """One decode step (examples/hf_model.py's StaticCacheStep: the KV cache as fixed-size tensors)
+    built at the frontend's defaults, vs the same step in torch eager and torch.compile."""
+    from tessera_tvm.relax import build  # first: it makes TileLang's TVM the process's `tvm`
+
+    # isort: split
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        step, inputs, _ = hf_model.decode_step(
+            hf_model.make_model(kind, **sizes), torch.randint(0, 1024, (1, 128)), max_len=256
+        )
+        start = time.perf_counter()
+        built = build(from_exported_program(torch.export.export(step, inputs), keep_params_as_input=False), "cpu")
+        got = built.run("main", *(t.numpy() for t in inputs))[0]
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            expected = step(*inputs)[0].numpy()
+    except Exception as exc:  # noqa: BLE001 - a row that says why
+        row("hf", name, "failed", f"{type(exc).__name__}: {str(exc)[:60]}", "-")
+        return
+    _versus_torch("hf", name, step, inputs, built, seconds, got, expected, quick)
 
 
 def _gpu_model_cases(quick: bool) -> dict:

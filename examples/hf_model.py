@@ -4,6 +4,7 @@ to Tessera kernels, built, run and compared with torch.
 
     python examples/hf_model.py                  # a small LLaMA (GQA, rotary), both import routes
     python examples/hf_model.py bert gpt2 qwen2 vit  # others (make_model lists them)
+    python examples/hf_model.py --decode llama   # decode steps on a KV cache (StaticCacheStep)
     TESSERA_NUM_THREADS=2 python examples/hf_model.py
 
 Needs ``transformers`` (in the test extras: ``pip install -e .[test]``). Threads: Tessera's CPU
@@ -127,6 +128,81 @@ class FirstOutput(nn.Module):
         return self.model(input_ids=x, attention_mask=mask)[0]
 
 
+class StaticCacheStep(nn.Module):
+    """One decode step of a causal LM with its KV cache as plain tensors of a fixed size, the form
+    torch.export and a build take: ``forward(ids, position, *cache)`` with ``ids`` [B, T] the new
+    tokens, ``position`` [1] (int64) the number of tokens already in the cache, and ``cache`` each
+    layer's keys and values [B, kv_heads, max_len, head_dim] (positions from ``position`` on
+    unused); returns the logits and the updated cache tensors (the inputs are not written). One
+    build serves every step up to ``max_len``: the shapes do not grow. Inside it is transformers'
+    ``StaticCache`` (writes with ``index_copy`` at the position, masks the keys after it)."""
+
+    def __init__(self, model: nn.Module, max_len: int) -> None:
+        super().__init__()
+        self.model, self.max_len = model, max_len
+
+    def forward(self, ids, position, *cache):
+        import transformers as hf
+
+        static = hf.StaticCache(config=self.model.config, max_cache_len=self.max_len)
+        keys = cache[0]
+        static.early_initialization(keys.shape[0], keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+        for layer, k, v in zip(static.layers, cache[0::2], cache[1::2], strict=True):
+            # transformers 5's StaticLayer: its tensors, and where the next write goes
+            layer.keys, layer.values = k.clone(), v.clone()
+            layer.cumulative_length = position.reshape(()).clone()
+        positions = position.reshape(1, 1) + torch.arange(ids.shape[1]).reshape(1, -1)
+        logits = self.model(input_ids=ids, cache=static, position_ids=positions, use_cache=True).logits
+        return (logits, *(t for layer in static.layers for t in (layer.keys, layer.values)))
+
+
+def static_cache(cache, max_len: int) -> list[torch.Tensor]:
+    """A transformers ``DynamicCache`` (a prefill's) as :class:`StaticCacheStep`'s cache tensors:
+    each layer's keys and values padded with zeros to ``max_len`` positions."""
+    padded = []
+    for layer in cache.layers:
+        for t in (layer.keys, layer.values):
+            padded.append(torch.nn.functional.pad(t, (0, 0, 0, max_len - t.shape[2])))
+    return padded
+
+
+def decode_step(model: nn.Module, prompt: torch.Tensor, max_len: int):
+    """``model`` (a ``make_model`` causal LM) prefills ``prompt`` [B, P] in torch; returns the
+    :class:`StaticCacheStep` of its language model, the step's inputs (the greedy next token, the
+    position P, the prefill's cache padded to ``max_len``) and the prefill's ``DynamicCache``."""
+    lm = model.model if isinstance(model, FirstOutput) else model
+    with torch.no_grad():
+        prefill = lm(input_ids=prompt, use_cache=True)
+    token = prefill.logits[:, -1:].argmax(-1)
+    inputs = (token, torch.tensor([prompt.shape[1]]), *static_cache(prefill.cache, max_len))
+    return StaticCacheStep(lm, max_len).eval(), inputs, prefill.cache
+
+
+def decode_and_compare(model: nn.Module, prompt: torch.Tensor, steps: int, *, max_len: int = 16, decompose=True):
+    """``model`` (a ``make_model`` causal LM) prefills ``prompt`` [B, P] in torch, then decodes
+    ``steps`` greedy tokens twice: in torch with its ``DynamicCache``, and with one build of
+    :class:`StaticCacheStep` fed its own cache back. Returns (the build, and per step: Tessera's
+    logits, torch's, Tessera's cache tensors, torch's keys and values so far)."""
+    from tessera_tvm.relax import build  # first: it makes TileLang's TVM the process's `tvm`
+
+    # isort: split
+    from tvm.relax.frontend.torch import from_exported_program
+
+    step, inputs, dynamic = decode_step(model, prompt, max_len)
+    lm, (token, _, *cache) = step.model, inputs
+    exported = torch.export.export(step, inputs)
+    built = build(from_exported_program(exported, keep_params_as_input=False, run_ep_decomposition=decompose), "cpu")
+    arrays, results = [t.numpy() for t in cache], []
+    for n in range(steps):
+        with torch.no_grad():
+            expected = lm(input_ids=token, cache=dynamic, use_cache=True).logits
+        logits, *arrays = built.run("main", token.numpy(), np.array([prompt.shape[1] + n]), *arrays)
+        torchs = [t.numpy() for layer in dynamic.layers for t in (layer.keys, layer.values)]
+        results.append((logits, expected.numpy(), arrays, torchs))
+        token = expected[:, -1:].argmax(-1)  # torch's token: both go on from the same one
+    return built, results
+
+
 def vit_inputs(model: nn.Module, batch: int = 2) -> tuple[torch.Tensor]:
     """Random images of the size ``model`` (a ``make_model("vit")``) was configured for."""
     config = model.model.config
@@ -151,6 +227,13 @@ def build_and_compare(model: nn.Module, inputs: tuple[torch.Tensor, ...], *, dec
 
 
 def main(names: list[str]) -> None:
+    if names[:1] == ["--decode"]:
+        for name in names[1:] or ["llama"]:
+            built, results = decode_and_compare(make_model(name), torch.randint(0, 256, (2, 5)), 4)
+            for n, (got, expected, *_) in enumerate(results):
+                print(f"== {name}, decode step {n}: max |tessera - torch| = {np.abs(got - expected).max():.1e}")
+        print(built.report)
+        return
     for name in names or ["llama"]:
         model = make_model(name)
         ids = torch.randint(0, 256, (2, 12))

@@ -49,6 +49,8 @@ def install_model_converters(importer, table: dict, relax) -> None:
         table["layer_norm.default"] = lambda node, plain=table["layer_norm.default"]: _layer_norm(
             importer, node, plain, relax
         )
+    if "cat.default" in table:
+        table["cat.default"] = lambda node, plain=table["cat.default"]: _cat(importer, node, plain, relax)
     table.setdefault("_weight_norm.default", lambda node: _weight_norm(importer, node, relax))
     for spatial in (1, 2, 3):
         table.setdefault(f"conv{spatial}d.padding", lambda node, n=spatial: _conv_padded_by_name(importer, node, n))
@@ -91,3 +93,27 @@ def _conv_padded_by_name(importer, node, spatial: int):
         after = [t - b for t, b in zip(totals, before, strict=True)]
     impl = {1: importer._conv1d_impl, 2: importer._conv2d_impl, 3: importer._conv3d_impl}[spatial]
     return impl(x, weight, bias=bias, strides=stride, padding=before + after, dilation=dilation, groups=groups)
+
+
+def _cat(importer, node, plain, relax):
+    """``torch.cat(tensors, dim)`` where some operands are 1-D with no elements and others are not:
+    those left out, as torch does (its legacy rule for ``torch.tensor([])``). A single operand left
+    is the result."""
+    tensors = node.args[0]
+
+    def empty_vector(value) -> bool:
+        shape = getattr(_type(importer.env[value]), "shape", None)
+        values = getattr(shape, "values", None)
+        return values is not None and len(values) == 1 and _is_zero(values[0])
+
+    kept = [t for t in tensors if not empty_vector(t)]
+    if len(kept) == len(tensors) or not kept:
+        return plain(node)
+    if len(kept) == 1:
+        return importer.env[kept[0]]
+    dim = _arg(node, 1, "dim", 0)
+    return importer.block_builder.emit(relax.op.concat([importer.env[t] for t in kept], axis=dim))
+
+
+def _is_zero(extent) -> bool:
+    return (extent if isinstance(extent, int) else getattr(extent, "value", None)) == 0

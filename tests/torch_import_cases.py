@@ -219,6 +219,11 @@ CASES = {
     "index_add with duplicates and alpha": lambda x, i: torch.index_add(
         _cube(x), 2, i[0].clamp(0, 2), _cube(x), alpha=2
     ),
+    # transformers' DynamicCache concatenates onto torch.tensor([]): torch skips a 1-D empty operand,
+    # the importer's concat refused it ("Concat expects all input tensors to have same ndim")
+    "cat with torch.tensor([]) operands": lambda x, i: (
+        torch.cat([torch.tensor([]), x], -2) + torch.cat([x, torch.tensor([]), x * 2], 0)[1:3]
+    ),
     # floor(a / b) gave -0.0 for -1 // inf (torch: -1), a - floor(a / b) * b NaN for -1 % inf (torch: inf)
     "floor_divide, remainder by +-inf": _by_infinity,
 }
