@@ -17,8 +17,10 @@ torch ops on edge values (NaN, +-inf, -0.0, large magnitudes) with torch:
   (torch.export passes them by position): ``reduction="sum"`` gave the mean, ``"none"`` a scalar, an
   ``ignore_index`` other than -100 was not ignored; ``label_smoothing`` was dropped, and probability
   targets were read as class indices. Now torch's formulas (:func:`_cross_entropy`).
-- ``F.max_pool1d`` without the decomposition (TVM's pool, which skips NaN) gave the window's
-  largest number where torch gives NaN: it is the 2-D pool of one row now, Tessera's kernel.
+- ``F.max_pool1d`` without the decomposition (TVM's pool, which skips a NaN followed by a number)
+  gave the window's largest number where torch gives NaN: a window with a NaN is NaN now.
+- ``mask * mask`` (two bool tensors; torch's decomposition of ``logaddexp`` has one) did not build
+  in apache-tvm 0.27 ("Check failed: t.MatchesCode(kDLFloat)"): it is ``logical_and``.
 - ``F.softshrink`` without the decomposition multiplied ``x - lambda`` by a 0/1 mask: NaN for
   x = +-inf (``inf * 0``), where torch gives +-inf.
 """
@@ -46,6 +48,8 @@ def install_math_converters(importer, table: dict, relax) -> None:
         table["cross_entropy_loss.default"] = lambda node: _cross_entropy(importer, node, relax)
     if "max_pool1d.default" in table:
         table["max_pool1d.default"] = lambda node: _max_pool1d(importer, node, relax)
+    if "mul.Tensor" in table:
+        table["mul.Tensor"] = lambda node, plain=table["mul.Tensor"]: _bool_product(importer, node, plain, relax)
     if "softshrink.default" in table:
         table["softshrink.default"] = lambda node: _softshrink(importer, node, relax)
 
@@ -198,7 +202,7 @@ def _cross_entropy(importer, node, relax):
 
 def _max_pool1d(importer, node, relax):
     """``aten.max_pool1d(x, kernel, stride, padding, dilation, ceil_mode)`` of ``[N, C, W]`` or
-    ``[C, W]``: ``max_pool2d`` of ``[N, C, 1, W]``, which keeps NaN as torch (Tessera's pool kernel)."""
+    ``[C, W]``: ``max_pool2d`` of ``[N, C, 1, W]``, NaN where the window holds one."""
     bb, op = importer.block_builder, relax.op
     x = importer.env[node.args[0]]
     unbatched = len(_type(x).shape.values) == 2
@@ -213,14 +217,30 @@ def _max_pool1d(importer, node, relax):
     dilation = one(_arg(node, 4, "dilation", 1), 1)
     ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
     if unbatched:
-        x = op.expand_dims(x, 0)
-    pooled = op.nn.max_pool2d(
-        op.expand_dims(x, 2),
-        pool_size=(1, kernel),
-        strides=(1, stride),
-        padding=(0, padding, 0, padding),
-        dilation=(1, dilation),
-        ceil_mode=ceil_mode,
-    )
-    out = op.squeeze(pooled, [2])
+        x = bb.emit(op.expand_dims(x, 0))
+
+    def pool(t):
+        return op.nn.max_pool2d(
+            op.expand_dims(t, 2),
+            pool_size=(1, kernel),
+            strides=(1, stride),
+            padding=(0, padding, 0, padding),
+            dilation=(1, dilation),
+            ceil_mode=ceil_mode,
+        )
+
+    out = op.squeeze(pool(x), [2])
+    if _dtype(x).startswith(("float", "bfloat")):
+        # a window with a NaN is NaN (TVM's pool skips one followed by a number): the same pool of
+        # x's NaN mask says which
+        nans = op.greater(op.squeeze(pool(op.astype(op.isnan(x), _dtype(x))), [2]), relax.const(0.0, _dtype(x)))
+        out = op.where(nans, relax.const(float("nan"), _dtype(x)), out)
     return bb.emit(op.squeeze(out, [0]) if unbatched else out)
+
+
+def _bool_product(importer, node, plain, relax):
+    """``aten.mul.Tensor`` of two bool tensors: ``logical_and`` (the rest: the importer's own)."""
+    a, b = (importer.env.get(x) if hasattr(x, "meta") else x for x in node.args[:2])
+    if not all(_is_tensor(v, relax) and _dtype(v) == "bool" for v in (a, b)):
+        return plain(node)
+    return importer.block_builder.emit(relax.op.logical_and(a, b))
