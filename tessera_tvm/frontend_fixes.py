@@ -376,6 +376,8 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
         if common is not None:
             common = importer._convert_data_type(common, importer.env)
         target = common or (want if packet in _COMPUTE_IN_RESULT and isinstance(want, str) else None)
+        if packet in ("var", "std", "linalg_vector_norm", "norm") and want in ("float16", "bfloat16"):
+            target = "float32"  # as torch: float16 squares overflowed (the var of [-400, 400] was inf)
         inputs = node.all_input_nodes
         if packet == "where" and isinstance(want, str):
             # torch.where(mask, float, int) is float: its two values in torch's dtype (TVM refused
