@@ -98,6 +98,7 @@ def patch_exported_program_importer(tvm) -> bool:
     def create_convert_map(self):
         from .frontend_experts import _grouped_mm, _histc
         from .frontend_masks import _index, _index_put, _size_checked
+        from .frontend_math import install_math_converters
         from .frontend_models import install_model_converters
         from .frontend_order import install_order_converters
         from .frontend_writes import install_write_converters
@@ -168,6 +169,7 @@ def patch_exported_program_importer(tvm) -> bool:
                 table[name] = lambda node, plain=table[name]: _empty_product(self, node, plain, relax)
         install_model_converters(self, table, relax)
         install_write_converters(self, table, relax)  # index_put with slices, index_copy, scatter_add
+        install_math_converters(self, table, relax)  # float // and %, flip, celu, logaddexp, softshrink
         return {name: _in_torchs_dtype(self, name, convert, relax) for name, convert in table.items()}
 
     ExportedProgramImporter.create_convert_map = create_convert_map
@@ -374,6 +376,8 @@ def _in_torchs_dtype(importer, name: str, convert, relax):
         if common is not None:
             common = importer._convert_data_type(common, importer.env)
         target = common or (want if packet in _COMPUTE_IN_RESULT and isinstance(want, str) else None)
+        if packet in ("var", "std", "linalg_vector_norm", "norm") and want in ("float16", "bfloat16"):
+            target = "float32"  # as torch: float16 squares overflowed (the var of [-400, 400] was inf)
         inputs = node.all_input_nodes
         if packet == "where" and isinstance(want, str):
             # torch.where(mask, float, int) is float: its two values in torch's dtype (TVM refused

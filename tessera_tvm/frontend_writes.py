@@ -1,6 +1,5 @@
 """Converters for writes through integer indices that TVM's torch importer refuses or gets wrong
-(installed by :mod:`tessera_tvm.frontend_fixes`, in both TVMs), and for float floor division and
-remainder by an infinite divisor:
+(installed by :mod:`tessera_tvm.frontend_fixes`, in both TVMs):
 
 - ``aten.index_put`` with fewer index tensors than the tensor has axes (``y[:, idx] = v``,
   ``y[:, :, pos] = k``, ``y[i, j] += 1`` on a 3-D tensor: torch.export records None for a leading
@@ -11,15 +10,13 @@ remainder by an infinite divisor:
 - ``index_copy`` (transformers' StaticCache: ``k_out.index_copy_(2, cache_position, k)``),
   ``index_add`` and ``scatter_add`` had no converter without the decomposition; with it,
   ``index_copy`` and ``index_add`` became the index_put above.
-- ``floor_divide`` and ``remainder`` of floats by an infinite divisor: TVM's ``floor(a / b)`` gave
-  -0.0 for ``-1 // inf`` (torch: -1) and ``a - floor(a / b) * b`` NaN for ``-1 % inf`` (torch: inf).
 """
 
 from __future__ import annotations
 
 import math
 
-from .frontend_fixes import _arg, _dtype, _is_tensor, _rank
+from .frontend_fixes import _arg, _dtype, _rank
 from .frontend_masks import _is_bool, _where_written
 from .relax_rewrites import _type
 
@@ -36,9 +33,6 @@ def install_write_converters(importer, table: dict, relax) -> None:
         table.setdefault(name, lambda node: _index_add(importer, node, relax))
     for name in ("scatter_add.default", "scatter_add_.default"):
         table.setdefault(name, lambda node: _scatter_add(importer, node, relax))
-    for name in ("floor_divide.default", "floordiv", "remainder.Tensor", "remainder.Scalar", "div.Tensor_mode"):
-        if name in table:
-            table[name] = lambda node, name=name, plain=table[name]: _by_infinity(importer, node, name, plain, relax)
 
 
 def _write_error(node, why: str):
@@ -211,38 +205,3 @@ def _scatter_add(importer, node, relax):
     if _dtype(src) != _dtype(y):
         src = bb.emit(relax.op.astype(src, _dtype(y)))
     return bb.emit(relax.op.scatter_elements(y, index, src, axis=dim, reduction="add"))
-
-
-def _by_infinity(importer, node, name: str, plain, relax):
-    """Float ``a // b`` and ``a % b`` (``floor_divide``, ``div(rounding_mode="floor")``, ``remainder``)
-    as torch gives them where ``b`` is infinite and ``a`` finite: where ``a`` is nonzero and of the
-    other sign, ``a // b`` is -1 and ``a % b`` is ``b``; otherwise 0 and ``a``. TVM's ``floor(a / b)``
-    gave -0.0 and ``a - floor(a / b) * b`` NaN."""
-    out = plain(node)
-    if name == "div.Tensor_mode" and _arg(node, 2, "rounding_mode", None) != "floor":
-        return out
-    if not _is_tensor(out, relax) or not _dtype(out).startswith(("float", "bfloat")):
-        return out
-    divisor = node.args[1]
-    if isinstance(divisor, (int, float)) and abs(divisor) != float("inf"):  # a finite number
-        return out
-    a, b = (importer.env[x] if hasattr(x, "meta") else x for x in node.args[:2])
-    bb = importer.block_builder
-    dtype = _dtype(out)
-
-    def tensor(value):
-        if not _is_tensor(value, relax):
-            return relax.const(float(value), dtype)
-        return value if _dtype(value) == dtype else bb.emit(relax.op.astype(value, dtype))
-
-    a, b = tensor(a), tensor(b)
-    zero = relax.const(0.0, dtype)
-    infinite = relax.op.logical_and(relax.op.isinf(b), relax.op.isfinite(a))
-    across = relax.op.logical_and(
-        relax.op.not_equal(a, zero), relax.op.logical_xor(relax.op.less(a, zero), relax.op.less(b, zero))
-    )
-    if name.startswith("remainder"):
-        fixed = relax.op.where(across, b, a)
-    else:
-        fixed = relax.op.where(across, relax.const(-1.0, dtype), out)
-    return bb.emit(relax.op.where(infinite, fixed, out))

@@ -70,6 +70,24 @@ def _by_infinity(x, i):
     return torch.stack([x // b, torch.remainder(x, b), torch.div(x, -math.inf, rounding_mode="floor")])
 
 
+def _floored(x, i):
+    """Float // and % where floor(a / b) is not torch's: 1 // 0.1 is 9 (0.1 is a little more than a
+    tenth), 1e10 % 1.5 is 1 (exact), inf // 1.5 and inf % 1.5 are NaN."""
+    a = x[0, :1] * 0 + torch.tensor([1.0, 1e10, math.inf, -1.0])
+    b = x[0, :1] * 0 + torch.tensor([0.1, 1.5, 1.5, 0.3])
+    return torch.stack([a // b, a % b, torch.div(a, -b, rounding_mode="floor")])
+
+
+def _cross_entropies(x, i):
+    t = i[0, :2].clamp(0, 2)
+    losses = (
+        F.cross_entropy(x, t, reduction="sum"),
+        F.cross_entropy(x, t, reduction="none", ignore_index=1),
+        F.cross_entropy(x, t, x[0].abs() + 1, label_smoothing=0.2),
+    )
+    return torch.cat([loss.reshape(-1) for loss in losses])
+
+
 def _self_unequal(y):
     return y != y
 
@@ -226,6 +244,23 @@ CASES = {
     ),
     # floor(a / b) gave -0.0 for -1 // inf (torch: -1), a - floor(a / b) * b NaN for -1 % inf (torch: inf)
     "floor_divide, remainder by +-inf": _by_infinity,
+    # floor(a / b) and a - floor(a / b) * b (both TVMs): 10, 256, inf (torch: 9, 1, NaN)
+    "float // and % as torch: 1 // 0.1, 1e10 % 1.5, inf // 1.5": _floored,
+    # TileLang's TVM flipped the first dim only
+    "flip over two dims": lambda x, i: x.flip(0, 1),
+    # without the decomposition (both TVMs): exp(x) / alpha - 1; log(exp(a) + exp(b)), inf above 88;
+    # cross_entropy's reduction and ignore_index (passed by position) and label_smoothing dropped.
+    # With it, apache-tvm 0.27 did not build logaddexp's mask * mask
+    "celu(alpha=0.5)": lambda x, i: F.celu(x, 0.5),
+    "logaddexp of large numbers": lambda x, i: torch.logaddexp(x * 100 + 100, x.flip(0) * 100),
+    "cross_entropy(reduction=, ignore_index=, label_smoothing=)": _cross_entropies,
+    # the CPU's element-wise kernels computed in float32 and rounded only where they stored (TVM's
+    # bfloat16 legalization dropped the cast inside the expression)
+    "x.bfloat16().float() rounds": lambda x, i: (x * 3).bfloat16().float() + 1,
+    # torch squares float16 in float32: the sums of squares here (~70000) overflowed float16 to inf
+    "float16 var, std, norm": lambda x, i: torch.stack(
+        [(x * 100).half().var(-1), (x * 100).half().std(-1), (x * 100).half().norm(dim=-1)]
+    ),
 }
 
 

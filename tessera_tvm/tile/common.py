@@ -54,6 +54,15 @@ def round_to(value, dtype: str, compute: str):
     return T.cast(T.cast(value, dtype), compute) if dtype != compute else value
 
 
+def bfloat16_rounded(value):
+    """float32 ``value`` rounded to the nearest bfloat16 (ties to even), as float32: its low 16 bits
+    rounded away. NaN stays NaN (its payload could carry into the exponent)."""
+    bits = T.reinterpret("uint32", value)
+    half = T.bitwise_and(T.shift_right(bits, T.uint32(16)), T.uint32(1)) + T.uint32(0x7FFF)
+    rounded = T.reinterpret("float32", T.bitwise_and(bits + half, T.uint32(0xFFFF0000)))
+    return T.if_then_else(value != value, value, rounded)
+
+
 def const(value: float, dtype: str):
     return T.cast(value, dtype) if not isinstance(value, int | float) else _imm(value, dtype)
 

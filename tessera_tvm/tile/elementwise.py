@@ -14,7 +14,7 @@ import math
 
 from .._tvm import T, prim_func
 from .base import clamp
-from .common import binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
+from .common import bfloat16_rounded, binary, broadcast_coords, const, declare_params, to_compute, unary, unravel
 from .expr import Binary, Const, Input, Unary
 from .schedule import TileSchedule
 from .specs import ElementwiseSpec
@@ -43,7 +43,12 @@ def evaluate(expr, values: dict, dtypes: dict, floats: str, host: bool = False):
     if isinstance(expr, Unary):
         x, dtype = evaluate(expr.x, values, dtypes, floats, host)
         if expr.op == "cast":
-            value = to_compute(_in(x, compute_dtype(dtype or floats, floats)), expr.dtype)
+            x = _in(x, compute_dtype(dtype or floats, floats))
+            if host and expr.dtype == "bfloat16" and str(x.dtype) == "float32":
+                # TVM's bfloat16 legalization for the C codegen computes in float32 and rounds only
+                # where a value is stored: a cast inside the expression (x.bfloat16().float()) vanished
+                return bfloat16_rounded(x), expr.dtype
+            value = to_compute(x, expr.dtype)
             return to_compute(value, compute_dtype(expr.dtype, floats)), expr.dtype
         dtype = dtype or floats
         return _integer_rounded(expr.op, dtype, floats, lambda c: unary(expr.op, _in(x, c), c, host=host)), dtype
