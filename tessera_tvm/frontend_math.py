@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from .frontend_fixes import _arg, _dtype, _is_tensor
+from .frontend_order import _is_float
 from .relax_rewrites import _type
 
 
@@ -63,7 +64,7 @@ def _floor_divided(importer, node, name: str, plain, relax):
     out = plain(node)
     if name == "div.Tensor_mode" and _arg(node, 2, "rounding_mode", None) != "floor":
         return out
-    if not _is_tensor(out, relax) or not _dtype(out).startswith(("float", "bfloat")):
+    if not _is_tensor(out, relax) or not _is_float(out):
         return out
     bb, op, dtype = importer.block_builder, relax.op, _dtype(out)
 
@@ -168,7 +169,7 @@ def _cross_entropy(importer, node, relax):
         total = op.sum(t)
         return total if reduction == "sum" else op.divide(total, mean_over)
 
-    if _dtype(target).startswith(("float", "bfloat")):
+    if _is_float(target):
         if smoothing:
             target = op.add(
                 op.multiply(target, relax.const(1.0 - smoothing, dtype)), relax.const(smoothing / classes, dtype)
@@ -230,7 +231,7 @@ def _max_pool1d(importer, node, relax):
         )
 
     out = op.squeeze(pool(x), [2])
-    if _dtype(x).startswith(("float", "bfloat")):
+    if _is_float(x):
         # a window with a NaN is NaN (TVM's pool skips one followed by a number): the same pool of
         # x's NaN mask says which
         nans = op.greater(op.squeeze(pool(op.astype(op.isnan(x), _dtype(x))), [2]), relax.const(0.0, _dtype(x)))

@@ -98,11 +98,14 @@ def block_reference(x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b,
 
 
 @functools.cache
-def torch_models():
-    """examples/torch_models.py (the GPT-2 block, the LLaMA block and the MLP in PyTorch), loaded once."""
-    spec = importlib.util.spec_from_file_location(
-        "torch_models", Path(__file__).parents[2] / "examples" / "torch_models.py"
-    )
+def example(name: str):
+    """``examples/<name>.py`` as a module, loaded once (the tests run what the README's examples run)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / "examples" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def torch_models():
+    """examples/torch_models.py (the GPT-2 block, the LLaMA block and the MLP in PyTorch)."""
+    return example("torch_models")

@@ -8,7 +8,6 @@ the current position masked."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,18 +17,13 @@ if importlib.util.find_spec("transformers") is None:
     pytest.skip("needs transformers (the test extra has it)", allow_module_level=True)
 pytest.importorskip("tvm.relax.frontend.torch")
 
+from .models import example as load_example  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("hf_model", Path(__file__).parents[2] / "examples" / "hf_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_llama_decode_steps_on_a_static_cache_match_torchs_generation_loop():
-    example = _example()
+    example = load_example("hf_model")
     model = example.make_model("llama")  # hidden 64, 2 layers, 4 heads, 2 KV heads
     prompt = torch.randint(0, 256, (2, 5))
     built, steps = example.decode_and_compare(model, prompt, 2, max_len=16)

@@ -22,18 +22,12 @@ if importlib.util.find_spec("transformers") is None:  # not imported here: 1.5 s
     pytest.skip("needs transformers (the test extra has it)", allow_module_level=True)
 pytest.importorskip("tvm.relax.frontend.torch")
 
+from .models import example as load_example  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 
-def _example():
-    """examples/hf_model.py: the test runs what the README's example runs."""
-    spec = importlib.util.spec_from_file_location("hf_model", Path(__file__).parents[2] / "examples" / "hf_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _example()
+example = load_example("hf_model")
 
 
 @pytest.mark.parametrize(

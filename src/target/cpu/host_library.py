@@ -68,6 +68,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
     options, flags = list(options), tuple(flags)
     root = KernelCache.from_env().root
     workspace = Path(output).parent if root is None else None
+    cores = os.cpu_count() or 1
     objects: list[str] = []
     pending: list[_Source] = []
     reused = 0
@@ -94,7 +95,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             command = [cxx, "-fPIC", *options]
         # g++ reads .c as C++ too; say so, the source may move to a .cc file
         unit = _Source((*command, "-x", "c++"), source, path.suffix, path.stem)
-        parts = None if kernel else _host_parts(source, os.cpu_count() or 1)
+        parts = None if kernel else _host_parts(source, cores)
         if parts is not None:  # TVM's host C, in pieces compiled side by side
             pending.extend(_Source(unit.command, part, unit.suffix, f"{path.stem}.{i}") for i, part in enumerate(parts))
             continue
@@ -109,7 +110,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             _checksum_of(alone).unlink(missing_ok=True)
         pending.append(unit)
     jobs = []
-    for members in _translation_units(pending, os.cpu_count() or 1):
+    for members in _translation_units(pending, cores):
         unit = _together(members)
         target = cached(unit)
         if root is not None and _intact(target):
@@ -121,7 +122,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
         jobs.append((unit, members, target))
     if jobs:
         staging = workspace if root is None else Path(root) / "objects"
-        workers = min(len(jobs), os.cpu_count() or 1)
+        workers = min(len(jobs), cores)
         progress = _Progress(Path(output).name, len(jobs), reused, workers)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             futures = [pool.submit(_compile_unit, *job, staging, cached) for job in jobs]
