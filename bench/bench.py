@@ -1104,6 +1104,11 @@ def _gpu_model_cases(quick: bool) -> dict:
     return cases
 
 
+#: The largest max-abs error, relative to the largest value, of a bf16 model's output on the GPU
+#: against torch that the gpu-models section calls right (the transformers measured 4e-3 to 8e-3).
+GPU_MODEL_TOLERANCE = 5e-2
+
+
 def bench_gpu_models(quick: bool, target: str) -> None:
     """Issue #39 item 9: whole models in bf16 on the GPU, imported as the models section imports them,
     built for ``target`` (Tessera's kernels for what it offloads, TVM's GPU schedules for the rest),
@@ -1151,10 +1156,12 @@ def bench_gpu_models(quick: bool, target: str) -> None:
             row("gpu-models", f"{name} ({target}) failed", type(exc).__name__, str(exc)[:60], "-")
             continue
         counts = f"{len(built.report.offloaded)} offloaded, {len(built.report.not_offloaded)} left"
+        # bf16 end to end: a few 1e-3 is rounding; more is a wrong answer, and its speed means nothing
+        wrong = "WRONG ANSWER, " if not error <= GPU_MODEL_TOLERANCE else ""
         for peer in ("eager", "compile"):
             row(
                 "gpu-models",
-                f"{name} bf16 ({target}; {counts}) vs torch {peer} (rel err {error:.0e}; built in {seconds:.0f} s, "
+                f"{name} bf16 ({target}; {counts}) vs torch {peer} ({wrong}rel err {error:.0e}; built in {seconds:.0f} s, "
                 f"torch.compile {compile_seconds:.0f} s)",
                 f"{times['tessera'] * 1e3:.3f} ms",
                 f"{times[peer] * 1e3:.3f} ms",

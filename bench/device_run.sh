@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON the lent GPU machine (device tool, carry ['.whl'], filled by bench/device_wheels.sh here):
-#   bash bench/device_run.sh [tests|bench|models|sweep|all]   (default all: tests, then bench; models: the
-#   gpu-models section, whole models in bf16; sweep: bench/gpu_sweep.py)
+#   bash bench/device_run.sh [tests|bench|models|diagnose|sweep|all|none]   (default all: tests, then bench;
+#   models: the gpu-models section, whole models in bf16; diagnose: bench/gpu_diagnose.py; sweep:
+#   bench/gpu_sweep.py; none: install only)
 # Installs TileLang into /tmp/tessera-site and Tessera (editable) next to that machine's own torch, then runs the
 # GPU and nvcc tests (pytest -m "gpu or nvcc") and the GPU benchmark. Logs, the JUnit report and the
 # benchmark table go to $OUT (the device tool brings them back), else to bench/device-out/.
@@ -57,6 +58,14 @@ if [ "$what" = models ]; then
     timeout -k 10 "${TESSERA_BENCH_LIMIT:-400}" python3 bench/bench.py --quick --only gpu-models \
         --out "$out/RESULTS-gpu-models.md" 2>&1 | tee "$out/bench-gpu-models.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "$what" = diagnose ]; then
+    # Where a model built for Hopper first differs from its CPU build, call by call (bench/gpu_diagnose.py)
+    for model in ${TESSERA_DIAGNOSE_MODELS:-hf-llama}; do
+        timeout -k 10 "${TESSERA_BENCH_LIMIT:-240}" python3 bench/gpu_diagnose.py --model "$model" 2>&1 \
+            | grep -v "Warning\|cls.__new__" | tee "$out/diagnose-$model.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    done
 fi
 if [ "$what" = sweep ]; then
     timeout -k 10 "${TESSERA_BENCH_LIMIT:-240}" python3 bench/gpu_sweep.py --out "$out/sweep.txt" 2>&1 | tee "$out/sweep.log"

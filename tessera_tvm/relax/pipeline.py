@@ -458,6 +458,8 @@ def lower_kernel(func, config: TargetConfig, pipeline: str):
     host = hosts[0][1].without_attr("tirx.is_entry_func")  # the module has many functions, no single entry
     if backend_for(config).kernels_in_host:  # a C function in the same library, not a launch
         host = _call_cpu_kernels_by_symbol(host, lowered.device_mod)
+    else:
+        host = tensormaps_aligned(host)
     symbol = str(func.attrs["global_symbol"]) + CARRIER_SUFFIX
     carrier = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attrs(
         {
@@ -469,6 +471,60 @@ def lower_kernel(func, config: TargetConfig, pipeline: str):
         }
     )
     return host, carrier
+
+
+#: ``cuTensorMapEncodeTiled`` wants its descriptor 64-byte aligned (TVM's runtime checks it).
+TENSORMAP_ALIGN = 64
+
+
+def tensormaps_aligned(host):
+    """``host`` with each TMA descriptor it encodes (``__tvm_tensormap_create_*``) at a 64-byte
+    aligned address.
+
+    TileLang's host code puts a descriptor in ``tvm_stack_alloca("tvm_ffi_any", 16)``, which TVM's C
+    host codegen declares as ``TVMFFIAny stack[16]``: 16-byte aligned, so a Relax executable's
+    first TMA launch failed with "tensorMap address must be 64-byte aligned" on an H200 (2026-11-30;
+    TileLang's own JIT and Tessera's CUDA modules encode their descriptors elsewhere). Each such
+    stack array gets room for one more 64 bytes and the descriptor starts at its first aligned byte.
+    """
+    tirx = tvm.tirx
+    alloca = tvm.ir.Op.get("tirx.tvm_stack_alloca")
+    call_packed = tvm.ir.Op.get("tirx.tvm_call_packed")
+    descriptors = []
+
+    def find(node) -> None:
+        if (
+            isinstance(node, tirx.Call)
+            and node.op.same_as(call_packed)
+            and str(node.args[0].value).startswith("__tvm_tensormap_create")
+        ):
+            descriptors.append(node.args[1])
+
+    tirx.stmt_functor.post_order_visit(host.body, find)
+    if not descriptors:
+        return host
+    extra = TENSORMAP_ALIGN // 16  # a tvm_ffi_any is 16 bytes
+    align = tirx.const(TENSORMAP_ALIGN, "uint64")
+
+    def rewrite(node):
+        if not (
+            any(node.var.same_as(d) for d in descriptors)
+            and isinstance(node.value, tirx.Call)
+            and node.value.op.same_as(alloca)
+        ):
+            return None
+        kind, count = node.value.args
+        stack = tirx.Var(f"{node.var.name}_stack", "handle")
+        address = tirx.Call("uint64", "tirx.reinterpret", [stack])
+        skip = tirx.Cast("int64", (align - address % align) % align)
+        return tirx.SeqStmt(
+            [
+                tirx.Bind(stack, tirx.Call("handle", alloca, [kind, count + extra])),
+                tirx.Bind(node.var, tirx.Call("handle", "tirx.handle_add_byte_offset", [stack, skip])),
+            ]
+        )
+
+    return host.with_body(tirx.stmt_functor.ir_transform(host.body, None, rewrite, ["tirx.Bind"]))
 
 
 def _call_cpu_kernels_by_symbol(host, device_mod):

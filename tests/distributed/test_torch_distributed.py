@@ -21,10 +21,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _context():
+def _context(backend: str = "gloo"):
     """Ranks forked from a server process that imported Tessera and torch.distributed once (the
     forkserver method: a fresh interpreter that ran nothing else), not each importing them (~3 s
-    of CPU per rank with the spawn method)."""
+    of CPU per rank with the spawn method). NCCL ranks are spawned: on a machine with a GPU,
+    importing Tessera (TileLang) initialises CUDA in the server, and a forked rank then cannot use
+    it ("Cannot re-initialize CUDA in forked subprocess", H200, 2026-11-30)."""
+    if backend == "nccl":
+        return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch.distributed", "tests.distributed.ranks"])  # before the server starts
     return ctx
@@ -33,7 +37,7 @@ def _context():
 def _spawn(
     world: int, scenarios: list[str], timeout: float = 240.0, backend: str = "gloo", check: bool = True
 ) -> dict[int, dict]:
-    ctx = _context()
+    ctx = _context(backend)
     results = ctx.Queue()
     released = ctx.Event()  # set once every rank reported: rank 0 holds the store the others may still read
     port = _free_port()
