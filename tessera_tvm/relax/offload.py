@@ -30,7 +30,16 @@ from ..target.backend import backend_for
 from ..tile import GemmSpec, KernelSpec
 from .elementwise import elementwise_trees
 from .index_checks import check_indices
-from .patterns import ANCHORS, KernelPlan, MatchLog, OffloadRejected, plan_kernel, tessera_patterns
+from .patterns import (
+    ANCHORS,
+    KernelPlan,
+    MatchLog,
+    OffloadRejected,
+    ops_in,
+    plan_kernel,
+    required_ops,
+    tessera_patterns,
+)
 from .pipeline import (
     CONFIG_ATTR,
     FINGERPRINT_ATTR,
@@ -261,8 +270,14 @@ def partition_for_tessera(
     def composite_attrs(_annotations) -> dict[str, str]:  # the name of the binding a kernel replaces
         return {BINDING_ATTR: log.last_accepted}
 
+    # FuseOpsByPattern rewrites the module once per pattern (354 of them, most GEMM epilogue chains):
+    # a pattern that needs an op the module never calls cannot match, so it is left out.
+    present = ops_in(mod)
+    patterns = [
+        p for p in tessera_patterns(config, log, composite_attrs, dim_hints) if required_ops(p.pattern) <= present
+    ]
     fuse = relax.transform.FuseOpsByPattern(
-        tessera_patterns(config, log, composite_attrs, dim_hints),
+        patterns,
         bind_constants=False,
         annotate_codegen=False,
         entry_functions=functions,

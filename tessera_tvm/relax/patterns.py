@@ -703,6 +703,52 @@ def tessera_patterns(
     return patterns
 
 
+def required_ops(pattern) -> frozenset[str]:
+    """The Relax ops every expression ``pattern`` matches must contain (an alternative needs only
+    what both sides need)."""
+    dpl = relax.dpl
+    memo: dict[int, frozenset[str]] = {}  # a pattern is a DAG: alternatives share their operands
+
+    def need(node) -> frozenset[str]:
+        key = node.__chandle__()
+        if key in memo:
+            return memo[key]
+        if isinstance(node, dpl.CallPattern):
+            op = node.op
+            own = {op.expr.name} if isinstance(op, dpl.ExprPattern) and isinstance(op.expr, tvm.ir.Op) else set()
+            found = frozenset(own).union(*(need(a) for a in node.args or ()))
+        elif isinstance(node, dpl.OrPattern):
+            found = need(node.left) & need(node.right)
+        elif isinstance(node, dpl.AndPattern):
+            found = need(node.left) | need(node.right)
+        elif isinstance(node, (dpl.AttrPattern, dpl.DataTypePattern, dpl.ShapePattern, dpl.StructInfoPattern)):
+            found = need(node.pattern)
+        elif isinstance(node, dpl.TuplePattern):
+            found = frozenset().union(*(need(f) for f in node.fields))
+        elif isinstance(node, dpl.TupleGetItemPattern):
+            found = need(node.tuple)
+        else:  # a wildcard, a var, a constant, a negation: no op needed
+            found = frozenset()
+        memo[key] = found
+        return found
+
+    return need(pattern)
+
+
+def ops_in(mod) -> frozenset[str]:
+    """The names of the Relax ops that ``mod``'s Relax functions call."""
+    found: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
+            found.add(node.op.name)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return frozenset(found)
+
+
 def _relax_ops(family: str) -> tuple[str, ...]:
     """The Relax ops of ``family``'s anchors, as patterns name them (``relax.nn.conv2d``)."""
     return tuple(f"relax.{op}" for op in op_table.relax_ops(family))

@@ -452,3 +452,39 @@ def test_constant_weights_are_packed_ahead_and_a_parameter_weight_is_packed_per_
     # pack_weights=False keeps the constants as they are: every kernel packs its B
     _, kept = partition_for_tessera(mod, "cpu", pack_weights=False)
     assert [o.packed_weight for o in kept.offloaded] == [False, False, False]
+
+
+def test_patterns_that_need_an_op_the_module_lacks_are_left_out_and_the_partition_is_the_same(monkeypatch):
+    """FuseOpsByPattern rewrites the module once per pattern (354); partition_for_tessera passes
+    only those whose ops the module calls, which must not change what it offloads."""
+    from tessera_tvm.relax import offload, patterns
+
+    dpl = relax.dpl
+    add = dpl.is_op("relax.add")
+    gemm = add(dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard()), dpl.wildcard())
+    assert patterns.required_ops(gemm) == {"relax.add", "relax.matmul"}
+    either = dpl.is_op("relax.nn.relu")(gemm) | dpl.is_op("relax.nn.gelu")(gemm)
+    assert patterns.required_ops(either) == {"relax.add", "relax.matmul"}  # an alternative needs only what both need
+    assert patterns.required_ops(dpl.is_op("relax.astype")(either)) == {"relax.add", "relax.astype", "relax.matmul"}
+
+    def body(bb, x, w, g, b):
+        s = bb.emit(R.nn.softmax(x, axis=-1))
+        n = bb.emit(R.nn.rms_norm(s, g, axes=[-1], epsilon=1e-6))
+        y = bb.emit(R.add(bb.emit(R.matmul(n, w)), b))
+        return R.astype(R.nn.silu(y), "float16")
+
+    f32 = "float32"
+    mod = _module("main", {"x": ((8, 16), f32), "w": ((16, 24), f32), "g": ((16,), f32), "b": ((24,), f32)}, body)
+    kept = []
+    every = patterns.tessera_patterns(tessera_tvm.load_config("cpu"), patterns.MatchLog())
+    real_ops_in = offload.ops_in
+    monkeypatch.setattr(offload, "ops_in", lambda m: kept.append(real_ops_in(m)) or kept[-1])
+    filtered, report = partition_for_tessera(mod, "cpu")
+    assert 0 < sum(patterns.required_ops(p.pattern) <= kept[0] for p in every) < len(every) / 2
+    monkeypatch.setattr(
+        offload, "ops_in", lambda m: frozenset().union(*(patterns.required_ops(p.pattern) for p in every))
+    )
+    whole, whole_report = partition_for_tessera(mod, "cpu")  # every pattern tried
+    assert sorted(o.ops for o in report.offloaded) == ["matmul + add + silu + cast", "rms_norm", "softmax"]
+    assert str(report) == str(whole_report)
+    assert filtered.script() == whole.script()
