@@ -36,6 +36,10 @@ def pytest_configure(config):
     os.environ.setdefault("TESSERA_PCH_DIR", os.path.join(os.environ["TESSERA_CACHE_DIR"], "pch"))
     # The Tenstorrent emulator's runner and kernels likewise: built once per run, not per test.
     os.environ.setdefault("TESSERA_TT_EMU_CACHE", os.path.join(os.environ["TESSERA_CACHE_DIR"], "tt_emu"))
+    # TVM's host C of the Relax builds at -O0 (the kernels keep the config's -O3): the same values,
+    # about a third of the g++ time; users and the benchmarks get the config's flags
+    # (tessera_tvm.target.cpu.host_library.HOST_OPT_ENV; test_host_library.py covers both).
+    os.environ.setdefault("TESSERA_HOST_C_OPT", "-O0")
 
 
 def pytest_unconfigure(config):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tessera_tvm.errors import TesseraWarning
+from tessera_tvm.errors import TesseraError, TesseraWarning
 from tessera_tvm.relax.build import export_library
 from tessera_tvm.target import toolchain
 from tessera_tvm.target.cpu import host_library
@@ -241,3 +241,28 @@ def test_host_c_is_split_only_where_its_layout_is_the_one_expected():
     # Anything else at the top level after the preamble: compiled whole.
     assert _host_parts(source + "static int helper(void) { return 1; }\n", workers=2) is None
     assert _host_parts(source.replace("void* __tvm_ffi__library_ctx = NULL;", ""), workers=2) is None
+
+
+def test_tvms_host_c_takes_the_optimisation_level_asked_for_and_the_kernels_keep_the_configs(
+    cpu_block, own_cache, compiles, tmp_path, monkeypatch
+):
+    """TESSERA_HOST_C_OPT (the suite sets -O0) changes only TVM's host C; unset, everything is
+    compiled with the config's -O3 and still gives the block's values."""
+    built, params = cpu_block
+
+    def levels(command: list[str]) -> list[str]:
+        return [a for a in command if re.fullmatch(r"-O[0-3sg]", a)]
+
+    for wanted, host_last in (("-O0", "-O0"), ("", "-O3")):
+        monkeypatch.setenv(host_library.HOST_OPT_ENV, wanted)
+        compiles.clear()
+        _run(export_library(built.executable, tmp_path / (wanted or "default") / "m.so", "cpu"), params)
+        objects = [c for c in compiles if "-c" in c and not c[-1].endswith("imports.S")]
+        kernels = [c for c in objects if any(a.endswith(".gch") or "/pch/" in a for a in c)]
+        (host,) = [c for c in objects if c not in kernels]
+        assert levels(host)[-1] == host_last, host  # the last -O on a g++ line wins
+        # compiled by the first export, at the config's level; the second reuses them: same command
+        assert all(levels(c)[-1] == "-O3" for c in kernels) and bool(kernels) == (wanted == "-O0")
+    monkeypatch.setenv(host_library.HOST_OPT_ENV, "-O9")
+    with pytest.raises(TesseraError, match=r"TESSERA_HOST_C_OPT='-O9': expected an optimisation level"):
+        export_library(built.executable, tmp_path / "bad" / "m.so", "cpu")

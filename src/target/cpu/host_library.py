@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...errors import ToolchainError
+from ...errors import TesseraError, ToolchainError
 from ..toolchain import require_tool, run_tool, sha256_file, write_text_atomic
 from .build import (
     PRELUDE,
@@ -56,6 +56,25 @@ _SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx")
 #: source compiled with them could not use the precompiled prelude (GCC rejects it when a macro
 #: it saw is defined differently).
 _HOST_ONLY_MACROS = ("-Dhalf=",)
+
+
+#: ``TESSERA_HOST_C_OPT=-O<n>``: the optimisation level of TVM's host C (the operators left to TVM, the
+#: argument checks and the calls into the kernels) in place of the config's. Unset (users, the
+#: benchmarks): the config's flags, -O3. The test suite sets -O0 (tests/conftest.py): the values are
+#: the same (ISO C++ mode contracts no multiply-add and nothing is reassociated at any level), and
+#: TVM's host C was most of a model build's g++ time (-O3: 9.2 s for half the torch-import cases
+#: model's 7.7 MB; -O0: 2.6 s). The kernels keep the config's flags.
+HOST_OPT_ENV = "TESSERA_HOST_C_OPT"
+
+
+def host_optimization() -> list[str]:
+    """The flag :data:`HOST_OPT_ENV` asks for, checked, or nothing."""
+    value = os.environ.get(HOST_OPT_ENV, "").strip()
+    if not value:
+        return []
+    if not re.fullmatch(r"-O[0-3s]|-Og", value):
+        raise TesseraError(f"{HOST_OPT_ENV}={value!r}: expected an optimisation level, -O0 to -O3, -Os or -Og")
+    return [value]
 
 
 def build_host_library(output: str, files: Sequence[str], options: Sequence[str], flags: Sequence[str]) -> None:
@@ -92,7 +111,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             kernel_options = [o for o in options if not o.startswith(_HOST_ONLY_MACROS)]
             command = _kernel_command(cxx, flags, kernel_options)
         else:
-            command = [cxx, "-fPIC", *options]
+            command = [cxx, "-fPIC", *options, *host_optimization()]
         # g++ reads .c as C++ too; say so, the source may move to a .cc file
         unit = _Source((*command, "-x", "c++"), source, path.suffix, path.stem)
         parts = None if kernel else _host_parts(source, cores)
