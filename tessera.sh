@@ -106,10 +106,10 @@ case "${1:-}" in
         done
         # One worker per core and one more, at most 8 (each holds TVM and torch, ~1 GB); `-n 0` runs in
         # this process. The extra worker uses the time the others wait on a child (ranks, Ray, a
-        # toolchain, a venv): on 2 cores 3 workers took 827 s where 2 took 861 s (fresh clones,
-        # 2026-11-30; 816 s against 836 s on 2026-11-30 before). loadgroup: tests marked with one
+        # toolchain, a venv): on 2 cores 3 workers took 827 s of pytest where 2 took 861 s (fresh
+        # clones, session 37; session 36: 816 s against 836 s). loadgroup: tests marked with one
         # xdist_group share a worker (the corpus lowers a pair once).
-        workers=$(( $(nproc) + 1 ))
+        workers=$(( $(nproc 2>/dev/null || echo 1) + 1 ))
         [ "$workers" -le 8 ] || workers=8
         exec "$PY" -m pytest -n "$workers" --dist loadgroup "${args[@]}"
         ;;
