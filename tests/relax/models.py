@@ -109,3 +109,16 @@ def example(name: str):
 def torch_models():
     """examples/torch_models.py (the GPT-2 block, the LLaMA block and the MLP in PyTorch)."""
     return example("torch_models")
+
+
+def module_sources(module) -> list[str]:
+    """The source of ``module`` and of every module it imports, where one has source (the VM
+    executable and a library's object code have none)."""
+    out = []
+    for imported in module.imports:
+        out += module_sources(imported)
+    try:
+        out.append(module.inspect_source())
+    except Exception:  # noqa: BLE001 - a module without source
+        pass
+    return out

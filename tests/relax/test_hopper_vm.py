@@ -16,6 +16,8 @@ import torch
 import tessera_tvm
 from tessera_tvm.relax import build
 
+from .models import module_sources
+
 from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
 
 
@@ -32,20 +34,10 @@ def built():
     return model, inputs, build(from_exported_program(exported, keep_params_as_input=False), "hopper")
 
 
-def _host_source(module) -> str:
-    sources = []
-    for lib in [module, *module.imports]:
-        try:
-            sources.append(lib.inspect_source())
-        except Exception:  # the VM executable has no source
-            continue
-    return next(s for s in sources if "__tvm_tensormap_create_tiled" in s)
-
-
 def test_each_tma_descriptor_the_host_encodes_starts_at_a_64_byte_boundary(built):
     _, _, module = built
     assert module.report.offloaded  # the GEMM is a Tessera kernel with TMA loads
-    source = _host_source(module.executable.mod)
+    source = next(s for s in module_sources(module.executable.mod) if "__tvm_tensormap_create_tiled" in s)  # the host C
     descriptors = set(re.findall(r"\bvoid\* (\w+_desc) = ", source))
     assert len(descriptors) >= 2, source[:2000]  # A and B
     for name in descriptors:

@@ -24,6 +24,8 @@ from tessera_tvm.errors import TesseraError
 from tessera_tvm.relax import build, partition_for_tessera
 from tessera_tvm.relax.index_checks import CHECK_ATTR, check_indices
 
+from .models import module_sources
+
 from_exported_program = pytest.importorskip("tvm.relax.frontend.torch").from_exported_program
 
 ROUTES = pytest.mark.parametrize("decompose", [True, False], ids=["decomposed", "not decomposed"])
@@ -194,7 +196,7 @@ def test_on_a_gpu_config_the_check_prints_and_traps_in_the_kernel(built_for_hopp
     """CUDA kernels cannot raise: the check prints its message and traps."""
     _, module = built_for_hopper
     assert module.report.checked == {"take": 4, "gather_elements": 2, "scatter_elements": 1}
-    source = "\n".join(_sources(module.executable.mod))
+    source = "\n".join(module_sources(module.executable.mod))
     assert len(re.findall(r'printf\("Tessera: index out of range: R\.take', source)) == 3  # one per distinct check
     assert "__trap();" in source
 
@@ -235,14 +237,3 @@ def test_on_the_gpu_an_out_of_range_token_id_stops_the_launch_with_the_message()
     output = result.stdout + result.stderr
     assert "NO ERROR" not in output and result.returncode != 0, output[-3000:]
     assert "Tessera: index out of range: R.take of a tensor of shape (16, 4)" in output, output[-3000:]
-
-
-def _sources(module) -> list[str]:
-    out = []
-    for imported in module.imports:
-        out += _sources(imported)
-    try:
-        out.append(module.inspect_source())
-    except Exception:  # noqa: BLE001 - a module without source (the host's object code)
-        pass
-    return out
