@@ -13,6 +13,11 @@ outputs (the running statistics, unchanged at inference) stay the constants they
 The module imports no TVM itself: TileLang's TVM passes its ``tvm`` (tessera_tvm.relax.recover) and
 an upstream apache-tvm process passes its own (tessera_tvm.upstream folds before the weights are
 lifted to parameters for the trip to the toolchain process).
+
+``fold_constant_slices(mod, tvm)`` computes ``strided_slice`` and ``squeeze`` of constants ahead: a
+part of a constant becomes a constant of its own. transformers' grouped experts (Mixtral) import as
+one [E, N, K] weight sliced per expert at every call; folded, each expert's GEMM reads a constant
+weight, which the CPU packs ahead like any linear's.
 """
 
 from __future__ import annotations
@@ -63,6 +68,48 @@ def fold_batch_norms(mod, tvm) -> tuple[Any, int]:
         return relax.Tuple([out, orig.args[3], orig.args[4]])
 
     return rewrite_functions(mod, norm, lambda orig, m, _bindings: rewrite(orig, m), tvm)
+
+
+def fold_constant_slices(mod, tvm) -> tuple[Any, int]:
+    """``mod`` with every ``strided_slice`` and ``squeeze`` of a constant (a static result) replaced by
+    the constant it computes (see the module docstring), and how many."""
+    relax, dpl = tvm.relax, tvm.relax.dpl
+    const = dpl.is_const()
+    sliced = dpl.is_op("relax.strided_slice")(const, varg_default_wildcard=True)
+    squeezed = dpl.is_op("relax.squeeze")(const)
+
+    def fold(orig, m, _bindings):
+        shape = _static_shape(orig)
+        if not shape or not all(isinstance(d, int) for d in shape):
+            return None
+        value = _data(m[const])
+        if orig.op.name == "relax.strided_slice":
+            value = _sliced(value, orig.args[1:])
+            if value is None:
+                return None
+        value = value.reshape(shape) if value.size == int(np.prod(shape)) else None
+        return None if value is None else relax.const(np.ascontiguousarray(value), str(_type(orig).dtype))
+
+    return rewrite_functions(mod, sliced | squeezed, fold, tvm, rounds=4)
+
+
+def _sliced(value: np.ndarray, args) -> np.ndarray | None:
+    """``value[...]`` as ``strided_slice(value, axes, begin, end, strides)`` reads it (Python's slice
+    rules, which TVM's clamping follows), None where an argument is not a tuple of integers."""
+    lists = []
+    for arg in args:
+        fields = getattr(arg, "fields", None)
+        if fields is None or not all(hasattr(getattr(f, "value", None), "value") for f in fields):
+            return None
+        lists.append([int(f.value.value) for f in fields])
+    axes, begin, end = lists[:3]
+    strides = lists[3] if len(lists) > 3 else [1] * len(axes)
+    index = [slice(None)] * value.ndim
+    for axis, b, e, step in zip(axes, begin, end, strides, strict=False):
+        if step == 0 or not -value.ndim <= axis < value.ndim:
+            return None
+        index[axis] = slice(b, e, step)
+    return value[tuple(index)]
 
 
 def rewrite_functions(mod, pattern, make, tvm, rounds: int = 1) -> tuple[Any, int]:

@@ -51,6 +51,7 @@ from .pipeline import (
 )
 from .recover import (
     fold_batch_norms,
+    fold_constant_slices,
     recover_attention,
     recover_gelu_tanh,
     recover_rms_norm,
@@ -247,6 +248,7 @@ def partition_for_tessera(
     _refuse_legalized(mod)
     mod, fixed = fix_imported(mod)
     mod, folded_norms = fold_batch_norms(mod)
+    mod, _ = fold_constant_slices(mod)  # a part of a weight (one expert's of several) read as a constant
     rebuilt = {}
     plans = _plans_kernel(config, dim_hints)
 

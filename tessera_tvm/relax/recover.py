@@ -50,6 +50,7 @@ dpl = relax.dpl
 
 __all__ = [
     "fold_batch_norms",
+    "fold_constant_slices",
     "recover_attention",
     "recover_gelu_tanh",
     "recover_rms_norm",
@@ -770,3 +771,8 @@ def recover_gelu_tanh(mod) -> tuple[Any, int]:
 def fold_batch_norms(mod) -> tuple[Any, int]:
     """tessera_tvm.relax_rewrites.fold_batch_norms in TileLang's TVM."""
     return relax_rewrites.fold_batch_norms(mod, tvm)
+
+
+def fold_constant_slices(mod) -> tuple[Any, int]:
+    """tessera_tvm.relax_rewrites.fold_constant_slices in TileLang's TVM."""
+    return relax_rewrites.fold_constant_slices(mod, tvm)

@@ -112,9 +112,18 @@ def reduce_acc(spec: ReduceSpec) -> str:
     return "int32" if spec.dtype_in.startswith("int") else ACC
 
 
+#: Contiguous elements after the reduced axes from which the CPU reduces whole runs of them at once
+#: (:func:`_reduce_cpu_columns`), and the most a block takes.
+CPU_COLUMNS_FROM = 8
+CPU_COLUMN_BLOCK = 512
+
+
 def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
-    """sum / max / mean over consecutive axes on the CPU: one row at a time, lane_reduce over CPU_LANES."""
+    """sum / max / mean over consecutive axes on the CPU: one row at a time, lane_reduce over CPU_LANES;
+    over axes followed by ``CPU_COLUMNS_FROM`` or more elements, runs of columns at a time."""
     view, rows, length, block_m, block_n, is_max, params, identity, combine, finish = _reduce_setup(spec, schedule)
+    if view.inner >= CPU_COLUMNS_FROM:
+        return _reduce_cpu_columns(spec, view, length, params, identity, combine, finish)
 
     @prim_func
     def main():
@@ -130,6 +139,39 @@ def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
                     lambda r, i=i: view.load(io.x, bx * block_m + i, r, reduce_acc(spec)),
                 )
                 io.out[view.reduced_index(bx * block_m + i, spec.keepdims)] = T.cast(finish(lanes[0]), spec.dtype_out)
+
+    return main
+
+
+def _reduce_cpu_columns(spec: ReduceSpec, view: RowView, length: int, params, identity, combine, finish):
+    """The CPU reduction over axes followed by ``inner`` contiguous elements ([outer, R, inner]): a
+    block owns up to CPU_COLUMN_BLOCK consecutive columns of one outer index and adds each of the R
+    rows into them in turn (a loop over contiguous columns, which g++ vectorises). Row by row, each
+    (outer, inner) pair reduced its R elements on its own: a sum over an axis of 2 in [128, 2, 256]
+    (Mixtral's top-2 experts) took 408 us against torch's 38."""
+    inner, outer = view.inner, view.rows // view.inner
+    width = min(inner, CPU_COLUMN_BLOCK)
+    chunks = -(-inner // width)
+    acc = reduce_acc(spec)
+
+    @prim_func
+    def main():
+        io = declare_params(params, ("x", "out"))
+        with T.Kernel(outer * chunks) as bx:
+            totals = T.alloc_local((width,), acc)
+            first = (bx % chunks) * width
+            live = T.min(width, inner - first)
+            at = unravel(bx // chunks, view.outer_dims)
+            kept = [0] * len(view.reduced_dims) if spec.keepdims else []
+            for j in T.serial(live):
+                totals[j] = identity()
+            for r in T.serial(length):
+                for j in T.serial(live):
+                    value = io.x[(*at, *unravel(r, view.reduced_dims), *unravel(first + j, view.inner_dims))]
+                    totals[j] = combine(totals[j], to_compute(value, acc), host=True)
+            for j in T.serial(live):
+                out = (*at, *kept, *unravel(first + j, view.inner_dims))
+                io.out[out] = T.cast(finish(totals[j]), spec.dtype_out)
 
     return main
 

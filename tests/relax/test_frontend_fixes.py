@@ -232,6 +232,33 @@ def test_transformers_grouped_experts_match_torch(decompose):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+class ExpertWeights(nn.Module):
+    """Grouped experts whose weights are the module's own (constants once imported): each expert's
+    GEMM reads its slice of the [E, K, N] weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, x, offs):
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight, offs)
+
+
+def test_each_experts_slice_of_a_constant_weight_is_a_constant_packed_ahead():
+    # Imported, each expert reads strided_slice(weight) at every call; folded ahead
+    # (relax_rewrites.fold_constant_slices), each expert's GEMM takes its weight packed once.
+    pytest.importorskip("transformers.integrations.moe")
+    x, offs = torch.randn(7, 5, generator=torch.Generator().manual_seed(0)), torch.tensor([2, 2, 6], dtype=torch.int32)
+    model = ExpertWeights().eval()
+    with torch.no_grad():
+        expected = model(x, offs).numpy()
+    built = build(from_exported_program(torch.export.export(model, (x, offs)), keep_params_as_input=False), "cpu")
+    gemms = [o for o in built.report.offloaded if o.ops.startswith("matmul")]
+    assert len(gemms) == 3 and all(o.packed_weight for o in gemms), str(built.report)
+    (got,) = built.run("main", x.numpy(), offs.numpy())
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 class RunningMax(nn.Module):
     def forward(self, x):
         return torch.cummax(x, -1).values

@@ -32,12 +32,16 @@ def norm_reference(spec: NormSpec, arrays):
     return y
 
 
-# (shape, axis, kind, keepdims, dtype): two consecutive axes, a middle axis kept, a vector, one element.
+# (shape, axis, kind, keepdims, dtype): two consecutive axes, a middle axis kept, a vector, one element;
+# then axes followed by runs of columns (reduce.CPU_COLUMNS_FROM or more): more columns than a block
+# (CPU_COLUMN_BLOCK, the last block ragged), and two dims after the axis, kept.
 REDUCTIONS = [
     ((3, 37, 53), (1, 2), "sum", False, "float32"),
     ((3, 37, 53), 1, "max", True, "float16"),
     ((131,), 0, "mean", False, "bfloat16"),
     ((1, 1), -1, "sum", True, "float32"),
+    ((2, 5, 1100), 1, "mean", False, "float32"),
+    ((2, 3, 4, 6), (0, 1), "sum", True, "float32"),
 ]
 
 
@@ -50,6 +54,15 @@ def test_cpu_reduce(shape, axis, kind, keepdims, dtype, cpu_config, tmp_path):
     reduced = int(np.prod([shape[a] for a in spec.axis]))
     # A sum of n standard normals is O(sqrt(n)); the mean and max stay O(1).
     assert_close(out, expected, dtype, atol_scale=np.sqrt(reduced) if kind == "sum" else 1.0)
+
+
+def test_cpu_max_over_columns_keeps_a_nan_in_its_column_only(cpu_config, tmp_path):
+    spec = ReduceSpec((4, 6, 40), 1, "max")
+    x = random_inputs(spec)["x"]
+    x[1, 2, 7] = np.nan
+    out = run_cpu(spec, {"x": x}, cpu_config, tmp_path)["out"]
+    assert np.isnan(out[1, 7]) and np.isnan(out).sum() == 1
+    np.testing.assert_array_equal(out, np.max(x, axis=1))
 
 
 # (shape, axis, dtype): a middle axis (strided rows), the last axis longer than a block, one element,
