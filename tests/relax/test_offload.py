@@ -488,3 +488,36 @@ def test_patterns_that_need_an_op_the_module_lacks_are_left_out_and_the_partitio
     assert sorted(o.ops for o in report.offloaded) == ["matmul + add + silu + cast", "rms_norm", "softmax"]
     assert str(report) == str(whole_report)
     assert filtered.script() == whole.script()
+
+
+def test_a_slice_or_squeeze_of_a_constant_is_folded_into_the_constant_it_computes():
+    from tessera_tvm.relax.recover import fold_constant_slices
+
+    relax = tvm.relax
+    c = np.arange(2 * 3 * 8, dtype="float32").reshape(2, 3, 8)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorStructInfo((3, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            first = bb.emit(relax.op.strided_slice(relax.const(c), axes=[0], begin=[1], end=[2]))
+            squeezed = bb.emit(relax.op.squeeze(first, axis=[0]))
+            # backwards over the last axis from its end, every other row: TVM's clamping and strides
+            stepped = bb.emit_output(
+                relax.op.strided_slice(relax.const(c), axes=[2, 1], begin=[-1, 0], end=[-9, 3], strides=[-2, 2])
+            )
+            out = bb.emit_output(relax.op.add(x, squeezed))
+        bb.emit_func_output([out, stepped])
+    folded, count = fold_constant_slices(bb.get())
+    assert count == 3
+    calls, consts = [], []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call):
+            calls.append(str(expr.op.name))
+        elif isinstance(expr, relax.Constant):
+            consts.append(expr.data.numpy())
+
+    relax.analysis.post_order_visit(folded["main"], visit)
+    assert calls == ["relax.add"]
+    np.testing.assert_array_equal(consts[0], c[1])
+    np.testing.assert_array_equal(consts[1], c[:, [0, 2]][:, :, [7, 5, 3, 1]])
