@@ -120,9 +120,9 @@ CPU_COLUMN_BLOCK = 512
 
 def reduce_cpu_program(spec: ReduceSpec, schedule: TileSchedule):
     """sum / max / mean over consecutive axes on the CPU: one row at a time, lane_reduce over CPU_LANES;
-    over axes followed by ``CPU_COLUMNS_FROM`` or more elements, runs of columns at a time."""
+    over axes followed by a static ``CPU_COLUMNS_FROM`` or more elements, runs of columns at a time."""
     view, rows, length, block_m, block_n, is_max, params, identity, combine, finish = _reduce_setup(spec, schedule)
-    if view.inner >= CPU_COLUMNS_FROM:
+    if isinstance(view.inner, int) and view.inner >= CPU_COLUMNS_FROM:  # a symbolic run: row by row
         return _reduce_cpu_columns(spec, view, length, params, identity, combine, finish)
 
     @prim_func

@@ -521,3 +521,22 @@ def test_a_slice_or_squeeze_of_a_constant_is_folded_into_the_constant_it_compute
     assert calls == ["relax.add"]
     np.testing.assert_array_equal(consts[0], c[1])
     np.testing.assert_array_equal(consts[1], c[:, [0, 2]][:, :, [7, 5, 3, 1]])
+
+
+@pytest.mark.parametrize(
+    "shape, axis",
+    [(("n", 2, 24), 1), ((6, "n", 3), 0)],
+    ids=["symbolic rows, static columns after the axis", "symbolic columns after the axis"],
+)
+def test_a_sum_over_an_axis_with_a_symbolic_dim_around_it_runs_on_the_cpu(shape, axis):
+    # The first reduces runs of 24 columns at a time (tile/reduce.py _reduce_cpu_columns) over a
+    # symbolic number of them; the second, whose run of columns is symbolic, row by row.
+    n = tvm.tirx.Var("n", "int64")
+    dims = tuple(n if d == "n" else d for d in shape)
+    mod = _module("main", {"x": (dims, "float32")}, lambda bb, x: R.sum(x, axis=[axis]))
+    built = build(mod, "cpu")
+    assert [o.family for o in built.report.offloaded] == ["reduce"], built.report
+    rng = np.random.default_rng(5)
+    for length in (1, 5, 40):
+        x = rng.standard_normal(tuple(length if d == "n" else d for d in shape)).astype(np.float32)
+        np.testing.assert_allclose(built.run("main", x), x.sum(axis), rtol=1e-5, atol=1e-5)
