@@ -85,10 +85,11 @@ def fold_constant_slices(mod, tvm) -> tuple[Any, int]:
         value = _data(m[const])
         if orig.op.name == "relax.strided_slice":
             value = _sliced(value, orig.args[1:])
-            if value is None:
-                return None
-        value = value.reshape(shape) if value.size == int(np.prod(shape)) else None
-        return None if value is None else relax.const(np.ascontiguousarray(value), str(_type(orig).dtype))
+        elif value.size == int(np.prod(shape)):  # a squeeze: the same elements in the result's shape
+            value = value.reshape(shape)
+        if value is None or value.shape != shape:
+            return None
+        return relax.const(np.ascontiguousarray(value), str(_type(orig).dtype))
 
     return rewrite_functions(mod, sliced | squeezed, fold, tvm, rounds=4)
 

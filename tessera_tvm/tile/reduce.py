@@ -61,12 +61,18 @@ class RowView:
 
     def index(self, row, r) -> tuple:
         """Input coordinates of element ``r`` of row ``row``."""
-        outer, inner = self._split(row)
+        return self.coords(*self._split(row), r)
+
+    def coords(self, outer, inner, r) -> tuple:
+        """Input coordinates of element ``r`` of the row at (``outer``, ``inner``)."""
         return (*unravel(outer, self.outer_dims), *unravel(r, self.reduced_dims), *unravel(inner, self.inner_dims))
 
     def reduced_index(self, row, keepdims: bool) -> tuple:
         """Output coordinates of row ``row`` once the axes are reduced."""
-        outer, inner = self._split(row)
+        return self.reduced_coords(*self._split(row), keepdims)
+
+    def reduced_coords(self, outer, inner, keepdims: bool) -> tuple:
+        """Output coordinates of the row at (``outer``, ``inner``) once the axes are reduced."""
         kept = [0] * len(self.reduced_dims) if keepdims else []
         index = (*unravel(outer, self.outer_dims), *kept, *unravel(inner, self.inner_dims))
         return index or (0,)
@@ -148,7 +154,7 @@ def _reduce_cpu_columns(spec: ReduceSpec, view: RowView, length: int, params, id
     block owns up to CPU_COLUMN_BLOCK consecutive columns of one outer index and adds each of the R
     rows into them in turn (a loop over contiguous columns, which g++ vectorises). Row by row, each
     (outer, inner) pair reduced its R elements on its own: a sum over an axis of 2 in [128, 2, 256]
-    (Mixtral's top-2 experts) took 408 us against torch's 38."""
+    (Mixtral's top-2 experts) took 408 us against torch's 38-43."""
     inner, outer = view.inner, view.rows // view.inner
     width = min(inner, CPU_COLUMN_BLOCK)
     chunks = -(-inner // width)
@@ -161,17 +167,16 @@ def _reduce_cpu_columns(spec: ReduceSpec, view: RowView, length: int, params, id
             totals = T.alloc_local((width,), acc)
             first = (bx % chunks) * width
             live = T.min(width, inner - first)
-            at = unravel(bx // chunks, view.outer_dims)
-            kept = [0] * len(view.reduced_dims) if spec.keepdims else []
             for j in T.serial(live):
                 totals[j] = identity()
             for r in T.serial(length):
                 for j in T.serial(live):
-                    value = io.x[(*at, *unravel(r, view.reduced_dims), *unravel(first + j, view.inner_dims))]
+                    value = io.x[view.coords(bx // chunks, first + j, r)]
                     totals[j] = combine(totals[j], to_compute(value, acc), host=True)
             for j in T.serial(live):
-                out = (*at, *kept, *unravel(first + j, view.inner_dims))
-                io.out[out] = T.cast(finish(totals[j]), spec.dtype_out)
+                io.out[view.reduced_coords(bx // chunks, first + j, spec.keepdims)] = T.cast(
+                    finish(totals[j]), spec.dtype_out
+                )
 
     return main
 
