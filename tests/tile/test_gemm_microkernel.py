@@ -379,6 +379,27 @@ def test_the_overwriting_gemm_writes_the_product_and_nothing_else(shape, f32_pac
         assert (np.isnan(outside) if overwrite else outside == 1.5).all()
 
 
+def test_every_count_of_edge_rows_runs_its_own_register_tile_right(f32_pack_shim):
+    """The bottom edge of a block runs a register tile of its live rows (rounded up to even) rather
+    than the whole MR: every row count from 1 to two tiles and one more, with a whole and a ragged
+    last column strip, adds exactly A B to the live rows and leaves the rest of acc alone."""
+    rng = np.random.default_rng(3)
+    depth = 19
+    for rows in range(1, 2 * MR + 2):
+        for cols in (NR, NR + 11):
+            a = rng.standard_normal((rows, depth)).astype(np.float32)
+            b = rng.standard_normal((depth, cols)).astype(np.float32)
+            a_panel = np.full((rows + CPU_PACK_PAD) * depth, np.nan, dtype=np.float32)  # no read past a strip
+            b_panel = np.zeros((cols + CPU_PACK_PAD) * depth, dtype=np.float32)
+            f32_pack_shim.pack(0, a_panel.ctypes.data, a.ctypes.data, 0, depth, 1, rows, depth)
+            f32_pack_shim.pack(1, b_panel.ctypes.data, b.ctypes.data, 0, 1, cols, cols, depth)
+            acc = np.full((rows + 3, cols + 5), 0.5, dtype=np.float32)
+            f32_pack_shim.gemm(0, acc.ctypes.data, cols + 5, a_panel.ctypes.data, b_panel.ctypes.data, rows, cols, depth)
+            expected = a.astype(np.float64) @ b.astype(np.float64) + 0.5
+            assert_close(acc[:rows, :cols], expected, "float32", atol_scale=np.sqrt(depth))
+            assert (acc[rows:] == 0.5).all() and (acc[:rows, cols:] == 0.5).all(), (rows, cols)
+
+
 @pytest.mark.parametrize("layout", ["k_contiguous", "elements_contiguous", "strided"])
 @pytest.mark.parametrize("operand", ["a", "b"])
 @pytest.mark.parametrize("case", [*PACK_CASES, (NR, 16), (2 * NR, 17), (MR, 15)], ids=lambda c: f"{c[0]}x{c[1]}")

@@ -229,11 +229,11 @@ static inline void tessera_pack_strips(float *__restrict pack, const T *__restri
 
 // ------------------------------------------------------------------------------------ micro-kernel
 
-// c[0:rows, 0:cols] += (Set: =) the first rows x cols of an MR x NR register tile `sum` (an edge tile).
-template <bool Set>
+// c[0:rows, 0:cols] += (Set: =) the first rows x cols of an R x NR register tile `sum` (an edge tile).
+template <bool Set, int R>
 static inline void tessera_add_edge_tile(float *__restrict c, int64_t ldc, const void *sum, int32_t rows,
                                          int32_t cols) {
-  float tile[TESSERA_GEMM_MR][TESSERA_GEMM_NR];
+  float tile[R][TESSERA_GEMM_NR];
   memcpy(tile, sum, sizeof tile);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < cols; ++j) {
@@ -242,15 +242,15 @@ static inline void tessera_add_edge_tile(float *__restrict c, int64_t ldc, const
   }
 }
 
-// c[0:rows, 0:cols] += a_strip * b_strip over `depth` (Set: c = the product, c not read), c with row
-// stride `ldc` (rows <= MR, cols <= NR).
-template <bool Set>
-static inline void tessera_gemm_micro(const float *__restrict a, const float *__restrict b, int32_t depth,
-                                      float *__restrict c, int64_t ldc, int32_t rows, int32_t cols) {
+// c[0:rows, 0:cols] += a_strip * b_strip over `depth` (Set: c = the product, c not read) for the
+// first R rows of an A strip packed MR rows wide, c with row stride `ldc` (rows <= R, cols <= NR).
+template <bool Set, int R>
+static inline void tessera_gemm_micro_rows(const float *__restrict a, const float *__restrict b, int32_t depth,
+                                           float *__restrict c, int64_t ldc, int32_t rows, int32_t cols) {
   const int MR = TESSERA_GEMM_MR, NV = TESSERA_GEMM_NV, VEC = TESSERA_GEMM_VEC;
-  tessera_vf sum[MR][NV];
+  tessera_vf sum[R][NV];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       sum[r][v] = (tessera_vf){};
@@ -263,7 +263,7 @@ static inline void tessera_gemm_micro(const float *__restrict a, const float *__
       bv[v] = *(const tessera_vf_unaligned *)(b + (int64_t)k * NV * VEC + v * VEC);
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
       const float x = a[(int64_t)k * MR + r];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
@@ -271,9 +271,9 @@ static inline void tessera_gemm_micro(const float *__restrict a, const float *__
       }
     }
   }
-  if (rows == MR && cols == NV * VEC) {
+  if (rows == R && cols == NV * VEC) {
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         tessera_vf_unaligned *dst = (tessera_vf_unaligned *)(c + r * ldc + v * VEC);
@@ -282,7 +282,27 @@ static inline void tessera_gemm_micro(const float *__restrict a, const float *__
     }
     return;
   }
-  tessera_add_edge_tile<Set>(c, ldc, sum, rows, cols);
+  tessera_add_edge_tile<Set, R>(c, ldc, sum, rows, cols);
+}
+
+// The micro-kernel over an MR x NR tile of which `rows` x `cols` are live. A tile of 8 rows or fewer
+// (the bottom edge) runs a register tile of 4 or 8 rows: the whole tile spent the time of MR rows on
+// them (M = 64 with MR = 14 took as long as M = 70, M = 128 as 140). Two sizes, not one per row
+// count: each is code that every GEMM kernel's g++ compiles.
+template <bool Set>
+static inline void tessera_gemm_micro(const float *__restrict a, const float *__restrict b, int32_t depth,
+                                      float *__restrict c, int64_t ldc, int32_t rows, int32_t cols) {
+#if TESSERA_GEMM_MR > 8  // AVX-512's 14 rows (AVX's 6 and SSE's 4 have no narrower tile)
+  if (rows <= 4) {
+    tessera_gemm_micro_rows<Set, 4>(a, b, depth, c, ldc, rows, cols);
+    return;
+  }
+  if (rows <= 8) {
+    tessera_gemm_micro_rows<Set, 8>(a, b, depth, c, ldc, rows, cols);
+    return;
+  }
+#endif
+  tessera_gemm_micro_rows<Set, TESSERA_GEMM_MR>(a, b, depth, c, ldc, rows, cols);
 }
 
 // acc[0:rows, 0:cols] += A * B from packed strips, `steps` k steps deep (k, or k-pairs for bf16x2):
