@@ -154,13 +154,21 @@ def test_cpu_schedule_text():
     assert "acc: local (128x128 f32)" in text and f"local={128 * 128 * 4 + 2 * (128 + 64) * 64 * 4} B" in text
 
 
-def test_cpu_grid_in_schedule_and_metadata(tmp_path):
+def test_cpu_grid_in_schedule_and_metadata(tmp_path, monkeypatch):
     # The C kernel's grid is the loops tessera.MarkParallelGrid marks: the metadata reports the
     # blocks the threads share, the grid the schedule planned.
-    k = ts.compile(linear, target="cpu", shapes={"M": 1000, "N": 1000, "K": 256}, build=False)
+    shapes = {"M": 1000, "N": 1000, "K": 256}
+    monkeypatch.setattr("os.cpu_count", lambda: 3)  # 4 column blocks do not keep 3 cores equally busy
+    k = ts.compile(linear, target="cpu", shapes=shapes, build=False)
     (sched,) = k.schedules
     assert sched.parallel_grid and sched.grid == (4, 5, 1)  # N / 256 blocks in x, M / 224 in y
     assert k.metadata[0]["launch"]["grid"] == [4, 5, 1]
+    # On 2 cores they do: a block per column packs B once and runs the column's 5 row blocks (another
+    # M, so that the plan above is not reused).
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    shared = ts.compile(linear, target="cpu", shapes={**shapes, "M": 1100}, build=False)
+    assert shared.schedules[0].grid == (4, 1, 1) and shared.metadata[0]["launch"]["grid"] == [4, 1, 1]
+    assert "global -> workspace (packed once per block)" in shared.inspect_ir("sched")
     # A CPU config without the parallel_grid feature keeps its blocks serial, and says so.
     data = yaml.safe_load(Path(tessera_tvm.load_config("cpu").source).read_text())
     data["name"] = "cpu_serial"
@@ -273,6 +281,9 @@ def test_overrides_the_target_cannot_hold_are_rejected_before_lowering(monkeypat
         raise AssertionError("lowered a rejected schedule")
 
     monkeypatch.setattr(tessera_tvm, "lower", must_not_lower)
+    # On 3 cores a CPU GEMM's column blocks alone do not keep them busy: each block packs its own B
+    # panel on its stack (on 2 cores B is packed once per column into the thread's workspace).
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
     with pytest.raises(ts.ScheduleError, match=re.escape(message)):
         ts.compile(linear, target=target, shapes=SHAPES, schedule=override)
 

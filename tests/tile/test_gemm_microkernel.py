@@ -82,9 +82,12 @@ def test_default_schedule_on_a_larger_gemm(cpu_config, tmp_path):
     assert_close(out, reference(spec, arrays), "float32", atol_scale=np.sqrt(700))
 
 
-def test_tile_ir_and_c_source_show_the_micro_kernel():
+def test_tile_ir_and_c_source_show_the_micro_kernel(monkeypatch):
+    # 4 x 2 blocks; on 3 cores the 2 column blocks alone would not keep them busy: a block per
+    # (row, column) block, each packing its own A and B panels.
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
     spec = GemmSpec(100, 70, 33, dtype_a="float16", dtype_out="float32", transpose_b=True)
-    func = build_tile_program(spec, SCHEDULES["tile_multiples"], "c")  # 4 x 2 blocks
+    func = build_tile_program(spec, SCHEDULES["tile_multiples"], "c")
     tile = func.script()
     assert 'T.call_extern("int32", "tessera_cpu_pack_a_f16", T.address_of(a_pack[0]), A.data' in tile
     assert 'T.call_extern("int32", "tessera_cpu_pack_b_f16", T.address_of(b_pack[0]), B.data' in tile
@@ -189,6 +192,27 @@ def test_bf16_b_packed_once_for_all_row_blocks(transpose_b, schedule, cpu_config
     arrays = random_inputs(spec, seed=7)
     out = run_cpu(spec, arrays, cpu_config, tmp_path, schedule=SHARED_B_SCHEDULES[schedule])["C"]
     assert_close(out, reference(spec, arrays), spec.dtype_out, atol_scale=np.sqrt(spec.K))
+
+
+@pytest.mark.parametrize("dtype, transpose_b", [("float32", False), ("float16", True)])
+def test_fp32_panels_b_packed_once_for_all_row_blocks(dtype, transpose_b, cpu_config, tmp_path, monkeypatch):
+    """A GEMM on fp32 panels with column blocks enough for the cores packs B's panels for every K step
+    once into the thread's workspace and runs all its column's row blocks over them, packing A per
+    row block: ragged row, column and K blocks, a batch, a bias + GELU epilogue. With a third core
+    the same GEMM packs B per block again, and both give the reference's result."""
+    from tessera_tvm.tile.gemm import cpu_b_shared_by_row_blocks
+
+    spec = GemmSpec(3 * MR + 5, 2 * NR + 9, 45, dtype_a=dtype, transpose_b=transpose_b, batch=(2,), epilogue=BIAS_GELU)
+    schedule = SCHEDULES["ragged_blocks"]  # 3 row blocks x 2 column blocks x 2 batches, K in 7 steps
+    arrays = random_inputs(spec, seed=11)
+    expected = reference(spec, arrays)
+    for cores, shared in ((2, True), (5, False)):  # 4 blocks of columns: a multiple of 2 cores, short of 5
+        monkeypatch.setattr("os.cpu_count", lambda cores=cores: cores)
+        assert cpu_b_shared_by_row_blocks(spec, schedule) is shared
+        tile = build_tile_program(spec, schedule, "c").script()
+        assert ('"tessera_cpu_workspace"' in tile) is shared and '"tessera_cpu_gemm_f32"' in tile
+        out = run_cpu(spec, arrays, cpu_config, tmp_path / str(cores), schedule=schedule)["C"]
+        assert_close(out, expected, spec.dtype_out, atol_scale=np.sqrt(spec.K))
 
 
 def test_bf16_transposed_a_packed_once_for_all_column_blocks(cpu_config, tmp_path, monkeypatch):
