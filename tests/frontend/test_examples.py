@@ -62,7 +62,10 @@ def test_example_runs_on_the_cpu(repo, name):
     assert_close(out, kernel.reference(*arrays), ts.dtype(out.dtype), name)
 
 
-def test_linear_graph_and_schedule_golden(repo):
+def test_linear_graph_and_schedule_golden(repo, monkeypatch):
+    # A CPU GEMM packs B once per column where its column blocks keep the cores evenly busy: the
+    # golden is CI's 2 cores, whatever this machine has.
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
     module = load(repo, "linear")
     check_golden(repo, "linear.graph.txt", module.linear.inspect_ir("graph"))
     compiled = ts.compile(module.linear, target="hopper", shapes=module.SHAPES, build=False)
