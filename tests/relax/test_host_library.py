@@ -266,3 +266,27 @@ def test_tvms_host_c_takes_the_optimisation_level_asked_for_and_the_kernels_keep
     monkeypatch.setenv(host_library.HOST_OPT_ENV, "-O9")
     with pytest.raises(TesseraError, match=r"TESSERA_HOST_C_OPT='-O9': expected an optimisation level"):
         export_library(built.executable, tmp_path / "bad" / "m.so", "cpu")
+
+
+def test_an_objects_sha256_is_in_the_cache_before_the_object(own_cache, monkeypatch):
+    """Another process building a model with the same kernel takes an object without its SHA-256 for
+    damaged and removes it; the SHA-256 must be there first (a CI run's link failed with "cannot
+    find ... .o" when two xdist workers built the same kernel)."""
+    import os
+
+    unit = host_library._Source(
+        (host_library.require_tool("g++"), "-fPIC", "-x", "c++"), "int f(int x) { return x + 1; }\n", ".c", "f"
+    )
+    target = own_cache / "objects" / "ab" / "abcdef.o"
+    moved: list[bool] = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == target:  # the object moving into place: its SHA-256 is already beside it
+            checksum = _checksum_of(target)
+            moved.append(checksum.is_file() and checksum.read_text().strip() == toolchain.sha256_file(src))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(host_library.os, "replace", replace)
+    host_library._compile(unit, target, own_cache / "objects")
+    assert moved == [True] and host_library._intact(target)

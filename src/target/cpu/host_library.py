@@ -412,7 +412,13 @@ def _compile_unit(unit: _Source, members: list[_Source], target: Path, staging: 
 def _compile(unit: _Source, target: Path, staging: Path) -> None:
     """Compile ``unit`` into ``target`` (written whole or not at all, its SHA-256 beside it), in a
     directory under ``staging`` that this process holds: the cache's stale-file cleanup removes it
-    if the process dies mid-compile."""
+    if the process dies mid-compile.
+
+    The SHA-256 is written before the object is moved into place: another process that builds a
+    model with the same kernel (two xdist workers did) and finds the object there without its
+    SHA-256 takes it for damaged and removes it, and this process's link then failed with "cannot
+    find ... .o". The same source and command give the same bytes, so two processes that compile
+    it at once write the same SHA-256."""
     from tessera_tvm.kernel_store import held_directory
 
     staging.mkdir(parents=True, exist_ok=True)
@@ -421,6 +427,5 @@ def _compile(unit: _Source, target: Path, staging: Path) -> None:
         src, obj = work / f"source{unit.suffix}", work / "object.o"
         src.write_text(unit.source, encoding="utf-8", errors="surrogateescape")
         run_tool([*unit.command, "-c", "-o", str(obj), str(src)], timeout=600)
-        digest = sha256_file(obj)
+        write_text_atomic(_checksum_of(target), sha256_file(obj) + "\n")
         os.replace(obj, target)
-    write_text_atomic(_checksum_of(target), digest + "\n")
