@@ -483,7 +483,9 @@ def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_
                     panel = _workspace_panel(steps * b_elems, k * b_elems, b_elems)
                     if in_place:
                         offset = a_offset(io, a_batch, by, k)
-                        cpu_gemm_rows(acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth, quads=quads)
+                        cpu_gemm_rows(
+                            acc, block_n, io.a.data, offset, a_row_stride, panel, rows, cols, depth, quads=quads
+                        )
                     else:
                         pack_a(io, a_pack, a_batch, by, k, rows, depth)
                         cpu_gemm(acc, block_n, a_pack, panel, rows, cols, depth)

@@ -418,7 +418,9 @@ def test_every_count_of_edge_rows_runs_its_own_register_tile_right(f32_pack_shim
             f32_pack_shim.pack(0, a_panel.ctypes.data, a.ctypes.data, 0, depth, 1, rows, depth)
             f32_pack_shim.pack(1, b_panel.ctypes.data, b.ctypes.data, 0, 1, cols, cols, depth)
             acc = np.full((rows + 3, cols + 5), 0.5, dtype=np.float32)
-            f32_pack_shim.gemm(0, acc.ctypes.data, cols + 5, a_panel.ctypes.data, b_panel.ctypes.data, rows, cols, depth)
+            f32_pack_shim.gemm(
+                0, acc.ctypes.data, cols + 5, a_panel.ctypes.data, b_panel.ctypes.data, rows, cols, depth
+            )
             expected = a.astype(np.float64) @ b.astype(np.float64) + 0.5
             assert_close(acc[:rows, :cols], expected, "float32", atol_scale=np.sqrt(depth))
             assert (acc[rows:] == 0.5).all() and (acc[:rows, cols:] == 0.5).all(), (rows, cols)
