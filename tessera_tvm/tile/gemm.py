@@ -380,7 +380,7 @@ def gemm_cpu_program(spec: GemmSpec, s: TileSchedule):
     if spec.packed_b is not None:
         return _gemm_cpu_packed_b(spec, s, pack_a, a_elems)
     if cpu_b_shared_by_row_blocks(spec, s):
-        return _gemm_cpu_shared_b(spec, s, a_offset, pack_b, a_row_stride, None if a_in_place else pack_a)
+        return _gemm_cpu_shared_b(spec, s, a_offset, pack_b, pack_a, a_row_stride)
     if cpu_a_shared_by_column_blocks(spec, s):
         return _gemm_cpu_shared_a(spec, s, pack_a, pack_b)
 
@@ -449,20 +449,20 @@ def _workspace_panel(floats: int, at, size: int):
     return pointer_buffer(address, (size,), "float32")
 
 
-def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, a_row_stride, pack_a=None):
+def _gemm_cpu_shared_b(spec: GemmSpec, s: TileSchedule, a_offset, pack_b, pack_a, a_row_stride):
     """The CPU GEMM with B packed once per column: a block per column of ``block_n`` columns (and
     batch) packs B's panels for every K step once, into the thread's workspace
     (``tessera_cpu_workspace``), then runs its row blocks over them one after another (a block per
     row block packs B once per row block: 4-5% of a 1024^3 bf16 GEMM, 10% of an fp32 one). A is read
-    in place (bf16 x bf16, int8) or, given ``pack_a``, packed for each row block and K step (fp32
-    panels)."""
+    in place (bf16 x bf16, int8: :func:`cpu_reads_a_in_place`) or packed by ``pack_a`` for each row
+    block and K step (fp32 panels)."""
     M, N, K = spec.M, spec.N, spec.K
     block_m, block_n, block_k = s.block_m, s.block_n, s.block_k
     n_batch = math.prod(spec.batch)
     quads = cpu_gemm_quads(spec)
     a_elems, b_elems = cpu_pack_elements(block_m, block_n, block_k, per_word=cpu_k_per_word(spec))
     steps = math.ceil(K / block_k)
-    in_place = pack_a is None
+    in_place = cpu_reads_a_in_place(spec)
 
     @prim_func
     def main():

@@ -404,7 +404,7 @@ def test_the_overwriting_gemm_writes_the_product_and_nothing_else(shape, f32_pac
 
 
 def test_every_count_of_edge_rows_runs_its_own_register_tile_right(f32_pack_shim):
-    """The bottom edge of a block runs a register tile of its live rows (rounded up to even) rather
+    """The bottom edge of a block runs a register tile of 4 or 8 rows where its live rows fit, rather
     than the whole MR: every row count from 1 to two tiles and one more, with a whole and a ragged
     last column strip, adds exactly A B to the live rows and leaves the rest of acc alone."""
     rng = np.random.default_rng(3)
