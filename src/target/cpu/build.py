@@ -45,6 +45,9 @@ __all__ = [
     "instruction_sets",
     "isa_identity",
     "precompiled_prelude",
+    "runtime_link",
+    "runtime_object",
+    "runtime_parts",
     "with_spec_pragmas",
 ]
 
@@ -83,11 +86,16 @@ def compile_cpu(
     name: str,
     flags: Sequence[str] = DEFAULT_CPU_FLAGS,
     timeout: float = 600,
+    link_runtime: bool = False,
 ) -> Path:
     """Build C/C++ ``source`` into ``out_dir/<name>.so`` (source kept as ``<name>.cpp``); return the .so.
 
     Runs ``g++ -std=c++17 -shared -fPIC <flags> -I<tessera>/include -I<tilelang>/src`` (``TESSERA_CXX``
     picks another compiler), with TileLang's prelude precompiled where it can (:func:`precompiled_prelude`).
+    ``link_runtime``: ``source`` is a kernel Tessera generated, which calls tessera/cpu.h's entries only
+    through cpu_api.h's declarations; they are linked from the runtime objects (:func:`runtime_link`)
+    rather than compiled with it. Other sources (one's own, using the headers' macros and helpers)
+    see the whole header.
     Both files appear together only on success; a failing compile raises :class:`ToolchainError` with
     the command and the compiler's first errors, and leaves ``out_dir`` as it was.
     """
@@ -98,7 +106,7 @@ def compile_cpu(
     flags = tuple(map(str, flags))
     cpp, so = f"{name}.cpp", f"{name}.so"
     prelude = precompiled_prelude(cxx, flags) if PRELUDE_INCLUDE in source else None
-    command = cpu_build_command(cxx, flags, so, cpp, prelude)
+    command = cpu_build_command(cxx, flags, so, cpp, prelude) + (runtime_link(cxx, flags, source) if link_runtime else [])
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         (staging / cpp).write_text(source, encoding="utf-8")
@@ -245,6 +253,116 @@ def _build_prelude(cxx: str, flags: tuple[str, ...], gch: Path) -> None:
     finally:
         staging.unlink(missing_ok=True)
     write_text_atomic(_checksum_of(gch), digest + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- runtime
+
+#: The include ImportCpuRuntime gives a kernel that calls into Tessera's CPU runtime.
+RUNTIME_INCLUDE = "#include <tessera/cpu.h>"
+#: A kernel compiled with this macro sees cpu_api.h's declarations instead of the runtime's definitions.
+RUNTIME_LINKED = "-DTESSERA_CPU_RUNTIME_LINKED"
+
+#: The runtime objects: the header each compiles (its entries, and those of the headers it includes,
+#: emitted out of line and merged at the link where two objects hold one), and which of the
+#: ``tessera_cpu_*`` entries a kernel calls need it. On one core: gemm ~2 s, int8 ~1 s, conv and
+#: winograd ~4.5 s each, so a transformer's first build compiles only the first.
+RUNTIME_PARTS = {
+    "winograd": ("cpu_winograd.h", re.compile(r"winograd")),
+    "conv": ("cpu_conv.h", re.compile(r"conv|depthwise")),
+    "int8": ("cpu_int8.h", re.compile(r"s8x4")),
+    "gemm": ("cpu_gemm.h", re.compile(r"")),  # packing, the fp32 and bf16 GEMMs, AMX, the workspace
+}
+_RUNTIME_CALL = re.compile(r"\btessera_cpu_(\w+)\s*\(")
+
+
+def runtime_parts(source: str) -> list[str]:
+    """The runtime objects (:data:`RUNTIME_PARTS`) whose entries the kernel ``source`` calls, sorted."""
+    names = set(_RUNTIME_CALL.findall(source))
+    return sorted({next(part for part, (_, calls) in RUNTIME_PARTS.items() if calls.search(n)) for n in names})
+
+
+def runtime_link(cxx: str, flags: Sequence[str], source: str) -> list[str]:
+    """What a g++ command that builds the kernel ``source`` into a library adds to link the runtime
+    objects it calls (:func:`runtime_object`): the macro, the objects and ``--gc-sections`` (only the
+    entries the kernel calls stay). Nothing for a source that does not include tessera/cpu.h, or where
+    an object cannot be had: then the kernel compiles the entries inline, as a source of one's own does."""
+    if RUNTIME_INCLUDE not in source:
+        return []
+    objects = [runtime_object(cxx, tuple(flags), part) for part in runtime_parts(source)]
+    if None in objects:
+        return []
+    return [RUNTIME_LINKED, *map(str, objects), *(["-Wl,--gc-sections"] if objects else [])]
+
+
+def runtime_object(cxx: str, flags: Sequence[str], part: str) -> Path | None:
+    """One of the runtime objects (:data:`RUNTIME_PARTS`): a header's entries compiled out of line for
+    ``flags``, hidden in whatever links them; None where it cannot be had (no cache and no
+    ``TESSERA_PCH_DIR``, a compiler that is not GCC, flags it rejects).
+
+    Compiled inline, these entries were most of a kernel's g++ time: a GEMM kernel took ~0.45 s where
+    it takes ~0.15 s against their declarations. Each object is built once per flag set, the first time
+    a kernel calls into it, and kept beside the precompiled prelude (``<pch>/runtime-<identity>/``),
+    its SHA-256 checked once per process as the prelude's is. The identity covers the prelude's (GCC,
+    the flags, this CPU's macros, TileLang's headers) and Tessera's runtime headers.
+    """
+    from tessera_tvm.kernel_store import KernelCache, cache_unusable, prelude_dir
+
+    flags = tuple(flags)
+    pch = prelude_dir(KernelCache.from_env().root)
+    identity = _runtime_identity(cxx, flags)
+    prelude = precompiled_prelude(cxx, flags) if pch is not None and identity is not None else None
+    if prelude is None:
+        return None
+    obj = pch / f"runtime-{identity}" / f"tessera_cpu_{part}.o"
+    if _prelude_intact(obj):
+        return obj
+    try:
+        with file_lock(pch / f"runtime-{identity}-{part}.lock"):  # one process builds it, the others wait
+            if not _prelude_intact(obj):
+                _build_runtime_object(cxx, flags, prelude, RUNTIME_PARTS[part][0], obj)
+    except OSError as exc:  # a read-only or full cache: kernels compile the entries inline
+        cache_unusable(pch, exc)
+        return None
+    return obj
+
+
+def _runtime_source(header: str) -> str:
+    """The translation unit of the runtime object of ``header``: TileLang's prelude first (cpu_gemm.h
+    reads its ``half``), the declarations, then the definitions (a mismatch fails the compile)."""
+    return (
+        f"{PRELUDE_INCLUDE}\n#define TESSERA_CPU_RUNTIME_BUILD 1\n#include <tessera/cpu_api.h>\n"
+        f"#include <tessera/{header}>\n"
+    )
+
+
+def _build_runtime_object(cxx: str, flags: tuple[str, ...], prelude: Path, header: str, obj: Path) -> None:
+    """Compile ``header``'s runtime object into ``obj``, then record its SHA-256 (readers check both)."""
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    _checksum_of(obj).unlink(missing_ok=True)
+    staging = obj.with_name(f".{obj.name}.{os.getpid()}.tmp")
+    source = obj.with_name(f".{obj.stem}.{os.getpid()}.cc")
+    try:
+        source.write_text(_runtime_source(header), encoding="utf-8")
+        command = [cxx, *_COMPILE_OPTIONS, *flags, "-fvisibility=hidden", "-ffunction-sections"]
+        run_tool([*command, *kernel_includes(prelude), "-c", "-o", str(staging), str(source)], timeout=600)
+        digest = sha256_file(staging)
+        os.replace(staging, obj)
+    finally:
+        staging.unlink(missing_ok=True)
+        source.unlink(missing_ok=True)
+    write_text_atomic(_checksum_of(obj), digest + "\n")
+
+
+@functools.cache
+def _runtime_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
+    """The prelude's identity (:func:`_prelude_identity`) and Tessera's runtime headers, hashed."""
+    prelude = _prelude_identity(cxx, flags)
+    if prelude is None:
+        return None
+    digest = hashlib.sha256(f"{prelude}\0{_runtime_source('')}".encode())
+    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
 
 
 @functools.cache

@@ -44,6 +44,7 @@ from .build import (
     cpu_build_command,
     precompiled_prelude,
     recorded_sha256,
+    runtime_link,
 )
 
 __all__ = ["build_host_library", "pack_imports"]
@@ -91,6 +92,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
     objects: list[str] = []
     pending: list[_Source] = []
     reused = 0
+    runtime: set[str] = set()  # the runtime objects the kernels call into
 
     def cached(unit: _Source) -> Path:
         """Where ``unit``'s object is kept: under its key in the cache, or in the workspace."""
@@ -110,6 +112,10 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             source = _ABSOLUTE_PRELUDE.sub(PRELUDE_INCLUDE, source)
             kernel_options = [o for o in options if not o.startswith(_HOST_ONLY_MACROS)]
             command = _kernel_command(cxx, flags, kernel_options)
+            linked = runtime_link(cxx, flags, source)  # against the runtime objects' declarations
+            if linked:
+                command += linked[:1]
+                runtime.update(o for o in linked[1:] if o.endswith(".o"))
         else:
             command = [cxx, "-fPIC", *options, *host_optimization()]
         # g++ reads .c as C++ too; say so, the source may move to a .cc file
@@ -150,7 +156,7 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
                 objects.extend(map(str, future.result()))
                 progress.step()
         progress.finish()
-    run_tool([cxx, "-shared", "-fPIC", "-o", output, *objects, *options], timeout=600)
+    run_tool([cxx, "-shared", "-fPIC", "-o", output, *objects, *sorted(runtime), *options], timeout=600)
 
 
 #: Kernel sources up to this size are compiled together, several to a translation unit (see

@@ -76,7 +76,7 @@ def build(lowered, out_dir: Path) -> None:
     """g++ -> shared library, loaded so the LoweredModule can be called with numpy arrays."""
     codegen = lowered.config.codegen_dict
     lowered.artifacts["library"] = compile_cpu(
-        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(codegen["flags"])
+        lowered.source, out_dir=out_dir, name=lowered.name, flags=tuple(codegen["flags"]), link_runtime=True
     )
     isa = instruction_sets(codegen["flags"], codegen["compiler"])
     for kernel in lowered.metadata:  # what the library may execute (and the cache key's isa digest covers)

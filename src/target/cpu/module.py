@@ -33,7 +33,7 @@ from ..toolchain import (
     validate_artifact_name,
 )
 from .blas_threads import share_blas_threads
-from .build import DEFAULT_CPU_FLAGS, kernel_includes, precompiled_prelude
+from .build import DEFAULT_CPU_FLAGS, kernel_includes, precompiled_prelude, runtime_link
 
 __all__ = ["build_module", "entry_source"]
 
@@ -233,6 +233,7 @@ def build_module(
     # what the kernel sources include, TileLang's prelude precompiled (~0.5 s less per kernel source)
     includes = kernel_includes(precompiled_prelude(cxx, flags))
     command = [*_entry_command(cxx, name, flags), *includes, *files, *_link_flags()]
+    command += runtime_link(cxx, flags, "".join(files.values()))  # the runtime object, where a kernel calls it
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         for file, text in files.items():

@@ -345,7 +345,7 @@ static inline bool tessera_amx_gemm_rows(Acc *acc, int64_t acc_stride, const Ele
 
 // What the bf16 and int8 GEMMs of this library run on: 0 built without AMX, 1 the tile unit, -1 not granted
 // by Linux, -2 failed the self-check, -3 turned off (TESSERA_CPU_AMX=0).
-TESSERA_EXTERN_C inline int32_t tessera_cpu_amx_state() {
+TESSERA_CPU_API int32_t tessera_cpu_amx_state() {
 #if defined(TESSERA_AMX)
   return tessera_amx_state();
 #else

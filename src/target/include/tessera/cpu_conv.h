@@ -85,7 +85,7 @@ static inline void tessera_pack_conv(float *__restrict pack, const T *__restrict
 }
 
 #define TESSERA_DEFINE_PACK_CONV(SUFFIX, T, STORAGE)                                                                \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_conv_##SUFFIX(                                                \
+  TESSERA_CPU_API int32_t tessera_cpu_pack_a_conv_##SUFFIX(                                                \
       float *pack, T *x, int64_t offset, int32_t row0, int32_t k0, int32_t rows, int32_t depth, int32_t C,          \
       int32_t H, int32_t W, int32_t OH, int32_t OW, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t ph,       \
       int32_t pw, int32_t dh, int32_t dw) {                                                                        \
@@ -192,7 +192,7 @@ static inline void tessera_depthwise_plane(float *__restrict acc, const float *_
   }
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_depthwise_f32(float *acc, float *plane, float *w, int32_t R, int32_t S,
+TESSERA_CPU_API int32_t tessera_cpu_depthwise_f32(float *acc, float *plane, float *w, int32_t R, int32_t S,
                                                           int32_t OH, int32_t OW, int32_t PW, int32_t sh, int32_t sw,
                                                           int32_t dh, int32_t dw) {
   switch (R == S ? S : 0) {  // the usual square windows, with their tap loops unrolled
@@ -339,7 +339,7 @@ static inline void tessera_conv_direct(float *__restrict acc, int64_t acc_stride
   }
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t acc_stride, float *a, int64_t a_offset,
+TESSERA_CPU_API int32_t tessera_cpu_conv_direct_f32(float *acc, int64_t acc_stride, float *a, int64_t a_offset,
                                                             int64_t lda, float *xpad, int32_t k0, int32_t depth,
                                                             int32_t channels, int32_t pixels, int64_t plane,
                                                             int64_t phase_plane, int32_t Wp, int32_t R, int32_t S,
@@ -402,7 +402,7 @@ static inline void tessera_conv_rows(float *__restrict xpad, const T *__restrict
 // Weights as A strips of TESSERA_CONV_MR output channels (rows `row_stride` = C/g*R*S apart, k
 // contiguous), as tessera_cpu_pack_a_* packs TESSERA_GEMM_MR.
 #define TESSERA_DEFINE_CONV_DIRECT(SUFFIX, T, STORAGE)                                                          \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_rows_##SUFFIX(                                                  \
+  TESSERA_CPU_API int32_t tessera_cpu_conv_rows_##SUFFIX(                                                  \
       float *xpad, T *x, int64_t offset, int32_t channels, int32_t H, int32_t W, int32_t oh0, int64_t plane,          \
       int64_t phase_plane, int32_t Wp, int32_t R, int32_t S, int32_t sh, int32_t sw, int32_t dh, int32_t dw,          \
       int32_t top, int32_t left, int32_t slack) {                                                                    \
@@ -410,7 +410,7 @@ static inline void tessera_conv_rows(float *__restrict xpad, const T *__restrict
                       dh, dw, top, left, slack);                                                                     \
     return 0;                                                                                                        \
   }                                                                                                                  \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_conv_pack_w_##SUFFIX(float *pack, T *w, int64_t offset,                 \
+  TESSERA_CPU_API int32_t tessera_cpu_conv_pack_w_##SUFFIX(float *pack, T *w, int64_t offset,                 \
                                                                    int64_t row_stride, int32_t rows, int32_t depth) {  \
     tessera_pack_strips<TESSERA_CONV_MR>(pack, (const STORAGE *)w + offset, row_stride, 1, rows, depth);              \
     return 0;                                                                                                          \

@@ -329,13 +329,13 @@ static inline void tessera_gemm_strips(float *acc, int64_t acc_stride, const P *
 // 2^31 elements or more (tessera_tvm/tile/common.py: element_offset).
 
 #define TESSERA_DEFINE_PACK(SUFFIX, T, STORAGE)                                                             \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int64_t offset,                \
+  TESSERA_CPU_API int32_t tessera_cpu_pack_a_##SUFFIX(float *pack, T *a, int64_t offset,                \
                                                               int64_t row_stride, int64_t k_stride, int32_t rows, \
                                                               int32_t depth) {                                   \
     tessera_pack_strips<TESSERA_GEMM_MR>(pack, (const STORAGE *)a + offset, row_stride, k_stride, rows, depth);                       \
     return 0;                                                                                                    \
   }                                                                                                              \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int64_t offset,                \
+  TESSERA_CPU_API int32_t tessera_cpu_pack_b_##SUFFIX(float *pack, T *b, int64_t offset,                \
                                                               int64_t k_stride, int64_t col_stride, int32_t cols, \
                                                               int32_t depth) {                                   \
     tessera_pack_strips<TESSERA_GEMM_NR>(pack, (const STORAGE *)b + offset, col_stride, k_stride, cols, depth);                       \
@@ -347,14 +347,14 @@ TESSERA_DEFINE_PACK(f16, half, tessera_half_bits)  // TileLang's `half`: 16 bits
 TESSERA_DEFINE_PACK(bf16, uint16_t, uint16_t)      // bf16 storage after tirx.BF16StorageLegalize
 #undef TESSERA_DEFINE_PACK
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                      int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_strips<float, tessera_gemm_micro<false>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
 }
 
 // acc[0:rows, 0:cols] = A * B: as tessera_cpu_gemm_f32 without reading acc (nothing to clear first).
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                          int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_strips<float, tessera_gemm_micro<true>>(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
   return 0;
@@ -364,7 +364,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_set_f32(float *acc, int32_t acc
 // weight, packed when the module was built: tessera_tvm/tile/panels.py) at b + b_offset, in strips of
 // `strip` columns laid out as tessera_pack_strips writes them. A panel packed for another strip width
 // than this build's NR (a module built for another CPU) is repacked into NR strips first.
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_panel_f32(float *acc, int32_t acc_stride, float *a_pack, float *b,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_panel_f32(float *acc, int32_t acc_stride, float *a_pack, float *b,
                                                            int64_t b_offset, int32_t strip, int32_t rows,
                                                            int32_t cols, int32_t depth) {
   const float *panel = b + b_offset;
@@ -405,7 +405,7 @@ struct tessera_thread_buffer {
 // The address of float `at` of this thread's workspace, grown first to hold `floats` floats. The tile
 // program asks for each panel's address (a pointer per panel, not one indexed by a large stride: the
 // index's stride became a vector width in tl.StorageRewrite, which fails past 32767 lanes).
-TESSERA_EXTERN_C inline void *tessera_cpu_workspace(int64_t floats, int64_t at) {
+TESSERA_CPU_API void *tessera_cpu_workspace(int64_t floats, int64_t at) {
   static thread_local tessera_thread_buffer buffer;
   const int64_t bytes = floats * (int64_t)sizeof(float);
   if (bytes > buffer.bytes) {
@@ -662,20 +662,20 @@ static inline void tessera_gemm_pairs(float *acc, int64_t acc_stride, const uint
 static_assert(TESSERA_PAIRS_MR == 6, "tessera_gemm_pairs dispatches the edge rows of a 6-row register tile");
 
 // A transposed A, packed as pairs in strips of MR rows (a row-major A is read in place instead).
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
                                                           int64_t k_stride, int32_t rows, int32_t depth) {
   tessera_pack_pairs<TESSERA_PAIRS_MR>((uint32_t *)pack, (const uint16_t *)a + offset, row_stride, k_stride, rows, depth);
   return 0;
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
                                                           int64_t col_stride, int32_t cols, int32_t depth) {
   tessera_pack_pairs<TESSERA_PAIRS_NR>((uint32_t *)pack, (const uint16_t *)b + offset, col_stride, k_stride, cols, depth);
   return 0;
 }
 
 // acc += A x B, A packed by tessera_cpu_pack_a_bf16x2.
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                         int32_t rows, int32_t cols, int32_t depth) {
   tessera_gemm_pairs<true>(acc, acc_stride, (const uint16_t *)a_pack, 0, (const uint32_t *)b_pack, rows, cols, depth);
   return 0;
@@ -684,7 +684,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_
 // acc += A x B, A row-major bf16 read in place: its `rows` rows from a + offset, `row_stride` apart.
 // With AMX (cpu_amx.h): the whole 16-row groups over the whole 32-k steps on the tile unit, the rest of
 // the rows and of the k on the micro-kernel.
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
                                                              int64_t row_stride, float *b_pack, int32_t rows,
                                                              int32_t cols, int32_t depth) {
   const uint32_t *b = (const uint32_t *)b_pack;
@@ -702,22 +702,22 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t
 
 #else  // no bf16 dot products: the fp32 packing and micro-kernel
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_a_bf16x2(float *pack, uint16_t *a, int64_t offset, int64_t row_stride,
                                                           int64_t k_stride, int32_t rows, int32_t depth) {
   return tessera_cpu_pack_a_bf16(pack, a, offset, row_stride, k_stride, rows, depth);
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_b_bf16x2(float *pack, uint16_t *b, int64_t offset, int64_t k_stride,
                                                           int64_t col_stride, int32_t cols, int32_t depth) {
   return tessera_cpu_pack_b_bf16(pack, b, offset, k_stride, col_stride, cols, depth);
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_bf16x2(float *acc, int32_t acc_stride, float *a_pack, float *b_pack,
                                                         int32_t rows, int32_t cols, int32_t depth) {
   return tessera_cpu_gemm_f32(acc, acc_stride, a_pack, b_pack, rows, cols, depth);
 }
 
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_bf16x2_rows(float *acc, int32_t acc_stride, uint16_t *a, int64_t offset,
                                                              int64_t row_stride, float *b_pack, int32_t rows,
                                                              int32_t cols, int32_t depth) {
   // Packs A to fp32 (a heap panel: worker threads have small stacks) for the fp32 micro-kernel.

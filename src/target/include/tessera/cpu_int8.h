@@ -51,7 +51,7 @@ static inline uint32_t tessera_s8_quad(const int8_t *p, int64_t stride, int32_t 
 
 // pack[strip][q][c] = the k-quad q of column c (bytes t = B[4q + t, c]), zero past `cols` and `depth`,
 // each byte offset by 128 where TESSERA_QUADS_B_OFFSET says so.
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_b_s8x4(float *pack, int8_t *b, int64_t offset, int64_t k_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_b_s8x4(float *pack, int8_t *b, int64_t offset, int64_t k_stride,
                                                         int64_t col_stride, int32_t cols, int32_t depth) {
   const int NR = TESSERA_QUADS_NR;
   const int32_t quads = (depth + 3) / 4;
@@ -230,7 +230,7 @@ static inline void tessera_gemm_quads(int32_t *acc, int64_t acc_stride, const in
 // acc += A x B, A row-major int8 read in place: its `rows` rows from a + offset, `row_stride` apart;
 // B packed by tessera_cpu_pack_b_s8x4. With AMX (cpu_amx.h): the whole 16-row groups over the whole
 // 64-k steps on the tile unit, the rest on the micro-kernel.
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4_rows(int32_t *acc, int32_t acc_stride, int8_t *a, int64_t offset,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_s8x4_rows(int32_t *acc, int32_t acc_stride, int8_t *a, int64_t offset,
                                                            int64_t row_stride, float *b_pack, int32_t rows, int32_t cols,
                                                            int32_t depth) {
   const uint32_t *b = (const uint32_t *)b_pack;
@@ -249,7 +249,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4_rows(int32_t *acc, int32_t
 // block[r * depth + k] = A[row0 + r, k0 + k]: `rows` x `depth` bytes of an A read through its strides
 // (a transposed A: rows 1 apart, k `M` apart), row-major for tessera_cpu_gemm_s8x4. The fp32 block
 // the tile program allocates holds at least as many bytes (rows x quads words).
-TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_s8x4(float *block, int8_t *a, int64_t offset, int64_t row_stride,
+TESSERA_CPU_API int32_t tessera_cpu_pack_a_s8x4(float *block, int8_t *a, int64_t offset, int64_t row_stride,
                                                         int64_t k_stride, int32_t rows, int32_t depth) {
   int8_t *__restrict dst = (int8_t *)block;
   const int8_t *src = a + offset;
@@ -279,7 +279,7 @@ TESSERA_EXTERN_C inline int32_t tessera_cpu_pack_a_s8x4(float *block, int8_t *a,
 }
 
 // acc += A x B, A the row-major block tessera_cpu_pack_a_s8x4 wrote (rows `depth` bytes apart).
-TESSERA_EXTERN_C inline int32_t tessera_cpu_gemm_s8x4(int32_t *acc, int32_t acc_stride, float *block, float *b_pack,
+TESSERA_CPU_API int32_t tessera_cpu_gemm_s8x4(int32_t *acc, int32_t acc_stride, float *block, float *b_pack,
                                                       int32_t rows, int32_t cols, int32_t depth) {
   return tessera_cpu_gemm_s8x4_rows(acc, acc_stride, (int8_t *)block, 0, depth, b_pack, rows, cols, depth);
 }

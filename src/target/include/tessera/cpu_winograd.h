@@ -358,12 +358,12 @@ static inline float *tessera_winograd_scratch_at(float *workspace, int64_t float
 }
 
 #define TESSERA_DEFINE_WINOGRAD(M, SUFFIX, T, STORAGE)                                                               \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_winograd_weights_m##M##_##SUFFIX(float *u, T *w, int64_t offset,       \
+  TESSERA_CPU_API int32_t tessera_cpu_winograd_weights_m##M##_##SUFFIX(float *u, T *w, int64_t offset,       \
                                                                                 int32_t C, int32_t channels) {        \
     tessera_winograd_weights<M>(u, (const STORAGE *)w + offset, C, channels);                                        \
     return 0;                                                                                                          \
   }                                                                                                                    \
-  TESSERA_EXTERN_C inline int32_t tessera_cpu_winograd_m##M##_##SUFFIX(                                               \
+  TESSERA_CPU_API int32_t tessera_cpu_winograd_m##M##_##SUFFIX(                                               \
       float *acc, int64_t acc_stride, int32_t row_stride, float *workspace, int64_t floats, int64_t u_floats, T *x,  \
       int64_t offset, int32_t C, int32_t H, int32_t W, int32_t top, int32_t left, int32_t oh0, int32_t tile_rows,   \
       int32_t TW, int32_t channels) {                                                                                 \
