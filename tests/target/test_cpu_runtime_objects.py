@@ -58,7 +58,9 @@ def test_every_declared_entry_is_in_the_object_a_kernel_that_calls_it_links():
 def test_a_generated_kernel_is_compiled_against_the_declarations_and_links_the_gemm_object(monkeypatch, tmp_path):
     commands = []
     real_run = cpu_build.run_tool
-    monkeypatch.setattr(cpu_build, "run_tool", lambda command, **kw: commands.append(command) or real_run(command, **kw))
+    monkeypatch.setattr(
+        cpu_build, "run_tool", lambda command, **kw: commands.append(command) or real_run(command, **kw)
+    )
     inputs = random_inputs(SPEC, np.random.default_rng(0))
     got = run_cpu(SPEC, inputs, "cpu", tmp_path)
     assert_close(got["C"], reference(SPEC, inputs), "float32", atol_scale=4)

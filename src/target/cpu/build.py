@@ -106,7 +106,9 @@ def compile_cpu(
     flags = tuple(map(str, flags))
     cpp, so = f"{name}.cpp", f"{name}.so"
     prelude = precompiled_prelude(cxx, flags) if PRELUDE_INCLUDE in source else None
-    command = cpu_build_command(cxx, flags, so, cpp, prelude) + (runtime_link(cxx, flags, source) if link_runtime else [])
+    command = cpu_build_command(cxx, flags, so, cpp, prelude) + (
+        runtime_link(cxx, flags, source) if link_runtime else []
+    )
     final_dir = Path(out_dir).absolute()
     with untouched_on_failure(final_dir), atomic_output_dir(final_dir) as staging:
         (staging / cpp).write_text(source, encoding="utf-8")
