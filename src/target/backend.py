@@ -147,8 +147,9 @@ class Backend:
     # Relax: dtypes its device code cannot take from a Relax graph (the C codegen has no such type).
     relax_unsupported_dtypes: tuple[str, ...] = ()
     # hook ``(flags, compiler) -> str``: what the config's compiler flags build for on this machine
-    # (CPU: a digest of g++'s predefined macros, -march=native resolved), part of every kernel's cache
-    # key; None: the flags alone say it (a GPU's arch is in its config).
+    # (CPU: a digest of g++'s predefined macros, -march=native resolved, and whether kernels link the
+    # runtime objects), part of every kernel's cache key; None: the flags alone say it (a GPU's arch is
+    # in its config).
     isa_identity: str | None = None
     # The op table's element-wise ops (tessera_tvm/op_table.py tile names) its element-wise programs
     # take, and the EpilogueOp kinds its GEMM programs take, in the order its refusals list them;

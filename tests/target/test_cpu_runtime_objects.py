@@ -1,6 +1,7 @@
-"""Tessera's CPU runtime entries (tessera/cpu.h's packing, GEMM and convolution micro-kernels) are
-compiled once per flag set into the runtime objects and linked into the kernels that call them; the
-kernels are compiled against cpu_api.h's declarations (tessera_tvm.target.cpu.build.runtime_link)."""
+"""With ``TESSERA_CPU_RUNTIME=linked`` (the suite's setting, tests/conftest.py), Tessera's CPU runtime
+entries (tessera/cpu.h's packing, GEMM and convolution micro-kernels) are compiled once per flag set
+into the runtime objects and linked into the kernels that call them; the kernels are compiled against
+cpu_api.h's declarations (tessera_tvm.target.cpu.build.runtime_link). The default compiles them inline."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 import tessera_tvm
-from tessera_tvm.errors import ToolchainError
+import tessera_tvm.cache
+from tessera_tvm.errors import TesseraError, ToolchainError
 from tessera_tvm.target.cpu import build as cpu_build
 from tessera_tvm.target.toolchain import find_tool
 from tessera_tvm.tile import EpilogueOp, GemmSpec, build_tile_program
@@ -56,6 +58,7 @@ def test_every_declared_entry_is_in_the_object_a_kernel_that_calls_it_links():
 
 
 def test_a_generated_kernel_is_compiled_against_the_declarations_and_links_the_gemm_object(monkeypatch, tmp_path):
+    monkeypatch.setenv(cpu_build.RUNTIME_ENV, "linked")
     commands = []
     real_run = cpu_build.run_tool
     monkeypatch.setattr(
@@ -73,7 +76,25 @@ def test_a_generated_kernel_is_compiled_against_the_declarations_and_links_the_g
     assert "tessera_cpu_" not in exported  # hidden: another library's copy never stands in for this one's
 
 
+def test_by_default_kernels_compile_the_entries_inline_and_the_mode_is_in_the_cache_key(monkeypatch):
+    cxx, flags = find_tool("g++"), _flags()
+    source = tessera_tvm.lower(build_tile_program(SPEC, None, "c"), "cpu", build=False).source
+    monkeypatch.setenv(cpu_build.RUNTIME_ENV, "linked")
+    assert cpu_build.runtime_link(cxx, flags, source)[0] == cpu_build.RUNTIME_LINKED
+    linked = tessera_tvm.cache.versions(tessera_tvm.load_config("cpu"))
+    monkeypatch.delenv(cpu_build.RUNTIME_ENV)
+    assert cpu_build.runtime_mode() == "inline" and cpu_build.runtime_link(cxx, flags, source) == []
+    inline = tessera_tvm.cache.versions(tessera_tvm.load_config("cpu"))
+    assert inline != linked and {k for k in inline if inline[k] != linked[k]} == {"isa"}
+    monkeypatch.setenv(cpu_build.RUNTIME_ENV, "static")
+    with pytest.raises(
+        TesseraError, match=r"TESSERA_CPU_RUNTIME='static': expected 'inline' \(the default\) or 'linked'"
+    ):
+        cpu_build.runtime_link(cxx, flags, source)
+
+
 def test_without_a_cache_a_kernel_compiles_the_entries_itself(monkeypatch, tmp_path):
+    monkeypatch.setenv(cpu_build.RUNTIME_ENV, "linked")
     monkeypatch.setenv("TESSERA_DISABLE_CACHE", "1")
     monkeypatch.delenv("TESSERA_PCH_DIR", raising=False)
     assert cpu_build.runtime_object(find_tool("g++"), _flags(), "gemm") is None

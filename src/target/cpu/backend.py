@@ -60,7 +60,7 @@ CPU = register_backend(
         kernels_in_host=True,
         upstream_sources="tessera_tvm.relax.bridge:host_c_sources",
         packed_weights="tessera_tvm.tile.gemm:cpu_packed_b",
-        isa_identity="tessera_tvm.target.cpu.build:isa_identity",
+        isa_identity="tessera_tvm.target.cpu.build:build_identity",
         # TileLang's C codegen cannot put fp8 in a kernel signature (ts.compile widens it; Relax cannot).
         # bfloat16 is held as uint16 storage (configs/cpu.yaml: tirx.BF16StorageLegalize), in Relax too.
         relax_unsupported_dtypes=_WIDENED,

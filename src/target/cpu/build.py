@@ -36,6 +36,7 @@ from ..toolchain import (
 __all__ = [
     "DEFAULT_CPU_FLAGS",
     "aligned_local_arrays",
+    "build_identity",
     "PRELUDE",
     "SPEC_KERNEL_PRAGMAS",
     "PRELUDE_INCLUDE",
@@ -46,6 +47,7 @@ __all__ = [
     "isa_identity",
     "precompiled_prelude",
     "runtime_link",
+    "runtime_mode",
     "runtime_object",
     "runtime_parts",
     "with_spec_pragmas",
@@ -93,9 +95,9 @@ def compile_cpu(
     Runs ``g++ -std=c++17 -shared -fPIC <flags> -I<tessera>/include -I<tilelang>/src`` (``TESSERA_CXX``
     picks another compiler), with TileLang's prelude precompiled where it can (:func:`precompiled_prelude`).
     ``link_runtime``: ``source`` is a kernel Tessera generated, which calls tessera/cpu.h's entries only
-    through cpu_api.h's declarations; they are linked from the runtime objects (:func:`runtime_link`)
-    rather than compiled with it. Other sources (one's own, using the headers' macros and helpers)
-    see the whole header.
+    through cpu_api.h's declarations; with ``TESSERA_CPU_RUNTIME=linked`` they are linked from the
+    runtime objects (:func:`runtime_link`) rather than compiled with it. Other sources (one's own,
+    using the headers' macros and helpers) always see the whole header.
     Both files appear together only on success; a failing compile raises :class:`ToolchainError` with
     the command and the compiler's first errors, and leaves ``out_dir`` as it was.
     """
@@ -283,12 +285,37 @@ def runtime_parts(source: str) -> list[str]:
     return sorted({next(part for part, (_, calls) in RUNTIME_PARTS.items() if calls.search(n)) for n in names})
 
 
+#: ``TESSERA_CPU_RUNTIME=linked``: kernels link the runtime objects (:func:`runtime_link`) instead of
+#: compiling the entries they call; ``inline`` (the default) compiles them into each kernel. Linked,
+#: a GEMM kernel's g++ takes ~0.15 s instead of ~0.45 s, but an f32 GEMM of few rows runs 2-7% slower
+#: (64x768x768 on 2 threads, interleaved in one process; sizes of 128 rows and more within noise): the
+#: inlined entry sees the kernel's constant sizes. The test suite links (tests/conftest.py). Part of a
+#: CPU kernel's cache key (:func:`build_identity`).
+RUNTIME_ENV = "TESSERA_CPU_RUNTIME"
+
+
+def runtime_mode() -> str:
+    """``"inline"`` or ``"linked"``: how kernels get the runtime entries (:data:`RUNTIME_ENV`)."""
+    value = os.environ.get(RUNTIME_ENV, "").strip() or "inline"
+    if value not in ("inline", "linked"):
+        raise TesseraError(f"{RUNTIME_ENV}={value!r}: expected 'inline' (the default) or 'linked'")
+    return value
+
+
+def build_identity(flags: Sequence[str], compiler: str = "g++") -> str:
+    """What a CPU kernel's library depends on beyond its source and flags, for its cache key: the
+    instruction sets (:func:`isa_identity`) and, where kernels link them, the runtime objects."""
+    identity = isa_identity(flags, compiler)
+    return identity if runtime_mode() == "inline" else f"{identity}+runtime-linked"
+
+
 def runtime_link(cxx: str, flags: Sequence[str], source: str) -> list[str]:
     """What a g++ command that builds the kernel ``source`` into a library adds to link the runtime
     objects it calls (:func:`runtime_object`): the macro, the objects and ``--gc-sections`` (only the
-    entries the kernel calls stay). Nothing for a source that does not include tessera/cpu.h, or where
-    an object cannot be had: then the kernel compiles the entries inline, as a source of one's own does."""
-    if RUNTIME_INCLUDE not in source:
+    entries the kernel calls stay). Nothing where kernels compile the entries inline
+    (:func:`runtime_mode`), for a source that does not include tessera/cpu.h, or where an object
+    cannot be had: then the kernel compiles the entries itself, as a source of one's own does."""
+    if runtime_mode() != "linked" or RUNTIME_INCLUDE not in source:
         return []
     objects = [runtime_object(cxx, tuple(flags), part) for part in runtime_parts(source)]
     if None in objects:
@@ -331,8 +358,9 @@ def runtime_object(cxx: str, flags: Sequence[str], part: str) -> Path | None:
 def _runtime_source(header: str) -> str:
     """The translation unit of the runtime object of ``header``: TileLang's prelude first (cpu_gemm.h
     reads its ``half``), the declarations, then the definitions (a mismatch fails the compile)."""
+    pragmas = "\n".join(SPEC_KERNEL_PRAGMAS)
     return (
-        f"{PRELUDE_INCLUDE}\n#define TESSERA_CPU_RUNTIME_BUILD 1\n#include <tessera/cpu_api.h>\n"
+        f"{PRELUDE_INCLUDE}\n{pragmas}\n#define TESSERA_CPU_RUNTIME_BUILD 1\n#include <tessera/cpu_api.h>\n"
         f"#include <tessera/{header}>\n"
     )
 
