@@ -227,7 +227,8 @@ def recorded_sha256(path: Path) -> str | None:
 
 
 def _prelude_intact(gch: Path) -> bool:
-    """Whether ``gch`` matches the SHA-256 recorded next to it (hashed once per process per file)."""
+    """Whether ``gch`` (a precompiled prelude or a runtime object) matches the SHA-256 recorded next to
+    it (hashed once per process per file)."""
     try:
         st = gch.stat()
     except OSError:
