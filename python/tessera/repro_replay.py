@@ -6,6 +6,7 @@ message up to paths) or the saved outputs checked.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -146,9 +147,44 @@ def replay(
     if workdir is None and Path(path).expanduser().is_file():  # unpack into a directory that goes away after
         with tempfile.TemporaryDirectory(prefix="tessera_replay_") as scratch:
             return replay(path, run=run, workdir=scratch)
+    capture = open_pack(path, workdir)
+    with _recorded_build_settings(capture):
+        return _replay(capture, run)
+
+
+#: The ``TESSERA_*`` settings that change the command a kernel is built with (whether CPU kernels link
+#: the runtime objects, the optimisation of TVM's host C), with the values a replay takes from a pack
+#: (text from elsewhere: anything else is left unset): a replay builds as the capture did.
+BUILD_SETTINGS = {
+    "TESSERA_CPU_RUNTIME": re.compile(r"inline|linked"),
+    "TESSERA_HOST_C_OPT": re.compile(r"-O[0-3s]|-Og"),
+}
+
+
+@contextlib.contextmanager
+def _recorded_build_settings(capture: Capture):
+    """The process environment with the capture's :data:`BUILD_SETTINGS` (set or unset as recorded)."""
+    recorded = (capture.record.get("environment") or {}).get("settings") or {}
+    saved = {name: os.environ.get(name) for name in BUILD_SETTINGS}
+    try:
+        for name, allowed in BUILD_SETTINGS.items():
+            value = recorded.get(name) if isinstance(recorded, dict) else None
+            if isinstance(value, str) and allowed.fullmatch(value):
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _replay(capture: Capture, run: bool) -> ReplayResult:
     import tessera as ts
 
-    capture = open_pack(path, workdir)
     kind = capture.record.get("kind")
     # A bad config or TVM JSON refuses the pack (exit 2) before anything runs, whatever step reads it.
     config = _capture.captured_config(capture)

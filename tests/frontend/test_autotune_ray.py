@@ -214,7 +214,8 @@ def test_a_compile_past_the_time_limit_or_a_wrong_result_on_ray_fails_that_candi
     ]
     assert result.workers == 1 and tuned.candidates[1].compile_seconds == LIMIT_S
     assert tuned.best_index == 0 and tuned.summary.failed == 2 and "2 failed" in tuned.summary.text()
-    assert took < 150, took  # the limit, two actor starts, two g++ compiles: not the 600 s hang
+    # The limit, two actor starts, two g++ compiles (up to 182 s on CI's busy cores): not the 600 s hang.
+    assert took < 400, took
     # The hung grandchild went with its actor (it was in the actor's process group).
     pid = int(pid_file.read_text())
     stat = Path(f"/proc/{pid}/stat")
