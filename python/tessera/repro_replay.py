@@ -6,7 +6,6 @@ message up to paths) or the saved outputs checked.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -22,6 +21,7 @@ import numpy as np
 from tessera_tvm import capture as _capture
 from tessera_tvm.capture import Capture, strip_capture_line
 
+from ._environ import environment_set
 from .errors import TesseraError
 
 __all__ = ["ReplayResult", "main", "replay"]
@@ -161,25 +161,14 @@ BUILD_SETTINGS = {
 }
 
 
-@contextlib.contextmanager
 def _recorded_build_settings(capture: Capture):
     """The process environment with the capture's :data:`BUILD_SETTINGS` (set or unset as recorded)."""
     recorded = (capture.record.get("environment") or {}).get("settings") or {}
-    saved = {name: os.environ.get(name) for name in BUILD_SETTINGS}
-    try:
-        for name, allowed in BUILD_SETTINGS.items():
-            value = recorded.get(name) if isinstance(recorded, dict) else None
-            if isinstance(value, str) and allowed.fullmatch(value):
-                os.environ[name] = value
-            else:
-                os.environ.pop(name, None)
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    values = {}
+    for name, allowed in BUILD_SETTINGS.items():
+        value = recorded.get(name) if isinstance(recorded, dict) else None
+        values[name] = value if isinstance(value, str) and allowed.fullmatch(value) else None
+    return environment_set(values)
 
 
 def _replay(capture: Capture, run: bool) -> ReplayResult:

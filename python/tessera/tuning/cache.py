@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from tessera_tvm.cache import KernelCache, versions
 from tessera_tvm.capture import cpu_info
 
+from .._environ import environment_set
 from .space import _Plan
 
 _FORMAT = 2  # of the tuning cache's records (2: fastest sample, not the median)
@@ -64,15 +65,8 @@ def _kernel_cache_for_tuning() -> Iterator[dict[str, str]]:
         yield {}
         return
     root = tempfile.mkdtemp(prefix="tessera_tune_")
-    saved = {k: os.environ.get(k) for k in ("TESSERA_CACHE_DIR", "TESSERA_DISABLE_CACHE")}
-    os.environ["TESSERA_CACHE_DIR"] = root
-    os.environ.pop("TESSERA_DISABLE_CACHE", None)
     try:
-        yield {"TESSERA_CACHE_DIR": root}
+        with environment_set({"TESSERA_CACHE_DIR": root, "TESSERA_DISABLE_CACHE": None}):
+            yield {"TESSERA_CACHE_DIR": root}
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(root, ignore_errors=True)

@@ -49,6 +49,7 @@ __all__ = [
     "runtime_link",
     "runtime_mode",
     "runtime_object",
+    "runtime_objects",
     "runtime_parts",
     "with_spec_pragmas",
 ]
@@ -247,17 +248,23 @@ def _prelude_intact(gch: Path) -> bool:
 
 def _build_prelude(cxx: str, flags: tuple[str, ...], gch: Path) -> None:
     """Precompile :data:`PRELUDE` into ``gch``, then record its SHA-256 (readers wait for both)."""
-    gch.parent.mkdir(parents=True, exist_ok=True)
-    _checksum_of(gch).unlink(missing_ok=True)
     header = Path(tilelang_include_dirs()[0]) / PRELUDE
-    staging = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
+    _compile_checked([cxx, *_COMPILE_OPTIONS, *flags, "-x", "c++-header", str(header)], gch)
+
+
+def _compile_checked(command: list[str], out: Path) -> None:
+    """Run the compiler ``command`` with ``-o`` a staging file beside ``out``, move the result to ``out``,
+    then record its SHA-256 next to it (:func:`_prelude_intact` accepts neither file without the other)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _checksum_of(out).unlink(missing_ok=True)
+    staging = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        run_tool([cxx, *_COMPILE_OPTIONS, *flags, "-x", "c++-header", str(header), "-o", str(staging)], timeout=600)
+        run_tool([*command, "-o", str(staging)], timeout=600)
         digest = sha256_file(staging)
-        os.replace(staging, gch)
+        os.replace(staging, out)
     finally:
         staging.unlink(missing_ok=True)
-    write_text_atomic(_checksum_of(gch), digest + "\n")
+    write_text_atomic(_checksum_of(out), digest + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- runtime
@@ -310,16 +317,23 @@ def build_identity(flags: Sequence[str], compiler: str = "g++") -> str:
     return identity if runtime_mode() == "inline" else f"{identity}+runtime-linked"
 
 
+def runtime_objects(cxx: str, flags: Sequence[str], source: str) -> list[Path] | None:
+    """The runtime objects (:func:`runtime_object`) the kernel ``source`` links, compiled with
+    :data:`RUNTIME_LINKED` (``[]`` when it calls none of their entries). None where kernels compile the
+    entries inline (:func:`runtime_mode`), for a source that does not include tessera/cpu.h, or where
+    an object cannot be had: then the kernel compiles the entries itself, as a source of one's own does."""
+    if runtime_mode() != "linked" or RUNTIME_INCLUDE not in source:
+        return None
+    objects = [runtime_object(cxx, tuple(flags), part) for part in runtime_parts(source)]
+    return None if None in objects else objects
+
+
 def runtime_link(cxx: str, flags: Sequence[str], source: str) -> list[str]:
     """What a g++ command that builds the kernel ``source`` into a library adds to link the runtime
-    objects it calls (:func:`runtime_object`): the macro, the objects and ``--gc-sections`` (only the
-    entries the kernel calls stay). Nothing where kernels compile the entries inline
-    (:func:`runtime_mode`), for a source that does not include tessera/cpu.h, or where an object
-    cannot be had: then the kernel compiles the entries itself, as a source of one's own does."""
-    if runtime_mode() != "linked" or RUNTIME_INCLUDE not in source:
-        return []
-    objects = [runtime_object(cxx, tuple(flags), part) for part in runtime_parts(source)]
-    if None in objects:
+    objects it calls (:func:`runtime_objects`): the macro, the objects and ``--gc-sections`` (only the
+    entries the kernel calls stay); nothing where it compiles the entries itself."""
+    objects = runtime_objects(cxx, flags, source)
+    if objects is None:
         return []
     return [RUNTIME_LINKED, *map(str, objects), *(["-Wl,--gc-sections"] if objects else [])]
 
@@ -369,19 +383,13 @@ def _runtime_source(header: str) -> str:
 def _build_runtime_object(cxx: str, flags: tuple[str, ...], prelude: Path, header: str, obj: Path) -> None:
     """Compile ``header``'s runtime object into ``obj``, then record its SHA-256 (readers check both)."""
     obj.parent.mkdir(parents=True, exist_ok=True)
-    _checksum_of(obj).unlink(missing_ok=True)
-    staging = obj.with_name(f".{obj.name}.{os.getpid()}.tmp")
     source = obj.with_name(f".{obj.stem}.{os.getpid()}.cc")
     try:
         source.write_text(_runtime_source(header), encoding="utf-8")
         command = [cxx, *_COMPILE_OPTIONS, *flags, "-fvisibility=hidden", "-ffunction-sections"]
-        run_tool([*command, *kernel_includes(prelude), "-c", "-o", str(staging), str(source)], timeout=600)
-        digest = sha256_file(staging)
-        os.replace(staging, obj)
+        _compile_checked([*command, *kernel_includes(prelude), "-c", str(source)], obj)
     finally:
-        staging.unlink(missing_ok=True)
         source.unlink(missing_ok=True)
-    write_text_atomic(_checksum_of(obj), digest + "\n")
 
 
 @functools.cache
@@ -391,9 +399,15 @@ def _runtime_identity(cxx: str, flags: tuple[str, ...]) -> str | None:
     if prelude is None:
         return None
     digest = hashlib.sha256(f"{prelude}\0{_runtime_source('')}".encode())
-    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(runtime_headers())
     return digest.hexdigest()[:24]
+
+
+@functools.cache
+def runtime_headers() -> bytes:
+    """Tessera's runtime headers (src/target/include) as one byte string to hash: each file's name, a
+    NUL and its bytes, in path order. Read once per process."""
+    return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")))
 
 
 @functools.cache

@@ -38,13 +38,14 @@ from ..toolchain import require_tool, run_tool, sha256_file, write_text_atomic
 from .build import (
     PRELUDE,
     PRELUDE_INCLUDE,
-    RUNTIME_INCLUDE_DIR,
+    RUNTIME_LINKED,
     _checksum_of,
     _prelude_identity,
     cpu_build_command,
     precompiled_prelude,
     recorded_sha256,
-    runtime_link,
+    runtime_headers,
+    runtime_objects,
 )
 
 __all__ = ["build_host_library", "pack_imports"]
@@ -112,10 +113,10 @@ def build_host_library(output: str, files: Sequence[str], options: Sequence[str]
             source = _ABSOLUTE_PRELUDE.sub(PRELUDE_INCLUDE, source)
             kernel_options = [o for o in options if not o.startswith(_HOST_ONLY_MACROS)]
             command = _kernel_command(cxx, flags, kernel_options)
-            linked = runtime_link(cxx, flags, source)  # against the runtime objects' declarations
-            if linked:
-                command += linked[:1]
-                runtime.update(o for o in linked[1:] if o.endswith(".o"))
+            linked = runtime_objects(cxx, flags, source)  # against the runtime objects' declarations
+            if linked is not None:
+                command += [RUNTIME_LINKED]
+                runtime.update(map(str, linked))
         else:
             command = [cxx, "-fPIC", *options, *host_optimization()]
         # g++ reads .c as C++ too; say so, the source may move to a .cc file
@@ -388,8 +389,7 @@ def _toolchain_identity(cxx: str, flags: tuple[str, ...]) -> str:
     from tessera_tvm._tvm import tvm
 
     digest = hashlib.sha256(f"{_prelude_identity(cxx, flags)}\0{cxx}\0{tvm.__version__}".encode())
-    for path in sorted(RUNTIME_INCLUDE_DIR.rglob("*.h")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(runtime_headers())
     return digest.hexdigest()
 
 
