@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -255,10 +255,11 @@ def lower(
     with cache.lock(key):  # one process compiles a key; the others wait here, then find its entry
         if lookup and (hit := _cached(cache, key, config, out)) is not None:
             return hit
+        lowered = _lowered_for_the_other_build(cache, mod, config, pass_ctx, compiles) if lookup else None
         recorder = PassRecorder(dump_dir=Path(dump_dir) if dump_dir is not None else None)
         try:
             with collecting_logs():
-                return _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key)
+                return _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key, lowered)
         except Exception as exc:
             _capture(exc, mod, name, config, recorder, build, pass_ctx)
             raise
@@ -285,11 +286,29 @@ def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredM
         return None
 
 
-def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key) -> LoweredModule:
-    """Lower ``mod``, write and build its artifacts (into ``out``, the cache or a scratch directory)."""
+def _lowered_for_the_other_build(cache, mod, config: TargetConfig, pass_ctx, compiles: bool) -> LoweredModule | None:
+    """The lowering the cache holds for the same program under the other build flag, or None: a build
+    after a look at the source (``build=False``) runs only the toolchain, and a look after a build
+    runs nothing but the copy. Not for a backend whose artifacts are a program of several files
+    (Tenstorrent: the cache keeps its files, not the program object that writes them)."""
+    from .cache import cache_key
+
+    if backend_for(config).program_generator is not None:
+        return None
+    other = _cached(cache, cache_key(mod, config, build=not compiles, pass_ctx=pass_ctx), config, None)
+    if other is None:
+        return None
+    # The passes' results, not the other entry's files or loaded kernel: those are written again here.
+    return replace(other, artifacts={}, notes=list(other.notes), from_cache=False, _kernel=None, _cuda_kernel=None)
+
+
+def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key, lowered=None) -> LoweredModule:
+    """Lower ``mod`` (unless ``lowered`` is its lowering already), write and build its artifacts (into
+    ``out``, the cache or a scratch directory)."""
     from .kernel_store import BUILD_PREFIX, held_directory, scratch_directory
 
-    lowered = _lower(mod, name, config, recorder)
+    if lowered is None:
+        lowered = _lower(mod, name, config, recorder)
     if key is None:
         if out is not None:
             _write_artifacts_atomic(lowered, out, build=build)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -153,6 +154,29 @@ def test_second_lower_is_served_from_the_cache(private_cache, tmp_path):
     c = np.zeros((96, 80), np.float32)
     second(a, b, c)
     assert np.all(c == 40.0)
+
+
+def test_a_build_after_a_look_at_the_source_runs_only_the_toolchain(private_cache, monkeypatch):
+    import numpy as np
+
+    lower_module = importlib.import_module("tessera_tvm.lower")
+    passes_ran = []
+    real = lower_module._lower
+    monkeypatch.setattr(lower_module, "_lower", lambda *a, **k: passes_ran.append(1) or real(*a, **k))
+    looked = tessera_tvm.lower(programs.cpu_gemm(48, 40, 24), "cpu", build=False)
+    assert "library" not in looked.artifacts and len(passes_ran) == 1
+    built = tessera_tvm.lower(programs.cpu_gemm(48, 40, 24), "cpu")  # the passes' result from the cache
+    assert len(passes_ran) == 1 and not built.from_cache  # g++ ran for it
+    assert built.source == looked.source and built.artifacts["library"].is_file()
+    a, b, c = np.ones((48, 24), np.float32), np.ones((24, 40), np.float32), np.zeros((48, 40), np.float32)
+    built(a, b, c)
+    assert np.all(c == 24.0)
+    assert tessera_tvm.lower(programs.cpu_gemm(48, 40, 24), "cpu").from_cache  # the built entry from then on
+    # The other way: a look after a build takes the built entry's lowering and leaves its library.
+    first = tessera_tvm.lower(programs.cpu_gemm(32, 40, 24), "cpu")
+    again = tessera_tvm.lower(programs.cpu_gemm(32, 40, 24), "cpu", build=False)
+    assert len(passes_ran) == 2 and again.source == first.source and "library" not in again.artifacts
+    assert first.artifacts["library"].is_file()
 
 
 def test_a_cpu_kernel_for_another_cpus_instructions_is_a_miss(private_cache, monkeypatch):

@@ -66,12 +66,37 @@ def _compile_instance(
 
 def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build, tuning, progress) -> Instance:
     graph_dumps = dump_dir / "passes" / "graph" if dump_dir is not None and "graph" in dump_stages else None
+    graph, log, planned = _planned(kernel, config, env, overrides, graph_dumps, tuning, progress)
+    out_root = dump_dir if dump_dir is not None and "target" in dump_stages else None  # else: the kernel cache
+    devices = []
+    for group, binding, schedule in planned:
+        progress.stage, progress.group = "tile", group.name
+        start = time.perf_counter()
+        with span(f"tile {group.name}", "host"):
+            tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
+        progress.tiles[group.name] = tile
+        progress.stage = "target"
+        log.append(PassLogEntry("tile", group.name, "tile", "build tile program", time.perf_counter() - start))
+        passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
+        out_dir = out_root / "artifacts" / group.name if out_root is not None else None
+        with span(f"target {group.name}", "host", config=config.name, build=build):
+            lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
+        log.extend(PassLogEntry("target", group.name, r.phase, r.name, r.seconds, r.status) for r in lowered.pass_log)
+        devices.append(DeviceKernel(group.name, binding, schedule, tile, lowered, spec))
+    instance = Instance(kernel, config, dict(env), graph, devices, log)
+    if dump_dir is not None and dump_stages:
+        write_dumps(instance, dump_dir, dump_stages)
+    return instance
+
+
+def _planned(kernel, config, env, overrides, graph_dumps, tuning, progress) -> tuple[GraphIR, list, list]:
+    """Graph IR, then Schedule IR for every fused kernel (an override the target cannot hold fails
+    before anything lowers): the graph, the pass log so far and each kernel's (group, binding, schedule)."""
     with span("graph", "host", kernel=kernel.name):
         graph = kernel.graph(env, target=config, dump_dir=graph_dumps)
     tuning = tuning or {}
     log = _graph_log(kernel.name, graph)
     per_kernel = split_overrides(overrides, [g.name for g in graph.groups], f"kernel {kernel.name}")
-    # Schedule IR for every fused kernel first: an override the target cannot hold fails before lowering.
     planned = []
     for group in graph.groups:
         progress.stage, progress.group = "sched", group.name
@@ -99,26 +124,17 @@ def _compile_stages(kernel, config, env, overrides, dump_stages, dump_dir, build
             )
         )
         planned.append((group, binding, schedule))
-    out_root = dump_dir if dump_dir is not None and "target" in dump_stages else None  # else: the kernel cache
-    devices = []
-    for group, binding, schedule in planned:
-        progress.stage, progress.group = "tile", group.name
-        start = time.perf_counter()
-        with span(f"tile {group.name}", "host"):
-            tile, spec = tile_program(group.name, group.describe(), binding.spec, schedule, config)
-        progress.tiles[group.name] = tile
-        progress.stage = "target"
-        log.append(PassLogEntry("tile", group.name, "tile", "build tile program", time.perf_counter() - start))
-        passes_dir = dump_dir / "passes" / group.name if dump_dir is not None and "target" in dump_stages else None
-        out_dir = out_root / "artifacts" / group.name if out_root is not None else None
-        with span(f"target {group.name}", "host", config=config.name, build=build):
-            lowered = tessera_tvm.lower(tile, config, dump_dir=passes_dir, out_dir=out_dir, build=build)
-        log.extend(PassLogEntry("target", group.name, r.phase, r.name, r.seconds, r.status) for r in lowered.pass_log)
-        devices.append(DeviceKernel(group.name, binding, schedule, tile, lowered, spec))
-    instance = Instance(kernel, config, dict(env), graph, devices, log)
-    if dump_dir is not None and dump_stages:
-        write_dumps(instance, dump_dir, dump_stages)
-    return instance
+    return graph, log, planned
+
+
+def tile_programs(kernel: Kernel, config, env: dict[str, int], overrides: dict[str, Any] | None = None) -> dict:
+    """Each fused kernel's TileLang program at ``env``, as ``ts.compile`` builds it, without lowering
+    it: for what looks at the Tile IR alone (a GPU kernel's lowering costs seconds)."""
+    _, _, planned = _planned(kernel, config, env, overrides or {}, None, None, CompileProgress())
+    return {
+        group.name: tile_program(group.name, group.describe(), binding.spec, schedule, config)[0]
+        for group, binding, schedule in planned
+    }
 
 
 def tile_program(name: str, describe: str, spec, schedule: Schedule, config) -> tuple[Any, Any]:

@@ -90,8 +90,9 @@ def test_epilogue_is_in_the_gemm_source():
     "target, ptx_words", [("hopper", ["wgmma.mma_async", "cp.async.bulk.tensor"]), ("ampere", ["mma.sync", "cp.async"])]
 )
 @pytest.mark.parametrize("kernel", [linear, causal_attention], ids=lambda k: k.name)
-def test_nvcc_builds_cubin_and_ptx(tmp_path, target, ptx_words, kernel):
-    compiled = ts.compile(kernel, target=target, shapes=SHAPES[kernel.name], dump=["target"], dump_dir=tmp_path)
+def test_nvcc_builds_cubin_and_ptx(target, ptx_words, kernel):
+    # No dump: the kernel's lowering from test_expected_instructions is in the run's cache, so only nvcc runs.
+    compiled = ts.compile(kernel, target=target, shapes=SHAPES[kernel.name])
     (files,) = compiled.artifacts.values()
     assert files["cubin"].is_file() and files["cubin"].stat().st_size > 0
     ptx = files["ptx"].read_text()
