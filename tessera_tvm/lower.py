@@ -265,16 +265,17 @@ def lower(
             raise
 
 
-def _cached(cache, key: str, config: TargetConfig, out: Path | None) -> LoweredModule | None:
+def _cached(cache, key: str, config: TargetConfig, out: Path | None, *, load: bool = True) -> LoweredModule | None:
     """The module the cache holds for ``key``, or None; an entry that passes its checksums but does
-    not load (a library the loader refuses, IR this TVM cannot read) is removed, with a warning."""
+    not load (a library the loader refuses, IR this TVM cannot read) is removed, with a warning.
+    Without ``load`` its built kernel is not loaded into this process."""
     from .kernel_store import warn_once
 
     entry = cache.load(key)
     if entry is None:
         return None
     try:
-        return _from_cache(entry, config, out)
+        return _from_cache(entry, config, out, load=load)
     except OSError:  # copying into ``out_dir``: the entry is not at fault
         raise
     except Exception as exc:  # noqa: BLE001 - whatever it is, the compile below replaces the entry
@@ -295,11 +296,11 @@ def _lowered_for_the_other_build(cache, mod, config: TargetConfig, pass_ctx, com
 
     if backend_for(config).program_generator is not None:
         return None
-    other = _cached(cache, cache_key(mod, config, build=not compiles, pass_ctx=pass_ctx), config, None)
+    other = _cached(cache, cache_key(mod, config, build=not compiles, pass_ctx=pass_ctx), config, None, load=False)
     if other is None:
         return None
-    # The passes' results, not the other entry's files or loaded kernel: those are written again here.
-    return replace(other, artifacts={}, notes=list(other.notes), from_cache=False, _kernel=None, _cuda_kernel=None)
+    # The passes' results, not the other entry's files: those are written (and built) again here.
+    return replace(other, artifacts={}, notes=list(other.notes), from_cache=False)
 
 
 def _lower_and_write(mod, name, config, recorder, out, build, compiles, cache, key, lowered=None) -> LoweredModule:
@@ -451,7 +452,7 @@ def _cache_files(lowered: LoweredModule, scratch: Path) -> dict[str, Path]:
     return files
 
 
-def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
+def _from_cache(entry, config: TargetConfig, out: Path | None, *, load: bool = True) -> LoweredModule:
     import shutil
 
     from tessera_tvm.target.cpu import KernelParam
@@ -482,7 +483,8 @@ def _from_cache(entry, config: TargetConfig, out: Path | None) -> LoweredModule:
         _program_order=list(record.get("program_order", [])),
         _program_shapes=dict(record.get("program_shapes", {})),
     )
-    _reload(lowered)
+    if load:
+        _reload(lowered)
     return lowered
 
 

@@ -13,15 +13,15 @@ def environment_set(values: Mapping[str, str | None]) -> Iterator[None]:
     """``os.environ`` with each of ``values`` set (None: unset) inside the block, as it was after it."""
     saved = {name: os.environ.get(name) for name in values}
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _assign(values)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _assign(saved)
+
+
+def _assign(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
